@@ -1,0 +1,1 @@
+"""Sample multi-method programs; each module states its expected outcome per policy."""

@@ -1,0 +1,253 @@
+"""Build a multi-method program: torch.export + AOTInductor, weights kept out of the .so.
+
+Per method, the output is what ExecuTorch's CUDA backend produces (a wrapper .so and a
+``binary_blob`` weights file, ``backends/aoti/aoti_backend.py``), plus eager reference
+inputs/outputs in safetensors and a manifest describing every constant.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Mapping
+
+import torch
+from safetensors.torch import save_file
+from torch.utils import _pytree as pytree
+
+from .errors import BuildError
+from .manifest import (
+    FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec,
+    ProgramManifest, required_nbytes, sha256_file,
+)
+from .runtime import AotiContainer, dtype_name, parse_device
+from .vocab import ConstantKind
+
+MethodsSpec = Mapping[str, "tuple[torch.nn.Module, tuple]"]
+
+# The ExecuTorch CUDA backend's compile options (backends/cuda/cuda_backend.py).
+AOTI_OPTIONS = {
+    "aot_inductor.package": True,
+    "aot_inductor.package_constants_in_so": False,
+    "aot_inductor.package_constants_on_disk_format": "binary_blob",
+}
+AOTI_CUDA_OPTIONS = {"aot_inductor.embed_kernel_binary": True}
+
+# A compiler wrapper that links libstdc++ statically into the .so (as the H200 image's
+# CXX=/opt/gcc/bin/g++ does) gives the process two libstdc++ copies, and the .so then
+# segfaults in std::regex/locale code when its container is created.  The system g++
+# matches the libstdc++ torch itself loaded.
+SYSTEM_CXX = "/usr/bin/g++"
+
+
+def _compiler() -> str | None:
+    return SYSTEM_CXX if Path(SYSTEM_CXX).exists() else None
+
+
+def check_shared_object(so_path: Path) -> None:
+    """Refuse a .so that would load a second libstdc++ into the process.
+
+    A good .so needs libstdc++.so.6 dynamically (one NEEDED line) and defines no
+    std::locale symbols of its own.
+    """
+    if not shutil.which("readelf") or not shutil.which("nm"):
+        warnings.warn(f"{so_path}: readelf/nm not found, libstdc++ linkage not checked", stacklevel=2)
+        return
+    dyn = subprocess.run(["readelf", "-d", str(so_path)], capture_output=True, text=True, check=False).stdout
+    needed = [ln for ln in dyn.splitlines() if "NEEDED" in ln and "libstdc++" in ln]
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(so_path)], capture_output=True, text=True,
+                          check=False).stdout
+    locale_syms = sum("_ZNSt6locale" in ln for ln in syms.splitlines())
+    if len(needed) != 1 or locale_syms:
+        raise BuildError(
+            f"{so_path}: the compiled .so links libstdc++ statically (NEEDED libstdc++ lines: {len(needed)}, "
+            f"std::locale symbols defined: {locale_syms}). Loading it beside torch's libstdc++ crashes. "
+            f"Build with the system compiler ({SYSTEM_CXX}); never use -static-libstdc++."
+        )
+
+
+def _flatten_tensors(value, what: str) -> list[torch.Tensor]:
+    leaves, _ = pytree.tree_flatten(value)
+    bad = [type(x).__name__ for x in leaves if not isinstance(x, torch.Tensor)]
+    if bad:
+        raise BuildError(f"{what}: only tensors are supported, found {sorted(set(bad))}")
+    return leaves
+
+
+def _aot_compile(module: torch.nn.Module, args: tuple, device: torch.device, workdir: Path) -> tuple[Path, Path]:
+    opts = dict(AOTI_OPTIONS)
+    if device.type == "cuda":
+        opts.update(AOTI_CUDA_OPTIONS)
+    patches = {}
+    cxx = _compiler()
+    if cxx:
+        patches["cpp.cxx"] = (None, cxx)
+    with torch._inductor.config.patch(patches):
+        paths = torch._inductor.aot_compile(module, args, options=opts)
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    so = [p for p in map(str, paths) if p.endswith(".so")]
+    blob = [p for p in map(str, paths) if p.endswith("_weights.blob") or p.endswith(".blob")]
+    if len(so) != 1 or len(blob) > 1:
+        raise BuildError(f"AOTInductor returned unexpected outputs: {paths}")
+    # Copy immediately: a later method whose graph differs only in constant values hits the
+    # same compile-cache entry and overwrites these paths.
+    so_out, blob_out = workdir / "model.so", workdir / "weights.blob"
+    shutil.copyfile(so[0], so_out)
+    if blob:
+        shutil.copyfile(blob[0], blob_out)
+    else:  # no constants at all: an empty blob keeps every method uniform
+        blob_out.write_bytes(b"")
+    return so_out, blob_out
+
+
+def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[str, ConstantKind],
+                        mutated: set[str]) -> list[ConstantSpec]:
+    """Read every constant's metadata and its byte offset inside the blob.
+
+    AOTI uploads a blob into one allocation whose layout is the file's, so a constant's
+    offset is its storage pointer minus the allocation's base; each offset is checked
+    against the file's bytes.
+    """
+    container = AotiContainer.create(so, device)
+    fqns = container.constant_fqns()
+    if not fqns:
+        return []
+    container.upload_blob(blob)
+    tensors = container.extract()
+    base = min(t.untyped_storage().data_ptr() for t in tensors.values())
+    blob_bytes = blob.read_bytes()
+    specs = []
+    for name in sorted(fqns, key=lambda n: tensors[n].untyped_storage().data_ptr() if n in tensors else 0):
+        if name not in tensors:
+            raise BuildError(f"{so}: constant {name!r} is not in the extracted constants map")
+        t = tensors[name]
+        offset = t.untyped_storage().data_ptr() - base
+        dt = dtype_name(t.dtype)
+        nbytes = required_nbytes(dt, t.shape, t.stride(), t.storage_offset())
+        raw = blob_bytes[offset: offset + nbytes]
+        expected = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        view = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        got = (view.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset()).contiguous()
+               .view(torch.uint8).numpy().tobytes()) if t.numel() else b""
+        if len(raw) != nbytes or got != expected:
+            raise BuildError(f"{blob}: constant {name!r} not found at derived offset {offset}")
+        fqn = fqns[name]
+        specs.append(ConstantSpec(
+            name=name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
+            dtype=dt, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
+            nbytes=nbytes, offset=offset, digest=hashlib.sha256(raw).hexdigest(),
+        ))
+    del tensors, container
+    return specs
+
+
+def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch.device, mdir: Path) -> MethodSpec:
+    if not isinstance(module, torch.nn.Module):
+        raise BuildError(f"method {name!r}: expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(args, tuple):
+        raise BuildError(f"method {name!r}: example_args must be a tuple, got {type(args).__name__}")
+    module = module.to(device).eval()
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    inputs = _flatten_tensors(args, f"method {name!r} inputs")
+    with torch.no_grad():
+        outputs = _flatten_tensors(copy.deepcopy(module)(*copy.deepcopy(args)), f"method {name!r} outputs")
+        try:
+            ep = torch.export.export(module, args)
+        except Exception as e:  # export errors are long; keep the first lines
+            raise BuildError(f"method {name!r}: torch.export failed: {str(e).splitlines()[0] if str(e) else e!r}") from e
+        sig = ep.graph_signature
+        kinds = {fqn: ConstantKind.PARAMETER for fqn in sig.parameters}
+        kinds.update({fqn: ConstantKind.BUFFER for fqn in sig.buffers})
+        # Mutations only show in the signature of the functionalized program.
+        mutated = set(ep.run_decompositions({}).graph_signature.buffers_to_mutate.values())
+        so, blob = _aot_compile(ep.module(), args, device, mdir)
+    check_shared_object(so)
+    constants = _describe_constants(so, blob, device, kinds, mutated)
+    ref = mdir / "reference.safetensors"
+    tensors = {f"input.{i}": t.detach().cpu().contiguous().clone() for i, t in enumerate(inputs)}
+    tensors.update({f"output.{i}": t.detach().cpu().contiguous().clone() for i, t in enumerate(outputs)})
+    save_file(tensors, str(ref))
+    rel = Path("methods") / name
+    return MethodSpec(
+        name=name, so_file=str(rel / so.name), blob_file=str(rel / blob.name), reference_file=str(rel / ref.name),
+        blob_bytes=blob.stat().st_size, num_inputs=len(inputs), num_outputs=len(outputs),
+        constants=tuple(constants),
+    )
+
+
+def build_program(
+    methods: MethodsSpec,
+    out_dir: str | Path,
+    device: str = "cpu",
+    *,
+    name: str | None = None,
+    description: str = "",
+    progress: bool = True,
+    overwrite: bool = False,
+    on_method: Callable[[str, int, int], None] | None = None,
+):
+    """Export and compile every method, and write a program directory.
+
+    ``methods`` is an ordered mapping ``method name -> (module, example_args)``; its order
+    is the load order.  The directory appears only once it is complete (built aside, then
+    renamed), so a failed build leaves nothing half-written behind.
+    """
+    from tqdm.auto import tqdm
+
+    from .program import open_program
+
+    out = Path(out_dir)
+    dev = parse_device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise BuildError("device='cuda' was asked for, but torch sees no CUDA device")
+    items = list(methods.items())
+    if not items:
+        raise BuildError("no methods given")
+    for mname, spec in items:
+        if not isinstance(mname, str) or not METHOD_NAME_RE.match(mname):
+            raise BuildError(f"method name {mname!r} is not a plain identifier")
+        if not (isinstance(spec, tuple) and len(spec) == 2):
+            raise BuildError(f"method {mname!r}: expected (module, example_args)")
+    if out.exists() and any(out.iterdir()) if out.is_dir() else out.exists():
+        if not overwrite:
+            raise BuildError(f"{out}: already exists (pass overwrite=True to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        specs = []
+        bar = tqdm(items, desc="building", unit="method", disable=not progress)
+        for i, (mname, (module, args)) in enumerate(bar):
+            bar.set_description(f"compiling {mname}")
+            if on_method:
+                on_method(mname, i, len(items))
+            mdir = stage / "methods" / mname
+            mdir.mkdir(parents=True)
+            specs.append(_build_method(mname, module, args, dev, mdir))
+        bar.close()
+        files = {}
+        for p in sorted(stage.rglob("*")):
+            if p.is_file():
+                files[str(p.relative_to(stage))] = FileRecord(sha256=sha256_file(p), bytes=p.stat().st_size)
+        manifest = ProgramManifest(
+            name=name or out.name, description=description, device=dev.type,
+            torch_version=torch.__version__, created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            methods=tuple(specs), files=files, format=FORMAT_NAME, format_version=FORMAT_VERSION,
+        )
+        (stage / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return open_program(out)

@@ -1,0 +1,221 @@
+"""The event schema and the one event log a load writes into.
+
+Every step of a load is one event.  Events are plain frozen dataclasses; the only
+place they become DataFrames is :mod:`toolkit.tables`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Iterator
+
+from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, Source
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[EventKind]
+    seq: int
+    time_s: float  # seconds since the log was created
+    method: str
+
+    def row(self) -> dict[str, Any]:
+        d = {"seq": self.seq, "time_s": self.time_s, "kind": self.kind.value}
+        for f in fields(self):
+            if f.name in ("seq", "time_s"):
+                continue
+            v = getattr(self, f.name)
+            d[f.name] = v.value if hasattr(v, "value") and isinstance(v, str) else v
+        return d
+
+
+@dataclass(frozen=True)
+class LoadStarted(Event):
+    kind = EventKind.LOAD_STARTED
+    policy: str
+    device: str
+    so_path: str
+
+
+@dataclass(frozen=True)
+class ContainerCreated(Event):
+    kind = EventKind.CONTAINER_CREATED
+    device: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ConstantEnumerated(Event):
+    kind = EventKind.CONSTANT_ENUMERATED
+    name: str
+    fqn: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class CacheLookup(Event):
+    kind = EventKind.CACHE_LOOKUP
+    name: str
+    fqn: str
+    result: Lookup
+    cached_owner: str  # method whose tensor the cache holds; "" on a miss
+
+
+@dataclass(frozen=True)
+class BlobUploaded(Event):
+    kind = EventKind.BLOB_UPLOADED
+    bytes: int
+    seconds: float
+    why: str
+
+
+@dataclass(frozen=True)
+class ConstantsExtracted(Event):
+    kind = EventKind.CONSTANTS_EXTRACTED
+    count: int
+
+
+@dataclass(frozen=True)
+class ConstantUploaded(Event):
+    kind = EventKind.CONSTANT_UPLOADED
+    name: str
+    fqn: str
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class FieldCompared(Event):
+    kind = EventKind.FIELD_COMPARED
+    name: str
+    fqn: str
+    field: MetadataField
+    cached: str
+    new: str
+    equal: bool
+
+
+@dataclass(frozen=True)
+class DigestCompared(Event):
+    kind = EventKind.DIGEST_COMPARED
+    name: str
+    fqn: str
+    cached: str
+    new: str
+    equal: bool
+
+
+@dataclass(frozen=True)
+class Decided(Event):
+    kind = EventKind.DECIDED
+    name: str
+    fqn: str
+    constant_kind: str
+    mutated: bool
+    lookup: str  # "hit", "miss" or "" when never looked up
+    decision: Decision
+    reason_code: Reason
+    reason: str
+    source: Source
+    shared_from: str  # "method/name" of the tensor used when shared, else ""
+    nbytes: int
+    dtype: str
+    shape: str
+    strides: str
+    digest: str
+    cached_method: str  # the cache entry this constant was checked against, "" if none
+    cached_dtype: str
+    cached_shape: str
+    cached_strides: str
+    cached_digest: str
+
+
+@dataclass(frozen=True)
+class CacheEntryAdded(Event):
+    kind = EventKind.CACHE_ENTRY_ADDED
+    name: str
+    fqn: str
+    owner_kind: str  # "container" (aliases a container's blob) or "toolkit" (a tensor we own)
+
+
+@dataclass(frozen=True)
+class OutOfBoundsAlias(Event):
+    kind = EventKind.OUT_OF_BOUNDS_ALIAS
+    name: str
+    fqn: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class PairsInstalled(Event):
+    kind = EventKind.PAIRS_INSTALLED
+    count: int
+    names: str  # comma-separated internal names
+
+
+@dataclass(frozen=True)
+class MethodLoaded(Event):
+    kind = EventKind.METHOD_LOADED
+    runnable: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LoadFailed(Event):
+    kind = EventKind.LOAD_FAILED
+    error: str
+
+
+@dataclass(frozen=True)
+class MemorySampled(Event):
+    kind = EventKind.MEMORY_SAMPLED
+    device: str
+    phase: str  # "before", "peak", "after", "unloaded"
+    bytes_in_use: int  # driver-level on CUDA; loader-held constant bytes on CPU
+    measure: str  # how it was measured
+
+
+@dataclass(frozen=True)
+class MethodUnloaded(Event):
+    kind = EventKind.METHOD_UNLOADED
+    released_entries: int
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    LoadStarted, ContainerCreated, ConstantEnumerated, CacheLookup, BlobUploaded,
+    ConstantsExtracted, ConstantUploaded, FieldCompared, DigestCompared, Decided,
+    CacheEntryAdded, OutOfBoundsAlias, PairsInstalled, MethodLoaded, LoadFailed,
+    MemorySampled, MethodUnloaded,
+)
+
+
+class EventLog:
+    """An append-only, thread-safe, ordered log of events.
+
+    ``enabled=False`` keeps the log empty (used to measure recording overhead).
+    """
+
+    def __init__(self, enabled: bool = True, clock=time.perf_counter):
+        self.enabled = enabled
+        self._clock = clock
+        self._t0 = clock()
+        self._events: list[Event] = []
+        self._lock = threading.Lock()
+
+    def record(self, event_type: type[Event], method: str, **payload: Any) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            ev = event_type(seq=len(self._events), time_s=self._clock() - self._t0, method=method, **payload)
+            self._events.append(ev)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(list(self._events))
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def of_kind(self, kind: EventKind) -> list[Event]:
+        return [e for e in self._events if e.kind is kind]

@@ -1,0 +1,113 @@
+"""Closed vocabularies of the toolkit.
+
+Every value that appears in a table, a CSV report or an event is one of these
+string enums; their ``.value`` is what users see.  They are checked at the API
+boundary with :func:`parse`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TypeVar
+
+
+class PolicyName(enum.StrEnum):
+    NO_SHARING = "no-sharing"
+    NAME_ONLY = "name-only"
+    REFUSE_ON_MISMATCH = "refuse-on-mismatch"
+    DECLINE_ON_MISMATCH = "decline-on-mismatch"
+    VERIFY_ALWAYS = "verify-always"
+    FINGERPRINT = "fingerprint"
+    CONTENT_DEDUP = "content-dedup"
+
+
+class Decision(enum.StrEnum):
+    """What became of one constant of one method."""
+
+    LOADED = "loaded"  # this method's own copy, entered into the shared cache
+    SHARED = "shared"  # this method runs on a tensor another method loaded
+    DECLINED = "declined"  # a provisional hit was rejected: own copy, left out of the pairs
+    PRIVATE = "private"  # own copy, never offered for sharing
+    REFUSED = "refused"  # the whole load failed on this constant
+
+
+class Lookup(enum.StrEnum):
+    HIT = "hit"
+    MISS = "miss"
+
+
+class ConstantKind(enum.StrEnum):
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    LIFTED_CONSTANT = "lifted_constant"
+
+
+class Source(enum.StrEnum):
+    """Where the bytes a method runs on came from."""
+
+    WHOLE_BLOB = "whole_blob"  # the container's own allocation, from update_constant_buffer_from_blob
+    OWN_UPLOAD = "own_upload"  # a tensor the toolkit uploaded for this constant alone
+    CACHE = "cache"  # a tensor another method put into the shared cache
+
+
+class Reason(enum.StrEnum):
+    """Why a decision was taken.  The human-readable sentence travels beside it."""
+
+    SHARING_DISABLED = "sharing_disabled"
+    FIRST_SEEN = "first_seen"
+    NAME_HIT = "name_hit"
+    NAME_HIT_UNCHECKED = "name_hit_unchecked"  # the all-hit branch: nothing to compare against
+    METADATA_MATCH = "metadata_match"
+    METADATA_MISMATCH = "metadata_mismatch"
+    FINGERPRINT_MATCH = "fingerprint_match"
+    CONTENT_MISMATCH = "content_mismatch"
+    CONTENT_MATCH_OTHER_NAME = "content_match_other_name"
+    MUTATED_BUFFER = "mutated_buffer"
+    EMPTY_FQN = "empty_fqn"
+    LOAD_REFUSED = "load_refused"
+    NO_BLOB_TO_COMPARE = "no_blob_to_compare"
+
+
+class EventKind(enum.StrEnum):
+    LOAD_STARTED = "load_started"
+    CONTAINER_CREATED = "container_created"
+    CONSTANT_ENUMERATED = "constant_enumerated"
+    CACHE_LOOKUP = "cache_lookup"
+    BLOB_UPLOADED = "blob_uploaded"
+    CONSTANTS_EXTRACTED = "constants_extracted"
+    CONSTANT_UPLOADED = "constant_uploaded"
+    FIELD_COMPARED = "field_compared"
+    DIGEST_COMPARED = "digest_compared"
+    DECIDED = "decided"
+    CACHE_ENTRY_ADDED = "cache_entry_added"
+    OUT_OF_BOUNDS_ALIAS = "out_of_bounds_alias"
+    PAIRS_INSTALLED = "pairs_installed"
+    METHOD_LOADED = "method_loaded"
+    LOAD_FAILED = "load_failed"
+    MEMORY_SAMPLED = "memory_sampled"
+    METHOD_UNLOADED = "method_unloaded"
+
+
+class MetadataField(enum.StrEnum):
+    """The fields ExecuTorch's CUDA backend compares (cuda_backend.cpp), in its order."""
+
+    DTYPE = "dtype"
+    RANK = "rank"
+    SIZES = "sizes"
+    STRIDES = "strides"
+    DEVICE_TYPE = "device_type"
+    DEVICE_INDEX = "device_index"
+
+
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+def parse(enum_type: type[E], value: object, *, what: str) -> E:
+    """Turn user input into a member of ``enum_type`` or raise a ValueError naming the choices."""
+    if isinstance(value, enum_type):
+        return value
+    try:
+        return enum_type(str(value))
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in enum_type)
+        raise ValueError(f"unknown {what} {value!r}; choose one of {choices}") from None
