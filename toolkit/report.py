@@ -1,0 +1,337 @@
+"""CSV collision reports: one row per (method, constant) of one load.
+
+A report says, for every constant of every method, what the policy decided and why, the
+metadata and content digest on both sides of the cache lookup (``new_*`` is this method's
+constant, ``cached_*`` the cache entry it was checked against), and whether the method then
+reproduced its eager reference.
+
+Columns, in this fixed order (:data:`REPORT_COLUMNS`; the order never depends on the data,
+so two reports diff line by line; rows are sorted by load order, then constant name):
+
+========================  =====  ==============================================================
+column                    type   meaning
+========================  =====  ==============================================================
+program                   str    program name
+policy                    str    sharing policy of the load (:class:`toolkit.PolicyName`)
+load_order                int    position of the method in the program's load order (0-based)
+method                    str    method name
+name                      str    AOTInductor internal constant name (``_tensor_constant0``)
+fqn                       str    original FQN, the key the shared cache is looked up by
+constant_kind             str    parameter / buffer / lifted_constant
+mutated                   bool   the method's graph writes this buffer
+collision                 bool   the FQN was already in the cache when this method loaded
+lookup                    str    hit / miss / empty when never looked up
+decision                  str    loaded / shared / declined / private / refused; empty when the
+                                 load failed before this method was reached
+reason_code               str    :class:`toolkit.vocab.Reason` value
+reason                    str    the sentence explaining the decision
+source                    str    where the bytes the method runs on came from
+shared_from               str    ``method/name`` of the tensor used when shared
+nbytes                    int    bytes of storage the constant's slot reads
+new_dtype                 str    this method's constant: dtype
+new_shape                 str    ... shape, as a Python tuple
+new_strides               str    ... strides
+new_digest                str    ... sha256 of its bytes in the weights blob
+cached_method             str    method owning the cache entry it was checked against
+cached_dtype              str    that entry's dtype
+cached_shape              str    ... shape
+cached_strides            str    ... strides
+cached_digest             str    ... content digest
+same_metadata             bool   dtype, shape and strides equal on both sides (empty: no entry)
+same_content              bool   digests equal on both sides (empty: no entry)
+method_ran                bool   the method ran on its reference inputs
+method_ok                 bool   its outputs matched the eager reference within tolerance
+max_abs_err               float  largest absolute output error (empty when it did not run)
+verify_reason             str    why verification failed, if it did
+========================  =====  ==============================================================
+
+Spreadsheet safety: constant names come from the program, which may be untrusted.  A text
+cell beginning with ``=``, ``+``, ``-``, ``@``, tab or carriage return would be evaluated as
+a formula by spreadsheet applications, so it is written with a leading apostrophe (OWASP
+"CSV injection").  A text cell already beginning with an apostrophe gets one more, so
+:func:`read_report` can undo the escaping exactly: ``read_report(to_csv(...))`` gives back
+the frame :func:`collision_report` built.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Union
+
+import pandas as pd
+
+from .tables import DECISION_COLOURS
+
+if TYPE_CHECKING:
+    from .loader import Session
+
+PathOrHandle = Union[str, "os.PathLike[str]", IO[str]]
+
+# column -> kind; the dict's order IS the CSV's column order.
+REPORT_SCHEMA: dict[str, str] = {
+    "program": "str", "policy": "str", "load_order": "int", "method": "str", "name": "str", "fqn": "str",
+    "constant_kind": "str", "mutated": "bool", "collision": "bool", "lookup": "str", "decision": "str",
+    "reason_code": "str", "reason": "str", "source": "str", "shared_from": "str", "nbytes": "int",
+    "new_dtype": "str", "new_shape": "str", "new_strides": "str", "new_digest": "str",
+    "cached_method": "str", "cached_dtype": "str", "cached_shape": "str", "cached_strides": "str",
+    "cached_digest": "str", "same_metadata": "optional_bool", "same_content": "optional_bool",
+    "method_ran": "bool", "method_ok": "bool", "max_abs_err": "float", "verify_reason": "str",
+}
+REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
+
+# Leading characters that make a spreadsheet evaluate a cell (OWASP CSV injection), plus
+# the escape character itself so that escaping stays reversible.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+_ESCAPE = "'"
+
+
+class ReportError(ValueError):
+    """A CSV is not a collision report this module can read."""
+
+
+def neutralize(value: str) -> str:
+    """``value`` made safe to open in a spreadsheet (see the module docstring)."""
+    if value.startswith(FORMULA_TRIGGERS) or value.startswith(_ESCAPE):
+        return _ESCAPE + value
+    return value
+
+
+def unneutralize(value: str) -> str:
+    """The inverse of :func:`neutralize`."""
+    return value[1:] if value.startswith(_ESCAPE) else value
+
+
+def _str(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v.value) if hasattr(v, "value") and isinstance(v, str) else str(v)
+
+
+def collision_report(session: "Session", verification: pd.DataFrame | None = None) -> "CollisionReport":
+    """The report of one load.
+
+    ``verification`` is ``session.verify()``'s frame; when omitted, verification is run here
+    (it runs every loaded method once on its reference inputs).
+    """
+    if verification is None:
+        verification = session.verify()
+    ver = {r["method"]: r for r in verification.to_dict("records")}
+    decisions = session.decisions
+    decided = {(r["method"], r["name"]): r for r in decisions.to_dict("records")}
+    program, policy = session.program.name, session.policy.name.value
+    not_reached = (f"not decided: the load failed in method {session.failed_method!r}"
+                   if session.failed_method else "not decided: the method was not loaded")
+    rows = []
+    for order, spec in enumerate(session.program.methods):
+        v = ver.get(spec.name, {})
+        ran = bool(v.get("ran", False))
+        err = v.get("max_abs_err", math.nan)
+        for c in spec.constants:
+            d = decided.get((spec.name, c.name))
+            row: dict[str, Any] = {
+                "program": program, "policy": policy, "load_order": order, "method": spec.name, "name": c.name,
+                "fqn": c.fqn, "constant_kind": _str(c.kind), "mutated": bool(c.mutated), "nbytes": int(c.nbytes),
+                "new_dtype": c.dtype, "new_shape": str(tuple(c.shape)), "new_strides": str(tuple(c.strides)),
+                "new_digest": c.digest,
+                "method_ran": ran, "method_ok": bool(v.get("ok", False)),
+                "max_abs_err": float(err) if ran and err is not None else math.nan,
+                "verify_reason": _str(v.get("reason", "")),
+            }
+            if d is None:
+                row.update(collision=False, lookup="", decision="", reason_code="", reason=not_reached, source="",
+                           shared_from="", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
+                           cached_digest="", same_metadata=pd.NA, same_content=pd.NA)
+            else:
+                has_entry = bool(_str(d["cached_method"]))
+                row.update(
+                    collision=_str(d["lookup"]) == "hit", lookup=_str(d["lookup"]), decision=_str(d["decision"]),
+                    reason_code=_str(d["reason_code"]), reason=_str(d["reason"]), source=_str(d["source"]),
+                    shared_from=_str(d["shared_from"]), cached_method=_str(d["cached_method"]),
+                    cached_dtype=_str(d["cached_dtype"]), cached_shape=_str(d["cached_shape"]),
+                    cached_strides=_str(d["cached_strides"]), cached_digest=_str(d["cached_digest"]),
+                    same_metadata=(_str(d["cached_dtype"]) == c.dtype
+                                   and _str(d["cached_shape"]) == row["new_shape"]
+                                   and _str(d["cached_strides"]) == row["new_strides"]) if has_entry else pd.NA,
+                    same_content=(_str(d["cached_digest"]) == c.digest) if has_entry else pd.NA,
+                )
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(REPORT_COLUMNS))
+    return CollisionReport(_typed(frame))
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Column dtypes as the schema says (also for an empty frame)."""
+    out = frame.copy()
+    for col, kind in REPORT_SCHEMA.items():
+        if kind == "str":
+            out[col] = out[col].map(_str).astype(object)
+        elif kind == "int":
+            out[col] = out[col].astype("int64")
+        elif kind == "float":
+            out[col] = out[col].astype("float64")
+        elif kind == "bool":
+            out[col] = out[col].astype(bool)
+        else:
+            out[col] = out[col].astype("boolean")
+    return out.sort_values(["load_order", "name"], kind="stable").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class CollisionReport:
+    """A collision report: :attr:`frame` holds the rows, in :data:`REPORT_COLUMNS` order.
+
+    Its repr is a short text summary; in a notebook it renders as an HTML table with the
+    decision column colour-coded.
+    """
+
+    frame: pd.DataFrame
+
+    @property
+    def collisions(self) -> pd.DataFrame:
+        """Only the rows whose FQN was already cached (a copy)."""
+        return self.frame[self.frame["collision"]].reset_index(drop=True)
+
+    @property
+    def wrong_methods(self) -> list[str]:
+        f = self.frame
+        return sorted(set(f[f["method_ran"] & ~f["method_ok"]]["method"]))
+
+    def to_csv(self, path_or_handle: PathOrHandle) -> None:
+        write_csv(self.frame, path_or_handle)
+
+    def summary(self) -> str:
+        f = self.frame
+        if not len(f):
+            return "collision report: no constants"
+        head = f"collision report of {f['program'].iloc[0]!r} under {f['policy'].iloc[0]!r}: "
+        counts = f["decision"].replace("", "undecided").value_counts()
+        parts = [
+            f"{len(f)} constants in {f['method'].nunique()} methods",
+            f"{int(f['collision'].sum())} collisions",
+            ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+        ]
+        silent = f[f["collision"] & (f["decision"] == "shared") & (f["same_content"] == False)]  # noqa: E712
+        lines = [head + "; ".join(parts)]
+        if len(silent):
+            lines.append(f"  {len(silent)} shared despite different content: "
+                         + ", ".join(f"{m}/{n}" for m, n in zip(silent["method"], silent["name"])))
+        wrong = self.wrong_methods
+        lines.append("  wrong outputs: " + (", ".join(wrong) if wrong else "none"))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return report_html(self.frame, self.summary())
+
+
+HTML_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "reason", "same_metadata", "same_content", "method_ok")
+
+
+def report_html(frame: pd.DataFrame, caption: str = "", columns=HTML_COLUMNS, max_rows: int = 500) -> str:
+    """An HTML table of report (or decision) rows, decision colour-coded; every cell escaped."""
+    cols = [c for c in columns if c in frame.columns]
+    head = html.escape(caption).replace("\n", "<br>")
+    out = [f"<div class='constshare-report'><p>{head}</p>" if caption else "<div class='constshare-report'>",
+           "<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
+    for row in frame[cols].head(max_rows).itertuples(index=False):
+        cells = []
+        for c, v in zip(cols, row):
+            text = "" if v is pd.NA or v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+            style = ""
+            if c == "decision" and text in DECISION_COLOURS:
+                style = f' style="background-color: {DECISION_COLOURS[text]}"'
+            elif c == "method_ok" and text == "False":
+                style = ' style="background-color: #f4cccc"'
+            cells.append(f"<td{style}>{html.escape(text)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    if len(frame) > max_rows:
+        out.append(f"<p>({len(frame) - max_rows} more rows not shown)</p>")
+    out.append("</div>")
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ CSV
+
+
+def _cell(kind: str, v: Any) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if kind in ("bool", "optional_bool"):
+        return "True" if bool(v) else "False"
+    if kind == "int":
+        return str(int(v))
+    if kind == "float":
+        return repr(float(v))
+    return neutralize(_str(v))
+
+
+def write_csv(frame: pd.DataFrame, path_or_handle: PathOrHandle) -> None:
+    """Write report rows: UTF-8, a header row, RFC 4180 quoting and CRLF, text cells neutralised."""
+    missing = [c for c in REPORT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ReportError(f"not a collision report frame: columns {missing} are missing")
+    buf = io.StringIO()
+    # CRLF as RFC 4180 says; it also makes the writer quote any cell holding a lone CR.
+    w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
+    w.writerow(REPORT_COLUMNS)
+    records = frame[list(REPORT_COLUMNS)].itertuples(index=False, name=None)
+    for rec in records:
+        w.writerow([_cell(REPORT_SCHEMA[c], v) for c, v in zip(REPORT_COLUMNS, rec)])
+    text = buf.getvalue()
+    if hasattr(path_or_handle, "write"):
+        path_or_handle.write(text)  # type: ignore[union-attr]
+    else:
+        Path(path_or_handle).write_text(text, encoding="utf-8", newline="")  # type: ignore[arg-type]
+
+
+def to_csv(session_or_report: "Session | CollisionReport", path_or_handle: PathOrHandle,
+           verification: pd.DataFrame | None = None) -> "CollisionReport":
+    """Write the collision report of a session (or an already built report); returns the report."""
+    report = (session_or_report if isinstance(session_or_report, CollisionReport)
+              else collision_report(session_or_report, verification))
+    report.to_csv(path_or_handle)
+    return report
+
+
+def read_report(path_or_handle: PathOrHandle) -> CollisionReport:
+    """Read a CSV written by :func:`to_csv` back into the report it was written from."""
+    try:
+        raw = pd.read_csv(path_or_handle, dtype=str, keep_default_na=False, na_filter=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ReportError(f"not a readable CSV: {e}") from None
+    if tuple(raw.columns) != REPORT_COLUMNS:
+        raise ReportError(f"not a collision report: expected columns {list(REPORT_COLUMNS)}, got {list(raw.columns)}")
+    out = pd.DataFrame(index=raw.index)
+    for col, kind in REPORT_SCHEMA.items():
+        s = raw[col]
+        try:
+            if kind == "str":
+                out[col] = s.map(unneutralize).astype(object)
+            elif kind == "int":
+                out[col] = s.astype("int64")
+            elif kind == "float":
+                out[col] = pd.to_numeric(s.replace("", "nan")).astype("float64")
+            elif kind == "bool":
+                out[col] = s.map(_parse_bool).astype(bool)
+            else:
+                out[col] = pd.array([pd.NA if x == "" else _parse_bool(x) for x in s], dtype="boolean")
+        except (ValueError, TypeError) as e:
+            raise ReportError(f"column {col!r}: {e}") from None
+    return CollisionReport(out.reset_index(drop=True))
+
+
+def _parse_bool(x: str) -> bool:
+    if x in ("True", "true", "1"):
+        return True
+    if x in ("False", "false", "0"):
+        return False
+    raise ValueError(f"{x!r} is not a boolean")
