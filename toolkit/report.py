@@ -319,7 +319,7 @@ def read_report(path_or_handle: PathOrHandle) -> CollisionReport:
             elif kind == "int":
                 out[col] = s.astype("int64")
             elif kind == "float":
-                out[col] = pd.to_numeric(s.replace("", "nan")).astype("float64")
+                out[col] = s.map(lambda x: math.nan if x == "" else float(x)).astype("float64")
             elif kind == "bool":
                 out[col] = s.map(_parse_bool).astype(bool)
             else:

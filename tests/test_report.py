@@ -1,0 +1,184 @@
+"""CSV collision reports: columns, round trips, spreadsheet safety."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolkit import load_program
+from toolkit.report import (
+    FORMULA_TRIGGERS, REPORT_COLUMNS, REPORT_SCHEMA, CollisionReport, ReportError, _typed, collision_report,
+    neutralize, read_report, to_csv, unneutralize,
+)
+
+_DEFAULTS = {"str": "x", "int": 0, "float": 0.5, "bool": False, "optional_bool": pd.NA}
+
+
+def synthetic(rows: list[dict]) -> CollisionReport:
+    """A report built from plain rows (no program needed); unspecified cells get defaults."""
+    full = [{c: r.get(c, _DEFAULTS[k]) for c, k in REPORT_SCHEMA.items()} for r in rows]
+    return CollisionReport(_typed(pd.DataFrame(full, columns=list(REPORT_COLUMNS))))
+
+
+def roundtrip(report: CollisionReport) -> tuple[str, CollisionReport]:
+    buf = io.StringIO()
+    report.to_csv(buf)
+    text = buf.getvalue()
+    return text, read_report(io.StringIO(text))
+
+
+@pytest.fixture(scope="module")
+def name_only_report(built_sample):
+    s = load_program(built_sample("total_collision"), "name-only")
+    try:
+        v = s.verify()
+        yield s, v, collision_report(s, v)
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+def test_report_of_total_collision_name_only(name_only_report):
+    s, v, r = name_only_report
+    f = r.frame
+    assert tuple(f.columns) == REPORT_COLUMNS
+    assert len(f) == sum(len(m.constants) for m in s.program.methods)
+    assert f["method"].tolist() == ["prefill", "decode"]  # load order
+    decode = f[f["method"] == "decode"].iloc[0]
+    assert decode["collision"] and decode["decision"] == "shared"
+    assert decode["reason_code"] == "name_hit_unchecked"
+    assert decode["same_metadata"] == True  # noqa: E712  (equal metadata...)
+    assert decode["same_content"] == False  # noqa: E712  (...different data)
+    assert decode["method_ran"] and not decode["method_ok"] and decode["max_abs_err"] > 1
+    assert decode["cached_method"] == "prefill" and decode["cached_digest"] != decode["new_digest"]
+    prefill = f[f["method"] == "prefill"].iloc[0]
+    assert not prefill["collision"] and prefill["decision"] == "loaded" and pd.isna(prefill["same_content"])
+    assert r.wrong_methods == ["decode"]
+    assert len(r.collisions) == 1
+    assert "wrong outputs: decode" in repr(r)
+    assert "shared despite different content: decode/_tensor_constant0" in repr(r)
+
+
+@pytest.mark.slow
+def test_csv_round_trip_through_pandas_and_read_report(name_only_report, tmp_path):
+    s, v, r = name_only_report
+    path = tmp_path / "report.csv"
+    returned = to_csv(s, path, verification=v)
+    pd.testing.assert_frame_equal(returned.frame, r.frame)
+    plain = pd.read_csv(path)  # opens cleanly with defaults
+    assert list(plain.columns) == list(REPORT_COLUMNS)
+    assert plain["decision"].tolist() == ["loaded", "shared"]
+    assert plain["nbytes"].dtype.kind == "i" and plain["max_abs_err"].dtype.kind == "f"
+    back = read_report(path)
+    pd.testing.assert_frame_equal(back.frame, r.frame)
+    with open(path, encoding="utf-8") as fh:  # a handle works as well as a path
+        pd.testing.assert_frame_equal(read_report(fh).frame, r.frame)
+    # writing the same session twice gives byte-identical files (clean diffs)
+    again = tmp_path / "again.csv"
+    r.to_csv(again)
+    assert again.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.slow
+def test_constants_of_methods_not_loaded_are_reported_undecided(built_sample):
+    from toolkit.loader import Session, resolve_devices
+    from toolkit.policies import get_policy
+
+    prog = built_sample("total_collision")
+    s = Session(prog, get_policy("fingerprint"), resolve_devices(prog, None))
+    s.load_method("prefill")
+    try:
+        f = collision_report(s).frame
+    finally:
+        s.close()
+    decode = f[f["method"] == "decode"].iloc[0]
+    assert decode["decision"] == "" and "not decided" in decode["reason"]
+    assert not decode["method_ran"] and math.isnan(decode["max_abs_err"])
+    assert f[f["method"] == "prefill"].iloc[0]["decision"] == "loaded"
+
+
+NASTY = ["=cmd|' /C calc'!A0", "+1+1", "-2", "@SUM(A1)", "\tTAB", "\rCR", "'quoted", "a,b\n\"c\"", "<b>x</b>", ""]
+
+
+def test_formula_cells_are_neutralised_and_restored():
+    r = synthetic([{"name": n, "fqn": n, "reason": n, "program": n} for n in NASTY])
+    text, back = roundtrip(r)
+    raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    for col in ("name", "fqn", "reason", "program"):
+        for cell in raw[col]:
+            assert not cell.startswith(FORMULA_TRIGGERS), (col, cell)
+    assert sorted(raw["name"]) == sorted(neutralize(n) for n in NASTY)
+    assert raw[raw["name"] == "'=cmd|' /C calc'!A0"].shape[0] == 1
+    pd.testing.assert_frame_equal(back.frame, r.frame)
+    # and straight through the csv module: every row parses to the full width
+    rows = list(csv.reader(io.StringIO(text)))
+    assert all(len(row) == len(REPORT_COLUMNS) for row in rows)
+
+
+def test_numbers_are_not_escaped():
+    r = synthetic([{"nbytes": 16384, "max_abs_err": float("nan"), "load_order": 3}])
+    text, back = roundtrip(r)
+    raw = pd.read_csv(io.StringIO(text))
+    assert raw["nbytes"].iloc[0] == 16384 and math.isnan(raw["max_abs_err"].iloc[0])
+    pd.testing.assert_frame_equal(back.frame, r.frame)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20))
+def test_neutralize_is_reversible_and_safe(s):
+    n = neutralize(s)
+    assert unneutralize(n) == s
+    assert not n.startswith(FORMULA_TRIGGERS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                        max_size=12), min_size=1, max_size=4))
+def test_any_names_round_trip(names):
+    r = synthetic([{"name": n, "fqn": n, "method": "m"} for n in names])
+    _, back = roundtrip(r)
+    pd.testing.assert_frame_equal(back.frame, r.frame)
+
+
+def test_rows_are_sorted_by_load_order_then_name():
+    r = synthetic([{"load_order": 1, "name": "b"}, {"load_order": 0, "name": "z"}, {"load_order": 1, "name": "a"}])
+    assert list(zip(r.frame["load_order"], r.frame["name"])) == [(0, "z"), (1, "a"), (1, "b")]
+
+
+def test_read_report_rejects_other_csv(tmp_path):
+    p = tmp_path / "other.csv"
+    p.write_text("a,b\n1,2\n", encoding="utf-8")
+    with pytest.raises(ReportError, match="not a collision report"):
+        read_report(p)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(ReportError):
+        read_report(empty)
+    bad = synthetic([{}])
+    buf = io.StringIO()
+    bad.to_csv(buf)
+    with pytest.raises(ReportError, match="load_order"):
+        read_report(io.StringIO(buf.getvalue().replace(",0,", ",zero,", 1)))
+
+
+def test_html_escapes_names_and_colours_decisions():
+    r = synthetic([{"name": "<script>alert(1)</script>", "decision": "shared", "program": "p", "policy": "q"}])
+    h = r._repr_html_()
+    assert "<script>" not in h and "&lt;script&gt;" in h
+    assert "background-color" in h
+
+
+def test_report_module_does_not_import_presentation_libraries():
+    import subprocess
+    import sys
+
+    code = ("import sys, toolkit, toolkit.report; "
+            "print(any(m.split('.')[0] in ('matplotlib', 'ipywidgets') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
