@@ -1,0 +1,150 @@
+"""Command line: ``python -m toolkit`` or ``constshare``.
+
+    constshare build   SOURCE [--device cpu|cuda] [--out DIR]
+    constshare report  PROGRAM [--policy P] [--device D] [--csv FILE]
+    constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE]
+    constshare samples
+
+SOURCE is a sample name (see ``samples``) or a Python file / module defining
+``methods()`` like the sample programs do.  PROGRAM is a program directory or a sample
+name, which is built on demand into the cache (CONSTSHARE_CACHE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import ToolkitError
+
+
+def _load_source_module(source: str):
+    path = Path(source)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise ToolkitError(f"{path}: no such file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    else:
+        mod = importlib.import_module(source)
+    if not callable(getattr(mod, "methods", None)):
+        raise ToolkitError(f"{source}: defines no methods() returning {{name: (module, example_args)}}")
+    return mod
+
+
+def _program(ref: str, device: str | None):
+    from .program import open_program
+    from .samples import build_sample, sample_names
+
+    if Path(ref).is_dir():
+        return open_program(ref)
+    if ref in sample_names():
+        kind = "cuda" if device and device.startswith("cuda") else "cpu"
+        return build_sample(ref, device=kind, progress=True)
+    raise ToolkitError(f"{ref}: neither a program directory nor a sample ({', '.join(sample_names())})")
+
+
+def _print_frame(df: pd.DataFrame) -> None:
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 70,
+                           "display.max_rows", 500):
+        print(df.to_string(index=False))
+
+
+def cmd_build(a) -> int:
+    from .builder import build_program
+    from .samples import build_sample, cache_root, sample_names
+
+    if a.source in sample_names() and a.out is None:
+        prog = build_sample(a.source, device=a.device, progress=True, rebuild=a.rebuild)
+    else:
+        mod = _load_source_module(a.source)
+        out = Path(a.out) if a.out else cache_root() / f"{Path(a.source).stem}-{a.device}"
+        prog = build_program(mod.methods(), out, device=a.device, name=Path(a.source).stem,
+                             description=(getattr(mod, "DESCRIPTION", "") or "").strip(), overwrite=True)
+    print(prog.root)
+    return 0
+
+
+def cmd_report(a) -> int:
+    from .loader import load_program
+
+    prog = _program(a.program, a.device)
+    s = load_program(prog, a.policy, device=a.device, progress=True)
+    print(s.summary())
+    print()
+    _print_frame(s.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
+    print()
+    verdict = s.verify()
+    _print_frame(verdict)
+    if a.csv:
+        from .report import to_csv
+
+        to_csv(s, a.csv)
+        print(f"\ncollision report written to {a.csv}")
+    s.close()
+    return 0 if s.status == "loaded" and verdict["ok"].all() else 1
+
+
+def cmd_compare(a) -> int:
+    from .compare import compare_policies
+
+    prog = _program(a.program, a.device)
+    policies = a.policies.split(",") if a.policies else None
+    df = compare_policies(prog, policies, device=a.device, progress=True)
+    _print_frame(df.drop(columns=["error"]))
+    if a.csv:
+        df.to_csv(a.csv, index=False)
+        print(f"\ncomparison written to {a.csv}")
+    return 0
+
+
+def cmd_samples(a) -> int:
+    from .samples import sample_module, sample_names
+
+    for name in sample_names():
+        first = " ".join(sample_module(name).DESCRIPTION.split())
+        print(f"{name:26s} {first[:110]}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .policies import POLICIES
+
+    p = argparse.ArgumentParser(prog="constshare", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="export and compile a program")
+    b.add_argument("source")
+    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    b.add_argument("--out")
+    b.add_argument("--rebuild", action="store_true", help="ignore a cached sample build")
+    b.set_defaults(fn=cmd_build)
+    r = sub.add_parser("report", help="load under one policy: decision table and verification")
+    r.add_argument("program")
+    r.add_argument("--policy", default="fingerprint", choices=POLICIES)
+    r.add_argument("--device")
+    r.add_argument("--csv", help="write the collision report CSV here")
+    r.set_defaults(fn=cmd_report)
+    c = sub.add_parser("compare", help="load under every policy and tabulate")
+    c.add_argument("program")
+    c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
+    c.add_argument("--device")
+    c.add_argument("--csv")
+    c.set_defaults(fn=cmd_compare)
+    s = sub.add_parser("samples", help="list the sample programs")
+    s.set_defaults(fn=cmd_samples)
+    a = p.parse_args(argv)
+    try:
+        return a.fn(a)
+    except (ToolkitError, ValueError) as e:
+        print(f"constshare: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
