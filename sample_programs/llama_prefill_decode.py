@@ -9,15 +9,15 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 DESCRIPTION = """
 `prefill` and `decode` are two entry points of one tiny transformers `LlamaForCausalLM`
-(hidden 64, 2 layers, 4 query heads / 2 KV heads, vocab 256, random weights from
-`torch.manual_seed(0)`, eager attention, no KV cache). Both wrappers hold the same model
-under the attribute `model`, so every parameter (`model.model.embed_tokens.weight`,
-`model.model.layers.*.self_attn.{q,k,v,o}_proj.weight`, MLP and RMSNorm weights,
-`model.lm_head.weight`) and the rotary `inv_freq` buffer are genuinely shared: same FQN,
-shape, dtype, strides and data. `prefill` runs 8 prompt tokens at positions 0..7;
-`decode` runs one token at position 8 (without past keys/values). A real third-party
-architecture, so every policy that shares by name or content should share all of it
-and no method should come out wrong.
+(hidden 64, 2 layers, 4 query heads / 2 KV heads of dim 32, vocab 256, random weights
+from `torch.manual_seed(0)`, eager attention, no KV cache). Both wrappers hold the same
+model under the attribute `model`, so all 22 constants, the 21 parameters
+(`model.model.embed_tokens.weight`, `model.model.layers.*.self_attn.{q,k,v,o}_proj.weight`,
+the MLP and RMSNorm weights, `model.lm_head.weight`) and the rotary buffer
+`model.model.rotary_emb.inv_freq`, are genuinely shared: same FQN, shape, dtype, strides
+and data, with no positional `_tensor_constant*` among them. `prefill` runs 8 prompt
+tokens at positions 0..7 and returns their logits; `decode` runs one token at position 8
+(without past keys/values) and returns its logits.
 """
 
 PREFILL_LEN = 8
@@ -31,6 +31,10 @@ def _config() -> LlamaConfig:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
+        # head_dim 32 (not hidden/heads = 16): rotary inv_freq then has 16 elements, so
+        # Inductor keeps it as a real constant instead of inlining it (it inlines 1-D
+        # constants of at most 8 elements), as it would for any real Llama.
+        head_dim=32,
         max_position_embeddings=64,
         tie_word_embeddings=False,
         use_cache=False,
@@ -81,3 +85,16 @@ def methods() -> dict[str, tuple[torch.nn.Module, tuple]]:
         "prefill": (Prefill(model), (prompt,)),
         "decode": (Decode(model), (token, position)),
     }
+
+
+def _expected():
+    from toolkit.samples import Expected
+
+    # All 22 constants are genuinely shared: every sharing policy shares them all and every
+    # method stays correct; no-sharing keeps two copies.
+    shared = {p: Expected.of(min_shared=22, declined=0) for p in (
+        "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup")}
+    return {"no-sharing": Expected.of(), **shared}
+
+
+EXPECTED = _expected()
