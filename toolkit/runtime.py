@@ -119,11 +119,109 @@ def as_constant(raw: torch.Tensor, spec: ConstantSpec) -> torch.Tensor:
     return typed.as_strided(spec.shape, spec.strides, spec.storage_offset)
 
 
+class HostStager:
+    """Reusable pinned staging for per-constant host-to-device uploads straight from a blob file.
+
+    One upload streams the constant's bytes in chunks through ``slots`` pinned buffers:
+    while chunk i is copied to the device (asynchronously, on a side stream), chunk i+1 is
+    read from the file, by several threads at once (``os.preadv`` releases the GIL).  The
+    pinned buffers are allocated once per stager, not per constant: pinning is slow
+    (cudaHostAlloc), and a fresh pinned buffer per constant cost more than the copy.
+    Created by the loader, one per CUDA device of a session; it holds pinned host memory
+    (``slots * chunk_bytes``) until dropped.
+    """
+
+    def __init__(self, device: torch.device, *, chunk_bytes: int = 64 << 20, slots: int = 2,
+                 read_threads: int | None = None):
+        self.device = device
+        self.chunk_bytes = int(chunk_bytes)
+        self.slots = int(slots)
+        self.read_threads = read_threads or max(1, min(8, (os.cpu_count() or 2)))
+        self._bufs: list[torch.Tensor] = []
+        self._events: list[Any] = []
+        self._stream: Any = None
+        self._pool: Any = None
+
+    def _ensure(self) -> None:
+        if self._bufs:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._bufs = [torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=True) for _ in range(self.slots)]
+        self._events = [None] * self.slots
+        self._stream = torch.cuda.Stream(self.device)
+        if self.read_threads > 1:
+            self._pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="constshare-read")
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self._bufs, self._events, self._stream, self._pool = [], [], None, None
+
+    @staticmethod
+    def _pread(fd: int, view: memoryview, offset: int, what: str) -> None:
+        got = 0
+        while got < len(view):
+            n = os.preadv(fd, [view[got:]], offset + got)
+            if not n:
+                raise EOFError(what)
+            got += n
+
+    def _read(self, fd: int, buf: torch.Tensor, offset: int, what: str) -> None:
+        view = memoryview(buf.numpy()).cast("B")
+        n = len(view)
+        parts = self.read_threads if (self._pool is not None and n >= (8 << 20)) else 1
+        if parts == 1:
+            self._pread(fd, view, offset, what)
+            return
+        step = -(-n // parts)
+        futs = [self._pool.submit(self._pread, fd, view[i: i + step], offset + i, what) for i in range(0, n, step)]
+        for f in futs:
+            f.result()
+
+    def upload(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
+        """The constant's raw bytes as a uint8 tensor on the device (complete when this returns)."""
+        self._ensure()
+        n = spec.nbytes
+        dev = torch.empty(n, dtype=torch.uint8, device=self.device)
+        if n == 0:
+            return dev
+        what = f"{blob_path}: blob ends before constant {spec.name!r} ({spec.offset}+{n})"
+        stream = self._stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))  # dev's memory may be reused
+        fd = os.open(blob_path, os.O_RDONLY)
+        try:
+            for i, start in enumerate(range(0, n, self.chunk_bytes)):
+                slot = i % self.slots
+                if self._events[slot] is not None:
+                    self._events[slot].synchronize()  # the copy out of this slot is done
+                m = min(self.chunk_bytes, n - start)
+                buf = self._bufs[slot][:m]
+                self._read(fd, buf, spec.offset + start, what)
+                with torch.cuda.stream(stream):
+                    dev[start: start + m].copy_(buf, non_blocking=True)
+                    ev = torch.cuda.Event()
+                    ev.record(stream)
+                self._events[slot] = ev
+            stream.synchronize()
+        finally:
+            os.close(fd)
+            self._events = [None] * self.slots
+        return dev
+
+
 def upload_constant(blob_path: Path, spec: ConstantSpec, device: torch.device,
-                    staging: torch.Tensor | None = None) -> torch.Tensor:
-    """Upload exactly one constant from the host blob into a tensor the toolkit owns."""
+                    staging: "HostStager | torch.Tensor | None" = None) -> torch.Tensor:
+    """Upload exactly one constant from the host blob into a tensor the toolkit owns.
+
+    ``staging`` is a :class:`HostStager` for ``device`` (fast path, what the loader
+    passes), a pinned uint8 buffer at least as large as the constant, or None (a pinned
+    buffer is allocated for this constant alone).
+    """
     if device.type == "cpu":
         return as_constant(read_constant_bytes(blob_path, spec), spec)
+    if isinstance(staging, HostStager):
+        return as_constant(staging.upload(blob_path, spec), spec)
     if staging is None or staging.numel() < spec.nbytes:
         host = read_constant_bytes(blob_path, spec, pin=True)
     else:
