@@ -19,7 +19,8 @@ from .manifest import MethodSpec, Program, TensorMeta
 from .policies import ConstantDecision, MethodView, Outcome, Policy, get_policy
 from .program import check_compatible, open_program
 from .runtime import (
-    AotiContainer, cuda_in_use_bytes, device_index, dtype_name, parse_device, tensor_meta, upload_constant,
+    AotiContainer, HostStager, cuda_in_use_bytes, device_index, dtype_name, parse_device, tensor_meta,
+    upload_constant,
 )
 from .vocab import Decision, Source
 
@@ -92,6 +93,8 @@ class Session:
         self.error: str | None = None
         self.failed_method: str | None = None
         self.load_seconds: float = 0.0
+        self._stagers: dict[torch.device, HostStager] = {}  # pinned staging, one per CUDA device
+        self._peak = 0  # highest bytes in use seen during the method being loaded
 
     # ------------------------------------------------------------------ loading
     def load(self, progress: bool = False) -> "Session":
@@ -138,15 +141,39 @@ class Session:
             self.methods[name] = loaded
             return loaded
 
-    def _sample_memory(self, method: str, device: torch.device, phase: str) -> None:
+    def _held_bytes(self, pending: "LoadedMethod | None") -> int:
+        # CPU accounting: the method being loaded is not in self.methods until it is done.
+        return sum(m.device_bytes for m in self.methods.values()) + (pending.device_bytes if pending else 0)
+
+    def _sample_memory(self, method: str, device: torch.device, phase: str,
+                       pending: "LoadedMethod | None" = None) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+            used = cuda_in_use_bytes(device)
+            self._peak = max(self._peak, used)
             self._record(ev.MemorySampled, method, device=str(device), phase=phase,
-                         bytes_in_use=cuda_in_use_bytes(device), measure="cudaMemGetInfo total-free")
+                         bytes_in_use=used, measure="cudaMemGetInfo total-free")
         else:
-            held = sum(m.device_bytes for m in self.methods.values())
+            held = self._held_bytes(pending)
+            self._peak = max(self._peak, held)
             self._record(ev.MemorySampled, method, device="cpu", phase=phase, bytes_in_use=held,
                          measure="constant bytes held by the loader")
+
+    def _probe_peak(self, device: torch.device, pending: "LoadedMethod") -> None:
+        """Note bytes in use after a step that allocates (a blob, one constant, the pairs).
+
+        Read after each such step rather than from a sampling thread: AOTI's blob upload
+        holds the GIL, so a Python thread could not sample inside it anyway.  No sync is
+        needed: allocations are visible to cudaMemGetInfo when they return.
+        """
+        if self.log.enabled:
+            used = cuda_in_use_bytes(device) if device.type == "cuda" else self._held_bytes(pending)
+            self._peak = max(self._peak, used)
+
+    def _record_peak(self, method: str, device: torch.device) -> None:
+        self._record(ev.MemorySampled, method, device=str(device), phase="peak", bytes_in_use=self._peak,
+                     measure="max of cudaMemGetInfo after each allocating step" if device.type == "cuda"
+                     else "max of constant bytes held by the loader")
 
     def _load_locked(self, spec: MethodSpec, device: torch.device) -> LoadedMethod:
         t_start = time.perf_counter()
@@ -155,6 +182,7 @@ class Session:
         self._record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
         if self.check_integrity:  # a .so runs code when opened: check it first
             self.program.check_files([spec.so_file, spec.blob_file])
+        self._peak = 0
         self._sample_memory(m, device, "before")
         t = time.perf_counter()
         container = AotiContainer.create(so, device)
@@ -187,6 +215,7 @@ class Session:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             loaded.whole_blob_bytes = spec.blob_bytes
+            self._probe_peak(device, loaded)
             self._record(ev.BlobUploaded, m, bytes=spec.blob_bytes, seconds=time.perf_counter() - t,
                          why=plan.blob_reason)
             extracted = container.extract()
@@ -209,12 +238,15 @@ class Session:
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
         staging = None
+        if device.type == "cuda" and any(d.source is Source.OWN_UPLOAD for d in outcome.decisions):
+            staging = self._stagers.get(device) or self._stagers.setdefault(device, HostStager(device))
         for d in outcome.decisions:
             if d.source is Source.OWN_UPLOAD:
                 t = time.perf_counter()
                 tensor = upload_constant(blob, d.constant, device, staging)
                 loaded.own_tensors[d.constant.name] = tensor
                 loaded.own_upload_bytes += d.constant.nbytes
+                self._probe_peak(device, loaded)
                 self._record(ev.ConstantUploaded, m, name=d.constant.name, fqn=d.constant.fqn,
                              bytes=d.constant.nbytes, seconds=time.perf_counter() - t)
 
@@ -231,6 +263,7 @@ class Session:
         self._record_decisions(m, outcome, plan)
         if loaded.runnable:
             container.install(install)
+            self._probe_peak(device, loaded)
             self._record(ev.PairsInstalled, m, count=len(install), names=",".join(install))
 
         for d in outcome.decisions:
@@ -247,7 +280,8 @@ class Session:
                              owner_kind=entry.owner_kind)
             elif d.decision is Decision.SHARED and d.shared_from is not None:
                 d.shared_from.users.add(m)
-        self._sample_memory(m, device, "after")
+        self._sample_memory(m, device, "after", pending=loaded)
+        self._record_peak(m, device)
         self._record(ev.MethodLoaded, m, runnable=loaded.runnable, seconds=time.perf_counter() - t_start)
         return loaded
 
@@ -354,6 +388,9 @@ class Session:
     def close(self) -> None:
         for name in list(self.methods):
             self.unload(name)
+        for stager in self._stagers.values():
+            stager.close()
+        self._stagers.clear()
 
     # ------------------------------------------------------------------ tables
     @property
