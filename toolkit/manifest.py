@@ -314,9 +314,16 @@ def read_manifest(root: Path) -> ProgramManifest:
         raise ManifestError("manifest is missing", path=path)
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except OSError as e:
+        raise ManifestError(f"manifest cannot be read: {e}", path=path) from None
+    except UnicodeDecodeError as e:
         raise ManifestError(f"manifest is not valid JSON: {e}", path=path) from None
+    try:
+        data = json.loads(text)
+    # JSONDecodeError is a ValueError, and so is an integer longer than Python's
+    # int_max_str_digits; nesting deeper than the decoder's stack raises RecursionError.
+    except (ValueError, RecursionError) as e:
+        raise ManifestError(f"manifest is not valid JSON: {str(e)[:300]}", path=path) from None
     return parse_manifest(data, path)
 
 
@@ -350,11 +357,15 @@ class Program:
         for rel in (self.manifest.files if rels is None else rels):
             rec = self.manifest.files[rel]
             p = self.path(rel)
-            if not p.is_file():
-                raise IntegrityError("file is missing", path=p)
-            size = p.stat().st_size
-            if size != rec.bytes:
-                kind = "truncated" if size < rec.bytes else "oversized"
-                raise IntegrityError(f"file is {kind}: {size} bytes, manifest records {rec.bytes}", path=p)
-            if sha256_file(p) != rec.sha256:
+            try:
+                if not p.is_file():
+                    raise IntegrityError("file is missing", path=p)
+                size = p.stat().st_size
+                if size != rec.bytes:
+                    kind = "truncated" if size < rec.bytes else "oversized"
+                    raise IntegrityError(f"file is {kind}: {size} bytes, manifest records {rec.bytes}", path=p)
+                digest = sha256_file(p)
+            except OSError as e:  # unreadable, or a name the OS refuses (ENAMETOOLONG)
+                raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=p) from None
+            if digest != rec.sha256:
                 raise IntegrityError("sha256 does not match the manifest: the file was modified", path=p)

@@ -18,7 +18,12 @@ def open_program(path: "str | Path | Program") -> Program:
     root = Path(path)
     manifest = read_manifest(root)
     for rel in manifest.files:
-        if not (root / rel).is_file():
+        try:
+            present = (root / rel).is_file()
+        except OSError as e:  # e.g. ENAMETOOLONG: is_file() only swallows "no such file"
+            raise ProgramError(f"file named in the manifest cannot be accessed: {e.strerror or e}",
+                               path=root / rel) from None
+        if not present:
             raise ProgramError("file named in the manifest is missing", path=root / rel)
     return Program(root=root, manifest=manifest)
 
