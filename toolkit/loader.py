@@ -92,6 +92,7 @@ class Session:
         self.status: str = _STATUS_NEW
         self.error: str | None = None
         self.failed_method: str | None = None
+        self.exception: ToolkitError | None = None  # what made the load fail, with its type
         self.load_seconds: float = 0.0
         self._stagers: dict[torch.device, HostStager] = {}  # pinned staging, one per CUDA device
         self._peak = 0  # highest bytes in use seen during the method being loaded
@@ -104,12 +105,22 @@ class Session:
         specs = list(self.program.methods)
         bar = tqdm(specs, desc=f"loading ({self.policy.name})", unit="method", disable=not progress)
         try:
+            if self.check_integrity:
+                # Opening a .so runs its code: check every file of every method before the
+                # first .so is opened, so a tampered later method stops the whole load.
+                for spec in specs:
+                    try:
+                        self.program.check_files([spec.so_file, spec.blob_file, spec.reference_file])
+                    except ToolkitError as e:
+                        self._record(ev.LoadFailed, spec.name, error=str(e))
+                        self._fail(spec.name, e)
+                        return self
             for spec in bar:
                 bar.set_postfix_str(spec.name)
                 try:
                     self.load_method(spec.name)
                 except ToolkitError as e:
-                    self.status, self.error, self.failed_method = _STATUS_FAILED, str(e), spec.name
+                    self._fail(spec.name, e)
                     break
             else:
                 self.status = _STATUS_LOADED
@@ -117,6 +128,9 @@ class Session:
             bar.close()
             self.load_seconds = time.perf_counter() - t0
         return self
+
+    def _fail(self, method: str, e: ToolkitError) -> None:
+        self.status, self.error, self.failed_method, self.exception = _STATUS_FAILED, str(e), method, e
 
     def _record(self, etype, method: str, **kw) -> None:
         self.log.record(etype, method, **kw)
