@@ -151,12 +151,29 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
     return specs
 
 
+def _on_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """A copy of ``module`` on ``device``, plain tensor attributes included.
+
+    ``Module.to`` moves parameters and buffers only; a plain tensor attribute (which
+    export lifts as ``_tensor_constantN``) would stay behind on the CPU.  The caller's
+    module is left untouched.
+    """
+    if device.type == "cpu":
+        return module.eval()
+    module = copy.deepcopy(module).to(device).eval()
+    for sub in module.modules():
+        for key, value in list(vars(sub).items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                setattr(sub, key, value.to(device))
+    return module
+
+
 def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch.device, mdir: Path) -> MethodSpec:
     if not isinstance(module, torch.nn.Module):
         raise BuildError(f"method {name!r}: expected a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(args, tuple):
         raise BuildError(f"method {name!r}: example_args must be a tuple, got {type(args).__name__}")
-    module = module.to(device).eval()
+    module = _on_device(module, device)
     args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
     inputs = _flatten_tensors(args, f"method {name!r} inputs")
     with torch.no_grad():
