@@ -57,21 +57,27 @@ class IsolatedLoad:
     error_path: str | None = None
     error_field: str | None = None
     failed_method: str | None = None
-    events: pd.DataFrame = field(default_factory=pd.DataFrame)
+    event_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     verification: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=_VERIFY_COLUMNS))
     returncode: int | None = None
     seconds: float = 0.0
     worker_log: str = ""  # tail of the worker's stderr (a faulthandler traceback after a crash)
 
     @property
+    def events(self) -> pd.DataFrame:
+        """Every event the worker recorded (up to a crash); columns are the union of fields."""
+        cols: list[str] = []
+        for r in self.event_rows:
+            cols.extend(k for k in r if k not in cols)
+        return pd.DataFrame(self.event_rows, columns=cols or ["seq", "time_s", "kind", "method"])
+
+    @property
     def decisions(self) -> pd.DataFrame:
         """The decision table, as :attr:`toolkit.Session.decisions` gives it (up to a crash)."""
         from .tables import DECISION_COLUMNS
 
-        if not len(self.events) or "kind" not in self.events:
-            return pd.DataFrame(columns=DECISION_COLUMNS)
-        d = self.events[self.events["kind"] == "decided"]
-        return d.reindex(columns=DECISION_COLUMNS).reset_index(drop=True)
+        rows = [r for r in self.event_rows if r.get("kind") == "decided"]
+        return pd.DataFrame(rows, columns=DECISION_COLUMNS)
 
     @property
     def crashed(self) -> bool:
@@ -173,7 +179,7 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
             result = json.loads((tmp / "result.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             result = None
-    base = dict(program=program_name, policy=policy, events=events, returncode=proc.returncode, seconds=seconds,
+    base = dict(program=program_name, policy=policy, event_rows=events, returncode=proc.returncode, seconds=seconds,
                 worker_log=log)
     if result is None:
         where = f" while {stage[0]} method {stage[1]!r}" if stage else " before it loaded any method"
@@ -207,7 +213,7 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _read_progress(path: Path) -> tuple[pd.DataFrame, tuple[str, str] | None]:
+def _read_progress(path: Path) -> tuple[list[dict[str, Any]], tuple[str, str] | None]:
     """Event rows the worker streamed, and the last (stage, method) it announced."""
     rows: list[dict[str, Any]] = []
     stage = None
@@ -221,10 +227,7 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, tuple[str, str] | None]:
                 rows.append(item["event"])
             elif "stage" in item:
                 stage = (item["stage"], item["method"])
-    cols: list[str] = []
-    for r in rows:
-        cols.extend(k for k in r if k not in cols)
-    return pd.DataFrame(rows, columns=cols or ["seq", "time_s", "kind", "method"]), stage
+    return rows, stage
 
 
 # ---------------------------------------------------------------------- worker side
@@ -270,15 +273,6 @@ def _worker(tmp: Path) -> int:
                 emit({"event": {k: _jsonable(v) for k, v in self._events[-1].row().items()}})
 
     class WorkerSession(Session):
-        last_exception: ToolkitError | None = None
-
-        def load_method(self, name):
-            try:
-                return super().load_method(name)
-            except ToolkitError as e:  # Session.load keeps only the message; keep the class too
-                self.last_exception = e
-                raise
-
         def run(self, method, inputs=None):
             emit({"stage": "running", "method": method})
             return super().run(method, inputs)
@@ -294,7 +288,7 @@ def _worker(tmp: Path) -> int:
         session.log = StreamingLog()
         session.load()
         result.update(status=session.status, error=session.error, failed_method=session.failed_method)
-        e = session.last_exception
+        e = session.exception
         if session.status == _STATUS_FAILED and e is not None:
             result.update(error_type=type(e).__name__, error_path=getattr(e, "path", None),
                           error_field=getattr(e, "field", None))

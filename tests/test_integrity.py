@@ -1,0 +1,128 @@
+"""Integrity before execution: one flipped byte in any .so or blob is refused before any
+.so is opened or any byte uploaded.
+
+"Opened" is checked two ways: the runtime adapter's container factory is never called,
+and no file of the copied program appears in this process's memory maps.  The strongest
+form: a .so that segfaults on open, planted without updating the manifest, is refused and
+the test process is still here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test_errors import SAMPLE, clone
+from test_isolation import build_crashing_so, mapped_files
+from toolkit import runtime
+from toolkit.errors import IntegrityError
+from toolkit.loader import Session, load_program, resolve_devices
+from toolkit.policies import POLICIES, get_policy
+from toolkit.program import open_program
+
+FILES = ["methods/prefill/model.so", "methods/decode/model.so",
+         "methods/prefill/weights.blob", "methods/decode/weights.blob",
+         "methods/decode/reference.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def base(built_sample):
+    return built_sample(SAMPLE)
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Records every .so the loader opens and every byte it uploads (and still does it)."""
+    calls: list[str] = []
+    real_create, real_blob, real_const = (runtime.AotiContainer.create, runtime.AotiContainer.upload_blob,
+                                          runtime.upload_constant)
+
+    def create(cls, so_path, device):
+        calls.append(f"open {so_path}")
+        return real_create.__func__(cls, so_path, device)
+
+    def upload_blob(self, blob_path):
+        calls.append(f"blob {blob_path}")
+        return real_blob(self, blob_path)
+
+    def upload_constant(blob_path, spec, *a, **kw):
+        calls.append(f"constant {blob_path}")
+        return real_const(blob_path, spec, *a, **kw)
+
+    monkeypatch.setattr(runtime.AotiContainer, "create", classmethod(create))
+    monkeypatch.setattr(runtime.AotiContainer, "upload_blob", upload_blob)
+    import toolkit.loader as loader
+    monkeypatch.setattr(loader, "upload_constant", upload_constant)
+    return calls
+
+
+def flip_byte(path: Path, where: float = 0.5) -> int:
+    data = bytearray(path.read_bytes())
+    i = min(int(len(data) * where), len(data) - 1)
+    data[i] ^= 0x01
+    path.write_bytes(bytes(data))
+    return i
+
+
+@pytest.mark.parametrize("rel", FILES)
+@pytest.mark.parametrize("where", [0.0, 0.5, 1.0], ids=["first", "middle", "last"])
+def test_one_flipped_byte_is_refused_before_anything_runs(base, tmp_path, opened, rel, where):
+    root = clone(base, tmp_path / "p")
+    flip_byte(root / rel, where)
+    program = open_program(root)  # reading the manifest opens nothing
+    s = load_program(program, "fingerprint")
+    assert s.status == "failed"
+    assert s.failed_method == rel.split("/")[1]
+    assert isinstance(s.exception, IntegrityError)
+    assert s.exception.path == str(root / rel)
+    assert "sha256 does not match" in s.error and str(root / rel) in s.error
+    assert opened == [], "a .so was opened or bytes uploaded before the integrity check"
+    assert str(root) not in mapped_files()
+    assert not s.methods and len(s.cache) == 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_load_method_alone_checks_its_files_first(base, tmp_path, opened, policy):
+    """Session.load_method (used directly, e.g. from threads) checks before it opens."""
+    root = clone(base, tmp_path / "p")
+    flip_byte(root / "methods/decode/weights.blob")
+    program = open_program(root)
+    s = Session(program, get_policy(policy), resolve_devices(program, None))
+    s.load_method("prefill")
+    opened.clear()
+    with pytest.raises(IntegrityError, match="sha256 does not match"):
+        s.load_method("decode")
+    assert opened == []
+    assert list(s.methods) == ["prefill"]
+
+
+def test_planted_crashing_so_is_refused_in_process(base, tmp_path, opened):
+    """Without isolation: the digest check is what keeps this process alive."""
+    root = clone(base, tmp_path / "p")
+    so = root / "methods/decode/model.so"
+    so.unlink()
+    build_crashing_so(so)
+    s = load_program(root, "fingerprint")
+    assert s.status == "failed" and s.failed_method == "decode"
+    assert isinstance(s.exception, IntegrityError)
+    assert opened == []  # not even prefill's (intact) .so: every file is checked first
+    assert str(root) not in mapped_files()
+
+
+def test_intact_copy_loads(base, tmp_path, opened):
+    """The control: the same copy, untouched, opens both .so files and loads."""
+    root = clone(base, tmp_path / "p")
+    s = load_program(root, "fingerprint")
+    assert s.status == "loaded"
+    assert [c for c in opened if c.startswith("open")] == [
+        f"open {root / 'methods/prefill/model.so'}", f"open {root / 'methods/decode/model.so'}"]
+    assert str(root) in mapped_files()
+
+
+def test_integrity_check_can_be_disabled_explicitly(base, tmp_path):
+    """check_integrity=False is an explicit opt-out: the flipped byte then goes unnoticed."""
+    root = clone(base, tmp_path / "p")
+    flip_byte(root / "methods/decode/weights.blob")
+    s = load_program(root, "no-sharing", check_integrity=False)
+    assert s.status == "loaded"
