@@ -138,10 +138,11 @@ class Session:
     def load_method(self, name: str) -> LoadedMethod:
         """Load one method; on failure the cache is exactly as before and LoadError is raised."""
         spec = self.program.manifest.method(name)
-        if name in self.methods:
-            raise LoadError(f"method {name!r} is already loaded")
         device = self.devices[name]
         with self.cache.lock:
+            # checked under the lock: two threads loading one method must not both pass
+            if name in self.methods:
+                raise LoadError(f"method {name!r} is already loaded")
             snap = self.cache.snapshot()
             try:
                 loaded = self._load_locked(spec, device)
@@ -388,10 +389,10 @@ class Session:
     # ------------------------------------------------------------------ lifetime
     def unload(self, method: str) -> None:
         """Drop a method. Cached tensors it produced stay alive while other methods use them."""
-        lm = self.methods.pop(method, None)
-        if lm is None:
-            raise LoadError(f"method {method!r} is not loaded")
-        with self.cache.lock:
+        with self.cache.lock:  # a load running in another thread reads self.methods
+            lm = self.methods.pop(method, None)
+            if lm is None:
+                raise LoadError(f"method {method!r} is not loaded")
             freed = self.cache.release(method)
         self._record(ev.MethodUnloaded, method, released_entries=freed)
         del lm
