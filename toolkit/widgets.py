@@ -453,6 +453,9 @@ class Explorer:
             return obj
 
         wide = w.Layout(width="auto")
+
+        def picture():  # natural size, never stretched by the flex box around it
+            return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain")
         self.title = mk(w.HTML, value=_CSS + "<h3 style='margin:4px 0'>constshare explorer</h3>")
         self.source = mk(w.ToggleButtons, "constshare-source", options=list(SOURCES), value=s.source,
                          description="program")
@@ -475,7 +478,7 @@ class Explorer:
         self.error = mk(w.HTML, "constshare-error-box", value="", layout=w.Layout(display="none"))
         self.summary = mk(w.HTML, "constshare-summary")
         self.verification = mk(w.HTML, "constshare-verification")
-        self.matrix = mk(w.Image, "constshare-plot", format="png", layout=w.Layout(max_width="100%"))
+        self.matrix = mk(w.Image, "constshare-plot", format="png", layout=picture())
         self.filter_method = mk(w.Dropdown, "constshare-filter-method", options=[("all", ALL)], value=ALL,
                                 description="method")
         self.filter_decision = mk(w.Dropdown, "constshare-filter-decision", options=[("all", ALL)], value=ALL,
@@ -486,11 +489,10 @@ class Explorer:
         self.constant = mk(w.Dropdown, "constshare-constant", options=[], description="constant",
                            layout=w.Layout(width="420px"))
         self.constant_detail = mk(w.HTML, "constshare-constant-detail")
-        self.timeline = mk(w.Image, "constshare-timeline", format="png", layout=w.Layout(max_width="100%"))
-        self.memory = mk(w.Image, "constshare-memory", format="png", layout=w.Layout(max_width="100%"))
-        self.tradeoff = mk(w.Image, "constshare-tradeoff", format="png", layout=w.Layout(max_width="100%"))
-        self.memory_policies = mk(w.Image, "constshare-memory-policies", format="png",
-                                  layout=w.Layout(max_width="100%"))
+        self.timeline = mk(w.Image, "constshare-timeline", format="png", layout=picture())
+        self.memory = mk(w.Image, "constshare-memory", format="png", layout=picture())
+        self.tradeoff = mk(w.Image, "constshare-tradeoff", format="png", layout=picture())
+        self.memory_policies = mk(w.Image, "constshare-memory-policies", format="png", layout=picture())
         self.comparison = mk(w.HTML, "constshare-comparison",
                              value="<p><i>press “Compare all policies” to load the program under every policy</i></p>")
         self.export_path = mk(w.Text, "constshare-export-path", value="", description="file",
@@ -498,7 +500,8 @@ class Explorer:
         self.export_button = mk(w.Button, "constshare-export", description="Export CSV", icon="download")
         self.export_result = mk(w.HTML, "constshare-export-result")
 
-        overview = mk(w.VBox, children=[self.summary, self.verification, self.matrix])
+        overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]), self.matrix],
+                      layout=w.Layout(flex_flow="row wrap", align_items="flex-start", grid_gap="16px"))
         decisions = mk(w.VBox, children=[mk(w.HBox, children=[self.filter_method, self.filter_decision,
                                                               self.filter_reason]),
                                          self.decisions, self.constant, self.constant_detail])
