@@ -1,0 +1,479 @@
+"""Fuzzing: several hundred mutated programs, each must give a toolkit error or a correct
+load; never a crash, a hang, another exception type, or a corrupted cache.
+
+Mutation families (counts in ``FAMILIES``; the total is asserted to be >= 300):
+
+- ``manifest-json`` (hypothesis): delete, replace (any JSON value, or a value taken from
+  elsewhere in the manifest), or nudge one node anywhere in the manifest tree;
+- ``manifest-text``: raw byte damage to manifest.json (truncate, flip, insert);
+- ``manifest-semantic``: edits that still parse (dtypes of equal size, digests, kinds, FQNs,
+  offsets, I/O counts, method order, files of one method pointed at another's genuine
+  files, same-size relayouts and shrunk layouts of matmul constants);
+- ``blob-bytes``, ``blob-length``, ``so-bytes``, ``so-length``, ``file-swap``: tampering
+  without updating the manifest.  These are the mutations that would open a tampered .so
+  (or upload tampered bytes); they run only through integrity checking, which must refuse
+  every one of them before anything is opened;
+- ``blob-consistent``, ``reference-consistent``: data tampered *and* digests updated (the
+  manifest is the root of trust): the program must load, and verification must say
+  whether outputs still match.
+
+A correct load means: status "loaded", cache entries owned and used only by loaded
+methods, verify() produces a row per method without raising, close() empties the cache.
+Outcome counts are printed at the end of the module (visible in the terminal summary).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from test_errors import read_json, refresh_digests, write_json
+from toolkit import runtime
+from toolkit.errors import IntegrityError, ProgramError, ToolkitError
+from toolkit.loader import load_program
+from toolkit.manifest import MANIFEST_FILE
+from toolkit.policies import POLICIES
+from toolkit.program import open_program
+
+SAMPLES = ["total_collision", "three_methods"]
+FAMILIES = {  # family -> number of cases
+    "manifest-json": 200, "manifest-text": 30, "manifest-semantic": 100,
+    "blob-bytes": 20, "blob-length": 12, "so-bytes": 16, "so-length": 8, "file-swap": 16,
+    "blob-consistent": 12, "reference-consistent": 6,
+}
+TAMPER = {"blob-bytes", "blob-length", "so-bytes", "so-length", "file-swap"}
+CASE_SECONDS = 30.0  # bound per case; a hang inside native code is caught by pytest-timeout
+
+OUTCOMES: dict[str, Counter] = {}
+TIMES: list[float] = []
+
+
+# ------------------------------------------------------------------------ machinery
+
+
+BASE_ROOTS: dict = {}
+
+
+@pytest.fixture(scope="module")
+def bases(built_sample):
+    BASE_ROOTS.update({name: built_sample(name) for name in SAMPLES})
+    return dict(BASE_ROOTS)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def print_counts(request):
+    yield
+    total = sum(sum(c.values()) for c in OUTCOMES.values())
+    lines = [f"fuzz: {total} mutated programs, slowest case {max(TIMES, default=0):.2f} s"]
+    overall: Counter = Counter()
+    for family in [*FAMILIES, "layout-lie-isolated"]:
+        c = OUTCOMES.get(family, Counter())
+        overall.update(c)
+        lines.append(f"  {family:22s} {sum(c.values()):4d}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+    lines.append("  all outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(overall.items())))
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        with capture.global_and_fixture_disabled():
+            print("\n" + "\n".join(lines))
+    else:
+        print("\n".join(lines))
+
+
+class Opened:
+    """Spy on the runtime adapter: every .so opened (the container factory)."""
+
+    def __init__(self):
+        self.paths: list[str] = []
+        self._real = runtime.AotiContainer.create
+
+    def __enter__(self):
+        real = self._real
+
+        def create(cls, so_path, device):
+            self.paths.append(str(so_path))
+            return real.__func__(cls, so_path, device)
+
+        runtime.AotiContainer.create = classmethod(create)
+        return self
+
+    def __exit__(self, *exc):
+        runtime.AotiContainer.create = self._real
+
+
+_counter = iter(range(10**9))
+
+
+def make_case(base, workdir: Path) -> Path:
+    """A program directory whose files are symlinks to the base's; the manifest is a copy.
+    Call ``own(root, rel)`` before changing a file, so the base is never touched."""
+    root = workdir / f"case{next(_counter)}"
+    root.mkdir()
+    shutil.copy(base.root / MANIFEST_FILE, root / MANIFEST_FILE)
+    for rel in base.manifest.files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(base.root / rel, root / rel)
+    return root
+
+
+def own(root: Path, rel: str) -> Path:
+    p = root / rel
+    if p.is_symlink():
+        target = p.resolve()
+        p.unlink()
+        shutil.copyfile(target, p)
+    return p
+
+
+def check_cache(s) -> None:
+    loaded = set(s.methods)
+    for e in s.cache:
+        assert e.owner_method in loaded, f"cache entry {e.fqn!r} owned by {e.owner_method!r}, not loaded"
+        assert e.users and e.users <= loaded, f"cache entry {e.fqn!r} used by {e.users}, loaded: {loaded}"
+        assert e.tensor is not None
+        assert s.cache.find_content(e.digest, e.meta) in list(s.cache)
+    if s.status == "failed":
+        assert s.failed_method not in loaded and s.error
+        assert isinstance(s.exception, ToolkitError)
+
+
+_BASELINE: dict[tuple[str, str], dict[str, bool]] = {}
+
+
+def baseline_ok(base, policy: str) -> dict[str, bool]:
+    """Which methods of the unmutated sample verify under ``policy`` (some policies are
+    unsafe by design: name-only shares total_collision's colliding constant)."""
+    key = (base.name, policy)
+    if key not in _BASELINE:
+        s = load_program(base, policy)
+        v = s.verify()
+        _BASELINE[key] = dict(zip(v["method"], (bool(x) for x in v["ok"])))
+        s.close()
+    return _BASELINE[key]
+
+
+def attempt(root: Path, policy: str) -> tuple[str, "object"]:
+    """Open, load and verify one mutated program; return (outcome, session or error)."""
+    try:
+        program = open_program(root)
+    except ToolkitError as e:
+        _names_where(e)
+        return f"refused at open ({type(e).__name__})", e
+    try:
+        s = load_program(program, policy)
+    except ToolkitError as e:
+        _names_where(e)
+        return f"refused at load ({type(e).__name__})", e
+    check_cache(s)
+    if s.status == "failed":
+        _names_where(s.exception)
+        return f"failed load ({type(s.exception).__name__})", s
+    v = s.verify()
+    assert list(v["method"]) == program.manifest.method_names
+    ok = dict(zip(v["method"], (bool(x) for x in v["ok"])))
+    base = BASE_ROOTS.get(program.name)
+    if all(ok.values()):
+        outcome = "loaded, all methods verified"
+    elif base is not None and ok == baseline_ok(base, policy):
+        outcome = "loaded, verified as unmutated (policy's known wrong outputs)"
+    else:
+        outcome = "loaded, verification flags the mutation"
+    s.close()
+    assert len(s.cache) == 0
+    return outcome, s
+
+
+def _names_where(e: ToolkitError) -> None:
+    if isinstance(e, ProgramError):
+        assert e.path, f"{type(e).__name__} does not name a file: {e}"
+
+
+def run_case(family: str, root: Path, policy: str, note: str) -> tuple[str, object, list[str]]:
+    t0 = time.perf_counter()
+    with Opened() as opened:
+        try:
+            outcome, what = attempt(root, policy)
+        except Exception as e:  # any other type is a failure: say which mutation caused it
+            raise AssertionError(f"{family} [{note}] under {policy}: {type(e).__name__}: {e}") from e
+    dt = time.perf_counter() - t0
+    TIMES.append(dt)
+    assert dt < CASE_SECONDS, f"{family} [{note}] took {dt:.1f} s"
+    OUTCOMES.setdefault(family, Counter())[outcome] += 1
+    return outcome, what, opened.paths
+
+
+# --------------------------------------------------------- manifest-json (hypothesis)
+
+
+INTERESTING = ["", ".", "..", "../x", "/etc/passwd", "methods/decode/model.so", "methods/prefill/weights.blob",
+               "float16", "int32", "bfloat16", "uint8", "cuda", "cpu", "prefill", "decode", "encode",
+               "_tensor_constant0", "proj.weight", "=1+1", "a" * 300, "0" * 64, "lifted_constant", "buffer",
+               "parameter", "2.13.0", "constshare-program", "\u00e9\u4e2d", "\x00"]
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.integers(-3, 70000),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.sampled_from(INTERESTING),
+)
+json_values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                           max_leaves=6)
+
+
+def tree_paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from tree_paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from tree_paths(v, prefix + (i,))
+
+
+def get_at(obj, path):
+    for p in path:
+        obj = obj[p]
+    return obj
+
+
+def mutate_json(data, draw) -> str:
+    paths = [p for p in tree_paths(data) if p]
+    path = paths[draw(st.integers(0, len(paths) - 1))]
+    parent, key = get_at(data, path[:-1]), path[-1]
+    old = parent[key]
+    op = draw(st.sampled_from(["delete", "replace", "borrow", "nudge", "rename"]))
+    if op == "delete":
+        del parent[key]
+    elif op == "replace":
+        parent[key] = draw(json_values)
+    elif op == "borrow":  # a value of the right shape from somewhere else in the manifest
+        donors = [get_at(data, p) for p in paths if p != path]
+        parent[key] = copy.deepcopy(donors[draw(st.integers(0, len(donors) - 1))])
+    elif op == "nudge" and isinstance(old, int) and not isinstance(old, bool):
+        parent[key] = old + draw(st.sampled_from([-1, 1, 4, -4, 64, old, -old - 1]))
+    elif op == "nudge" and isinstance(old, list) and old:
+        parent[key] = old + [copy.deepcopy(old[0])]
+    elif op == "rename" and isinstance(parent, dict):
+        parent[draw(st.sampled_from(INTERESTING + [str(key) + "x"]))] = parent.pop(key)
+    else:
+        parent[key] = draw(json_values)
+        op = "replace"
+    return f"{op} {'.'.join(map(str, path))}"
+
+
+@settings(max_examples=FAMILIES["manifest-json"], deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_manifest_json_mutations(bases, workdir, data):
+    sample = data.draw(st.sampled_from(SAMPLES))
+    policy = data.draw(st.sampled_from(POLICIES))
+    root = make_case(bases[sample], workdir)
+    manifest = read_json(root)
+    note = mutate_json(manifest, data.draw)
+    write_json(root, manifest)
+    run_case("manifest-json", root, policy, f"{sample}: {note}")
+
+
+# ---------------------------------------------------------------- seeded families
+
+
+def _cases(family: str):
+    rng = random.Random(f"constshare-fuzz-{family}")
+    return [(i, rng.randrange(1 << 30)) for i in range(FAMILIES[family])]
+
+
+def _setup(bases, workdir, seed):
+    rng = random.Random(seed)
+    sample = rng.choice(SAMPLES)
+    return rng, sample, bases[sample], make_case(bases[sample], workdir), rng.choice(POLICIES)
+
+
+@pytest.mark.parametrize("i, seed", _cases("manifest-text"))
+def test_manifest_text_damage(bases, workdir, i, seed):
+    rng, sample, base, root, policy = _setup(bases, workdir, seed)
+    raw = bytearray((root / MANIFEST_FILE).read_bytes())
+    op = rng.choice(["truncate", "flip", "insert", "delete"])
+    at = rng.randrange(len(raw))
+    if op == "truncate":
+        raw = raw[:at]
+    elif op == "flip":
+        raw[at] ^= 1 << rng.randrange(8)
+    elif op == "insert":
+        raw[at:at] = rng.choice([b"\xff", b"{", b"]", b",", b"\"", b"\\", b"9" * 5000, b"\x00"])
+    else:
+        del raw[at:at + rng.randrange(1, 64)]
+    (root / MANIFEST_FILE).write_bytes(bytes(raw))
+    run_case("manifest-text", root, policy, f"{sample}: {op} at {at}")
+
+
+SAME_SIZE_DTYPES = {"float32": ["int32"], "int32": ["float32"], "float16": ["bfloat16", "int16"],
+                    "bfloat16": ["float16"], "int64": ["float64"], "float64": ["int64"]}
+
+
+def _semantic(rng: random.Random, d: dict, sample: str) -> str:
+    methods = d["methods"]
+    mi = rng.randrange(len(methods))
+    m = methods[mi]
+    consts = m["constants"]
+    c = rng.choice(consts) if consts else None
+    others = [x for x in methods if x is not m]
+    other = rng.choice(others)
+    ops = ["digest", "kind", "mutated", "fqn", "fqn-empty", "num_inputs", "num_outputs", "order", "so-of-other",
+           "blob-of-other", "reference-of-other", "dtype", "offset", "relayout"]
+    if sample == "total_collision":
+        ops.append("shrink")  # only where an extern mm kernel checks the slot's shape (see module doc)
+    op = rng.choice(ops)
+    if op == "digest" and c:
+        c["digest"] = rng.choice([x["digest"] for o in methods for x in o["constants"]] + ["%064x" % rng.getrandbits(256)])
+    elif op == "kind" and c:
+        c["kind"] = rng.choice(["parameter", "buffer", "lifted_constant"])
+    elif op == "mutated" and c:
+        c["mutated"] = not c["mutated"]
+    elif op == "fqn" and c:
+        c["fqn"] = rng.choice([x["fqn"] for o in methods for x in o["constants"]] + ["not.in.the.so"])
+    elif op == "fqn-empty" and c:
+        c["fqn"] = ""
+    elif op in ("num_inputs", "num_outputs"):
+        m[op] = max(0, m[op] + rng.choice([-1, 1, 2]))
+    elif op == "order":
+        rng.shuffle(methods)
+    elif op.endswith("-of-other"):
+        key = {"so": "so_file", "blob": "blob_file", "reference": "reference_file"}[op.split("-")[0]]
+        m[key] = other[key]
+        if key == "blob_file":
+            m["blob_bytes"] = other["blob_bytes"]
+    elif op == "dtype" and c and c["dtype"] in SAME_SIZE_DTYPES:
+        c["dtype"] = rng.choice(SAME_SIZE_DTYPES[c["dtype"]])
+    elif op == "offset" and c and m["blob_bytes"] > c["nbytes"]:
+        c["offset"] = rng.randrange(0, (m["blob_bytes"] - c["nbytes"]) // 4 + 1) * 4
+    elif op == "relayout" and c and len(c["shape"]) == 2 and c["storage_offset"] == 0:
+        rows, cols = c["shape"]
+        c["shape"], c["strides"] = rng.choice([([rows * cols], [1]), ([cols, rows], [rows, 1]), ([rows, cols], [1, rows])])
+    elif op == "shrink" and c and len(c["shape"]) == 2:
+        c.update(shape=[2, 2], strides=[2, 1], storage_offset=0, nbytes=16)
+    else:
+        op = f"{op} (no-op)"
+    return f"{op} in {m['name']}"
+
+
+@pytest.mark.parametrize("i, seed", _cases("manifest-semantic"))
+def test_manifest_semantic_mutations(bases, workdir, i, seed):
+    rng, sample, base, root, policy = _setup(bases, workdir, seed)
+    d = read_json(root)
+    note = _semantic(rng, d, sample)
+    write_json(root, d)
+    run_case("manifest-semantic", root, policy, f"{sample}: {note}")
+
+
+def _files(base, kind: str) -> list[str]:
+    attr = {"so": "so_file", "blob": "blob_file", "reference": "reference_file"}[kind]
+    return [getattr(m, attr) for m in base.methods]
+
+
+def _tamper(rng: random.Random, base, root: Path, family: str) -> tuple[str, set[str]]:
+    """Damage files without touching the manifest; returns (note, files whose content changed)."""
+    if family in ("blob-bytes", "so-bytes", "blob-length", "so-length"):
+        kind = family.split("-")[0]
+        rel = rng.choice(_files(base, kind))
+        p = own(root, rel)
+        raw = bytearray(p.read_bytes())
+        if family.endswith("bytes"):
+            flips = rng.choice([1, 1, 2, 16])
+            for _ in range(flips):
+                raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+            note = f"{flips} bit flip(s) in {rel}"
+        elif rng.random() < 0.5:
+            raw = raw[:rng.randrange(len(raw))]
+            note = f"{rel} truncated to {len(raw)}"
+        else:
+            raw += bytes(rng.randrange(1, 4096))
+            note = f"{rel} extended to {len(raw)}"
+        p.write_bytes(bytes(raw))
+        changed = {rel} if raw != bytearray((base.root / rel).read_bytes()) else set()
+        return note, changed
+    # file-swap: exchange two files of the program
+    every = list(base.manifest.files)
+    a, b = rng.sample(every, 2)
+    pa, pb = own(root, a), own(root, b)
+    da, db = pa.read_bytes(), pb.read_bytes()
+    pa.write_bytes(db)
+    pb.write_bytes(da)
+    return f"swap {a} <-> {b}", ({a, b} if da != db else set())
+
+
+@pytest.mark.parametrize("family, i, seed", [(f, i, s) for f in sorted(TAMPER) for i, s in _cases(f)])
+def test_tampering_is_refused_before_anything_is_opened(bases, workdir, family, i, seed):
+    rng, sample, base, root, policy = _setup(bases, workdir, seed)
+    note, changed = _tamper(rng, base, root, family)
+    outcome, what, opened = run_case(family, root, policy, f"{sample}: {note}")
+    if not changed:  # e.g. two methods' identical .so files swapped: nothing to refuse
+        assert outcome.startswith("loaded"), (note, outcome)
+        return
+    assert outcome == "failed load (IntegrityError)", (note, outcome)
+    assert what.exception.path in {str(root / rel) for rel in changed}, (note, what.error)
+    assert opened == [], f"{note}: opened {opened} before refusing"
+    assert not what.methods and len(what.cache) == 0
+
+
+@pytest.mark.parametrize("family, i, seed", [(f, i, s) for f in ("blob-consistent", "reference-consistent")
+                                             for i, s in _cases(f)])
+def test_consistent_data_tampering_loads_and_verification_tells(bases, workdir, family, i, seed):
+    """Digests updated along with the data: the manifest is the root of trust, so this loads.
+    Verification against the eager reference is what shows whether outputs still hold."""
+    rng, sample, base, root, policy = _setup(bases, workdir, seed)
+    if family == "blob-consistent":
+        rel = rng.choice(_files(base, "blob"))
+        p = own(root, rel)
+        raw = bytearray(p.read_bytes())
+        for _ in range(rng.choice([1, 8, 64])):
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+        p.write_bytes(bytes(raw))
+    else:
+        a, b = _files(base, "reference")[:2]
+        pa, pb = own(root, a), own(root, b)
+        da, db = pa.read_bytes(), pb.read_bytes()
+        pa.write_bytes(db)
+        pb.write_bytes(da)
+        rel = f"{a} <-> {b}"
+    refresh_digests(root)
+    outcome, what, _ = run_case(family, root, policy, f"{sample}: {rel}")
+    assert outcome.startswith("loaded"), (rel, outcome, getattr(what, "error", what))
+
+
+def test_enough_mutations():
+    assert sum(FAMILIES.values()) >= 300
+
+
+@pytest.mark.parametrize("policy", ["fingerprint", "decline-on-mismatch"])
+def test_layout_lie_runs_isolated(bases, workdir, policy):
+    """A manifest that shrinks a Linear weight's layout consistently (shape, strides, nbytes)
+    passes every check: the .so's own slot sizes are not visible through the Python AOTI
+    runner, and a generated kernel may read the slot past the smaller tensor.  Such
+    mutations are not run in-process; through the worker the caller survives whatever
+    happens, and the outcome is a failed load or a load whose verification flags it."""
+    from toolkit.isolation import load_isolated
+
+    root = make_case(bases["three_methods"], workdir)
+    d = read_json(root)
+    c = d["methods"][1]["constants"][0]  # probe's proj.weight, 32x32 float32
+    c.update(shape=[2, 2], strides=[2, 1], storage_offset=0, nbytes=16)
+    write_json(root, d)
+    iso = load_isolated(root, policy, timeout_s=300)
+    if iso.status == "failed":
+        outcome = f"isolated: failed load ({iso.error_type})"
+    else:
+        v = iso.verification.set_index("method")
+        assert not bool(v.loc["probe", "ok"]), "a shrunk weight cannot reproduce the eager output"
+        outcome = "isolated: loaded, verification flags the mutation"
+    OUTCOMES.setdefault("layout-lie-isolated", Counter())[outcome] += 1
