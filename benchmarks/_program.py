@@ -1,0 +1,160 @@
+"""The large prefill/decode program the GPU benchmarks load.
+
+A trivial graph over a few big weights, so AOTInductor compiles quickly while each method
+holds >= 2 GiB of constants (at the default hidden size 8192, float32: 256 MiB per weight):
+
+* ``layers.0..6.weight`` (hidden x hidden): the same tensors in both methods, genuinely shared;
+* ``head.weight`` (hidden x hidden): same FQN, metadata and shape, other data in ``decode``
+  (an independent sub-module: ExecuTorch's metadata check passes, the data differs);
+* ``adapter.weight``: same FQN, other shape (hidden x 512 vs hidden x 256): a metadata
+  mismatch ExecuTorch declines (or refuses, before #21959);
+* ``decode_bias``: only in ``decode``, so ``decode`` has a cache miss and ExecuTorch
+  policies upload its whole blob;
+* ``kv`` (8 x hidden): a buffer ``prefill`` writes and ``decode`` reads (optional).
+"""
+
+from __future__ import annotations
+
+import torch
+
+LAYERS = 7
+BATCH = {"prefill": 8, "decode": 1}
+
+
+class Mat(torch.nn.Module):
+    def __init__(self, rows: int, cols: int, gen: torch.Generator, device):
+        super().__init__()
+        w = torch.randn(rows, cols, generator=gen, device=device) * rows ** -0.5
+        self.weight = torch.nn.Parameter(w, requires_grad=False)
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+class _Base(torch.nn.Module):
+    def __init__(self, layers: torch.nn.ModuleList, head: Mat, adapter: Mat, hidden: int, with_kv: bool, device):
+        super().__init__()
+        self.layers = layers
+        self.head = head
+        self.adapter = adapter
+        self.with_kv = with_kv
+        if with_kv:
+            self.register_buffer("kv", torch.zeros(BATCH["prefill"], hidden, device=device))
+
+    def trunk(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+class Prefill(_Base):
+    def forward(self, x):
+        h = self.trunk(x)
+        if self.with_kv:
+            self.kv.copy_(h)  # prefill writes the cache
+        return self.adapter(torch.tanh(self.head(h)))
+
+
+class Decode(_Base):
+    def __init__(self, *args, hidden: int, device, **kw):
+        super().__init__(*args, hidden=hidden, device=device, **kw)
+        g = torch.Generator(device=device).manual_seed(300)
+        self.register_buffer("decode_bias", torch.randn(hidden, generator=g, device=device) * 0.1)
+
+    def forward(self, x):
+        h = self.trunk(x) + self.decode_bias
+        if self.with_kv:
+            h = h + self.kv.sum(0)  # decode reads it
+        return self.adapter(torch.tanh(self.head(h)))
+
+
+def methods(device: str = "cuda", hidden: int = 8192, with_kv: bool = True) -> dict:
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(0)
+    layers = torch.nn.ModuleList([Mat(hidden, hidden, g, dev) for _ in range(LAYERS)])
+    common = dict(hidden=hidden, with_kv=with_kv, device=dev)
+    prefill = Prefill(layers, Mat(hidden, hidden, g, dev), Mat(hidden, 512, g, dev), **common)
+    decode = Decode(layers, Mat(hidden, hidden, g, dev), Mat(hidden, 256, g, dev), **common)
+    gi = torch.Generator(device=dev).manual_seed(1)
+    return {
+        "prefill": (prefill, (torch.randn(BATCH["prefill"], hidden, generator=gi, device=dev),)),
+        "decode": (decode, (torch.randn(BATCH["decode"], hidden, generator=gi, device=dev),)),
+    }
+
+
+def build(out_dir, device: str = "cuda", hidden: int = 8192):
+    """Build (or reuse) the program; falls back to no ``kv`` buffer if that fails to compile."""
+    from pathlib import Path
+
+    from toolkit import build_program, open_program
+    from toolkit.errors import ToolkitError
+
+    out = Path(out_dir)
+    if (out / "manifest.json").is_file():
+        try:
+            return open_program(out), 0.0, "reused"
+        except ToolkitError:
+            pass
+    import time
+
+    t = time.perf_counter()
+    try:
+        prog = build_program(methods(device, hidden, True), out, device=device, name="bench_prefill_decode",
+                             description="benchmarks/_program.py", progress=False, overwrite=True)
+        note = "with kv buffer"
+    except Exception as e:  # keep the benchmark alive: the kv mutation is the riskiest part
+        print(f"build with the kv buffer failed ({type(e).__name__}: {str(e)[:200]}); building without it")
+        prog = build_program(methods(device, hidden, False), out, device=device, name="bench_prefill_decode",
+                             description="benchmarks/_program.py (no kv)", progress=False, overwrite=True)
+        note = "without kv buffer (build with it failed)"
+    return prog, time.perf_counter() - t, note
+
+
+def check_stager(device) -> str:
+    """Upload a few odd-sized constants through runtime.HostStager and compare the bytes.
+
+    Returns "" when every byte arrived, else what went wrong.  The GPU benchmarks call it
+    first and fall back to the unstaged upload (saying so) rather than measure a broken path.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from toolkit.manifest import ConstantSpec
+    from toolkit.runtime import HostStager, upload_constant
+    from toolkit.vocab import ConstantKind
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return ""
+    sizes = [0, 1, 4096 + 3, (8 << 20) + 5, (64 << 20) * 2 + 12345]
+    data = torch.randint(0, 256, (sum(sizes) + 64,), dtype=torch.uint8)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            blob = Path(d) / "blob"
+            blob.write_bytes(data.numpy().tobytes())
+            stager = HostStager(dev, chunk_bytes=64 << 20)
+            off = 7
+            for n in sizes:
+                c = ConstantSpec(name=f"c{n}", fqn=f"c{n}", kind=ConstantKind.BUFFER, mutated=False, dtype="uint8",
+                                 shape=(n,), strides=(1,), storage_offset=0, nbytes=n, offset=off, digest="0" * 64)
+                got = upload_constant(blob, c, dev, stager).cpu()
+                if not torch.equal(got, data[off: off + n]):
+                    return f"bytes differ for a {n}-byte constant"
+                off += n
+            stager.close()
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def stager_or_fallback(device) -> str:
+    """Run check_stager; on failure make the loader use the unstaged upload.  Returns a note."""
+    problem = check_stager(device)
+    if not problem:
+        return "HostStager" if torch.device(device).type == "cuda" else "cpu"
+    import toolkit.loader as loader
+
+    print(f"!!! HostStager check failed ({problem}); measuring the unstaged upload instead")
+    loader.HostStager = lambda dev: None  # Session then passes staging=None
+    return f"unstaged (HostStager check failed: {problem})"

@@ -1,0 +1,226 @@
+"""Device memory per policy on a large prefill/decode program, measured at the driver level.
+
+    python benchmarks/gpu_memory.py [--program-dir DIR] [--hidden 8192] [--device cuda] [--out DIR]
+
+Builds (once) the program of benchmarks/_program.py (>= 2 GiB of constants per method at
+hidden 8192), then, per policy, in one process, one after another:
+
+* resident bytes: cudaMemGetInfo (total - free) after the load minus before it.  AOTInductor
+  allocates constants with plain cudaMalloc, invisible to torch.cuda.memory_allocated();
+* peak bytes during the load: the larger of a background thread polling cudaMemGetInfo
+  every millisecond and the loader's own 'peak' samples (taken after every allocating step);
+* M (toolkit.analysis.memory_floor), the largest constant, load seconds, the methods whose
+  outputs differ from the eager reference, and bytes NOT returned after unloading (torch
+  <= 2.13 leaks one reference per tensor installed user-managed: toolkit-owned uploads are
+  never freed; see background.md) — each policy's baseline is measured afresh;
+* per method: bytes the method added, whether it uploaded its whole blob, own uploads.
+
+Writes gpu_memory.csv, gpu_memory_methods.csv and gpu_memory.png.  ``--device cpu`` runs
+the same code on the CPU (memory is then the loader's accounting), to check the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import threading
+import time
+from pathlib import Path
+
+import _common
+import pandas as pd
+import torch
+
+import _program
+from toolkit import POLICIES, load_program
+from toolkit.analysis import memory_floor, run_analysis
+from toolkit.vocab import EventKind
+
+GIB = _common.GIB
+
+
+class DeviceMemory:
+    """Driver-level bytes in use on one device, plus a polling thread for peaks."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def in_use(self) -> int:
+        if not self.cuda:
+            return 0
+        free, total = torch.cuda.mem_get_info(self.device)
+        return int(total - free)
+
+    def settle(self) -> int:
+        gc.collect()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+        return self.in_use()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._peak = max(self._peak, self.in_use())
+            time.sleep(0.001)
+
+    def start(self) -> None:
+        self._peak = self.in_use()
+        self._stop.clear()
+        if self.cuda:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+
+    def stop(self) -> int:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        return max(self._peak, self.in_use())
+
+
+def measure_policy(prog, policy: str, dev: torch.device, floor) -> tuple[dict, list[dict]]:
+    mem = DeviceMemory(dev)
+    base = mem.settle()
+    mem.start()
+    t = time.perf_counter()
+    s = load_program(prog, policy, device=str(dev), check_integrity=False)
+    load_s = time.perf_counter() - t
+    polled_peak = mem.stop()
+    after = mem.in_use()
+    m = s.memory
+    loader_peak = int(m[m["phase"] == "peak"]["bytes_in_use"].max()) if len(m) else 0
+    if not mem.cuda:  # CPU: the loader's accounting is the measurement
+        after, base, polled_peak = s.device_bytes, 0, loader_peak
+    peak = max(polled_peak, loader_peak if mem.cuda else 0)
+    v = s.verify()
+    wrong = v[v["ran"] & ~v["ok"]]["method"].tolist()
+    not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
+    pred = run_analysis(prog, policy, device=str(dev))
+    blob_methods = {e.method for e in s.log if e.kind is EventKind.BLOB_UPLOADED}
+    methods = []
+    for spec in prog.methods:
+        mm = m[m["method"] == spec.name]
+        lm = s.methods.get(spec.name)
+        before_b = mm[mm["phase"] == "before"]["bytes_in_use"]
+        after_b = mm[mm["phase"] == "after"]["bytes_in_use"]
+        peak_b = mm[mm["phase"] == "peak"]["bytes_in_use"]
+        methods.append({
+            "policy": policy, "method": spec.name, "loaded": lm is not None,
+            "added_bytes": int(after_b.iloc[0] - before_b.iloc[0]) if len(after_b) and len(before_b) else 0,
+            "peak_over_before_bytes": int(peak_b.iloc[0] - before_b.iloc[0]) if len(peak_b) and len(before_b) else 0,
+            "whole_blob_bytes": lm.whole_blob_bytes if lm else 0,
+            "own_upload_bytes": lm.own_upload_bytes if lm else 0,
+            "whole_blob_uploaded": spec.name in blob_methods,
+            "blob_file_bytes": spec.blob_bytes,
+            "wrong": spec.name in wrong, "runnable": bool(lm and lm.runnable),
+        })
+    decisions = s.decisions["decision"].value_counts().to_dict() if len(s.decisions) else {}
+    status = s.status
+    s.close()
+    del s, v
+    left = mem.settle() - base if mem.cuda else 0
+    resident = after - base
+    row = {
+        "policy": policy, "status": status, "M_bytes": floor.total_bytes, "resident_bytes": resident,
+        "peak_bytes": peak - base if mem.cuda else peak,
+        "resident_over_M": round(resident / floor.total_bytes, 4),
+        "peak_minus_M_bytes": (peak - base if mem.cuda else peak) - floor.total_bytes,
+        "largest_constant_bytes": floor.largest_constant_bytes,
+        "accounted_bytes": pred.device_bytes, "load_seconds": round(load_s, 3),
+        "wrong_methods": ";".join(wrong), "not_runnable": ";".join(not_runnable),
+        "not_returned_after_unload_bytes": left,
+        "shared": decisions.get("shared", 0), "declined": decisions.get("declined", 0),
+        "loaded_constants": decisions.get("loaded", 0), "private": decisions.get("private", 0),
+        "refused": decisions.get("refused", 0), "loader_peak_bytes": loader_peak - base if mem.cuda else loader_peak,
+        "baseline_bytes": base, "measure": "cudaMemGetInfo total-free" if mem.cuda else "loader accounting (cpu)",
+    }
+    return row, methods
+
+
+def plot(df: pd.DataFrame, ax=None):
+    """Resident and peak device memory per policy against the floor M; returns the Figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+    else:
+        fig = ax.figure
+    x = range(len(df))
+    ax.bar([i - 0.2 for i in x], df["resident_bytes"] / GIB, width=0.4, label="resident after load")
+    ax.bar([i + 0.2 for i in x], df["peak_bytes"] / GIB, width=0.4, label="peak during load")
+    m = df["M_bytes"].iloc[0] / GIB
+    ax.axhline(m, color="k", ls="--", lw=1, label=f"floor M = {m:.2f} GiB")
+    labels = []
+    for _, r in df.iterrows():
+        tag = "FAILED" if r["status"] != "loaded" else (f"wrong: {r['wrong_methods']}" if r["wrong_methods"] else "correct")
+        labels.append(f"{r['policy']}\n{tag}")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("GiB (driver level)")
+    info = _common.machine()
+    ax.set_title(f"Device memory per policy, {info['gpu']}, torch {info['torch']}, {info['date_utc']} UTC", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--program-dir", default=str(_common.REPO / ".cache" / "bench_prefill_decode"))
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", dev.index or 0)
+        torch.zeros(1, device=dev)  # the CUDA context exists before any baseline
+    upload_path = _program.stager_or_fallback(dev)
+    prog, build_s, note = _program.build(args.program_dir, dev.type, args.hidden)
+    floor = memory_floor(prog, device=str(dev))
+    sizes = {m.name: sum(c.nbytes for c in m.constants) for m in prog.methods}
+    print(f"program built in {build_s:.1f}s ({note}); constants per method: "
+          + ", ".join(f"{k} {v / GIB:.3f} GiB" for k, v in sizes.items()))
+    print(floor)
+    rows, mrows = [], []
+    for policy in args.policies:
+        row, methods = measure_policy(prog, policy, dev, floor)
+        row["build_seconds"] = round(build_s, 1)
+        row["program_note"] = note
+        row["upload_path"] = upload_path
+        rows.append(row)
+        mrows.extend(methods)
+        print(f"{policy:>20}: {row['status']:>6}  resident {row['resident_bytes'] / GIB:7.3f} GiB "
+              f"({row['resident_over_M']:.3f} M)  peak {row['peak_bytes'] / GIB:7.3f} GiB  "
+              f"load {row['load_seconds']:6.2f}s  wrong [{row['wrong_methods']}]  "
+              f"not returned {row['not_returned_after_unload_bytes'] / GIB:.3f} GiB", flush=True)
+    df = pd.DataFrame(rows)
+    mdf = pd.DataFrame(mrows)
+    p1 = _common.write_csv(df, "gpu_memory.csv", args.out)
+    _common.write_csv(mdf, "gpu_memory_methods.csv", args.out)
+    fig = plot(df)
+    out = Path(args.out) if args.out else _common.RESULTS
+    fig.savefig(out / "gpu_memory.png", dpi=120)
+    print()
+    print(mdf[["policy", "method", "added_bytes", "whole_blob_uploaded", "whole_blob_bytes", "own_upload_bytes",
+               "wrong"]].to_string(index=False))
+    fp = df[df["policy"] == "fingerprint"]
+    if len(fp):
+        r = fp.iloc[0]
+        print(f"\nfingerprint: resident {r['resident_over_M']:.4f} x M (target <= 1.02), peak - M = "
+              f"{r['peak_minus_M_bytes'] / (1 << 20):.1f} MiB (target <= largest constant "
+              f"{r['largest_constant_bytes'] / (1 << 20):.0f} MiB), wrong [{r['wrong_methods']}]")
+    print(f"written to {p1.parent}")
+    return df, mdf
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Two-GPU placement: prefill on cuda:0, decode on cuda:1, every policy, memory per device.
+
+    python benchmarks/placement.py [--program-dir DIR] [--hidden 8192] [--out DIR]
+
+Needs two CUDA devices (the nvidia-h200-x2 kind).  A cached tensor on cuda:0 cannot serve
+a slot on cuda:1: ExecuTorch's metadata check compares device_index on the miss path
+(decline, or refuse before #21959); on the all-hit path nothing is compared, and the
+loader's out-of-bounds guard must stop the cross-device alias.  Per policy and device:
+bytes added (cudaMemGetInfo), the floor M for that device, decisions by reason for decode,
+wrong and not-runnable methods.  Writes placement.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+
+import _common
+import pandas as pd
+import torch
+
+import _program
+from toolkit import POLICIES, load_program
+from toolkit.analysis import memory_floor, run_analysis
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--program-dir", default=str(_common.REPO / ".cache" / "bench_prefill_decode"))
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if torch.cuda.device_count() < 2:
+        print(f"placement: needs 2 CUDA devices, this machine has {torch.cuda.device_count()}: not run")
+        return None
+    devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    for d in devs:
+        torch.zeros(1, device=d)  # contexts exist before any baseline
+    upload_path = _program.stager_or_fallback(devs[0])
+    prog, _, _ = _program.build(args.program_dir, "cuda", args.hidden)
+    names = prog.manifest.method_names
+    placement = {names[0]: "cuda:0", names[1]: "cuda:1"}
+    floor = memory_floor(prog, device=placement)
+
+    def in_use(d):
+        free, total = torch.cuda.mem_get_info(d)
+        return int(total - free)
+
+    def settle():
+        gc.collect()
+        for d in devs:
+            torch.cuda.synchronize(d)
+        torch.cuda.empty_cache()
+        return {str(d): in_use(d) for d in devs}
+
+    rows = []
+    for policy in args.policies:
+        base = settle()
+        s = load_program(prog, policy, device=placement, check_integrity=False)
+        after = {str(d): in_use(d) for d in devs}
+        v = s.verify()
+        wrong = v[v["ran"] & ~v["ok"]]["method"].tolist()
+        not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
+        d = s.decisions
+        second = d[d["method"] == names[1]]
+        reasons = second.groupby(["decision", "reason_code"]).size()
+        pred = run_analysis(prog, policy, device=placement)
+        pd_ = pred.decisions
+        same = (pd_[["method", "name", "decision", "reason_code"]].astype(str).values.tolist()
+                == d[["method", "name", "decision", "reason_code"]].astype(str).values.tolist())
+        status, error = s.status, s.error or ""
+        s.close()
+        del s, v
+        left = settle()
+        for dev in devs:
+            k = str(dev)
+            rows.append({
+                "policy": policy, "device": k, "status": status, "added_bytes": after[k] - base[k],
+                "M_device_bytes": floor.by_device.get(k, 0),
+                "not_returned_bytes": left[k] - base[k],
+                "decode_decisions": "; ".join(f"{a}/{b}: {n}" for (a, b), n in reasons.items()),
+                "wrong_methods": ";".join(wrong), "not_runnable": ";".join(not_runnable),
+                "dry_run_matches": same, "error": error[:200], "upload_path": upload_path,
+            })
+        print(f"{policy:>20}: {status:>6} cuda:0 +{(after['cuda:0'] - base['cuda:0']) / _common.GIB:.3f} GiB "
+              f"(M {floor.by_device.get('cuda:0', 0) / _common.GIB:.3f}), cuda:1 "
+              f"+{(after['cuda:1'] - base['cuda:1']) / _common.GIB:.3f} GiB (M {floor.by_device.get('cuda:1', 0) / _common.GIB:.3f}); "
+              f"wrong [{';'.join(wrong)}] not runnable [{';'.join(not_runnable)}]; dry run matches: {same}\n"
+              f"{'':>22}decode: {rows[-1]['decode_decisions']}", flush=True)
+    df = pd.DataFrame(rows)
+    path = _common.write_csv(df, "placement.csv", args.out)
+    print(f"written to {path}")
+    return df
+
+
+if __name__ == "__main__":
+    main()
