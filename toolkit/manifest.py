@@ -166,7 +166,15 @@ class _Reader:
         v = self.get(d, key, where)
         if not isinstance(v, str) or (not allow_empty and not v):
             raise self.fail(f"{where}.{key}" if where else key, f"expected a {'non-empty ' if not allow_empty else ''}string, got {v!r}"[:300])
+        self.unicode(v, f"{where}.{key}" if where else key)
         return v
+
+    def unicode(self, v: str, where: str) -> None:
+        # JSON escapes can spell lone surrogates, which no UTF-8 file (CSV, HTML) can hold
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.fail(where, f"text {v!r} is not valid Unicode (lone surrogate)"[:300]) from None
 
     def int_(self, d: dict, key: str, where: str, *, minimum: int = 0) -> int:
         v = self.get(d, key, where)
@@ -281,6 +289,7 @@ def parse_manifest(data: Any, path: Path) -> ProgramManifest:
     files: dict[str, FileRecord] = {}
     for rel, rec_raw in files_raw.items():
         fw = f"files[{rel!r}]"
+        r.unicode(rel, fw)
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise r.fail(fw, f"path {rel!r} escapes the program directory")
         rec = r.obj(rec_raw, fw)
