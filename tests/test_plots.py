@@ -50,6 +50,12 @@ def test_collision_matrix_marks_wrong_methods():
     assert plots.figure_png(fig).startswith(b"\x89PNG")
 
 
+def test_collision_matrix_can_keep_only_colliding_names():
+    fig = plots.collision_matrix(SYNTH, only_colliding=True)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == ["_tensor_constant0", "layers.0.w"]  # "b" is held by one method only
+
+
 def test_plots_draw_on_the_given_axes():
     fig = Figure()
     ax1, ax2 = fig.subplots(1, 2)

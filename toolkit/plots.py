@@ -79,12 +79,14 @@ def collision_matrix_data(decisions: pd.DataFrame, method_order: Sequence[str] |
 
 
 def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verification: pd.DataFrame | None = None,
-                     wrong_methods: Iterable[str] = (), ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+                     wrong_methods: Iterable[str] = (), only_colliding: bool = False, ax: "Axes | None" = None,
+                     title: str | None = None) -> "Figure":
     """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
 
     Methods whose output was wrong (``verification`` rows that ran and failed, plus
     ``wrong_methods``) are labelled in red with a cross.  An empty cell: the method has no
-    constant of that name (or its load never got there).
+    constant of that name (or its load never got there).  ``only_colliding`` keeps only the
+    names that more than one method holds (the only ones sharing can touch).
     """
     from matplotlib.patches import Patch, Rectangle
 
@@ -97,6 +99,8 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
         default_title = f"{s.program.name}: {s.policy.name.value}"
     wrong = _wrong_from(verification) | set(wrong_methods)
     grid = collision_matrix_data(decisions, order)
+    if only_colliding:
+        grid = grid.loc[:, (grid != "").sum(axis=0) > 1]
     n_rows, n_cols = grid.shape
     fig, ax = _axes(ax, (min(3.0 + 0.55 * max(n_cols, 1), 18.0), 1.6 + 0.45 * max(n_rows, 1)))
     label_cells = n_cols <= 16
@@ -137,7 +141,7 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     return fig
 
 
-def _short(key: str, width: int = 28) -> str:
+def _short(key: str, width: int = 36) -> str:
     return key if len(key) <= width else "\u2026" + key[-(width - 1):]
 
 
@@ -219,8 +223,8 @@ def memory_by_policy(sessions: "Session | Mapping[str, Session] | Sequence[Sessi
                        fontsize=8)
     ax.set_ylabel("constant bytes on device")
     top = max(bottoms + [floor or 0]) or 1
-    ax.set_ylim(0, top * 1.22)
-    _bytes_axis(ax.yaxis, top * 1.22)
+    ax.set_ylim(0, top * 1.3)
+    _bytes_axis(ax.yaxis, top * 1.3)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     default = f"{program_name}: device memory per method and policy" if program_name else "device memory per method and policy"
     ax.set_title(title if title is not None else default, fontsize=10)
@@ -342,17 +346,22 @@ def policy_tradeoff(comparison: pd.DataFrame, *, ax: "Axes | None" = None, minim
         bad = _count(r.get("wrong_methods")) + _count(r.get("not_runnable"))
         key = (float(r["device_bytes"]), bad, bool(r["loaded"]))
         pts.setdefault(key, []).append(str(r["policy"]))
+    rank: dict[tuple[float, int, bool], int] = {}  # position of a point among those on its row, by x
+    for key in sorted(pts, key=lambda k: (k[1], k[0])):
+        rank[key] = sum(1 for other in rank if other[1] == key[1])
     for (x, bad, loaded), names in pts.items():
         colour = "#3d85c6" if bad == 0 and loaded else (WRONG_COLOUR if bad else "#999999")
         ax.scatter([x], [bad], s=90, zorder=3, color=colour if loaded else "white", edgecolors=colour, linewidths=2)
         label = "\n".join(names) + ("" if loaded else "\n(load refused)")
-        ax.annotate(label, (x, bad), textcoords="offset points", xytext=(8, 4), fontsize=8, va="bottom")
+        above = rank[(x, bad, loaded)] % 2 == 0  # neighbours on one row alternate above / below
+        ax.annotate(label, (x, bad), textcoords="offset points", xytext=(8, 5 if above else -5), fontsize=8,
+                    va="bottom" if above else "top")
     if minimum is not None:
         ax.axvline(minimum, color="#444444", linestyle="--", linewidth=1.0)
         ax.annotate(f"minimum {format_bytes(minimum)}", (minimum, 0), textcoords="offset points", xytext=(4, -14),
                     fontsize=8, color="#444444")
     ys = [k[1] for k in pts] or [0]
-    ax.set_ylim(-0.6, max(ys) + 0.8)
+    ax.set_ylim(-0.9, max(ys) + 0.9)
     ax.set_yticks(range(0, max(ys) + 1))
     xs = [k[0] for k in pts] + ([minimum] if minimum is not None else [])
     hi = max(xs) if xs else 1.0
