@@ -182,3 +182,59 @@ def test_report_module_does_not_import_presentation_libraries():
             "print(any(m.split('.')[0] in ('matplotlib', 'ipywidgets') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ rich display of sessions (tables.py)
+
+
+def _fake_session(name: str, status: str = "loaded", error: str | None = None):
+    """Just what session_summary / session_html read, with a real event log."""
+    from types import SimpleNamespace
+
+    from toolkit import events as ev
+    from toolkit.vocab import Decision, Reason, Source
+
+    log = ev.EventLog()
+    for method, decision in (("m1", Decision.LOADED), ("m2", Decision.SHARED)):
+        log.record(ev.Decided, method, name=name, fqn=name, constant_kind="buffer", mutated=False, lookup="hit",
+                   decision=decision, reason_code=Reason.NAME_HIT, reason=f"<i>{name}</i>", source=Source.CACHE,
+                   shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)", digest="d",
+                   cached_method="", cached_dtype="", cached_shape="", cached_strides="", cached_digest="")
+    spec = SimpleNamespace(blob_bytes=64)
+    methods = {"m1": SimpleNamespace(device_bytes=64, runnable=True, problems=[], device="cpu", spec=spec),
+               "m2": SimpleNamespace(device_bytes=0, runnable=False, problems=["x"], device="cpu", spec=spec)}
+    return SimpleNamespace(
+        log=log, program=SimpleNamespace(name=name, methods=[spec, spec], device="cpu"),
+        policy=SimpleNamespace(name=SimpleNamespace(value="name-only")), status=status, error=error,
+        failed_method="m2" if error else None, methods=methods, device_bytes=64)
+
+
+def test_session_text_summary():
+    from toolkit.tables import session_summary
+
+    text = session_summary(_fake_session("w", status="failed", error="boom"))
+    lines = text.splitlines()
+    assert lines[0] == "program 'w' (2 methods, cpu) under policy 'name-only': failed"
+    assert "  error in 'm2': boom" in lines
+    assert "  decisions: loaded 1, shared 1" in lines
+    assert "  64 constant bytes on device in all (each of these methods on its own blob: 128)" in lines
+    assert any(ln.startswith("  m2: 0 constant bytes on cpu  NOT RUNNABLE") for ln in lines)
+
+
+def test_session_html_escapes_and_colours():
+    from toolkit.tables import DECISION_COLOURS, session_html
+
+    evil = "<img src=x onerror=alert(1)>"
+    h = session_html(_fake_session(evil, status="failed", error=f"bad {evil}"))
+    assert "<img" not in h and "&lt;img src=x onerror=alert(1)&gt;" in h
+    assert "<table>" in h and h.count("<tr>") == 3
+    assert f'style="background-color: {DECISION_COLOURS["shared"]}"' in h
+    assert "color: #cc0000" in h  # a failed load stands out
+    assert "(not runnable)" in h
+
+
+@pytest.mark.slow
+def test_real_session_reprs(name_only_report):
+    s, _v, _r = name_only_report
+    assert repr(s).startswith("program 'total_collision' (2 methods, cpu) under policy 'name-only': loaded")
+    assert "name_hit_unchecked" in s._repr_html_()

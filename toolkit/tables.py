@@ -73,6 +73,7 @@ def decision_counts(decisions: pd.DataFrame) -> dict[str, int]:
 
 
 def session_summary(session: "Session") -> str:
+    """A few lines for a terminal: status, decision counts, bytes per method."""
     d = decisions_frame(session.log)
     counts = decision_counts(d) if len(d) else {}
     lines = [
@@ -82,34 +83,65 @@ def session_summary(session: "Session") -> str:
     if session.error:
         lines.append(f"  error in {session.failed_method!r}: {session.error}")
     lines.append("  decisions: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    if session.methods:
+        unshared = sum(lm.spec.blob_bytes for lm in session.methods.values())
+        lines.append(f"  {session.device_bytes:,} constant bytes on device in all "
+                     f"(each of these methods on its own blob: {unshared:,})")
     for name, lm in session.methods.items():
         flag = "" if lm.runnable else "  NOT RUNNABLE: " + "; ".join(lm.problems)
         lines.append(f"  {name}: {lm.device_bytes:,} constant bytes on {lm.device}{flag}")
     return "\n".join(lines)
 
 
+# Background colours of decisions in HTML tables and plots (pastel, so text on them stays readable).
 DECISION_COLOURS = {
     "loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc", "private": "#eeeeee", "refused": "#f4cccc",
 }
+_HTML_MAX_ROWS = 200
 
 
 def session_html(session: "Session") -> str:
+    """The notebook view of a session: summary, decision counts as a colour key, and the
+    decision table with the decision column colour-coded.  Every value is escaped (constant
+    names come from the program, which may be untrusted)."""
     import html
 
     d = decisions_frame(session.log)
-    head = html.escape(session_summary(session)).replace("\n", "<br>")
-    if not len(d):
-        return f"<div><p>{head}</p></div>"
-    cols = ["method", "name", "fqn", "lookup", "decision", "reason"]
-    out = ["<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>"]
-    for row in d[cols].itertuples(index=False):
-        cells = []
-        for c, v in zip(cols, row):
-            style = f' style="background-color: {DECISION_COLOURS.get(v, "")}"' if c == "decision" else ""
-            cells.append(f"<td{style}>{html.escape(str(v))}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
-    return f"<div><p>{head}</p>{''.join(out)}</div>"
+    counts = decision_counts(d) if len(d) else {}
+    ok = session.status == "loaded"
+    status = (f"<span style=\"color: {'#38761d' if ok else '#cc0000'}; font-weight: bold\">"
+              f"{html.escape(session.status)}</span>")
+    title = (f"<b>{html.escape(session.program.name)}</b> ({len(session.program.methods)} methods, "
+             f"{html.escape(session.program.device)}) under policy <b>{html.escape(session.policy.name.value)}</b>: "
+             f"{status}")
+    parts = [f"<p>{title}</p>"]
+    if session.error:
+        parts.append(f"<p style=\"color: #cc0000\">error in {html.escape(repr(session.failed_method))}: "
+                     f"{html.escape(session.error)}</p>")
+    badges = " ".join(
+        f"<span style=\"background-color: {DECISION_COLOURS.get(k, '#ffffff')}; padding: 1px 6px; "
+        f"border-radius: 3px\">{html.escape(k)} {v}</span>" for k, v in sorted(counts.items()))
+    parts.append(f"<p>decisions: {badges or 'none'}</p>")
+    if session.methods:
+        per_method = ", ".join(
+            f"{html.escape(name)} {lm.device_bytes:,}" + ("" if lm.runnable else " <b>(not runnable)</b>")
+            for name, lm in session.methods.items())
+        parts.append(f"<p>constant bytes on device: {session.device_bytes:,} ({per_method})</p>")
+    if len(d):
+        cols = ["method", "name", "fqn", "lookup", "decision", "reason_code", "reason", "shared_from"]
+        out = ["<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>"]
+        for row in d[cols].head(_HTML_MAX_ROWS).itertuples(index=False):
+            cells = []
+            for c, v in zip(cols, row):
+                text = str(getattr(v, "value", v))
+                style = f' style="background-color: {DECISION_COLOURS.get(text, "")}"' if c == "decision" else ""
+                cells.append(f"<td{style}>{html.escape(text)}</td>")
+            out.append("<tr>" + "".join(cells) + "</tr>")
+        out.append("</tbody></table>")
+        if len(d) > _HTML_MAX_ROWS:
+            out.append(f"<p>… {len(d) - _HTML_MAX_ROWS} more rows: see <code>session.decisions</code></p>")
+        parts.append("".join(out))
+    return f"<div>{''.join(parts)}</div>"
 
 
 def event_kinds(log: EventLog) -> list[EventKind]:
