@@ -86,7 +86,8 @@ def test_crafted_constant_names_through_a_failed_load(base, tmp_path):
                 c["name"], c["fqn"] = next(names), next(names)
     edit_manifest(root, craft)
     program = open_program(root)
-    crafted = {c.name for m in program.methods for c in m.constants} | {c.fqn for m in program.methods for c in m.constants}
+    constants = [c for m in program.methods for c in m.constants]
+    crafted = {c.name for c in constants} | {c.fqn for c in constants}
     s = load_program(program, "decline-on-mismatch")
     assert s.status == "failed" and s.failed_method == "prefill"
     report = collision_report(s)

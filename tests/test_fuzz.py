@@ -227,7 +227,8 @@ scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.integers(-3, 70000),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.sampled_from(INTERESTING),
 )
-json_values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+json_values = st.recursive(scalars,
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
                            max_leaves=6)
 
 
@@ -335,7 +336,8 @@ def _semantic(rng: random.Random, d: dict, sample: str) -> str:
         ops.append("shrink")  # only where an extern mm kernel checks the slot's shape (see module doc)
     op = rng.choice(ops)
     if op == "digest" and c:
-        c["digest"] = rng.choice([x["digest"] for o in methods for x in o["constants"]] + ["%064x" % rng.getrandbits(256)])
+        digests = [x["digest"] for o in methods for x in o["constants"]]
+        c["digest"] = rng.choice(digests + ["%064x" % rng.getrandbits(256)])
     elif op == "kind" and c:
         c["kind"] = rng.choice(["parameter", "buffer", "lifted_constant"])
     elif op == "mutated" and c:
@@ -359,7 +361,8 @@ def _semantic(rng: random.Random, d: dict, sample: str) -> str:
         c["offset"] = rng.randrange(0, (m["blob_bytes"] - c["nbytes"]) // 4 + 1) * 4
     elif op == "relayout" and c and len(c["shape"]) == 2 and c["storage_offset"] == 0:
         rows, cols = c["shape"]
-        c["shape"], c["strides"] = rng.choice([([rows * cols], [1]), ([cols, rows], [rows, 1]), ([rows, cols], [1, rows])])
+        c["shape"], c["strides"] = rng.choice([([rows * cols], [1]), ([cols, rows], [rows, 1]),
+                                               ([rows, cols], [1, rows])])
     elif op == "shrink" and c and len(c["shape"]) == 2:
         c.update(shape=[2, 2], strides=[2, 1], storage_offset=0, nbytes=16)
     else:

@@ -132,16 +132,13 @@ def load_isolated(program_or_path: "Program | str | Path", policy: str = "finger
     """
     import torch
 
+    from .loader import resolve_devices
     from .policies import get_policy
     from .program import check_compatible, open_program
 
     program = open_program(program_or_path)
     pol = get_policy(policy).name.value
-    if device is None or isinstance(device, str):
-        kinds = {torch.device(device).type} if device is not None else {program.device}
-    else:
-        kinds = {torch.device(d).type for d in device.values()} or {program.device}
-    for kind in kinds:
+    for kind in {d.type for d in resolve_devices(program, device).values()}:
         check_compatible(program, kind, torch.__version__)
     request = {
         "program": str(Path(program.root).resolve()),
