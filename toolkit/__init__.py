@@ -7,6 +7,7 @@ from .errors import (
     BuildError, IncompatibleProgramError, IntegrityError, LoadError, ManifestError, ProgramError, ToolkitError,
     WorkerCrashedError,
 )
+from .isolation import IsolatedLoad, load_isolated
 from .loader import Session, load_program
 from .manifest import Program
 from .policies import POLICIES, Policy, get_policy
@@ -15,7 +16,7 @@ from .vocab import Decision, Lookup, PolicyName
 
 __all__ = [
     "POLICIES", "BuildError", "Decision", "IncompatibleProgramError", "IntegrityError", "LoadError", "Lookup",
-    "ManifestError", "Policy", "PolicyName", "Program", "ProgramError", "Session", "ToolkitError",
-    "WorkerCrashedError", "build_program", "compare_policies", "get_policy", "load_program", "open_program",
+    "IsolatedLoad", "ManifestError", "Policy", "PolicyName", "Program", "ProgramError", "Session", "ToolkitError",
+    "WorkerCrashedError", "build_program", "compare_policies", "get_policy", "load_isolated", "load_program", "open_program",
 ]
 __version__ = "0.1.0"
