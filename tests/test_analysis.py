@@ -124,3 +124,26 @@ def test_analysis_inputs_and_placement(built_sample, tmp_path):
         analyze(prog, "fingerprint", device={"nope": "cpu"})
     with pytest.raises(ValueError):
         analyze(prog, "no-such-policy")
+
+
+@pytest.mark.slow
+def test_unload_returns_toolkit_owned_memory(built_sample):
+    """torch <= 2.13 leaks a reference per user-managed tensor (PR #194480 fixes it): the
+    container gets non-owning aliases, so our uploads are freed when the last user unloads."""
+    import gc
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    prog = built_sample("three_methods")
+    s = load_program(prog, "fingerprint")
+    assert s.verify()["ok"].all()
+    refs = [StorageWeakRef(t.untyped_storage()) for lm in s.methods.values() for t in lm.own_tensors.values()]
+    assert refs
+    first = prog.manifest.method_names[0]
+    s.unload(first)  # shared entries stay alive for the methods still using them
+    gc.collect()
+    assert s.verify().set_index("method").drop(index=first)["ok"].all()
+    s.close()
+    del s
+    gc.collect()
+    assert all(r.expired() for r in refs)
