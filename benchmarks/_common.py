@@ -53,3 +53,22 @@ def write_csv(frame, name: str, out_dir: str | Path | None = None) -> Path:
 
 def gib(n: float) -> str:
     return f"{n / GIB:.3f}"
+
+
+def run_child(script: str | Path, args: list[str], timeout: float = 120) -> dict:
+    """Run ``python script --child ... args`` in a fresh process; return the JSON it printed last.
+
+    One process per measured load: the CUDA caching allocator of an earlier load in the same
+    process would otherwise serve later allocations from its cached segments and hide them
+    from cudaMemGetInfo, and whatever an earlier load failed to free would shift baselines.
+    """
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(script), "--child", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise RuntimeError(f"child {Path(script).name} {args} failed (rc {proc.returncode}):\n{tail}")
+    return json.loads(lines[-1])

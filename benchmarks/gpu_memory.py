@@ -81,7 +81,33 @@ class DeviceMemory:
         return max(self._peak, self.in_use())
 
 
-def measure_policy(prog, policy: str, dev: torch.device, floor) -> tuple[dict, list[dict]]:
+def _method_rows(s, prog, policy: str, wrong: list[str]) -> list[dict]:
+    # A helper, so no LoadedMethod reference outlives it: one left in a local variable kept
+    # a container (and its whole blob) alive after close() in an earlier version.
+    m = s.memory
+    blob_methods = {e.method for e in s.log if e.kind is EventKind.BLOB_UPLOADED}
+    rows = []
+    for spec in prog.methods:
+        mm = m[m["method"] == spec.name]
+        lm = s.methods.get(spec.name)
+        before_b = mm[mm["phase"] == "before"]["bytes_in_use"]
+        after_b = mm[mm["phase"] == "after"]["bytes_in_use"]
+        peak_b = mm[mm["phase"] == "peak"]["bytes_in_use"]
+        rows.append({
+            "policy": policy, "method": spec.name, "loaded": lm is not None,
+            "added_bytes": int(after_b.iloc[0] - before_b.iloc[0]) if len(after_b) and len(before_b) else 0,
+            "peak_over_before_bytes": int(peak_b.iloc[0] - before_b.iloc[0]) if len(peak_b) and len(before_b) else 0,
+            "whole_blob_bytes": lm.whole_blob_bytes if lm else 0,
+            "own_upload_bytes": lm.own_upload_bytes if lm else 0,
+            "whole_blob_uploaded": spec.name in blob_methods,
+            "blob_file_bytes": spec.blob_bytes,
+            "wrong": spec.name in wrong, "runnable": bool(lm and lm.runnable),
+        })
+    return rows
+
+
+def measure_policy(prog, policy: str, dev: torch.device, floor, label: str | None = None) -> tuple[dict, list[dict]]:
+    """One load, measured.  Run it in a fresh process (see --child) for clean baselines."""
     mem = DeviceMemory(dev)
     base = mem.settle()
     mem.start()
@@ -99,32 +125,16 @@ def measure_policy(prog, policy: str, dev: torch.device, floor) -> tuple[dict, l
     wrong = v[v["ran"] & ~v["ok"]]["method"].tolist()
     not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
     pred = run_analysis(prog, policy, device=str(dev))
-    blob_methods = {e.method for e in s.log if e.kind is EventKind.BLOB_UPLOADED}
-    methods = []
-    for spec in prog.methods:
-        mm = m[m["method"] == spec.name]
-        lm = s.methods.get(spec.name)
-        before_b = mm[mm["phase"] == "before"]["bytes_in_use"]
-        after_b = mm[mm["phase"] == "after"]["bytes_in_use"]
-        peak_b = mm[mm["phase"] == "peak"]["bytes_in_use"]
-        methods.append({
-            "policy": policy, "method": spec.name, "loaded": lm is not None,
-            "added_bytes": int(after_b.iloc[0] - before_b.iloc[0]) if len(after_b) and len(before_b) else 0,
-            "peak_over_before_bytes": int(peak_b.iloc[0] - before_b.iloc[0]) if len(peak_b) and len(before_b) else 0,
-            "whole_blob_bytes": lm.whole_blob_bytes if lm else 0,
-            "own_upload_bytes": lm.own_upload_bytes if lm else 0,
-            "whole_blob_uploaded": spec.name in blob_methods,
-            "blob_file_bytes": spec.blob_bytes,
-            "wrong": spec.name in wrong, "runnable": bool(lm and lm.runnable),
-        })
+    label = label or policy
+    methods = _method_rows(s, prog, label, wrong)
     decisions = s.decisions["decision"].value_counts().to_dict() if len(s.decisions) else {}
     status = s.status
     s.close()
-    del s, v
+    del s, v, m
     left = mem.settle() - base if mem.cuda else 0
     resident = after - base
     row = {
-        "policy": policy, "status": status, "M_bytes": floor.total_bytes, "resident_bytes": resident,
+        "policy": label, "status": status, "M_bytes": floor.total_bytes, "resident_bytes": resident,
         "peak_bytes": peak - base if mem.cuda else peak,
         "resident_over_M": round(resident / floor.total_bytes, 4),
         "peak_minus_M_bytes": (peak - base if mem.cuda else peak) - floor.total_bytes,
@@ -138,6 +148,32 @@ def measure_policy(prog, policy: str, dev: torch.device, floor) -> tuple[dict, l
         "baseline_bytes": base, "measure": "cudaMemGetInfo total-free" if mem.cuda else "loader accounting (cpu)",
     }
     return row, methods
+
+
+def child(args) -> None:
+    """--child POLICY: one measured load in this (fresh) process; prints one JSON line."""
+    import json
+
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", dev.index or 0)
+        torch.zeros(1, device=dev)
+    if args.unstaged:
+        import toolkit.loader as loader_mod
+
+        loader_mod.HostStager = lambda d: None
+    label = args.child
+    if args.no_alias:  # what torch <= 2.13 does to installed toolkit-owned tensors without the alias
+        import toolkit.runtime as runtime_mod
+
+        runtime_mod.non_owning_alias = lambda t: t
+        label = f"{args.child} [no alias: torch leak]"
+    from toolkit import open_program
+
+    prog = open_program(args.program_dir)
+    floor = memory_floor(prog, device=str(dev))
+    row, methods = measure_policy(prog, args.child, dev, floor, label)
+    print(json.dumps({"row": row, "methods": methods}, default=int))
 
 
 def plot(df: pd.DataFrame, ax=None):
@@ -177,7 +213,13 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--child-timeout", type=float, default=120)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--no-alias", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--unstaged", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        return child(args)
 
     dev = torch.device(args.device)
     if dev.type == "cuda":
@@ -191,14 +233,25 @@ def main(argv=None):
           + ", ".join(f"{k} {v / GIB:.3f} GiB" for k, v in sizes.items()))
     print(floor)
     rows, mrows = [], []
-    for policy in args.policies:
-        row, methods = measure_policy(prog, policy, dev, floor)
+    runs = [(p, []) for p in args.policies]
+    if "fingerprint" in args.policies:
+        runs.append(("fingerprint", ["--no-alias"]))
+    for policy, extra in runs:
+        flags = ["--program-dir", args.program_dir, "--device", args.device, *extra]
+        if not upload_path.startswith(("HostStager", "cpu")):
+            flags.append("--unstaged")
+        try:
+            got = _common.run_child(__file__, [policy, *flags], timeout=args.child_timeout)
+        except Exception as e:  # one broken policy must not lose the others' figures
+            print(f"{policy} {extra}: {e}")
+            continue
+        row, methods = got["row"], got["methods"]
         row["build_seconds"] = round(build_s, 1)
         row["program_note"] = note
         row["upload_path"] = upload_path
         rows.append(row)
         mrows.extend(methods)
-        print(f"{policy:>20}: {row['status']:>6}  resident {row['resident_bytes'] / GIB:7.3f} GiB "
+        print(f"{row['policy']:>20}: {row['status']:>6}  resident {row['resident_bytes'] / GIB:7.3f} GiB "
               f"({row['resident_over_M']:.3f} M)  peak {row['peak_bytes'] / GIB:7.3f} GiB  "
               f"load {row['load_seconds']:6.2f}s  wrong [{row['wrong_methods']}]  "
               f"not returned {row['not_returned_after_unload_bytes'] / GIB:.3f} GiB", flush=True)

@@ -24,12 +24,60 @@ from toolkit import POLICIES, load_program
 from toolkit.analysis import memory_floor, run_analysis
 
 
+def _in_use(d) -> int:
+    free, total = torch.cuda.mem_get_info(d)
+    return int(total - free)
+
+
+def _settle(devs) -> dict[str, int]:
+    gc.collect()
+    for d in devs:
+        torch.cuda.synchronize(d)
+    torch.cuda.empty_cache()
+    return {str(d): _in_use(d) for d in devs}
+
+
+def measure(prog, policy: str, devs, placement: dict[str, str], floor, upload_path: str) -> list[dict]:
+    names = prog.manifest.method_names
+    base = _settle(devs)
+    s = load_program(prog, policy, device=placement, check_integrity=False)
+    after = {str(d): _in_use(d) for d in devs}
+    v = s.verify()
+    wrong = v[v["ran"] & ~v["ok"]]["method"].tolist()
+    not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
+    d = s.decisions
+    second = d[d["method"] == names[1]]
+    reasons = second.groupby(["decision", "reason_code"]).size()
+    pd_ = run_analysis(prog, policy, device=placement).decisions
+    cols = ["method", "name", "decision", "reason_code"]
+    same = pd_[cols].astype(str).values.tolist() == d[cols].astype(str).values.tolist()
+    status, error = s.status, s.error or ""
+    s.close()
+    del s, v
+    left = _settle(devs)
+    rows = []
+    for dev in devs:
+        k = str(dev)
+        rows.append({
+            "policy": policy, "device": k, "status": status, "added_bytes": after[k] - base[k],
+            "M_device_bytes": floor.by_device.get(k, 0),
+            "added_over_M": round((after[k] - base[k]) / max(1, floor.by_device.get(k, 0)), 4),
+            "not_returned_bytes": left[k] - base[k],
+            "decode_decisions": "; ".join(f"{a}/{b}: {n}" for (a, b), n in reasons.items()),
+            "wrong_methods": ";".join(wrong), "not_runnable": ";".join(not_runnable),
+            "dry_run_matches": same, "error": error[:200], "upload_path": upload_path,
+        })
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--program-dir", default=str(_common.REPO / ".cache" / "bench_prefill_decode"))
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--unstaged", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if torch.cuda.device_count() < 2:
         print(f"placement: needs 2 CUDA devices, this machine has {torch.cuda.device_count()}: not run")
@@ -37,57 +85,42 @@ def main(argv=None):
     devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
     for d in devs:
         torch.zeros(1, device=d)  # contexts exist before any baseline
+    if args.child:  # one measured load in this fresh process
+        import json
+
+        from toolkit import open_program
+
+        if args.unstaged:
+            import toolkit.loader as loader_mod
+
+            loader_mod.HostStager = lambda d: None
+        prog = open_program(args.program_dir)
+        names = prog.manifest.method_names
+        placement = {names[0]: "cuda:0", names[1]: "cuda:1"}
+        rows = measure(prog, args.child, devs, placement, memory_floor(prog, device=placement),
+                       "unstaged" if args.unstaged else "HostStager")
+        print(json.dumps({"rows": rows}, default=int))
+        return None
     upload_path = _program.stager_or_fallback(devs[0])
     prog, _, _ = _program.build(args.program_dir, "cuda", args.hidden)
     names = prog.manifest.method_names
-    placement = {names[0]: "cuda:0", names[1]: "cuda:1"}
-    floor = memory_floor(prog, device=placement)
-
-    def in_use(d):
-        free, total = torch.cuda.mem_get_info(d)
-        return int(total - free)
-
-    def settle():
-        gc.collect()
-        for d in devs:
-            torch.cuda.synchronize(d)
-        torch.cuda.empty_cache()
-        return {str(d): in_use(d) for d in devs}
-
+    floor = memory_floor(prog, device={names[0]: "cuda:0", names[1]: "cuda:1"})
     rows = []
     for policy in args.policies:
-        base = settle()
-        s = load_program(prog, policy, device=placement, check_integrity=False)
-        after = {str(d): in_use(d) for d in devs}
-        v = s.verify()
-        wrong = v[v["ran"] & ~v["ok"]]["method"].tolist()
-        not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
-        d = s.decisions
-        second = d[d["method"] == names[1]]
-        reasons = second.groupby(["decision", "reason_code"]).size()
-        pred = run_analysis(prog, policy, device=placement)
-        pd_ = pred.decisions
-        same = (pd_[["method", "name", "decision", "reason_code"]].astype(str).values.tolist()
-                == d[["method", "name", "decision", "reason_code"]].astype(str).values.tolist())
-        status, error = s.status, s.error or ""
-        s.close()
-        del s, v
-        left = settle()
-        for dev in devs:
-            k = str(dev)
-            rows.append({
-                "policy": policy, "device": k, "status": status, "added_bytes": after[k] - base[k],
-                "M_device_bytes": floor.by_device.get(k, 0),
-                "not_returned_bytes": left[k] - base[k],
-                "decode_decisions": "; ".join(f"{a}/{b}: {n}" for (a, b), n in reasons.items()),
-                "wrong_methods": ";".join(wrong), "not_runnable": ";".join(not_runnable),
-                "dry_run_matches": same, "error": error[:200], "upload_path": upload_path,
-            })
-        print(f"{policy:>20}: {status:>6} cuda:0 +{(after['cuda:0'] - base['cuda:0']) / _common.GIB:.3f} GiB "
+        flags = ["--program-dir", args.program_dir] + ([] if upload_path == "HostStager" else ["--unstaged"])
+        try:
+            got = _common.run_child(__file__, [policy, *flags])["rows"]
+        except Exception as e:
+            print(f"{policy}: {e}")
+            continue
+        rows.extend(got)
+        r0, r1 = got
+        print(f"{policy:>20}: {r0['status']:>6} cuda:0 +{r0['added_bytes'] / _common.GIB:.3f} GiB "
               f"(M {floor.by_device.get('cuda:0', 0) / _common.GIB:.3f}), cuda:1 "
-              f"+{(after['cuda:1'] - base['cuda:1']) / _common.GIB:.3f} GiB (M {floor.by_device.get('cuda:1', 0) / _common.GIB:.3f}); "
-              f"wrong [{';'.join(wrong)}] not runnable [{';'.join(not_runnable)}]; dry run matches: {same}\n"
-              f"{'':>22}decode: {rows[-1]['decode_decisions']}", flush=True)
+              f"+{r1['added_bytes'] / _common.GIB:.3f} GiB (M {floor.by_device.get('cuda:1', 0) / _common.GIB:.3f}); "
+              f"wrong [{r0['wrong_methods']}] not runnable [{r0['not_runnable']}]; dry run matches: "
+              f"{r0['dry_run_matches']}; not returned {r0['not_returned_bytes'] + r1['not_returned_bytes']}\n"
+              f"{'':>22}decode: {r0['decode_decisions']}", flush=True)
     df = pd.DataFrame(rows)
     path = _common.write_csv(df, "placement.csv", args.out)
     print(f"written to {path}")
