@@ -3,7 +3,8 @@
 Needs Debian's chromium at /usr/bin/chromium (``.ci/install_browser.sh``); Playwright's own
 browser downloads are never used.  The notebook is copied into a temporary server root so
 running it cannot write outputs into the committed file.  Screenshots go to ``artifacts/``
-(a CI artifact); the overview one is also copied to ``docs/explorer.png`` for the README.
+(a CI artifact); the widget one also becomes ``docs/explorer.png`` for the README when that
+file is missing or ``CONSTSHARE_UPDATE_SCREENSHOTS=1`` is set.
 """
 
 from __future__ import annotations
@@ -129,6 +130,15 @@ def _shot(page, name: str) -> Path:
     return path
 
 
+def _update_readme_screenshot(png: Path) -> None:
+    """docs/explorer.png (shown in the README) is a tracked file: it is written when missing or
+    when CONSTSHARE_UPDATE_SCREENSHOTS=1, so an ordinary test run leaves the tree clean."""
+    target = REPO / "docs" / "explorer.png"
+    if not target.exists() or os.environ.get("CONSTSHARE_UPDATE_SCREENSHOTS") == "1":
+        target.parent.mkdir(exist_ok=True)
+        shutil.copyfile(png, target)
+
+
 def _kernel_idle_js() -> str:
     return """() => {
         const app = window.jupyterapp; if (!app) return false;
@@ -178,9 +188,9 @@ def test_explorer_in_jupyterlab(page, lab):
     size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
     assert size[2] and size[0] > 200 and size[1] > 100, size
     overview = _shot(pg, "explorer-overview.png")
-    docs = REPO / "docs"
-    docs.mkdir(exist_ok=True)
-    pg.locator(".constshare-explorer").screenshot(path=str(docs / "explorer.png"))
+    widget_png = ARTIFACTS / "explorer.png"
+    pg.locator(".constshare-explorer").screenshot(path=str(widget_png))
+    _update_readme_screenshot(widget_png)
 
     # the decision table, rendered in the Decisions tab
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
