@@ -158,3 +158,25 @@ def stager_or_fallback(device) -> str:
     print(f"!!! HostStager check failed ({problem}); measuring the unstaged upload instead")
     loader.HostStager = lambda dev: None  # Session then passes staging=None
     return f"unstaged (HostStager check failed: {problem})"
+
+
+def warm_up(device, hidden: int) -> None:
+    """Load cuBLAS (handle, workspace, kernels) on ``device`` before a baseline is taken.
+
+    The methods' matmuls go through torch's cuBLAS; without this, the first verify() of a
+    process allocates ~100 MiB that stays for the life of the process and would be
+    mis-counted as memory a load failed to return.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return
+    w = torch.randn(hidden, hidden, device=dev)
+    for rows in (BATCH["prefill"], BATCH["decode"]):
+        torch.tanh(torch.randn(rows, hidden, device=dev) @ w)
+    torch.cuda.synchronize(dev)
+    del w
+
+
+def hidden_of(prog) -> int:
+    square = [c.shape[0] for c in prog.methods[0].constants if len(c.shape) == 2 and c.shape[0] == c.shape[1]]
+    return int(max(square)) if square else 8192

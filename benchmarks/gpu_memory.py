@@ -171,6 +171,7 @@ def child(args) -> None:
     from toolkit import open_program
 
     prog = open_program(args.program_dir)
+    _program.warm_up(dev, _program.hidden_of(prog))
     floor = memory_floor(prog, device=str(dev))
     row, methods = measure_policy(prog, args.child, dev, floor, label)
     print(json.dumps({"row": row, "methods": methods}, default=int))
@@ -232,6 +233,15 @@ def main(argv=None):
     print(f"program built in {build_s:.1f}s ({note}); constants per method: "
           + ", ".join(f"{k} {v / GIB:.3f} GiB" for k, v in sizes.items()))
     print(floor)
+    if dev.type == "cuda":  # per-process costs that must stay out of per-load figures
+        mem = DeviceMemory(dev)
+        a = mem.settle()
+        _program.warm_up(dev, _program.hidden_of(prog))
+        b = mem.settle()
+        torch.cuda.Stream(dev)
+        c = mem.settle()
+        print(f"per-process, not per load: cuBLAS warm-up {(b - a) / (1 << 20):.1f} MiB, "
+              f"torch's CUDA stream pool {(c - b) / (1 << 20):.1f} MiB (HostStager no longer creates one)")
     rows, mrows = [], []
     runs = [(p, []) for p in args.policies]
     if "fingerprint" in args.policies:

@@ -95,6 +95,8 @@ def main(argv=None):
 
             loader_mod.HostStager = lambda d: None
         prog = open_program(args.program_dir)
+        for d in devs:
+            _program.warm_up(d, _program.hidden_of(prog))
         names = prog.manifest.method_names
         placement = {names[0]: "cuda:0", names[1]: "cuda:1"}
         rows = measure(prog, args.child, devs, placement, memory_floor(prog, device=placement),
