@@ -22,7 +22,7 @@ import pandas as pd
 
 from .cache import CacheEntry, SharedConstantCache
 from .manifest import MANIFEST_FILE, MethodSpec, Program, ProgramManifest, TensorMeta, parse_manifest
-from .policies import ConstantDecision, MethodView, Outcome, Plan, Policy, get_policy
+from .policies import ConstantDecision, MethodView, Outcome, Plan, Policy, device_label, get_policy, slot_problem
 from .vocab import Decision, Source
 
 # The loader's decisions table (toolkit.tables.DECISION_COLUMNS) without its event sequence
@@ -82,8 +82,7 @@ def _parse_device(spec: str) -> tuple[str, int]:
     return "cuda", int(idx) if idx else 0
 
 
-def _device_str(kind: str, index: int) -> str:
-    return "cpu" if kind == "cpu" else f"cuda:{index}"
+
 
 
 def resolve_placement(manifest: ProgramManifest, device: "str | Mapping[str, str] | None" = None
@@ -177,18 +176,11 @@ class Analysis:
 
 
 def _slot_problem(d: ConstantDecision, kind: str, index: int) -> str:
-    """The loader's out-of-bounds guard (loader._slot_problem), predicted from metadata."""
+    """The loader's out-of-bounds guard, predicted from the cache entry's metadata."""
     if d.source is not Source.CACHE or d.shared_from is None:
         return ""
     e = d.shared_from
-    c = d.constant
-    if (e.meta.device_type, e.meta.device_index) != (kind, index):
-        return f"tensor on {_device_str(e.meta.device_type, e.meta.device_index)} cannot fill a slot on {_device_str(kind, index)}"
-    if e.meta.dtype != c.dtype:
-        return f"dtype {e.meta.dtype} cannot fill a {c.dtype} slot"
-    if getattr(e, "nbytes", c.nbytes) < c.nbytes:
-        return f"{e.nbytes} bytes cannot fill a slot that reads {c.nbytes} bytes (out-of-bounds read)"
-    return ""
+    return slot_problem(e.meta, getattr(e, "nbytes", d.constant.nbytes), d.constant, kind, index) or ""
 
 
 def _append_rows(cols: dict[str, list], fmt: _Formatter, policy: str, spec: MethodSpec, device: str, kind: str,
@@ -247,7 +239,7 @@ def _run(manifest: ProgramManifest, pol: Policy, placement: dict[str, tuple[str,
     failed = False
     for spec in manifest.methods:
         kind, index = placement[spec.name]
-        dev = _device_str(kind, index)
+        dev = device_label(kind, index)
         if failed:
             preds.append(MethodPrediction(spec.name, dev, _STATUS_NOT_REACHED, False, 0, 0))
             continue
@@ -343,7 +335,7 @@ def memory_floor(program: "Program | ProgramManifest | str | Path", *,
     shareable = private = naive = largest = count = 0
     for spec in manifest.methods:
         kind, index = placement[spec.name]
-        dev = _device_str(kind, index)
+        dev = device_label(kind, index)
         by_device.setdefault(dev, 0)
         for c in spec.constants:
             count += 1

@@ -16,7 +16,7 @@ from . import events as ev
 from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
 from .manifest import MethodSpec, Program, TensorMeta
-from .policies import ConstantDecision, MethodView, Outcome, Policy, get_policy
+from .policies import ConstantDecision, MethodView, Outcome, Policy, get_policy, slot_problem
 from .program import check_compatible, open_program
 from .runtime import (
     AotiContainer, HostStager, cuda_in_use_bytes, device_index, dtype_name, parse_device, tensor_meta,
@@ -54,16 +54,9 @@ def _fmt(v) -> str:
 
 
 def _slot_problem(t: torch.Tensor, d: ConstantDecision, device: torch.device) -> str | None:
-    """Whether ``t`` can fill the slot of ``d.constant``.  AOTI itself checks nothing."""
-    c = d.constant
-    if t.device != device:
-        return f"tensor on {t.device} cannot fill a slot on {device}"
-    if dtype_name(t.dtype) != c.dtype:
-        return f"dtype {dtype_name(t.dtype)} cannot fill a {c.dtype} slot"
-    have = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
-    if have < c.nbytes:
-        return f"{have} bytes cannot fill a slot that reads {c.nbytes} bytes (out-of-bounds read)"
-    return None
+    """Whether the live tensor ``t`` can fill the slot of ``d.constant`` (see policies.slot_problem)."""
+    have_bytes = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+    return slot_problem(tensor_meta(t), have_bytes, d.constant, device.type, device_index(device))
 
 
 def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:

@@ -151,6 +151,28 @@ def _mismatch_text(comps: Sequence[FieldComparison]) -> str:
     return "; ".join(f"{c.field.value}: cached {c.cached} vs new {c.new}" for c in comps if not c.equal)
 
 
+def device_label(device_type: str, device_index: int) -> str:
+    return "cpu" if device_type == "cpu" else f"{device_type}:{device_index}"
+
+
+def slot_problem(have: TensorMeta, have_bytes: int, slot: ConstantSpec, device_type: str,
+                 device_index: int) -> str | None:
+    """Why a tensor (``have``, with ``have_bytes`` readable bytes) cannot fill ``slot``, or None.
+
+    AOTInductor checks nothing when a tensor is installed user-managed: a smaller tensor
+    is read out of bounds, another dtype is misread, another device faults.  The loader
+    refuses to run such a method; the dry-run analysis predicts the same.
+    """
+    if (have.device_type, have.device_index) != (device_type, device_index):
+        return (f"tensor on {device_label(have.device_type, have.device_index)} cannot fill a slot on "
+                f"{device_label(device_type, device_index)}")
+    if have.dtype != slot.dtype:
+        return f"dtype {have.dtype} cannot fill a {slot.dtype} slot"
+    if have_bytes < slot.nbytes:
+        return f"{have_bytes} bytes cannot fill a slot that reads {slot.nbytes} bytes (out-of-bounds read)"
+    return None
+
+
 def refusal_message(name: str, method: str) -> str:
     """The error ExecuTorch printed before #21959, verbatim."""
     return (
