@@ -211,6 +211,16 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.wait_for_function("() => document.querySelector('.constshare-decisions')?.textContent.includes('1 of 2')")
     decisions = _shot(pg, "explorer-decisions.png")
     assert overview.stat().st_size > 10_000 and decisions.stat().st_size > 10_000
+
+    # every policy: the trade-off plot and the comparison table appear (a background action)
+    pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Policies')")
+    pg.click("button.constshare-compare")
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-status')?.textContent || '').includes('compared 7 policies')",
+        timeout=180_000, polling=500)
+    pg.wait_for_function("() => (document.querySelector('img.constshare-tradeoff')?.naturalWidth || 0) > 200")
+    assert "verify-always" in pg.inner_text(".constshare-comparison")
+    _shot(pg, "explorer-policies.png")
     errors = [m for m in pg.console_messages if m.startswith("error") and "widget" in m.lower()]
     assert not errors, errors
 

@@ -265,8 +265,8 @@ class ExplorerState:
                 return self._fail("could not compare policies", e)
             self.comparison_memory = pd.concat(frames, ignore_index=True)
             self.program = program
+            self._notify("comparison")  # results first: "done" means everything is on screen
             self._step("done", 1.0, f"compared {len(POLICIES)} policies on {program.name!r}")
-            self._notify("comparison")
             return True
         finally:
             self._end()
@@ -471,7 +471,8 @@ class Explorer:
         self.load_button = mk(w.Button, "constshare-load", description="Load", button_style="primary", icon="play",
                               tooltip="build or open the program, load it under the policy, verify it")
         self.compare_button = mk(w.Button, "constshare-compare", description="Compare all policies",
-                                 icon="balance-scale", tooltip="load under every policy (trade-off plots)")
+                                 icon="balance-scale", tooltip="load under every policy (trade-off plots)",
+                                 layout=w.Layout(width="auto", align_self="flex-start"))
         self.progress = mk(w.FloatProgress, "constshare-progress", value=0.0, min=0.0, max=1.0,
                            layout=w.Layout(width="260px"))
         self.status = mk(w.HTML, "constshare-status", value=html.escape(s.message))
@@ -497,7 +498,8 @@ class Explorer:
                              value="<p><i>press “Compare all policies” to load the program under every policy</i></p>")
         self.export_path = mk(w.Text, "constshare-export-path", value="", description="file",
                               placeholder="collision_report.csv", layout=w.Layout(width="420px"))
-        self.export_button = mk(w.Button, "constshare-export", description="Export CSV", icon="download")
+        self.export_button = mk(w.Button, "constshare-export", description="Export CSV", icon="download",
+                                layout=w.Layout(width="auto"))
         self.export_result = mk(w.HTML, "constshare-export-result")
 
         overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]), self.matrix],
