@@ -80,16 +80,11 @@ def test_policy_tradeoff_groups_policies_on_one_point():
     assert any(t.startswith("minimum 2 KiB") for t in texts)
 
 
-def test_minimum_bytes_counts_content_once_and_mutated_buffers_per_method():
-    def const(digest, nbytes, mutated=False):
-        return SimpleNamespace(digest=digest, dtype="float32", shape=(4,), strides=(1,), storage_offset=0,
-                               nbytes=nbytes, mutated=mutated)
-
-    prog = SimpleNamespace(methods=[
-        SimpleNamespace(constants=[const("a", 100), const("kv", 10, True)]),
-        SimpleNamespace(constants=[const("a", 100), const("b", 50), const("kv", 10, True)]),
-    ])
-    assert plots.minimum_device_bytes(prog) == 100 + 50 + 10 + 10
+def test_minimum_bytes_counts_content_once_and_mutated_buffers_per_method(built_sample):
+    prog = built_sample("mutated_buffer")
+    # proj.weight (16x16 fp32) once, prefill's mutated kv (4x16 fp32) privately, decode's
+    # read-only kv once more (other uses may share it): 1024 + 256 + 256
+    assert plots.minimum_device_bytes(prog) == 1024 + 256 + 256
 
 
 def test_format_bytes():

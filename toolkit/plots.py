@@ -149,20 +149,11 @@ def _short(key: str, width: int = 36) -> str:
 
 
 def minimum_device_bytes(program: "Program") -> int:
-    """Constant bytes a perfect loader needs: each distinct content once (digest and metadata),
-    except that every mutated buffer needs its own copy per method (sharing it leaks writes)."""
-    seen: set[tuple] = set()
-    total = 0
-    for spec in program.methods:
-        for c in spec.constants:
-            if c.mutated:
-                total += c.nbytes
-                continue
-            key = (c.digest, c.dtype, tuple(c.shape), tuple(c.strides), c.storage_offset)
-            if key not in seen:
-                seen.add(key)
-                total += c.nbytes
-    return total
+    """Constant bytes a perfect loader needs: the memory floor M of :func:`toolkit.analysis.memory_floor`
+    (each distinct content once per device, plus one copy per method of every mutated buffer)."""
+    from .analysis import memory_floor
+
+    return memory_floor(program).total_bytes
 
 
 def _as_sessions(sessions: "Session | Mapping[str, Session] | Sequence[Session]") -> list["Session"]:
