@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
