@@ -390,3 +390,20 @@ def test_session_names_the_failed_method_and_why(base, tmp_path):
 def test_every_error_is_a_toolkit_error():
     for cls in (ProgramError, ManifestError, IntegrityError, IncompatibleProgramError, LoadError):
         assert issubclass(cls, ToolkitError)
+
+
+def test_manifest_dtype_that_contradicts_the_compiled_so(prog):
+    """A manifest that lies consistently (dtype changed, same item size, digests refreshed)
+    is caught against the dtype the .so was compiled for, before any byte is uploaded."""
+    def lie(d):
+        c = d["methods"][0]["constants"][0]
+        assert c["dtype"] == "float32"
+        c["dtype"] = "int32"
+    edit_manifest(prog, lie)
+    s = load_program(prog, "fingerprint")
+    assert s.status == "failed" and s.failed_method == s.program.methods[0].name
+    err = s.exception
+    err = err() if callable(err) else err
+    assert isinstance(err, ProgramError) and err.field.endswith("constants.dtype")
+    assert "compiled for float32" in s.error and "int32" in s.error
+    assert not any(e.kind.value == "constant_uploaded" for e in s.log)

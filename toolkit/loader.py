@@ -202,10 +202,15 @@ class Session:
             raise ProgramError(
                 f"method {m!r}: the .so's constants {sorted(set(fqns) ^ set(declared))[:5]} differ from the manifest's",
                 path=so, field=f"methods[{m}].constants")
+        compiled_dtypes = container.constant_dtypes()
         for c in spec.constants:
             if fqns[c.name] != c.fqn:
                 raise ProgramError(f"constant {c.name!r}: .so says FQN {fqns[c.name]!r}, manifest says {c.fqn!r}",
                                    path=so, field=f"methods[{m}].constants.fqn")
+            # the .so's own dtype is the slot's truth; a manifest that disagrees would size uploads wrongly
+            if compiled_dtypes.get(c.name, c.dtype) != c.dtype:
+                raise ProgramError(f"constant {c.name!r}: .so was compiled for {compiled_dtypes[c.name]}, "
+                                   f"manifest says {c.dtype}", path=so, field=f"methods[{m}].constants.dtype")
             self._record(ev.ConstantEnumerated, m, name=c.name, fqn=c.fqn, dtype=c.dtype)
 
         view = MethodView(m, device.type, device_index(device), spec.constants)

@@ -48,6 +48,13 @@ def device_index(d: torch.device) -> int:
     return d.index if d.index is not None else -1
 
 
+# c10::ScalarType codes, as get_constant_names_to_dtypes() reports them.
+SCALAR_TYPE_NAMES = {
+    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
+    9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn",
+}
+
+
 class AotiContainer:
     """One AOTInductor model container, created without constants."""
 
@@ -71,6 +78,10 @@ class AotiContainer:
 
     def constant_dtype_codes(self) -> dict[str, int]:
         return dict(self._runner.get_constant_names_to_dtypes())
+
+    def constant_dtypes(self) -> dict[str, str]:
+        """internal name -> dtype name, as compiled into the .so ("?N" for a code not in the table)."""
+        return {n: SCALAR_TYPE_NAMES.get(code, f"?{code}") for n, code in self.constant_dtype_codes().items()}
 
     def upload_blob(self, blob_path: Path) -> None:
         """One allocation for all the method's constants (stays resident even after user-managed swaps)."""
