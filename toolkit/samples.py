@@ -76,8 +76,11 @@ def _cache_key(mod, device: str) -> str:
 
 
 def build_sample(name: str, device: str = "cpu", *, cache_dir: str | Path | None = None,
-                 progress: bool = True, rebuild: bool = False) -> Program:
-    """The sample built for ``device``, from the cache when an up-to-date build is there."""
+                 progress: bool = True, rebuild: bool = False, on_method=None) -> Program:
+    """The sample built for ``device``, from the cache when an up-to-date build is there.
+
+    ``on_method(name, index, count)`` is called before each method is compiled (for progress UIs).
+    """
     from .builder import build_program
     from .program import open_program
 
@@ -90,4 +93,4 @@ def build_sample(name: str, device: str = "cpu", *, cache_dir: str | Path | None
         except ToolkitError:
             pass  # a damaged cache entry is rebuilt below
     return build_program(mod.methods(), out, device=device, name=name, description=mod.DESCRIPTION.strip(),
-                         progress=progress, overwrite=True)
+                         progress=progress, overwrite=True, on_method=on_method)
