@@ -1,6 +1,7 @@
 """constshare toolkit: load multi-method AOTInductor programs with cross-method constant
 sharing, record every decision, and verify every method against its eager reference."""
 
+from .analysis import analyze, memory_floor
 from .builder import build_program
 from .compare import compare_policies
 from .errors import (
@@ -17,6 +18,6 @@ from .vocab import Decision, Lookup, PolicyName
 __all__ = [
     "POLICIES", "BuildError", "Decision", "IncompatibleProgramError", "IntegrityError", "LoadError", "Lookup",
     "IsolatedLoad", "ManifestError", "Policy", "PolicyName", "Program", "ProgramError", "Session", "ToolkitError",
-    "WorkerCrashedError", "build_program", "compare_policies", "get_policy", "load_isolated", "load_program", "open_program",
+    "WorkerCrashedError", "analyze", "build_program", "compare_policies", "get_policy", "load_isolated", "load_program", "memory_floor", "open_program",
 ]
 __version__ = "0.1.0"
