@@ -178,31 +178,37 @@ def child(args) -> None:
 
 
 def plot(df: pd.DataFrame, ax=None):
-    """Resident and peak device memory per policy against the floor M; returns the Figure."""
+    """Resident, peak and not-returned device memory per policy against the floor M; returns the Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if ax is None:
-        fig, ax = plt.subplots(figsize=(9, 4.5))
+        fig, ax = plt.subplots(figsize=(11, 5))
     else:
         fig = ax.figure
-    x = range(len(df))
-    ax.bar([i - 0.2 for i in x], df["resident_bytes"] / GIB, width=0.4, label="resident after load")
-    ax.bar([i + 0.2 for i in x], df["peak_bytes"] / GIB, width=0.4, label="peak during load")
+    x = list(range(len(df)))
+    w = 0.27
+    ax.bar([i - w for i in x], df["resident_bytes"] / GIB, width=w, label="resident after load")
+    ax.bar(x, df["peak_bytes"] / GIB, width=w, label="peak during load")
+    ax.bar([i + w for i in x], df["not_returned_after_unload_bytes"] / GIB, width=w,
+           label="not returned after unload")
     m = df["M_bytes"].iloc[0] / GIB
-    ax.axhline(m, color="k", ls="--", lw=1, label=f"floor M = {m:.2f} GiB")
+    ax.axhline(m, color="k", ls="--", lw=1, label=f"floor M = {m:.3f} GiB")
     labels = []
     for _, r in df.iterrows():
-        tag = "FAILED" if r["status"] != "loaded" else (f"wrong: {r['wrong_methods']}" if r["wrong_methods"] else "correct")
-        labels.append(f"{r['policy']}\n{tag}")
-    ax.set_xticks(list(x))
+        tag = "FAILED" if r["status"] != "loaded" else (f"wrong: {r['wrong_methods']}"
+                                                        if isinstance(r["wrong_methods"], str) and r["wrong_methods"]
+                                                        else "correct")
+        labels.append(f"{r['policy'].replace(' [', chr(10) + '[')}\n{tag}\n{r['resident_over_M']:.3f} M")
+    ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("GiB (driver level)")
-    info = _common.machine()
-    ax.set_title(f"Device memory per policy, {info['gpu']}, torch {info['torch']}, {info['date_utc']} UTC", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_ylabel("GiB (cudaMemGetInfo, driver level)")
+    info = {k: df[k].iloc[0] for k in ("gpu", "torch", "date_utc") if k in df} or _common.machine()
+    ax.set_title(f"Constant memory per policy, prefill/decode program (2.0 GiB per method): {info['gpu']}, "
+                 f"torch {info['torch']}, {info['date_utc']} UTC", fontsize=9)
+    ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return fig
 
@@ -215,12 +221,17 @@ def main(argv=None):
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--out", default=None)
     ap.add_argument("--child-timeout", type=float, default=120)
+    ap.add_argument("--plot-only", default=None, metavar="CSV", help="redraw gpu_memory.png from a gpu_memory.csv")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-alias", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--unstaged", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args)
+    if args.plot_only:
+        out = Path(args.out) if args.out else _common.RESULTS
+        plot(pd.read_csv(args.plot_only)).savefig(out / "gpu_memory.png", dpi=120)
+        return None
 
     dev = torch.device(args.device)
     if dev.type == "cuda":

@@ -1,0 +1,50 @@
+"""The floor M of every sample program next to each policy's constant bytes (dry run, CPU).
+
+    python benchmarks/sample_floors.py [--out DIR]
+
+Builds the samples (cached) and, without loading anything, tabulates M
+(toolkit.analysis.memory_floor), bytes with nothing shared, and each policy's predicted
+constant bytes (toolkit.analysis.run_analysis).  Writes sample_floors.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import _common
+import pandas as pd
+
+from toolkit import POLICIES, ToolkitError
+from toolkit.analysis import memory_floor, run_analysis
+from toolkit.samples import build_sample, sample_names
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("CONSTSHARE_CACHE", str(_common.REPO / ".cache" / "programs"))
+    rows = []
+    for name in sample_names():
+        try:
+            prog = build_sample(name, progress=False)
+        except ToolkitError as e:
+            print(f"{name}: skipped ({e})")
+            continue
+        f = memory_floor(prog)
+        row = {"sample": name, "M_bytes": f.total_bytes, "private_bytes": f.private_bytes,
+               "nothing_shared_bytes": f.naive_bytes, "largest_constant_bytes": f.largest_constant_bytes}
+        for p in POLICIES:
+            a = run_analysis(prog, p)
+            row[f"{p}_bytes"] = a.device_bytes if a.status == "loaded" else -1  # -1: the load fails
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    path = _common.write_csv(df, "sample_floors.csv", args.out)
+    print(df.drop(columns=["largest_constant_bytes"]).to_string(index=False))
+    print(f"(-1: that policy fails the load)  written to {path}")
+    return df
+
+
+if __name__ == "__main__":
+    main()
