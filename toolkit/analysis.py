@@ -100,24 +100,6 @@ def resolve_placement(manifest: ProgramManifest, device: "str | Mapping[str, str
     return {m: d for m in manifest.method_names}
 
 
-class _IndexedPlan(Plan):
-    """A Plan whose ``lookup`` is a dict access.
-
-    ``Plan.lookup`` scans every lookup, so deciding a method of K constants costs K^2;
-    at K = 200,000 that is hours.  Same data, same answers, linear time.
-    """
-
-    def __init__(self, plan: Plan):
-        object.__setattr__(self, "method", plan.method)
-        object.__setattr__(self, "lookups", plan.lookups)
-        object.__setattr__(self, "upload_whole_blob", plan.upload_whole_blob)
-        object.__setattr__(self, "blob_reason", plan.blob_reason)
-        object.__setattr__(self, "_index", {lr.constant.name: lr for lr in plan.lookups})
-
-    def lookup(self, name: str):
-        return self._index.get(name)
-
-
 class _Formatter:
     """The loader's formatting of shape/strides columns (loader._fmt), memoised.
 
@@ -244,7 +226,7 @@ def _run(manifest: ProgramManifest, pol: Policy, placement: dict[str, tuple[str,
             preds.append(MethodPrediction(spec.name, dev, _STATUS_NOT_REACHED, False, 0, 0))
             continue
         view = MethodView(spec.name, kind, index, spec.constants)
-        plan = _IndexedPlan(pol.plan(view, cache))
+        plan = pol.plan(view, cache)
         whole_blob = bool(plan.upload_whole_blob and spec.constants)
         new_meta: dict[str, TensorMeta] | None = None
         if whole_blob:

@@ -16,6 +16,7 @@ alone.  Both see identical decisions because the logic lives only here.
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, Protocol, Sequence
 
@@ -90,11 +91,13 @@ class Plan:
     upload_whole_blob: bool
     blob_reason: str
 
+    @functools.cached_property
+    def _by_name(self) -> dict[str, LookupResult]:
+        return {lr.constant.name: lr for lr in self.lookups}
+
     def lookup(self, name: str) -> LookupResult | None:
-        for lr in self.lookups:
-            if lr.constant.name == name:
-                return lr
-        return None
+        """O(1): decide() asks once per constant, so a scan would make a method of K constants cost K^2."""
+        return self._by_name.get(name)
 
 
 @dataclass(frozen=True)
