@@ -99,3 +99,30 @@ def test_cli_report_compare_and_errors(built_sample, tmp_path, capsys):
     assert "neither a program directory nor a sample" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["report", str(prog.root), "--policy", "bogus"])
+
+
+def test_a_failed_method_load_frees_its_container_without_waiting_for_gc(built_sample, monkeypatch):
+    """A refused load must not keep the failed method's container (and on CUDA its whole blob)
+    alive through the exception's traceback until the garbage collector happens to run."""
+    import gc
+    import weakref
+
+    from toolkit.runtime import AotiContainer
+
+    made = []
+    real_create = AotiContainer.create.__func__
+
+    def create(cls, so_path, device):
+        c = real_create(cls, so_path, device)
+        made.append(weakref.ref(c))
+        return c
+
+    monkeypatch.setattr(AotiContainer, "create", classmethod(create))
+    gc.disable()
+    try:
+        s = toolkit.load_program(built_sample("partial_collision_shape"), "refuse-on-mismatch")
+        assert s.status == "failed" and len(made) == 2
+        assert made[0]() is not None  # prefill: loaded and kept
+        assert made[1]() is None  # decode: refused and already gone
+    finally:
+        gc.enable()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -141,6 +142,9 @@ class Session:
                 loaded = self._load_locked(spec, device)
             except Exception as e:
                 self.cache.restore(snap)
+                # The traceback's frames hold the half-loaded container (and a whole blob on the
+                # device) until the garbage collector runs: free their locals now.
+                traceback.clear_frames(e.__traceback__)
                 msg = str(e) if isinstance(e, ToolkitError) else f"{type(e).__name__}: {e}"
                 self._record(ev.LoadFailed, name, error=msg)
                 if isinstance(e, ToolkitError):
