@@ -13,7 +13,6 @@ Layering: policies (pure) <- loader | analysis (this module) <- presentation.
 from __future__ import annotations
 
 import gc
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +20,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from .cache import CacheEntry, SharedConstantCache
-from .manifest import MANIFEST_FILE, MethodSpec, Program, ProgramManifest, TensorMeta, parse_manifest
+from .manifest import MANIFEST_FILE, MethodSpec, Program, ProgramManifest, TensorMeta, read_manifest_file
 from .policies import ConstantDecision, MethodView, Outcome, Plan, Policy, device_label, get_policy, slot_problem
 from .vocab import Decision, Source
 
@@ -48,21 +47,7 @@ def _as_manifest(program: "Program | ProgramManifest | str | Path") -> ProgramMa
     if isinstance(program, Program):
         return program.manifest
     path = Path(program)
-    if path.is_dir():
-        path = path / MANIFEST_FILE
-    from .errors import ManifestError
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError("manifest is missing", path=path) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ManifestError(f"manifest cannot be read: {e}", path=path) from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise ManifestError(f"manifest is not valid JSON: {str(e)[:300]}", path=path) from None
-    return parse_manifest(data, path)
+    return read_manifest_file(path / MANIFEST_FILE if path.is_dir() else path)
 
 
 def _parse_device(spec: str) -> tuple[str, int]:

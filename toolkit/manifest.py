@@ -316,9 +316,14 @@ def parse_manifest(data: Any, path: Path) -> ProgramManifest:
 
 
 def read_manifest(root: Path) -> ProgramManifest:
-    path = root / MANIFEST_FILE
+    """Read ``root/manifest.json`` of a program directory."""
     if not root.is_dir():
         raise ProgramError("program directory does not exist", path=root)
+    return read_manifest_file(root / MANIFEST_FILE)
+
+
+def read_manifest_file(path: Path) -> ProgramManifest:
+    """Read and validate one manifest file; every failure is a ManifestError naming it."""
     if not path.is_file():
         raise ManifestError("manifest is missing", path=path)
     try:
