@@ -180,3 +180,20 @@ def warm_up(device, hidden: int) -> None:
 def hidden_of(prog) -> int:
     square = [c.shape[0] for c in prog.methods[0].constants if len(c.shape) == 2 and c.shape[0] == c.shape[1]]
     return int(max(square)) if square else 8192
+
+
+def prepare(device_arg: str, program_dir, hidden: int):
+    """The start every single-device benchmark shares: the device (its CUDA context created
+    before any baseline), the upload path in use, and the program (built or reused).
+
+    Returns ``(device, upload_path_note, program, build_seconds, build_note)``.
+    """
+    import torch
+
+    dev = torch.device(device_arg)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", dev.index or 0)
+        torch.zeros(1, device=dev)  # the CUDA context exists before any baseline
+    upload_path = stager_or_fallback(dev)
+    prog, build_s, note = build(program_dir, dev.type, hidden)
+    return dev, upload_path, prog, build_s, note

@@ -233,12 +233,7 @@ def main(argv=None):
         plot(pd.read_csv(args.plot_only)).savefig(out / "gpu_memory.png", dpi=120)
         return None
 
-    dev = torch.device(args.device)
-    if dev.type == "cuda":
-        dev = torch.device("cuda", dev.index or 0)
-        torch.zeros(1, device=dev)  # the CUDA context exists before any baseline
-    upload_path = _program.stager_or_fallback(dev)
-    prog, build_s, note = _program.build(args.program_dir, dev.type, args.hidden)
+    dev, upload_path, prog, build_s, note = _program.prepare(args.device, args.program_dir, args.hidden)
     floor = memory_floor(prog, device=str(dev))
     sizes = {m.name: sum(c.nbytes for c in m.constants) for m in prog.methods}
     print(f"program built in {build_s:.1f}s ({note}); constants per method: "

@@ -30,12 +30,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    dev = torch.device(args.device)
-    if dev.type == "cuda":
-        dev = torch.device("cuda", dev.index or 0)
-        torch.zeros(1, device=dev)
-    upload_path = _program.stager_or_fallback(dev)
-    prog, _, _ = _program.build(args.program_dir, dev.type, args.hidden)
+    dev, upload_path, prog, _, _ = _program.prepare(args.device, args.program_dir, args.hidden)
     rows = []
     for rep in range(-1, args.repeats):  # rep -1: warm-up, not counted
         order = (True, False) if rep % 2 == 0 else (False, True)

@@ -77,12 +77,7 @@ def main(argv=None):
     ap.add_argument("--no-sweep", action="store_true", help="skip the HostStager settings sweep")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    dev = torch.device(args.device)
-    if dev.type == "cuda":
-        dev = torch.device("cuda", dev.index or 0)
-        torch.zeros(1, device=dev)
-    upload_path = _program.stager_or_fallback(dev)
-    prog, _, _ = _program.build(args.program_dir, dev.type, args.hidden)
+    dev, upload_path, prog, _, _ = _program.prepare(args.device, args.program_dir, args.hidden)
     spec = prog.methods[0]
     blob = prog.path(spec.blob_file)
     pin = dev.type == "cuda"
