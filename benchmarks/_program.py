@@ -15,6 +15,8 @@ holds >= 2 GiB of constants (at the default hidden size 8192, float32: 256 MiB p
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 LAYERS = 7
@@ -110,54 +112,73 @@ def build(out_dir, device: str = "cuda", hidden: int = 8192):
     return prog, time.perf_counter() - t, note
 
 
-def check_stager(device) -> str:
-    """Upload a few odd-sized constants through runtime.HostStager and compare the bytes.
+def check_upload_path(device, choice: str) -> str:
+    """Upload odd-sized constants (sharing pages, unaligned) through the uploader that
+    ``CONSTSHARE_UPLOAD=choice`` selects and compare the bytes.
 
-    Returns "" when every byte arrived, else what went wrong.  The GPU benchmarks call it
-    first and fall back to the unstaged upload (saying so) rather than measure a broken path.
+    Returns "" when every byte arrived by that path, else what went wrong.  The GPU
+    benchmarks call it first and fall back to a slower path (saying so) rather than measure
+    a broken one.
     """
-    import os
     import tempfile
     from pathlib import Path
 
+    from toolkit import upload
     from toolkit.manifest import ConstantSpec
-    from toolkit.runtime import HostStager, upload_constant
     from toolkit.vocab import ConstantKind
 
     dev = torch.device(device)
-    if dev.type != "cuda":
-        return ""
-    sizes = [0, 1, 4096 + 3, (8 << 20) + 5, (64 << 20) * 2 + 12345]
+    sizes = [0, 1, 4096 + 3, (8 << 20) + 5, (64 << 20) * 2 + 12345, 77]
     data = torch.randint(0, 256, (sum(sizes) + 64,), dtype=torch.uint8)
+    old = os.environ.get(upload.UPLOAD_ENV)
+    os.environ[upload.UPLOAD_ENV] = choice
     try:
         with tempfile.TemporaryDirectory() as d:
             blob = Path(d) / "blob"
             blob.write_bytes(data.numpy().tobytes())
-            stager = HostStager(dev, chunk_bytes=64 << 20)
-            off = 7
+            uploader = upload.make_uploader(dev)
+            specs, off = [], 7
             for n in sizes:
-                c = ConstantSpec(name=f"c{n}", fqn=f"c{n}", kind=ConstantKind.BUFFER, mutated=False, dtype="uint8",
-                                 shape=(n,), strides=(1,), storage_offset=0, nbytes=n, offset=off, digest="0" * 64)
-                got = upload_constant(blob, c, dev, stager).cpu()
-                if not torch.equal(got, data[off: off + n]):
-                    return f"bytes differ for a {n}-byte constant"
+                specs.append(ConstantSpec(name=f"c{n}", fqn=f"c{n}", kind=ConstantKind.BUFFER, mutated=False,
+                                          dtype="uint8", shape=(n,), strides=(1,), storage_offset=0, nbytes=n,
+                                          offset=off, digest="0" * 64))
                 off += n
-            stager.close()
+            if uploader is not None:
+                uploader.prefetch(blob, specs)
+            for c in specs:
+                got = upload.upload_constant(blob, c, dev, uploader).cpu()
+                if not torch.equal(got, data[c.offset: c.offset + c.nbytes]):
+                    return f"bytes differ for a {c.nbytes}-byte constant"
+                if c.nbytes and uploader is not None and choice == "mapped" and uploader.last_path != upload.PATH_MAPPED:
+                    return f"fell back to {uploader.last_path}: {uploader.disabled_reason}"
+            if uploader is not None:
+                uploader.close()
     except Exception as e:
         return f"{type(e).__name__}: {e}"
+    finally:
+        if old is None:
+            os.environ.pop(upload.UPLOAD_ENV, None)
+        else:
+            os.environ[upload.UPLOAD_ENV] = old
     return ""
 
 
-def stager_or_fallback(device) -> str:
-    """Run check_stager; on failure make the loader use the unstaged upload.  Returns a note."""
-    problem = check_stager(device)
-    if not problem:
-        return "HostStager" if torch.device(device).type == "cuda" else "cpu"
-    import toolkit.loader as loader
+def choose_upload_path(device) -> str:
+    """The fastest upload path that passes :func:`check_upload_path`, set in
+    ``CONSTSHARE_UPLOAD`` for this process and the child processes it starts.  Returns a note."""
+    from toolkit import upload
 
-    print(f"!!! HostStager check failed ({problem}); measuring the unstaged upload instead")
-    loader.HostStager = lambda dev: None  # Session then passes staging=None
-    return f"unstaged (HostStager check failed: {problem})"
+    if torch.device(device).type != "cuda":
+        return "cpu"
+    problems = []
+    for choice in ("mapped", "staged", "unstaged"):
+        problem = check_upload_path(device, choice)
+        if not problem:
+            os.environ[upload.UPLOAD_ENV] = choice
+            return choice if not problems else f"{choice} ({'; '.join(problems)})"
+        print(f"!!! upload path {choice!r} failed its check ({problem}); trying the next one")
+        problems.append(f"{choice} failed: {problem}")
+    raise RuntimeError("no upload path passed its check: " + "; ".join(problems))
 
 
 def warm_up(device, hidden: int) -> None:
@@ -194,6 +215,6 @@ def prepare(device_arg: str, program_dir, hidden: int):
     if dev.type == "cuda":
         dev = torch.device("cuda", dev.index or 0)
         torch.zeros(1, device=dev)  # the CUDA context exists before any baseline
-    upload_path = stager_or_fallback(dev)
+    upload_path = choose_upload_path(dev)
     prog, build_s, note = build(program_dir, dev.type, hidden)
     return dev, upload_path, prog, build_s, note

@@ -13,8 +13,13 @@ mkdir -p "$OUT"
   echo "== $(date -u '+%Y-%m-%d %H:%M UTC') $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tr '\n' ' ')"
   python3 -c "import torch, pandas; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
   echo "== gpu_memory";        timeout -k 5 ${T_MEM:-330} python3 benchmarks/gpu_memory.py --program-dir "$PROG" --out "$OUT"
-  echo "== upload_throughput"; timeout -k 5 ${T_UP:-100} python3 benchmarks/upload_throughput.py --program-dir "$PROG" --out "$OUT" ${UP_ARGS:-}
+  echo "== host_paths";        timeout -k 5 ${T_HP:-60} python3 benchmarks/host_paths.py --out "$OUT"
+  echo "== upload_throughput"; timeout -k 5 ${T_UP:-150} python3 benchmarks/upload_throughput.py --program-dir "$PROG" --out "$OUT" ${UP_ARGS:---cold}
   echo "== recording_overhead"; timeout -k 5 ${T_REC:-80} python3 benchmarks/recording_overhead.py --program-dir "$PROG" --out "$OUT"
-  echo "== placement";         timeout -k 5 ${T_PL:-80} python3 benchmarks/placement.py --program-dir "$PROG" --out "$OUT" ${PL_ARGS:-}
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    echo "== placement";       timeout -k 5 ${T_PL:-80} python3 benchmarks/placement.py --program-dir "$PROG" --out "$OUT" ${PL_ARGS:-}
+  else
+    echo "== placement skipped: one GPU"
+  fi
   echo "== done $(date -u '+%H:%M:%S')"
 } 2>&1 | grep -v -e "Warning: " -e "warnings.warn" | tee "$OUT/gpu_log.txt"

@@ -158,10 +158,6 @@ def child(args) -> None:
     if dev.type == "cuda":
         dev = torch.device("cuda", dev.index or 0)
         torch.zeros(1, device=dev)
-    if args.unstaged:
-        import toolkit.loader as loader_mod
-
-        loader_mod.HostStager = lambda d: None
     label = args.child
     if args.no_alias:  # what torch <= 2.13 does to installed toolkit-owned tensors without the alias
         import toolkit.runtime as runtime_mod
@@ -224,7 +220,6 @@ def main(argv=None):
     ap.add_argument("--plot-only", default=None, metavar="CSV", help="redraw gpu_memory.png from a gpu_memory.csv")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-alias", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--unstaged", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args)
@@ -247,15 +242,13 @@ def main(argv=None):
         torch.cuda.Stream(dev)
         c = mem.settle()
         print(f"per-process, not per load: cuBLAS warm-up {(b - a) / (1 << 20):.1f} MiB, "
-              f"torch's CUDA stream pool {(c - b) / (1 << 20):.1f} MiB (HostStager no longer creates one)")
+              f"torch's CUDA stream pool {(c - b) / (1 << 20):.1f} MiB (no upload path creates one)")
     rows, mrows = [], []
     runs = [(p, []) for p in args.policies]
     if "fingerprint" in args.policies:
         runs.append(("fingerprint", ["--no-alias"]))
     for policy, extra in runs:
         flags = ["--program-dir", args.program_dir, "--device", args.device, *extra]
-        if not upload_path.startswith(("HostStager", "cpu")):
-            flags.append("--unstaged")
         try:
             got = _common.run_child(__file__, [policy, *flags], timeout=args.child_timeout)
         except Exception as e:  # one broken policy must not lose the others' figures

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 
 import _common
 import pandas as pd
@@ -77,7 +78,6 @@ def main(argv=None):
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--out", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--unstaged", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if torch.cuda.device_count() < 2:
         print(f"placement: needs 2 CUDA devices, this machine has {torch.cuda.device_count()}: not run")
@@ -90,26 +90,22 @@ def main(argv=None):
 
         from toolkit import open_program
 
-        if args.unstaged:
-            import toolkit.loader as loader_mod
-
-            loader_mod.HostStager = lambda d: None
         prog = open_program(args.program_dir)
         for d in devs:
             _program.warm_up(d, _program.hidden_of(prog))
         names = prog.manifest.method_names
         placement = {names[0]: "cuda:0", names[1]: "cuda:1"}
         rows = measure(prog, args.child, devs, placement, memory_floor(prog, device=placement),
-                       "unstaged" if args.unstaged else "HostStager")
+                       os.environ.get("CONSTSHARE_UPLOAD", "mapped"))
         print(json.dumps({"rows": rows}, default=int))
         return None
-    upload_path = _program.stager_or_fallback(devs[0])
+    upload_path = _program.choose_upload_path(devs[0])
     prog, _, _ = _program.build(args.program_dir, "cuda", args.hidden)
     names = prog.manifest.method_names
     floor = memory_floor(prog, device={names[0]: "cuda:0", names[1]: "cuda:1"})
     rows = []
     for policy in args.policies:
-        flags = ["--program-dir", args.program_dir] + ([] if upload_path == "HostStager" else ["--unstaged"])
+        flags = ["--program-dir", args.program_dir]
         try:
             got = _common.run_child(__file__, [policy, *flags])["rows"]
         except Exception as e:

@@ -2,18 +2,25 @@
 
     python benchmarks/upload_throughput.py [--program-dir DIR] [--hidden 8192] [--repeats 3] [--out DIR]
 
-Over the constants of the program's first method (>= 2 GiB), each repeat times:
+Over the constants of the program's first method (>= 2 GiB), each repeat times, from the
+first byte read to the last byte on the device and every resource given back:
 
 * ``plain_pinned_copy``: the same bytes already in pinned host memory, one
   ``torch.empty`` + ``copy_(non_blocking=True)`` + synchronize per constant (the target);
-* ``toolkit_stager``: ``runtime.upload_constant`` with the loader's ``HostStager``, reading
-  each constant from the (page-cached) blob file: what the loader does;
-* ``toolkit_unstaged``: ``runtime.upload_constant`` without a stager (a fresh pinned buffer
-  per constant: the loader before the stager);
+* ``toolkit_mapped``: the loader's default path, ``upload.MappedBlobUploader``: prefetch
+  (map the blob, start page-locking the constants' pages), one ``upload_constant`` per
+  constant, release + drain (unlock, unmap), all inside the timing;
+* ``toolkit_stager``: ``upload_constant`` with a ``HostStager`` (``CONSTSHARE_UPLOAD=staged``);
+* ``toolkit_unstaged``: a fresh pinned buffer per constant (``CONSTSHARE_UPLOAD=unstaged``);
 * ``file_to_pageable_copy``: read into pageable memory, then copy (the naive way);
-* ``loader_fingerprint``: a real fingerprint load, from its ConstantUploaded events.
+* ``loader_fingerprint``: a real fingerprint load, summing its ConstantUploaded events
+  (the background unlock after the method's uploads is not in those events).
 
-GB/s = 1e9 bytes per second; ratio = toolkit_stager / plain_pinned_copy (target >= 0.8).
+The blob is in the page cache for all of these (it was just built or read), as it is when
+a program is loaded after it was built or integrity-checked.  ``--cold`` adds one pass of
+each file path after ``drop_caches`` (needs root): those measure the disk.
+
+GB/s = 1e9 bytes per second; ratio = path / plain_pinned_copy (target >= 0.8).
 Writes upload_throughput.csv.
 """
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import time
 
@@ -30,7 +38,7 @@ import torch
 
 import _program
 from toolkit import load_program
-from toolkit.runtime import HostStager, read_constant_bytes, upload_constant
+from toolkit.upload import HostStager, MappedBlobUploader, read_constant_bytes, upload_constant
 from toolkit.vocab import EventKind
 
 
@@ -39,27 +47,31 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def run_once(kind: str, prog, spec, dev, hosts, stager) -> tuple[int, float]:
+def run_once(kind: str, prog, spec, dev, hosts, uploaders) -> tuple[int, float]:
     blob = prog.path(spec.blob_file)
     consts = [c for c in spec.constants if c.nbytes]
     outs = []
+    up = uploaders.get(kind)
     _sync(dev)
     t = time.perf_counter()
+    if isinstance(up, MappedBlobUploader):
+        up.prefetch(blob, consts)
     for c in consts:
         if kind == "plain_pinned_copy":
             d = torch.empty(c.nbytes, dtype=torch.uint8, device=dev)
             d.copy_(hosts[c.name], non_blocking=True)
             _sync(dev)
-        elif kind == "toolkit_stager":
-            d = upload_constant(blob, c, dev, stager)
-        elif kind == "toolkit_unstaged":
-            d = upload_constant(blob, c, dev, None)
         elif kind == "file_to_pageable_copy":
             d = read_constant_bytes(blob, c).to(dev)
             _sync(dev)
         else:
-            raise ValueError(kind)
+            d = upload_constant(blob, c, dev, up)
         outs.append(d)
+    if isinstance(up, MappedBlobUploader):
+        up.release()
+        up.drain()
+        if up.disabled_reason:
+            raise RuntimeError(f"{kind}: the mapped path fell back: {up.disabled_reason}")
     _sync(dev)
     sec = time.perf_counter() - t
     total = sum(c.nbytes for c in consts)
@@ -68,30 +80,43 @@ def run_once(kind: str, prog, spec, dev, hosts, stager) -> tuple[int, float]:
     return total, sec
 
 
+def drop_page_cache() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--program-dir", default=str(_common.REPO / ".cache" / "bench_prefill_decode"))
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--no-sweep", action="store_true", help="skip the HostStager settings sweep")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the MappedBlobUploader settings sweep")
+    ap.add_argument("--cold", action="store_true", help="also one pass per file path after dropping the page cache")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     dev, upload_path, prog, _, _ = _program.prepare(args.device, args.program_dir, args.hidden)
+    if dev.type != "cuda":
+        raise SystemExit("upload throughput is a CUDA measurement")
     spec = prog.methods[0]
     blob = prog.path(spec.blob_file)
-    pin = dev.type == "cuda"
-    hosts = {c.name: read_constant_bytes(blob, c, pin=pin) for c in spec.constants if c.nbytes}
-    stager = HostStager(dev) if upload_path == "HostStager" else None
+    hosts = {c.name: read_constant_bytes(blob, c, pin=True) for c in spec.constants if c.nbytes}
+    uploaders = {"toolkit_stager": HostStager(dev), "toolkit_unstaged": None}
     kinds = ["plain_pinned_copy", "toolkit_stager", "toolkit_unstaged", "file_to_pageable_copy"]
-    if dev.type == "cuda" and stager is None:
-        kinds.remove("toolkit_stager")
-    for k in kinds:  # warm-up: page cache, pinned pools, allocator, CUDA streams
-        run_once(k, prog, spec, dev, hosts, stager)
+    if upload_path == "mapped":
+        uploaders["toolkit_mapped"] = MappedBlobUploader(dev)
+        kinds.insert(1, "toolkit_mapped")
+    for k in kinds:  # warm-up: page cache, pinned pools, allocator, worker threads
+        run_once(k, prog, spec, dev, hosts, uploaders)
     rows = []
     for rep in range(args.repeats):
         for k in kinds:  # interleaved, so drift hits every kind alike
-            nbytes, sec = run_once(k, prog, spec, dev, hosts, stager)
+            nbytes, sec = run_once(k, prog, spec, dev, hosts, uploaders)
             rows.append({"kind": k, "repeat": rep, "bytes": nbytes, "seconds": sec, "GBps": nbytes / sec / 1e9})
     # the loader itself: a fingerprint load, first method's per-constant uploads
     for rep in range(args.repeats):
@@ -99,43 +124,47 @@ def main(argv=None):
         ups = [e for e in s.log if e.kind is EventKind.CONSTANT_UPLOADED and e.method == spec.name]
         nbytes, sec = sum(e.bytes for e in ups), sum(e.seconds for e in ups)
         rows.append({"kind": "loader_fingerprint", "repeat": rep, "bytes": nbytes, "seconds": sec,
-                     "GBps": nbytes / sec / 1e9})
+                     "GBps": nbytes / sec / 1e9, "note": ",".join(sorted({e.path for e in ups}))})
         s.close()
         del s
         gc.collect()
-    if stager:
-        stager.close()
-    # HostStager settings around the default, each on its own stager (1 warm-up + 2 timed passes)
-    if stager is not None and not args.no_sweep:
-        import os
-
-        cpus = os.cpu_count() or 2
-        configs = [(t, c, 2) for t in (4, 8, 16, 24, 32) if t <= cpus for c in (32, 64, 128)] + [(16, 64, 3)]
-        for threads, chunk_mib, slots in configs:
-            st = HostStager(dev, chunk_bytes=chunk_mib << 20, slots=slots, read_threads=threads)
-            run_once("toolkit_stager", prog, spec, dev, hosts, st)
-            speeds = []
-            for _ in range(2):
-                nbytes, sec = run_once("toolkit_stager", prog, spec, dev, hosts, st)
-                speeds.append(nbytes / sec / 1e9)
-            st.close()
-            rows.append({"kind": f"sweep threads={threads} chunk={chunk_mib}MiB slots={slots}", "repeat": 0,
-                         "bytes": nbytes, "seconds": nbytes / 1e9 / statistics.median(speeds),
-                         "GBps": statistics.median(speeds)})
+    # MappedBlobUploader settings around the default, each on its own uploader (1 warm-up + 2 timed)
+    if "toolkit_mapped" in uploaders and not args.no_sweep:
+        for threads in (1, 2, 4):
+            for region_mib in (16, 64, 256):
+                up = MappedBlobUploader(dev, region_bytes=region_mib << 20, register_threads=threads)
+                name = f"sweep mapped threads={threads} region={region_mib}MiB"
+                run_once(name, prog, spec, dev, hosts, {name: up})
+                speeds = []
+                for _ in range(2):
+                    nbytes, sec = run_once(name, prog, spec, dev, hosts, {name: up})
+                    speeds.append(nbytes / sec / 1e9)
+                up.close()
+                rows.append({"kind": name, "repeat": 0, "bytes": nbytes,
+                             "seconds": nbytes / 1e9 / statistics.median(speeds), "GBps": statistics.median(speeds)})
+    if args.cold:
+        for k in [k for k in kinds if k != "plain_pinned_copy"]:
+            if not drop_page_cache():
+                print("--cold: cannot drop the page cache (not root?); skipped")
+                break
+            nbytes, sec = run_once(k, prog, spec, dev, hosts, uploaders)
+            rows.append({"kind": f"cold {k}", "repeat": 0, "bytes": nbytes, "seconds": sec, "GBps": nbytes / sec / 1e9})
+    for up in uploaders.values():
+        if up is not None:
+            up.close()
     df = pd.DataFrame(rows)
     med = df.groupby("kind")["GBps"].median()
     base = med["plain_pinned_copy"]
     df["ratio_vs_plain_pinned_median"] = df["kind"].map(med / base).round(3)
     df["constants"] = sum(1 for c in spec.constants if c.nbytes)
-    df["chunk_bytes"] = stager.chunk_bytes if stager else 0
-    df["read_threads"] = stager.read_threads if stager else 0
     df["upload_path"] = upload_path
     path = _common.write_csv(df, "upload_throughput.csv", args.out)
     print(f"{df['bytes'].iloc[0] / _common.GIB:.3f} GiB in {df['constants'].iloc[0]} constants, "
           f"median of {args.repeats}:")
     for k, v in med.sort_values(ascending=False).items():
-        print(f"  {k:>40}: {v:7.2f} GB/s  ratio {v / base:.3f}")
-    print(f"ratio toolkit_stager / plain_pinned_copy = {med.get('toolkit_stager', float('nan')) / base:.3f} (target >= 0.8); "
+        print(f"  {k:>44}: {v:7.2f} GB/s  ratio {v / base:.3f}")
+    main_kind = "toolkit_mapped" if "toolkit_mapped" in med else "toolkit_stager"
+    print(f"ratio {main_kind} / plain_pinned_copy = {med[main_kind] / base:.3f} (target >= 0.8); "
           f"loader_fingerprint / plain = {med['loader_fingerprint'] / base:.3f}")
     print(f"written to {path}")
     return df

@@ -15,7 +15,7 @@ import pytest
 
 from test_errors import SAMPLE, clone
 from test_isolation import build_crashing_so, mapped_files
-from toolkit import runtime
+from toolkit import runtime, upload
 from toolkit.errors import IntegrityError
 from toolkit.loader import Session, load_program, resolve_devices
 from toolkit.policies import POLICIES, get_policy
@@ -36,7 +36,7 @@ def opened(monkeypatch):
     """Records every .so the loader opens and every byte it uploads (and still does it)."""
     calls: list[str] = []
     real_create, real_blob, real_const = (runtime.AotiContainer.create, runtime.AotiContainer.upload_blob,
-                                          runtime.upload_constant)
+                                          upload.upload_constant)
 
     def create(cls, so_path, device):
         calls.append(f"open {so_path}")

@@ -84,6 +84,7 @@ class ConstantUploaded(Event):
     fqn: str
     bytes: int
     seconds: float
+    path: str  # how the bytes travelled: upload.PATH_MAPPED, PATH_STAGED, ... or "host read" on CPU
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,8 @@ from .errors import LoadError, ProgramError, ToolkitError
 from .manifest import MethodSpec, Program, TensorMeta
 from .policies import ConstantDecision, MethodView, Outcome, Policy, get_policy, slot_problem
 from .program import check_compatible, open_program
-from .runtime import (
-    AotiContainer, HostStager, cuda_in_use_bytes, device_index, dtype_name, parse_device, tensor_meta,
-    upload_constant,
-)
+from .runtime import AotiContainer, cuda_in_use_bytes, device_index, dtype_name, parse_device, tensor_meta
+from .upload import PATH_HOST, PATH_PINNED_EACH, make_uploader, upload_constant
 from .vocab import Decision, Source
 
 _STATUS_LOADED, _STATUS_FAILED, _STATUS_NEW = "loaded", "failed", "not loaded"
@@ -88,7 +86,7 @@ class Session:
         self.failed_method: str | None = None
         self.exception: ToolkitError | None = None  # what made the load fail, with its type
         self.load_seconds: float = 0.0
-        self._stagers: dict[torch.device, HostStager] = {}  # pinned staging, one per CUDA device
+        self._uploaders: dict[torch.device, Any] = {}  # upload.make_uploader(), one per CUDA device
         self._peak = 0  # highest bytes in use seen during the method being loaded
 
     # ------------------------------------------------------------------ loading
@@ -254,18 +252,27 @@ class Session:
             raise LoadError(outcome.failure)
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
-        staging = None
-        if device.type == "cuda" and any(d.source is Source.OWN_UPLOAD for d in outcome.decisions):
-            staging = self._stagers.get(device) or self._stagers.setdefault(device, HostStager(device))
-        for d in outcome.decisions:
-            if d.source is Source.OWN_UPLOAD:
+        own = [d.constant for d in outcome.decisions if d.source is Source.OWN_UPLOAD]
+        uploader = None
+        if device.type == "cuda" and own:
+            if device not in self._uploaders:
+                self._uploaders[device] = make_uploader(device)
+            uploader = self._uploaders[device]
+        if uploader is not None:
+            uploader.prefetch(blob, own)  # starts preparing every upload of this method, in order
+        try:
+            for c in own:
                 t = time.perf_counter()
-                tensor = upload_constant(blob, d.constant, device, staging)
-                loaded.own_tensors[d.constant.name] = tensor
-                loaded.own_upload_bytes += d.constant.nbytes
+                tensor = upload_constant(blob, c, device, uploader)
+                loaded.own_tensors[c.name] = tensor
+                loaded.own_upload_bytes += c.nbytes
                 self._probe_peak(device, loaded)
-                self._record(ev.ConstantUploaded, m, name=d.constant.name, fqn=d.constant.fqn,
-                             bytes=d.constant.nbytes, seconds=time.perf_counter() - t)
+                self._record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes,
+                             seconds=time.perf_counter() - t, path=uploader.last_path if uploader else
+                             (PATH_HOST if device.type == "cpu" else PATH_PINNED_EACH))
+        finally:
+            if uploader is not None:
+                uploader.release()
 
         install: dict[str, torch.Tensor] = {}
         for d in outcome.install:
@@ -405,9 +412,10 @@ class Session:
     def close(self) -> None:
         for name in list(self.methods):
             self.unload(name)
-        for stager in self._stagers.values():
-            stager.close()
-        self._stagers.clear()
+        for uploader in self._uploaders.values():
+            if uploader is not None:
+                uploader.close()
+        self._uploaders.clear()
 
     # ------------------------------------------------------------------ tables
     @property

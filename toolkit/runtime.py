@@ -1,7 +1,7 @@
 """The runtime adapter: the one module that talks to PyTorch's AOTInductor runtime.
 
 Wraps ``torch._C._aoti.AOTIModelContainerRunnerCpu/Cuda`` (one container per method) and
-the toolkit's own per-constant upload from a host weights blob.
+its constants; :mod:`toolkit.upload` moves constant bytes from a host blob to the device.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .manifest import ConstantSpec, TensorMeta
+from .manifest import TensorMeta
 
 
 def parse_device(device: str | torch.device) -> torch.device:
@@ -146,149 +146,6 @@ def non_owning_alias(t: torch.Tensor) -> torch.Tensor:
         return raw.view(t.dtype).as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
     except Exception:  # never fail a load over an optimisation
         return t
-
-
-def read_constant_bytes(blob_path: Path, spec: ConstantSpec, *, pin: bool = False) -> torch.Tensor:
-    """The bytes of one constant, read from its host blob into a (pinned) uint8 CPU tensor."""
-    buf = torch.empty(spec.nbytes, dtype=torch.uint8, pin_memory=pin)
-    if spec.nbytes:
-        with open(blob_path, "rb", buffering=0) as f:
-            f.seek(spec.offset)
-            view = memoryview(buf.numpy()).cast("B")
-            got = 0
-            while got < spec.nbytes:
-                n = f.readinto(view[got:])
-                if not n:
-                    raise EOFError(f"{blob_path}: blob ends before constant {spec.name!r} ({spec.offset}+{spec.nbytes})")
-                got += n
-    return buf
-
-
-def as_constant(raw: torch.Tensor, spec: ConstantSpec) -> torch.Tensor:
-    """View raw bytes (on any device) as the constant's dtype, shape and strides."""
-    dt = dtype_from_name(spec.dtype)
-    if spec.nbytes == 0:
-        return torch.empty_strided(spec.shape, spec.strides, dtype=dt, device=raw.device)
-    typed = raw.view(dt)
-    return typed.as_strided(spec.shape, spec.strides, spec.storage_offset)
-
-
-class HostStager:
-    """Reusable pinned staging for per-constant host-to-device uploads straight from a blob file.
-
-    One upload streams the constant's bytes in chunks through ``slots`` pinned buffers:
-    while chunk i is copied to the device (asynchronously, on the current stream), chunk i+1
-    is read from the file, by several threads at once (``os.preadv`` releases the GIL).  No
-    side stream: the first one a process asks torch for creates torch's whole stream pool,
-    which measured ~70 MiB of device memory on an H200, and the copies overlap the host
-    reads on the current stream just as well.  The
-    pinned buffers are allocated once per stager, not per constant: pinning is slow
-    (cudaHostAlloc), and a fresh pinned buffer per constant cost more than the copy.
-    Created by the loader, one per CUDA device of a session; it holds pinned host memory
-    (``slots * chunk_bytes``) until dropped.
-    """
-
-    def __init__(self, device: torch.device, *, chunk_bytes: int = 64 << 20, slots: int = 3,
-                 read_threads: int | None = None):
-        self.device = device
-        self.chunk_bytes = int(chunk_bytes)
-        self.slots = int(slots)
-        # Reading from the page cache is the bottleneck (one core copies a few GB/s; a
-        # pinned host-to-device copy runs at ~55 GB/s on an H200): use up to 16 cores.
-        self.read_threads = read_threads or max(1, min(16, (os.cpu_count() or 2)))
-        self._bufs: list[torch.Tensor] = []
-        self._events: list[Any] = []
-        self._pool: Any = None
-
-    def _ensure(self) -> None:
-        if self._bufs:
-            return
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._bufs = [torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=True) for _ in range(self.slots)]
-        self._events = [None] * self.slots
-        if self.read_threads > 1:
-            self._pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="constshare-read")
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-        self._bufs, self._events, self._pool = [], [], None
-
-    @staticmethod
-    def _pread(fd: int, view: memoryview, offset: int, what: str) -> None:
-        got = 0
-        while got < len(view):
-            n = os.preadv(fd, [view[got:]], offset + got)
-            if not n:
-                raise EOFError(what)
-            got += n
-
-    def _read(self, fd: int, buf: torch.Tensor, offset: int, what: str) -> None:
-        view = memoryview(buf.numpy()).cast("B")
-        n = len(view)
-        parts = self.read_threads if (self._pool is not None and n >= (8 << 20)) else 1
-        if parts == 1:
-            self._pread(fd, view, offset, what)
-            return
-        step = -(-n // parts)
-        futs = [self._pool.submit(self._pread, fd, view[i: i + step], offset + i, what) for i in range(0, n, step)]
-        for f in futs:
-            f.result()
-
-    def upload(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
-        """The constant's raw bytes as a uint8 tensor on the device (complete when this returns)."""
-        self._ensure()
-        n = spec.nbytes
-        dev = torch.empty(n, dtype=torch.uint8, device=self.device)
-        if n == 0:
-            return dev
-        what = f"{blob_path}: blob ends before constant {spec.name!r} ({spec.offset}+{n})"
-        stream = torch.cuda.current_stream(self.device)
-        fd = os.open(blob_path, os.O_RDONLY)
-        try:
-            for i, start in enumerate(range(0, n, self.chunk_bytes)):
-                slot = i % self.slots
-                if self._events[slot] is not None:
-                    self._events[slot].synchronize()  # the copy out of this slot is done
-                m = min(self.chunk_bytes, n - start)
-                buf = self._bufs[slot][:m]
-                self._read(fd, buf, spec.offset + start, what)
-                with torch.cuda.device(self.device):
-                    dev[start: start + m].copy_(buf, non_blocking=True)
-                    ev = torch.cuda.Event()
-                    ev.record(stream)
-                self._events[slot] = ev
-            stream.synchronize()
-        finally:
-            os.close(fd)
-            self._events = [None] * self.slots
-        return dev
-
-
-def upload_constant(blob_path: Path, spec: ConstantSpec, device: torch.device,
-                    staging: "HostStager | torch.Tensor | None" = None) -> torch.Tensor:
-    """Upload exactly one constant from the host blob into a tensor the toolkit owns.
-
-    ``staging`` is a :class:`HostStager` for ``device`` (fast path, what the loader
-    passes), a pinned uint8 buffer at least as large as the constant, or None (a pinned
-    buffer is allocated for this constant alone).
-    """
-    if device.type == "cpu":
-        return as_constant(read_constant_bytes(blob_path, spec), spec)
-    if isinstance(staging, HostStager):
-        return as_constant(staging.upload(blob_path, spec), spec)
-    if staging is None or staging.numel() < spec.nbytes:
-        host = read_constant_bytes(blob_path, spec, pin=True)
-    else:
-        host = staging[: spec.nbytes]
-        with open(blob_path, "rb", buffering=0) as f:
-            f.seek(spec.offset)
-            f.readinto(memoryview(host.numpy()).cast("B"))
-    dev = torch.empty(spec.nbytes, dtype=torch.uint8, device=device)
-    dev.copy_(host, non_blocking=True)
-    torch.cuda.current_stream(device).synchronize()
-    return as_constant(dev, spec)
 
 
 def cuda_in_use_bytes(device: torch.device) -> int:

@@ -1,0 +1,156 @@
+"""Where an upload from a weights file spends its time: each host-side step alone.
+
+    python benchmarks/host_paths.py [--gib 2] [--threads 16] [--repeats 3] [--out DIR]
+
+A file of ``--gib`` GiB of random bytes is written to ``--dir`` (so it sits in the page
+cache, as a blob does after it was built or hashed), then, median of ``--repeats``:
+
+* ``h2d_from_pinned``: device copy of bytes already in pinned memory (the benchmark's target);
+* ``host_memcpy_pinned_to_pinned``: host memory bandwidth, torch's parallel copy;
+* ``file_pread_to_pinned``: ``preadv`` by N threads from the page cache into pinned memory
+  (what the loader's ``HostStager`` does per chunk);
+* ``file_mmap_to_pinned_cold`` / ``_warm``: copy out of a fresh / an already-faulted mapping;
+* ``mmap_register`` / ``h2d_from_registered_mmap`` / ``mmap_unregister``: ``cudaHostRegister``
+  of the mapping, then a device copy straight from it, then unregistering;
+* ``h2d_from_pageable``: a device copy from ordinary (not pinned) memory;
+* ``h2d_from_pinned_while_host_copies``: the target copy while N threads copy host memory,
+  i.e. whether a pipelined upload could reach the target at all.
+
+GB/s = 1e9 bytes/s.  Writes host_paths.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+import _common
+
+REGISTER_READ_ONLY = 0x08  # cudaHostRegisterReadOnly
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _time(fn) -> float:
+    _sync()
+    t = time.perf_counter()
+    fn()
+    _sync()
+    return time.perf_counter() - t
+
+
+def _pread_all(fd: int, dst: torch.Tensor, threads: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    view = memoryview(dst.numpy()).cast("B")
+    n = len(view)
+    step = -(-n // threads)
+
+    def one(i):
+        got = 0
+        part = view[i: i + step]
+        while got < len(part):
+            got += os.preadv(fd, [part[got:]], i + got)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(0, n, step)))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=float, default=2.0)
+    ap.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 2))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda", 0) if cuda else None
+    n = int(args.gib * _common.GIB)
+    path = Path(args.dir) / "constshare_host_paths.bin"
+    src = torch.randint(0, 256, (n,), dtype=torch.uint8)
+    path.write_bytes(src.numpy().tobytes())
+    pinned_a = torch.empty(n, dtype=torch.uint8, pin_memory=cuda)
+    pinned_b = torch.empty(n, dtype=torch.uint8, pin_memory=cuda)
+    pinned_a.copy_(src)
+    pinned_b.fill_(0)
+    target = torch.empty(n, dtype=torch.uint8, device=dev) if cuda else None
+    rows: list[dict] = []
+
+    def add(kind, sec):
+        rows.append({"kind": kind, "bytes": n, "seconds": sec, "GBps": n / sec / 1e9, "threads": args.threads})
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for rep in range(args.repeats + 1):  # the first pass warms up and is dropped
+            keep = rep > 0
+            m = {}
+            if cuda:
+                m["h2d_from_pinned"] = _time(lambda: target.copy_(pinned_a, non_blocking=True))
+            m["host_memcpy_pinned_to_pinned"] = _time(lambda: pinned_b.copy_(pinned_a))
+            m["file_pread_to_pinned"] = _time(lambda: _pread_all(fd, pinned_b, args.threads))
+            mm = mmap.mmap(fd, n, access=mmap.ACCESS_READ)
+            mapped = torch.frombuffer(mm, dtype=torch.uint8)
+            m["file_mmap_to_pinned_cold"] = _time(lambda: pinned_b.copy_(mapped))
+            m["file_mmap_to_pinned_warm"] = _time(lambda: pinned_b.copy_(mapped))
+            if cuda:
+                cudart = torch.cuda.cudart()
+                ptr = mapped.data_ptr()
+                t = time.perf_counter()
+                err = cudart.cudaHostRegister(ptr, n, REGISTER_READ_ONLY)
+                m["mmap_register"] = time.perf_counter() - t
+                if int(err) == 0:
+                    m["h2d_from_registered_mmap"] = _time(lambda: target.copy_(mapped, non_blocking=True))
+                    t = time.perf_counter()
+                    cudart.cudaHostUnregister(ptr)
+                    m["mmap_unregister"] = time.perf_counter() - t
+                else:
+                    print(f"cudaHostRegister failed: {err}")
+                m["h2d_from_pageable"] = _time(lambda: target.copy_(src))
+                # the device copy while the host copies memory on every thread
+                done = threading.Event()
+
+                def hammer():
+                    while not done.is_set():
+                        pinned_b.copy_(src)
+
+                th = threading.Thread(target=hammer)
+                th.start()
+                time.sleep(0.05)
+                m["h2d_from_pinned_while_host_copies"] = _time(lambda: target.copy_(pinned_a, non_blocking=True))
+                done.set()
+                th.join()
+            del mapped
+            mm.close()
+            if keep:
+                for k, sec in m.items():
+                    add(k, sec)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    med = df.groupby("kind")["seconds"].median()
+    base = med.get("h2d_from_pinned")
+    out = _common.write_csv(df, "host_paths.csv", args.out)
+    print(f"{n / _common.GIB:.2f} GiB, {args.threads} threads, median of {args.repeats}:")
+    for k, sec in med.sort_values().items():
+        extra = f"  (time vs h2d_from_pinned {sec / base:.2f}x)" if base else ""
+        print(f"  {k:>36}: {sec:7.4f} s  {n / sec / 1e9:7.2f} GB/s{extra}")
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
