@@ -27,6 +27,7 @@ import os
 import statistics
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -64,6 +65,107 @@ def _pread_all(fd: int, dst: torch.Tensor, threads: int) -> None:
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(0, n, step)))
+
+
+def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
+    """cudaHostRegister on a mapping nobody has touched yet, with and without populating first."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toolkit import upload
+
+    out = {}
+    region = 64 << 20
+
+    def fresh():
+        mm = mmap.mmap(fd, n, access=mmap.ACCESS_READ)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return mm, torch.frombuffer(mm, dtype=torch.uint8)
+
+    cudart = torch.cuda.cudart()
+    mm, t = fresh()
+    out["register_fresh_mapping"] = _time(lambda: upload._register(t.data_ptr(), n))
+    cudart.cudaHostUnregister(t.data_ptr())
+    del t
+    mm.close()
+    mm, t = fresh()
+    out["populate_fresh_mapping_1_thread"] = _time(lambda: upload._populate(mm, 0, n))
+    out["register_populated_mapping"] = _time(lambda: upload._register(t.data_ptr(), n))
+    cudart.cudaHostUnregister(t.data_ptr())
+    del t
+    mm.close()
+    mm, t = fresh()
+    with ThreadPoolExecutor(threads) as pool:
+        out[f"populate_fresh_mapping_{threads}_threads"] = _time(
+            lambda: list(pool.map(lambda s: upload._populate(mm, s, min(s + region, n)), range(0, n, region))))
+    del t
+    mm.close()
+    mm, t = fresh()
+    base = t.data_ptr()
+    with ThreadPoolExecutor(threads) as pool:
+        out[f"register_fresh_mapping_{threads}_threads_64MiB"] = _time(
+            lambda: list(pool.map(lambda s: upload._register(base + s, min(region, n - s)), range(0, n, region))))
+    for s in range(0, n, region):
+        cudart.cudaHostUnregister(base + s)
+    del t
+    mm.close()
+    return out
+
+
+def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) -> list[dict]:
+    """The loader's upload paths over 10 equal constants of the file, against the same
+    per-constant copies from pinned memory: prefetch to drain, everything inside the timing."""
+    from toolkit import upload
+    from toolkit.manifest import ConstantSpec
+    from toolkit.vocab import ConstantKind
+
+    k = 10
+    size = (n // k) // 4096 * 4096 - 64  # unaligned ends, like a real blob's constants
+    specs = [ConstantSpec(name=f"w{i}", fqn=f"w{i}", kind=ConstantKind.PARAMETER, mutated=False, dtype="uint8",
+                          shape=(size,), strides=(1,), storage_offset=0, nbytes=size, offset=i * (n // k) + 64,
+                          digest="0" * 64) for i in range(k)]
+    total = k * size
+
+    def plain():
+        return [torch.empty(c.nbytes, dtype=torch.uint8, device=dev).copy_(pinned[c.offset: c.offset + c.nbytes],
+                                                                            non_blocking=True) for c in specs]
+
+    def through(up):
+        def go():
+            if up is not None:
+                up.prefetch(path, specs)
+            outs = [upload.upload_constant(path, c, dev, up) for c in specs]
+            if up is not None:
+                up.release()
+                if hasattr(up, "drain"):
+                    up.drain()
+            return outs
+        return go
+
+    configs = {"plain_pinned_copy_per_constant": (plain, None), "stager": (None, upload.HostStager(dev))}
+    for threads in (1, 4, 8):
+        for region_mib in (64, 256):
+            for populate in (False, True):
+                for eager in (False, True):
+                    up = upload.MappedBlobUploader(dev, region_bytes=region_mib << 20, register_threads=threads,
+                                                   populate=populate, eager_unlock=eager)
+                    configs[f"mapped t={threads} region={region_mib}MiB populate={int(populate)} "
+                            f"eager_unlock={int(eager)}"] = (None, up)
+    rows = []
+    for name, (fn, up) in configs.items():
+        fn = fn or through(up)
+        fn()  # warm-up
+        times = [_time(fn) for _ in range(repeats)]
+        if up is not None:
+            if getattr(up, "disabled_reason", None):
+                print(f"{name}: FELL BACK ({up.disabled_reason})")
+            up.close()
+        rows.append({"kind": f"uploader: {name}", "bytes": total, "seconds": statistics.median(times),
+                     "GBps": total / statistics.median(times) / 1e9})
+    base = rows[0]["seconds"]
+    for r in rows:
+        r["ratio_vs_plain"] = round(base / r["seconds"], 3)
+    return rows
 
 
 def main(argv=None):
@@ -133,9 +235,12 @@ def main(argv=None):
                 th.join()
             del mapped
             mm.close()
+            if cuda:
+                m.update(_fresh_mapping_steps(fd, n, args.threads))
             if keep:
                 for k, sec in m.items():
                     add(k, sec)
+        sweep = uploader_sweep(path, n, dev, pinned_a, args.repeats) if cuda else []
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -143,12 +248,18 @@ def main(argv=None):
 
     df = pd.DataFrame(rows)
     med = df.groupby("kind")["seconds"].median()
+    if sweep:
+        df = pd.concat([df, pd.DataFrame(sweep)], ignore_index=True)
     base = med.get("h2d_from_pinned")
     out = _common.write_csv(df, "host_paths.csv", args.out)
     print(f"{n / _common.GIB:.2f} GiB, {args.threads} threads, median of {args.repeats}:")
     for k, sec in med.sort_values().items():
         extra = f"  (time vs h2d_from_pinned {sec / base:.2f}x)" if base else ""
         print(f"  {k:>36}: {sec:7.4f} s  {n / sec / 1e9:7.2f} GB/s{extra}")
+    if sweep:
+        print("uploaders, 10 constants, prefetch..drain, median of", args.repeats)
+        for r in sorted(sweep, key=lambda r: r["seconds"]):
+            print(f"  {r['kind']:>80}: {r['GBps']:7.2f} GB/s  ratio {r['ratio_vs_plain']:.3f}")
     print(f"written to {out}")
 
 

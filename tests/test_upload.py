@@ -69,7 +69,7 @@ def test_random_ranges_are_covered_by_disjoint_page_regions():
 
 def test_covering_finds_exactly_the_regions_of_a_range():
     regions = [(0, 2 * PAGE), (2 * PAGE, 4 * PAGE), (8 * PAGE, 9 * PAGE)]
-    b = upload._MappedBatch(Path("x"), None, None, regions, [s for s, _ in regions], [None] * 3)  # type: ignore[arg-type]
+    b = upload._MappedBatch(Path("x"), None, None, regions, [s for s, _ in regions], [None] * 3, [0] * 3)  # type: ignore[arg-type]
     assert b.covering(5, 3 * PAGE) == [0, 1]
     assert b.covering(8 * PAGE + 1, 8 * PAGE + 2) == [2]
     assert b.covering(3 * PAGE, 5 * PAGE) is None  # bytes 4..5 pages are not locked

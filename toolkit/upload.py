@@ -176,6 +176,15 @@ class _MappedBatch:
     regions: list[tuple[int, int]]
     starts: list[int]
     futures: list[Future]
+    uses: list[int]  # constants still to be copied out of each region
+    unlocks: list[Future | None] = None  # type: ignore[assignment]
+    base: int = 0  # address of the mapping
+
+    def __post_init__(self) -> None:
+        if self.unlocks is None:
+            self.unlocks = [None] * len(self.regions)
+        if self.mapped is not None:
+            self.base = self.mapped.data_ptr()
 
     def covering(self, start: int, end: int) -> list[int] | None:
         """Indices of the regions that together cover [start, end), or None if some byte is not covered."""
@@ -210,10 +219,32 @@ _REGISTER_PORTABLE = 0x01  # cudaHostRegisterPortable: pinned for every device, 
 _REGISTER_READ_ONLY = 0x08  # cudaHostRegisterReadOnly: the mapping is PROT_READ
 
 
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14
+
+
 def _register(ptr: int, nbytes: int) -> int:
     """Page-lock [ptr, ptr+nbytes); runs on a worker thread, whose CUDA last-error it may set
     (never the loader thread's, whose next kernel launch check would report it)."""
     return int(torch.cuda.cudart().cudaHostRegister(ptr, nbytes, _REGISTER_PORTABLE | _REGISTER_READ_ONLY))
+
+
+def _populate(mm: mmap.mmap, start: int, end: int) -> None:
+    """Map the page-cache pages of [start, end) into the page table, many at once.
+
+    cudaHostRegister on a fresh mapping faults the pages in itself, one fault at a time,
+    under the driver's lock (H200 host: 12 GB/s); populating first lets several workers do
+    that part in parallel.  Best effort: an older kernel just leaves it to the register.
+    """
+    try:
+        mm.madvise(_MADV_POPULATE_READ, start, min(end, len(mm)) - start)
+    except (OSError, ValueError):
+        pass
+
+
+def _lock(mm: mmap.mmap, base: int, start: int, end: int, populate: bool) -> int:
+    if populate:
+        _populate(mm, start, end)
+    return _register(base + start, end - start)
 
 
 class MappedBlobUploader:
@@ -221,20 +252,22 @@ class MappedBlobUploader:
 
     :meth:`prefetch` maps the blob read-only and starts page-locking the byte ranges of the
     constants about to be uploaded, in regions of at most ``region_bytes``, on
-    ``register_threads`` worker threads; :meth:`upload` waits for each region of its constant
-    in turn and copies it asynchronously, so locking region i+1 overlaps copying region i;
-    :meth:`release` unlocks and unmaps in the background once the method's uploads are done
-    (the next :meth:`prefetch` waits for that).  Locking costs about what the copy does
-    (H200 host: 2 GiB locked in 41 ms, copied in 39 ms, ``benchmarks/host_paths.py``), so
-    overlapping the two is what makes this path fast.
+    ``register_threads`` worker threads (each region: populate its page-table entries, then
+    ``cudaHostRegister`` it read-only); :meth:`upload` waits for each region of its constant
+    in turn and copies it asynchronously, so locking region i+1 overlaps copying region i.
+    A region is unlocked on a separate thread as soon as the last constant that needs it is
+    on the device; :meth:`release` unlocks whatever is left and unmaps, in the background
+    (the next :meth:`prefetch` and :meth:`drain` wait for that).
 
     If mapping or locking fails (a filesystem without mmap, a driver without read-only
     registration), :attr:`disabled_reason` says why and every later upload takes the
     :class:`HostStager` path: slower, never wrong.  Pages are locked only while a method
-    loads: the host keeps no second copy of any blob.
+    loads: the host keeps no second copy of any blob.  ``benchmarks/host_paths.py`` and
+    ``benchmarks/upload_throughput.py`` measure each step and the settings.
     """
 
-    def __init__(self, device: torch.device, *, region_bytes: int = 64 << 20, register_threads: int = 2):
+    def __init__(self, device: torch.device, *, region_bytes: int = 64 << 20, register_threads: int = 4,
+                 populate: bool = True, eager_unlock: bool = True):
         if region_bytes <= 0 or region_bytes % mmap.PAGESIZE:
             raise ValueError(f"region_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
         if register_threads < 1:
@@ -242,6 +275,9 @@ class MappedBlobUploader:
         self.device = device
         self.region_bytes = int(region_bytes)
         self.register_threads = int(register_threads)
+        self.populate = bool(populate)  # madvise(MADV_POPULATE_READ) each region before locking it
+        self.eager_unlock = bool(eager_unlock)  # unlock a region once its last constant is on the device
+        self._unlock_pool: ThreadPoolExecutor | None = None
         self.fallback = HostStager(device)  # allocates its pinned buffers on first use only
         self.disabled_reason: str | None = None
         self.last_path = PATH_MAPPED
@@ -255,6 +291,14 @@ class MappedBlobUploader:
             self._pool = ThreadPoolExecutor(self.register_threads, thread_name_prefix="constshare-lock",
                                             initializer=lambda: torch.cuda.set_device(dev))
         return self._pool
+
+    def _unlocker(self) -> ThreadPoolExecutor:
+        """One thread for unlocking, so unlocks never queue behind the locks still ahead."""
+        if self._unlock_pool is None:
+            dev = self.device
+            self._unlock_pool = ThreadPoolExecutor(1, thread_name_prefix="constshare-unlock",
+                                                   initializer=lambda: torch.cuda.set_device(dev))
+        return self._unlock_pool
 
     def prefetch(self, blob_path: Path, specs: list[ConstantSpec]) -> None:
         """Map ``blob_path`` and start locking the pages of ``specs``, in the order they will be uploaded."""
@@ -282,13 +326,15 @@ class MappedBlobUploader:
             mapped = torch.frombuffer(mm, dtype=torch.uint8)
         base = mapped.data_ptr()
         starts = [s for s, _ in regions]
-        batch = _MappedBatch(Path(blob_path), mm, mapped, regions, starts, [None] * len(regions))  # type: ignore[list-item]
+        batch = _MappedBatch(Path(blob_path), mm, mapped, regions, starts, [None] * len(regions),  # type: ignore[list-item]
+                             [0] * len(regions))
         pool = self._workers()
         for c in wanted:  # lock in upload order, so the first copy waits the least
             for i in batch.covering(c.offset, c.offset + c.nbytes) or ():
+                batch.uses[i] += 1
                 if batch.futures[i] is None:
                     s, e = regions[i]
-                    batch.futures[i] = pool.submit(_register, base + s, e - s)
+                    batch.futures[i] = pool.submit(_lock, mm, base, s, e, self.populate)
         self._batch = batch
 
     def upload(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
@@ -297,11 +343,12 @@ class MappedBlobUploader:
         if n == 0:
             return torch.empty(0, dtype=torch.uint8, device=self.device)
         batch = self._batch
-        if (batch is None or batch.blob_path != Path(blob_path)) and not self.disabled_reason:
+        idx = batch.covering(off, off + n) if batch is not None and batch.blob_path == Path(blob_path) else None
+        if idx is None and not self.disabled_reason:
             self.prefetch(blob_path, [spec])  # a lone upload: lock just its own pages
             batch = self._batch
-        idx = batch.covering(off, off + n) if batch is not None and not self.disabled_reason else None
-        if idx is None:
+            idx = batch.covering(off, off + n) if batch is not None else None
+        if idx is None or self.disabled_reason:
             return self._fallback(blob_path, spec)
         dev = torch.empty(n, dtype=torch.uint8, device=self.device)
         with torch.cuda.device(self.device):
@@ -316,7 +363,24 @@ class MappedBlobUploader:
                 dev[a - off: z - off].copy_(batch.mapped[a:z], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
         self.last_path = PATH_MAPPED
+        if self.eager_unlock:  # these pages are on the device: unlock the regions nobody else needs
+            for i in idx:
+                batch.uses[i] -= 1
+                if batch.uses[i] == 0 and batch.unlocks[i] is None:
+                    batch.unlocks[i] = self._unlocker().submit(self._unlock_region, batch, i)
         return dev
+
+    @staticmethod
+    def _unlock_region(batch: "_MappedBatch", i: int) -> None:
+        f = batch.futures[i]
+        if f is None or f.cancelled():
+            return
+        try:
+            locked = f.result() == 0
+        except Exception:
+            locked = False
+        if locked:
+            torch.cuda.cudart().cudaHostUnregister(batch.base + batch.regions[i][0])
 
     def _fallback(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
         out = self.fallback.upload(blob_path, spec)
@@ -331,26 +395,19 @@ class MappedBlobUploader:
         for f in batch.futures:
             if f is not None:
                 f.cancel()  # a failed load need not lock what it will never copy
-        cudart = torch.cuda.cudart()
-        base = batch.mapped.data_ptr()
+        unlocker = self._unlocker()
+        for i, f in enumerate(batch.futures):
+            if batch.unlocks[i] is None:
+                batch.unlocks[i] = unlocker.submit(self._unlock_region, batch, i)
 
-        def unlock_and_unmap() -> None:
-            for (s, _), f in zip(batch.regions, batch.futures):
-                if f is None or f.cancelled():
-                    continue
-                try:
-                    locked = f.result() == 0
-                except Exception:
-                    locked = False
-                if locked:
-                    cudart.cudaHostUnregister(base + s)
+        def unmap() -> None:  # queued after every unlock of this batch on the one unlock thread
             batch.mapped = None  # drop the tensor's export of the mapping before closing it
             try:
                 batch.mm.close()
             except BufferError:  # a view is still alive somewhere: the mapping closes when it dies
                 pass
 
-        self._pending.append(self._workers().submit(unlock_and_unmap))
+        self._pending.append(unlocker.submit(unmap))
 
     def drain(self) -> None:
         """Wait until every released batch is unlocked and unmapped."""
@@ -361,9 +418,10 @@ class MappedBlobUploader:
     def close(self) -> None:
         self.release()
         self.drain()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        for pool in (self._pool, self._unlock_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._pool = self._unlock_pool = None
         self.fallback.close()
 
 
