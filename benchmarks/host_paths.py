@@ -14,7 +14,11 @@ cache, as a blob does after it was built or hashed), then, median of ``--repeats
   of the mapping, then a device copy straight from it, then unregistering;
 * ``h2d_from_pageable``: a device copy from ordinary (not pinned) memory;
 * ``h2d_from_pinned_while_host_copies``: the target copy while N threads copy host memory,
-  i.e. whether a pipelined upload could reach the target at all.
+  i.e. whether a pipelined upload could reach the target at all;
+* ``register_fresh_mapping*``: locking a mapping nobody touched yet, from 1 and N threads,
+  and while a device copy runs (``*_during_a_*``, ``both_lock_and_copy_concurrently``);
+* an uploader sweep: the loader's upload paths over 10 constants of the file, prefetch to
+  drain, against per-constant copies from pinned memory.
 
 GB/s = 1e9 bytes/s.  Writes host_paths.csv.
 """
@@ -68,7 +72,8 @@ def _pread_all(fd: int, dst: torch.Tensor, threads: int) -> None:
 
 
 def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
-    """cudaHostRegister on a mapping nobody has touched yet, with and without populating first."""
+    """cudaHostRegister on a mapping nobody has touched yet: alone, from several threads, and
+    while a device copy runs (if the driver overlapped the two, both would take what they take alone)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from toolkit import upload
@@ -88,17 +93,30 @@ def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
     cudart.cudaHostUnregister(t.data_ptr())
     del t
     mm.close()
+    # does locking overlap a device copy?  Lock a fresh mapping while 2 GiB copy from pinned memory
     mm, t = fresh()
-    out["populate_fresh_mapping_1_thread"] = _time(lambda: upload._populate(mm, 0, n))
-    out["register_populated_mapping"] = _time(lambda: upload._register(t.data_ptr(), n))
+    target = torch.empty(n, dtype=torch.uint8, device="cuda")
+    src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    timing = {}
+
+    def lock_timed():
+        t0 = time.perf_counter()
+        upload._register(t.data_ptr(), n)
+        timing["lock"] = time.perf_counter() - t0
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    target.copy_(src, non_blocking=True)
+    th = threading.Thread(target=lock_timed)
+    th.start()
+    torch.cuda.synchronize()
+    timing["copy"] = time.perf_counter() - t0
+    th.join()
+    out["both_lock_and_copy_concurrently"] = time.perf_counter() - t0
+    out["register_fresh_mapping_during_a_copy"] = timing["lock"]
+    out["h2d_from_pinned_during_a_lock"] = timing["copy"]
     cudart.cudaHostUnregister(t.data_ptr())
-    del t
-    mm.close()
-    mm, t = fresh()
-    with ThreadPoolExecutor(threads) as pool:
-        out[f"populate_fresh_mapping_{threads}_threads"] = _time(
-            lambda: list(pool.map(lambda s: upload._populate(mm, s, min(s + region, n)), range(0, n, region))))
-    del t
+    del t, target, src
     mm.close()
     mm, t = fresh()
     base = t.data_ptr()
@@ -142,15 +160,14 @@ def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) 
             return outs
         return go
 
-    configs = {"plain_pinned_copy_per_constant": (plain, None), "stager": (None, upload.HostStager(dev))}
-    for threads in (1, 4, 8):
-        for region_mib in (64, 256):
-            for populate in (False, True):
-                for eager in (False, True):
-                    up = upload.MappedBlobUploader(dev, region_bytes=region_mib << 20, register_threads=threads,
-                                                   populate=populate, eager_unlock=eager)
-                    configs[f"mapped t={threads} region={region_mib}MiB populate={int(populate)} "
-                            f"eager_unlock={int(eager)}"] = (None, up)
+    configs = {"plain_pinned_copy_per_constant": (plain, None), "stager": (None, upload.HostStager(dev)),
+               "mapped warm (pages locked by the warm-up pass)":
+                   (None, upload.MappedBlobUploader(dev, locks=upload.HostLockCache(1 << 40)))}
+    for threads in (1, 2, 4):
+        for region_mib in (16, 64, 256):
+            up = upload.MappedBlobUploader(dev, region_bytes=region_mib << 20, register_threads=threads,
+                                           locks=upload.HostLockCache(0))
+            configs[f"mapped cold t={threads} region={region_mib}MiB"] = (None, up)
     rows = []
     for name, (fn, up) in configs.items():
         fn = fn or through(up)

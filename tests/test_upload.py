@@ -7,6 +7,7 @@ marked ``gpu`` (run on the H200 with ``pytest -m gpu``).
 from __future__ import annotations
 
 import mmap
+import os
 import random
 from pathlib import Path
 
@@ -67,13 +68,52 @@ def test_random_ranges_are_covered_by_disjoint_page_regions():
         _check_regions(ranges, rng.choice([1, 2, 5]) * PAGE)
 
 
-def test_covering_finds_exactly_the_regions_of_a_range():
-    regions = [(0, 2 * PAGE), (2 * PAGE, 4 * PAGE), (8 * PAGE, 9 * PAGE)]
-    b = upload._MappedBatch(Path("x"), None, None, regions, [s for s, _ in regions], [None] * 3, [0] * 3)  # type: ignore[arg-type]
-    assert b.covering(5, 3 * PAGE) == [0, 1]
-    assert b.covering(8 * PAGE + 1, 8 * PAGE + 2) == [2]
-    assert b.covering(3 * PAGE, 5 * PAGE) is None  # bytes 4..5 pages are not locked
-    assert b.covering(10 * PAGE, 10 * PAGE + 1) is None
+def test_pages_already_locked_are_not_locked_again():
+    locked = [(2 * PAGE, 4 * PAGE), (6 * PAGE, 7 * PAGE)]
+    got = upload.regions_to_lock([(PAGE + 1, 8 * PAGE - 3)], locked, 64 * PAGE)
+    assert got == [(PAGE, 2 * PAGE), (4 * PAGE, 6 * PAGE), (7 * PAGE, 8 * PAGE)]
+    assert upload.regions_to_lock([(2 * PAGE + 5, 3 * PAGE)], locked, 64 * PAGE) == []
+
+
+def test_random_ranges_minus_locked_regions_lock_each_page_once():
+    rng = random.Random(11)
+    for _ in range(300):
+        locked: list[tuple[int, int]] = []
+        ever: set[int] = set()
+        for _ in range(rng.randint(1, 5)):  # several loads of one blob, each locking what is missing
+            ranges = []
+            for _ in range(rng.randint(1, 6)):
+                s = rng.randint(0, 40 * PAGE)
+                ranges.append((s, s + rng.randint(0, 12 * PAGE)))
+            new = upload.regions_to_lock(ranges, locked, rng.choice([1, 3]) * PAGE)
+            pages = {p for s, e in new for p in range(s // PAGE, e // PAGE)}
+            assert not pages & ever, "a page would be locked twice"
+            ever |= pages
+            locked = sorted(locked + new)
+            for s, e in ranges:  # every byte asked for is now in a locked page
+                assert all(p in ever for p in range(s // PAGE, -(-e // PAGE)))
+
+
+def test_covering_finds_exactly_the_regions_of_a_range(tmp_path):
+    f = tmp_path / "b"
+    f.write_bytes(b"x" * (10 * PAGE))
+    lm = upload.LockedMapping(f, upload._file_key(f))
+    lm.regions = [(0, 2 * PAGE), (2 * PAGE, 4 * PAGE), (8 * PAGE, 9 * PAGE)]
+    assert lm.covering(5, 3 * PAGE) == [(0, 2 * PAGE), (2 * PAGE, 4 * PAGE)]
+    assert lm.covering(8 * PAGE + 1, 8 * PAGE + 2) == [(8 * PAGE, 9 * PAGE)]
+    assert lm.covering(3 * PAGE, 5 * PAGE) is None  # bytes 4..5 pages are not locked
+    assert lm.covering(10 * PAGE, 10 * PAGE + 1) is None
+    lm.regions = []
+    lm.unlock_and_unmap()
+    assert lm.mm.closed
+
+
+def test_the_lock_budget_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv(upload.LOCK_BUDGET_ENV, "1.5")
+    assert upload.HostLockCache().budget_bytes == 3 << 29
+    monkeypatch.setenv(upload.LOCK_BUDGET_ENV, "lots")
+    with pytest.raises(ValueError, match="CONSTSHARE_HOST_LOCK_GIB='lots'"):
+        upload.HostLockCache()
 
 
 def test_region_size_must_be_whole_pages():
@@ -122,40 +162,45 @@ def test_every_path_delivers_the_exact_bytes(blob, monkeypatch, choice):
     dev = torch.device("cuda", 0)
     monkeypatch.setenv(upload.UPLOAD_ENV, choice)
     up = upload.make_uploader(dev)
-    for rounds in range(3):  # the same blob again after release: nothing is left locked twice
+    try:
+        for rounds in range(3):  # the same blob again: its pages are still locked, never locked twice
+            if up is not None:
+                up.prefetch(path, specs)
+            order = specs if rounds != 1 else list(reversed(specs))  # out of the prefetched order too
+            for c in order:
+                assert _same(upload.upload_constant(path, c, dev, up), data, c), (choice, c.name)
+                if up is not None and c.nbytes:
+                    if choice == "mapped":
+                        assert up.last_path == (upload.PATH_MAPPED if rounds == 0 else upload.PATH_MAPPED_WARM)
+                    else:
+                        assert up.last_path == upload.PATH_STAGED
+            if up is not None:
+                up.release()
         if up is not None:
-            up.prefetch(path, specs)
-        order = specs if rounds != 1 else list(reversed(specs))  # out of the prefetched order too
-        for c in order:
-            assert _same(upload.upload_constant(path, c, dev, up), data, c), (choice, c.name)
-            if up is not None and c.nbytes:
-                expected = upload.PATH_MAPPED if choice == "mapped" else upload.PATH_STAGED
-                assert up.last_path == expected
-        if up is not None:
-            up.release()
-    if up is not None:
-        assert getattr(up, "disabled_reason", None) is None
-        up.close()
+            assert getattr(up, "disabled_reason", None) is None
+            up.close()
+    finally:
+        upload.HOST_LOCKS.clear()
+    assert upload.HOST_LOCKS.locked_bytes == 0
 
 
 @pytest.mark.gpu
 def test_a_lone_upload_without_prefetch_locks_only_its_pages(blob):
     path, data, specs = blob
-    dev = torch.device("cuda", 0)
-    up = upload.MappedBlobUploader(dev, region_bytes=16 << 20)
-    for c in specs:  # each upload maps and locks on its own, then the next one releases it
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), region_bytes=16 << 20, locks=upload.HostLockCache(0))
+    for c in specs:  # each upload maps and locks on its own; the next one unlocks it first
         assert _same(up.upload(path, c), data, c)
         assert up.last_path == upload.PATH_MAPPED
     up.close()
     assert up.disabled_reason is None
+    assert up.locks.locked_bytes == 0 and up.locks.mapped_files == []
 
 
 @pytest.mark.gpu
 def test_a_failed_lock_falls_back_to_staging_with_the_same_bytes(blob, monkeypatch):
     path, data, specs = blob
-    dev = torch.device("cuda", 0)
     monkeypatch.setattr(upload, "_register", lambda ptr, n: 1)  # cudaErrorInvalidValue
-    up = upload.MappedBlobUploader(dev)
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=upload.HostLockCache(0))
     up.prefetch(path, specs)
     for c in specs:
         assert _same(up.upload(path, c), data, c)
@@ -164,15 +209,8 @@ def test_a_failed_lock_falls_back_to_staging_with_the_same_bytes(blob, monkeypat
     up.close()
 
 
-@pytest.mark.gpu
-def test_a_released_batch_is_unlocked_so_it_can_be_locked_again(blob):
-    path, data, specs = blob
-    dev = torch.device("cuda", 0)
-    up = upload.MappedBlobUploader(dev)
-    up.prefetch(path, specs)
-    up.release()  # nothing uploaded (a failed load): pending locks are cancelled or undone
-    up.drain()
-    # the same pages lock again: cudaHostRegister fails on pages still registered
+def _lock_whole_file_again(path: Path) -> int:
+    """cudaHostRegister of the whole file through a new mapping: fails on pages still locked."""
     import warnings
 
     with open(path, "rb") as f:
@@ -180,11 +218,83 @@ def test_a_released_batch_is_unlocked_so_it_can_be_locked_again(blob):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t = torch.frombuffer(mm, dtype=torch.uint8)
-    assert upload._register(t.data_ptr(), t.numel()) == 0
-    assert int(torch.cuda.cudart().cudaHostUnregister(t.data_ptr())) == 0
+    err = upload._register(t.data_ptr(), t.numel())
+    if err == 0:
+        torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
     del t
     mm.close()
+    return err
+
+
+@pytest.mark.gpu
+def test_with_no_budget_a_released_load_leaves_nothing_locked(blob):
+    path, _, specs = blob
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=upload.HostLockCache(0))
+    up.prefetch(path, specs)
+    up.release()  # nothing uploaded (a failed load): pending locks are cancelled or undone
+    up.drain()
+    assert up.locks.locked_bytes == 0 and up.locks.mapped_files == []
+    assert _lock_whole_file_again(path) == 0
     up.close()
+
+
+@pytest.mark.gpu
+def test_a_second_load_copies_from_pages_still_locked_and_a_rewritten_blob_is_never_reused(blob):
+    path, data, specs = blob
+    dev = torch.device("cuda", 0)
+    locks = upload.HostLockCache(1 << 40)
+    first = upload.MappedBlobUploader(dev, locks=locks)
+    first.prefetch(path, specs[:5])
+    for c in specs[:5]:
+        assert _same(first.upload(path, c), data, c)
+    first.close()
+    assert locks.locked_bytes > 0 and locks.mapped_files == [path]
+    second = upload.MappedBlobUploader(dev, locks=locks)  # another session, a superset of constants
+    second.prefetch(path, specs)
+    for i, c in enumerate(specs):
+        assert _same(second.upload(path, c), data, c)
+        if c.nbytes and i < 5:  # loaded before: every page still locked
+            assert second.last_path == upload.PATH_MAPPED_WARM, c.name
+        elif c.nbytes:  # new pages (constant 5 shares its first page with constant 4)
+            assert second.last_path == upload.PATH_MAPPED, c.name
+    second.release()
+    # the blob is rewritten in place (same size, new bytes): a new file version, a new mapping
+    new = torch.flip(data, dims=[0]).contiguous()
+    path.write_bytes(new.numpy().tobytes())
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    second.prefetch(path, specs)
+    for c in specs:
+        assert _same(second.upload(path, c), new, c), c.name
+        if c.nbytes:
+            assert second.last_path == upload.PATH_MAPPED
+    second.close()
+    locks.clear()
+    assert locks.locked_bytes == 0 and locks.mapped_files == []
+    assert _lock_whole_file_again(path) == 0
+
+
+@pytest.mark.gpu
+def test_unused_blobs_over_the_budget_are_unlocked_oldest_first(tmp_path):
+    dev = torch.device("cuda", 0)
+    files = []
+    for i in range(3):
+        f = tmp_path / f"blob{i}.bin"
+        f.write_bytes(bytes([i]) * (4 << 20))
+        files.append(f)
+    c = spec("w", 0, 4 << 20)
+    locks = upload.HostLockCache(9 << 20)  # room for two blobs
+    up = upload.MappedBlobUploader(dev, locks=locks)
+    for f in files:
+        up.prefetch(f, [c])
+        assert int(up.upload(f, c)[0]) == files.index(f)
+    up.release()
+    up.drain()
+    assert locks.mapped_files == files[1:]
+    assert locks.locked_bytes == 8 << 20
+    assert _lock_whole_file_again(files[0]) == 0  # the oldest is really unlocked
+    up.close()
+    locks.clear()
 
 
 @pytest.mark.gpu
@@ -197,11 +307,20 @@ def test_a_constant_past_the_end_of_the_blob_is_an_error_naming_it(blob):
 
 
 @pytest.mark.gpu
-def test_cuda_loads_upload_through_the_locked_mapping(built_sample):
+def test_cuda_loads_upload_through_the_locked_mapping_and_reloads_find_it_locked(built_sample):
     from toolkit import load_program
 
-    s = load_program(built_sample("total_collision", device="cuda"), "fingerprint", device="cuda")
-    ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
-    assert ups and {e.path for e in ups} == {upload.PATH_MAPPED}
-    assert s.verify()["ok"].all()
-    s.close()
+    prog = built_sample("total_collision", device="cuda")
+    upload.HOST_LOCKS.clear()
+    try:
+        paths = []
+        for _ in range(2):
+            s = load_program(prog, "fingerprint", device="cuda")
+            ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
+            assert ups
+            paths.append({e.path for e in ups})
+            assert s.verify()["ok"].all()
+            s.close()
+        assert paths == [{upload.PATH_MAPPED}, {upload.PATH_MAPPED_WARM}]
+    finally:
+        upload.HOST_LOCKS.clear()

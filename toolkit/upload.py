@@ -22,9 +22,9 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,13 @@ import torch
 from .manifest import ConstantSpec
 from .runtime import dtype_from_name
 
-PATH_MAPPED = "page-locked mapping"
+PATH_MAPPED = "page-locked mapping"  # some of the constant's pages were locked for this load
+PATH_MAPPED_WARM = "page-locked mapping, already locked"  # every page locked by an earlier load
 PATH_STAGED = "pinned staging"
 PATH_PINNED_EACH = "pinned buffer per constant"
 PATH_HOST = "host read"
-UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # "mapped" (default) or "staged"
+UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # "mapped" (default), "staged" or "unstaged"
+LOCK_BUDGET_ENV = "CONSTSHARE_HOST_LOCK_GIB"  # GiB of blob pages kept locked between loads
 
 
 def read_constant_bytes(blob_path: Path, spec: ConstantSpec, *, pin: bool = False) -> torch.Tensor:
@@ -165,46 +167,8 @@ class HostStager:
         return dev
 
 
-@dataclass
-class _MappedBatch:
-    """One method's page-locked ranges of one blob: regions sorted by offset, each with the
-    future of its ``cudaHostRegister`` (an error code; 0 = locked)."""
-
-    blob_path: Path
-    mm: mmap.mmap
-    mapped: torch.Tensor | None  # the whole file as uint8, over the mapping
-    regions: list[tuple[int, int]]
-    starts: list[int]
-    futures: list[Future]
-    uses: list[int]  # constants still to be copied out of each region
-    unlocks: list[Future | None] = None  # type: ignore[assignment]
-    base: int = 0  # address of the mapping
-
-    def __post_init__(self) -> None:
-        if self.unlocks is None:
-            self.unlocks = [None] * len(self.regions)
-        if self.mapped is not None:
-            self.base = self.mapped.data_ptr()
-
-    def covering(self, start: int, end: int) -> list[int] | None:
-        """Indices of the regions that together cover [start, end), or None if some byte is not covered."""
-        i = bisect.bisect_right(self.starts, start) - 1
-        out, pos = [], start
-        while pos < end:
-            if i < 0 or i >= len(self.regions) or not (self.regions[i][0] <= pos < self.regions[i][1]):
-                return None
-            out.append(i)
-            pos = self.regions[i][1]
-            i += 1
-        return out
-
-
-def page_regions(ranges: list[tuple[int, int]], region_bytes: int, page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
-    """Disjoint page-aligned regions of at most ``region_bytes`` covering every byte range.
-
-    Ranges sharing a page are merged (a page can be locked only once), so every region can
-    be registered on its own, by any thread, in any order.
-    """
+def page_spans(ranges: list[tuple[int, int]], page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
+    """The byte ranges widened to whole pages, merged where they share a page, sorted."""
     spans = sorted((s // page * page, -(-e // page) * page) for s, e in ranges if e > s)
     merged: list[list[int]] = []
     for s, e in spans:
@@ -212,14 +176,41 @@ def page_regions(ranges: list[tuple[int, int]], region_bytes: int, page: int = m
             merged[-1][1] = max(merged[-1][1], e)
         else:
             merged.append([s, e])
-    return [(a, min(a + region_bytes, e)) for s, e in merged for a in range(s, e, region_bytes)]
+    return [(s, e) for s, e in merged]
+
+
+def regions_to_lock(ranges: list[tuple[int, int]], locked: list[tuple[int, int]], region_bytes: int,
+                    page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
+    """Disjoint page-aligned regions of at most ``region_bytes`` that cover every byte of
+    ``ranges`` not already inside a ``locked`` region (sorted, disjoint, page-aligned).
+
+    A page can be locked only once: ranges sharing a page are merged, and pages locked by an
+    earlier load are left out, so every region can be registered on its own, in any order.
+    """
+    out: list[tuple[int, int]] = []
+    starts = [s for s, _ in locked]
+    for s, e in page_spans(ranges, page):
+        pos = s
+        i = max(bisect.bisect_right(starts, pos) - 1, 0)
+        while pos < e:
+            while i < len(locked) and locked[i][1] <= pos:
+                i += 1
+            gap_end = min(e, locked[i][0]) if i < len(locked) else e
+            if pos < gap_end:
+                out.extend((a, min(a + region_bytes, gap_end)) for a in range(pos, gap_end, region_bytes))
+                pos = gap_end
+            else:  # pos is inside locked[i]
+                pos = min(e, locked[i][1])
+    return out
+
+
+def page_regions(ranges: list[tuple[int, int]], region_bytes: int, page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
+    """Disjoint page-aligned regions of at most ``region_bytes`` covering every byte range."""
+    return regions_to_lock(ranges, [], region_bytes, page)
 
 
 _REGISTER_PORTABLE = 0x01  # cudaHostRegisterPortable: pinned for every device, not only the caller's
 _REGISTER_READ_ONLY = 0x08  # cudaHostRegisterReadOnly: the mapping is PROT_READ
-
-
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux >= 5.14
 
 
 def _register(ptr: int, nbytes: int) -> int:
@@ -228,62 +219,214 @@ def _register(ptr: int, nbytes: int) -> int:
     return int(torch.cuda.cudart().cudaHostRegister(ptr, nbytes, _REGISTER_PORTABLE | _REGISTER_READ_ONLY))
 
 
-def _populate(mm: mmap.mmap, start: int, end: int) -> None:
-    """Map the page-cache pages of [start, end) into the page table, many at once.
+def _file_key(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
-    cudaHostRegister on a fresh mapping faults the pages in itself, one fault at a time,
-    under the driver's lock (H200 host: 12 GB/s); populating first lets several workers do
-    that part in parallel.  Best effort: an older kernel just leaves it to the register.
+
+class LockedMapping:
+    """One blob file mapped read-only, with the page regions locked in it so far.
+
+    Keyed on the file's identity (device, inode, size, mtime): a rebuilt or rewritten blob
+    is a new key, so bytes locked for an old version are never copied for a new one.
     """
+
+    def __init__(self, path: Path, key: tuple[int, int, int, int]):
+        self.path, self.key = Path(path), key
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch warns about read-only buffers; we never write
+            self.mapped: torch.Tensor | None = torch.frombuffer(self.mm, dtype=torch.uint8)
+        self.base = self.mapped.data_ptr()
+        self.regions: list[tuple[int, int]] = []  # sorted, disjoint; locked or being locked
+        self.futures: dict[tuple[int, int], Future] = {}
+        self.users = 0
+        self.last_used = 0
+        self.guard = threading.Lock()  # regions/futures: two sessions may load the same blob at once
+
+    def lock_missing(self, start: int, end: int, region_bytes: int, pool: ThreadPoolExecutor) -> list[tuple[int, int]]:
+        """Start locking the pages of [start, end) that are not locked or being locked yet."""
+        with self.guard:
+            for region, f in list(self.futures.items()):  # failed or cancelled locks may be tried again
+                if f.cancelled() or (f.done() and (f.exception() is not None or f.result() != 0)):
+                    del self.futures[region]
+                    self.regions.remove(region)
+            todo = regions_to_lock([(start, end)], self.regions, region_bytes)
+            for region in todo:
+                bisect.insort(self.regions, region)
+                self.futures[region] = pool.submit(_register, self.base + region[0], region[1] - region[0])
+            return todo
+
+    def forget(self, region: tuple[int, int]) -> None:
+        """A region whose lock failed or was cancelled: not locked, may be locked again."""
+        with self.guard:
+            if region in self.futures:
+                del self.futures[region]
+                self.regions.remove(region)
+
+    def covering(self, start: int, end: int) -> list[tuple[int, int]] | None:
+        """The regions that together cover [start, end), or None if some byte is not in one."""
+        with self.guard:
+            regions = list(self.regions)
+        i = bisect.bisect_right([s for s, _ in regions], start) - 1
+        out, pos = [], start
+        while pos < end:
+            if i < 0 or i >= len(regions) or not (regions[i][0] <= pos < regions[i][1]):
+                return None
+            out.append(regions[i])
+            pos = regions[i][1]
+            i += 1
+        return out
+
+    @property
+    def locked_bytes(self) -> int:
+        with self.guard:
+            done = [(region, f) for region, f in self.futures.items() if f.done() and not f.cancelled()]
+        return sum(e - s for (s, e), f in done if f.exception() is None and f.result() == 0)
+
+    def unlock_and_unmap(self) -> None:
+        """Unlock every locked region (waiting for locks still running), then unmap."""
+        with self.guard:
+            held = list(self.futures.items())
+        for region, f in held:
+            f.cancel()
+            if f.cancelled():
+                continue
+            try:
+                ok = f.result() == 0
+            except Exception:
+                ok = False
+            if ok:
+                torch.cuda.cudart().cudaHostUnregister(self.base + region[0])
+        with self.guard:
+            self.futures.clear()
+            self.regions.clear()
+        self.mapped = None  # drop the tensor's export of the mapping before closing it
+        try:
+            self.mm.close()
+        except BufferError:  # a view is still alive somewhere: the mapping closes when it dies
+            pass
+
+
+def _default_lock_budget() -> int:
+    env = os.environ.get(LOCK_BUDGET_ENV, "").strip()
+    if env:
+        try:
+            return max(0, int(float(env) * (1 << 30)))
+        except ValueError:
+            raise ValueError(f"{LOCK_BUDGET_ENV}={env!r}: expected a number of GiB") from None
     try:
-        mm.madvise(_MADV_POPULATE_READ, start, min(end, len(mm)) - start)
-    except (OSError, ValueError):
-        pass
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError):
+        return 0
 
 
-def _lock(mm: mmap.mmap, base: int, start: int, end: int, populate: bool) -> int:
-    if populate:
-        _populate(mm, start, end)
-    return _register(base + start, end - start)
+class HostLockCache:
+    """Blob mappings whose locked pages outlive one load, up to ``budget_bytes`` in all.
+
+    Locking pages costs about what copying them to the device does, and the driver does not
+    overlap the two (``benchmarks/host_paths.py``), so a load that starts by locking its
+    pages runs at about half the copy speed.  Loading the same blob again (another policy,
+    another session, the explorer) finds its pages still locked and copies at full speed.
+    The locked pages are the page cache's own: no second host copy of any blob.  Mappings
+    nobody is using are unlocked least recently used first once ``budget_bytes`` is
+    exceeded; the default budget is a quarter of physical memory, ``CONSTSHARE_HOST_LOCK_GIB``
+    sets another (0: unlock every blob once its load is done).
+    """
+
+    def __init__(self, budget_bytes: int | None = None):
+        self.budget_bytes = _default_lock_budget() if budget_bytes is None else max(0, int(budget_bytes))
+        self._maps: dict[tuple[int, int, int, int], LockedMapping] = {}
+        self._lock = threading.Lock()
+        self._clock = 0
+
+    def acquire(self, path: Path) -> LockedMapping:
+        key = _file_key(path)
+        with self._lock:
+            lm = self._maps.get(key)
+            if lm is None:
+                lm = self._maps[key] = LockedMapping(path, key)
+            lm.users += 1
+            self._clock += 1
+            lm.last_used = self._clock
+            return lm
+
+    def release(self, lm: LockedMapping, unlock: "ThreadPoolExecutor") -> list[Future]:
+        """One user less; unlock (in ``unlock``) unused mappings over the budget, oldest first."""
+        with self._lock:
+            lm.users -= 1
+            victims = []
+            total = sum(m.locked_bytes for m in self._maps.values())
+            for m in sorted(self._maps.values(), key=lambda m: m.last_used):
+                if m.users == 0 and (total > self.budget_bytes or not m.futures):  # over budget, or nothing locked
+                    total -= m.locked_bytes
+                    victims.append(m)
+                    del self._maps[m.key]
+        return [unlock.submit(m.unlock_and_unmap) for m in victims]
+
+    @property
+    def locked_bytes(self) -> int:
+        with self._lock:
+            return sum(m.locked_bytes for m in self._maps.values())
+
+    @property
+    def mapped_files(self) -> list[Path]:
+        """The blob files mapped now, least recently used first."""
+        with self._lock:
+            return [m.path for m in sorted(self._maps.values(), key=lambda m: m.last_used)]
+
+    def clear(self) -> None:
+        """Unlock and unmap every mapping nobody is using (now, on this thread)."""
+        with self._lock:
+            victims = [m for m in self._maps.values() if m.users == 0]
+            for m in victims:
+                del self._maps[m.key]
+        for m in victims:
+            m.unlock_and_unmap()
+
+
+HOST_LOCKS = HostLockCache()  # the process's locked blob pages, shared by every session
 
 
 class MappedBlobUploader:
     """Uploads constants by DMA straight out of the page cache.
 
-    :meth:`prefetch` maps the blob read-only and starts page-locking the byte ranges of the
-    constants about to be uploaded, in regions of at most ``region_bytes``, on
-    ``register_threads`` worker threads (each region: populate its page-table entries, then
-    ``cudaHostRegister`` it read-only); :meth:`upload` waits for each region of its constant
-    in turn and copies it asynchronously, so locking region i+1 overlaps copying region i.
-    A region is unlocked on a separate thread as soon as the last constant that needs it is
-    on the device; :meth:`release` unlocks whatever is left and unmaps, in the background
-    (the next :meth:`prefetch` and :meth:`drain` wait for that).
+    :meth:`prefetch` maps the blob read-only (or reuses its mapping from ``locks``, a
+    :class:`HostLockCache`) and starts page-locking, on ``register_threads`` worker threads,
+    the pages of the constants about to be uploaded that are not locked yet, in regions of at
+    most ``region_bytes``; :meth:`upload` waits for its constant's regions and copies it
+    asynchronously; :meth:`release` hands the mapping back to ``locks``, which keeps its
+    pages locked for the next load of the same blob or unlocks them in the background.
 
+    :attr:`last_path` says whether the last upload copied from pages already locked by an
+    earlier load (:data:`PATH_MAPPED_WARM`) or had to lock some first (:data:`PATH_MAPPED`).
     If mapping or locking fails (a filesystem without mmap, a driver without read-only
     registration), :attr:`disabled_reason` says why and every later upload takes the
-    :class:`HostStager` path: slower, never wrong.  Pages are locked only while a method
-    loads: the host keeps no second copy of any blob.  ``benchmarks/host_paths.py`` and
-    ``benchmarks/upload_throughput.py`` measure each step and the settings.
+    :class:`HostStager` path: slower, never wrong.
     """
 
-    def __init__(self, device: torch.device, *, region_bytes: int = 64 << 20, register_threads: int = 4,
-                 populate: bool = True, eager_unlock: bool = True):
+    def __init__(self, device: torch.device, *, region_bytes: int = 64 << 20, register_threads: int = 1,
+                 locks: HostLockCache | None = None):
         if region_bytes <= 0 or region_bytes % mmap.PAGESIZE:
             raise ValueError(f"region_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
         if register_threads < 1:
             raise ValueError("register_threads must be >= 1")
         self.device = device
         self.region_bytes = int(region_bytes)
-        self.register_threads = int(register_threads)
-        self.populate = bool(populate)  # madvise(MADV_POPULATE_READ) each region before locking it
-        self.eager_unlock = bool(eager_unlock)  # unlock a region once its last constant is on the device
-        self._unlock_pool: ThreadPoolExecutor | None = None
+        self.register_threads = int(register_threads)  # the driver serialises locking: 1 measured best
+        self.locks = HOST_LOCKS if locks is None else locks
         self.fallback = HostStager(device)  # allocates its pinned buffers on first use only
         self.disabled_reason: str | None = None
         self.last_path = PATH_MAPPED
         self._pool: ThreadPoolExecutor | None = None
-        self._batch: _MappedBatch | None = None
-        self._pending: list[Future] = []  # background unlock + unmap of released batches
+        self._unlock_pool: ThreadPoolExecutor | None = None
+        self._current: LockedMapping | None = None
+        self._fresh: set[tuple[int, int]] = set()  # regions this batch locked itself
+        self._pending: list[Future] = []  # background unlocks
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -293,7 +436,6 @@ class MappedBlobUploader:
         return self._pool
 
     def _unlocker(self) -> ThreadPoolExecutor:
-        """One thread for unlocking, so unlocks never queue behind the locks still ahead."""
         if self._unlock_pool is None:
             dev = self.device
             self._unlock_pool = ThreadPoolExecutor(1, thread_name_prefix="constshare-unlock",
@@ -301,7 +443,7 @@ class MappedBlobUploader:
         return self._unlock_pool
 
     def prefetch(self, blob_path: Path, specs: list[ConstantSpec]) -> None:
-        """Map ``blob_path`` and start locking the pages of ``specs``, in the order they will be uploaded."""
+        """Map ``blob_path`` and start locking the pages of ``specs`` not locked yet, in upload order."""
         self.release()
         self.drain()
         wanted = [c for c in specs if c.nbytes]
@@ -311,76 +453,43 @@ class MappedBlobUploader:
         for c in wanted:
             if c.offset < 0 or c.offset + c.nbytes > size:
                 raise EOFError(f"{blob_path}: blob ends before constant {c.name!r} ({c.offset}+{c.nbytes})")
-        regions = page_regions([(c.offset, c.offset + c.nbytes) for c in wanted], self.region_bytes)
         try:
-            fd = os.open(blob_path, os.O_RDONLY)
-            try:
-                mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
+            lm = self.locks.acquire(Path(blob_path))
         except (OSError, ValueError) as e:
             self.disabled_reason = f"cannot map {blob_path}: {e}"
             return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # torch warns about read-only buffers; we never write
-            mapped = torch.frombuffer(mm, dtype=torch.uint8)
-        base = mapped.data_ptr()
-        starts = [s for s, _ in regions]
-        batch = _MappedBatch(Path(blob_path), mm, mapped, regions, starts, [None] * len(regions),  # type: ignore[list-item]
-                             [0] * len(regions))
+        self._current, self._fresh = lm, set()
         pool = self._workers()
-        for c in wanted:  # lock in upload order, so the first copy waits the least
-            for i in batch.covering(c.offset, c.offset + c.nbytes) or ():
-                batch.uses[i] += 1
-                if batch.futures[i] is None:
-                    s, e = regions[i]
-                    batch.futures[i] = pool.submit(_lock, mm, base, s, e, self.populate)
-        self._batch = batch
+        for c in wanted:  # in upload order, so the first copy waits the least
+            self._fresh.update(lm.lock_missing(c.offset, c.offset + c.nbytes, self.region_bytes, pool))
 
     def upload(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
         """The constant's raw bytes as a uint8 tensor on the device (complete when this returns)."""
         n, off = spec.nbytes, spec.offset
         if n == 0:
             return torch.empty(0, dtype=torch.uint8, device=self.device)
-        batch = self._batch
-        idx = batch.covering(off, off + n) if batch is not None and batch.blob_path == Path(blob_path) else None
-        if idx is None and not self.disabled_reason:
+        lm = self._current
+        regions = lm.covering(off, off + n) if lm is not None and lm.path == Path(blob_path) else None
+        if regions is None and not self.disabled_reason:
             self.prefetch(blob_path, [spec])  # a lone upload: lock just its own pages
-            batch = self._batch
-            idx = batch.covering(off, off + n) if batch is not None else None
-        if idx is None or self.disabled_reason:
+            lm = self._current
+            regions = lm.covering(off, off + n) if lm is not None else None
+        if regions is None or lm is None or self.disabled_reason:
             return self._fallback(blob_path, spec)
+        for region in regions:
+            with lm.guard:
+                fut = lm.futures[region]
+            err = fut.result()
+            if err:
+                lm.forget(region)
+                self.disabled_reason = f"cudaHostRegister of {blob_path} failed: CUDA error {err}"
+                return self._fallback(blob_path, spec)
         dev = torch.empty(n, dtype=torch.uint8, device=self.device)
         with torch.cuda.device(self.device):
-            for i in idx:
-                err = batch.futures[i].result()
-                if err:
-                    torch.cuda.current_stream(self.device).synchronize()  # copies already issued
-                    self.disabled_reason = f"cudaHostRegister of {blob_path} failed: CUDA error {err}"
-                    return self._fallback(blob_path, spec)
-                s, e = batch.regions[i]
-                a, z = max(s, off), min(e, off + n)
-                dev[a - off: z - off].copy_(batch.mapped[a:z], non_blocking=True)
+            dev.copy_(lm.mapped[off: off + n], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
-        self.last_path = PATH_MAPPED
-        if self.eager_unlock:  # these pages are on the device: unlock the regions nobody else needs
-            for i in idx:
-                batch.uses[i] -= 1
-                if batch.uses[i] == 0 and batch.unlocks[i] is None:
-                    batch.unlocks[i] = self._unlocker().submit(self._unlock_region, batch, i)
+        self.last_path = PATH_MAPPED if any(r in self._fresh for r in regions) else PATH_MAPPED_WARM
         return dev
-
-    @staticmethod
-    def _unlock_region(batch: "_MappedBatch", i: int) -> None:
-        f = batch.futures[i]
-        if f is None or f.cancelled():
-            return
-        try:
-            locked = f.result() == 0
-        except Exception:
-            locked = False
-        if locked:
-            torch.cuda.cudart().cudaHostUnregister(batch.base + batch.regions[i][0])
 
     def _fallback(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
         out = self.fallback.upload(blob_path, spec)
@@ -388,29 +497,20 @@ class MappedBlobUploader:
         return out
 
     def release(self) -> None:
-        """Unlock and unmap the current batch in the background (uploads must be complete)."""
-        batch, self._batch = self._batch, None
-        if batch is None:
+        """Hand the current mapping back to the lock cache (uploads must be complete)."""
+        lm, self._current = self._current, None
+        if lm is None:
             return
-        for f in batch.futures:
-            if f is not None:
-                f.cancel()  # a failed load need not lock what it will never copy
-        unlocker = self._unlocker()
-        for i, f in enumerate(batch.futures):
-            if batch.unlocks[i] is None:
-                batch.unlocks[i] = unlocker.submit(self._unlock_region, batch, i)
-
-        def unmap() -> None:  # queued after every unlock of this batch on the one unlock thread
-            batch.mapped = None  # drop the tensor's export of the mapping before closing it
-            try:
-                batch.mm.close()
-            except BufferError:  # a view is still alive somewhere: the mapping closes when it dies
-                pass
-
-        self._pending.append(unlocker.submit(unmap))
+        for region in list(self._fresh):  # a failed load need not lock what it will never copy
+            with lm.guard:
+                f = lm.futures.get(region)
+            if f is not None and f.cancel():
+                lm.forget(region)
+        self._fresh = set()
+        self._pending.extend(self.locks.release(lm, self._unlocker()))
 
     def drain(self) -> None:
-        """Wait until every released batch is unlocked and unmapped."""
+        """Wait until every unlock this uploader started is done."""
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()
