@@ -284,9 +284,18 @@ class LockedMapping:
 
     @property
     def locked_bytes(self) -> int:
+        """Bytes locked now."""
         with self.guard:
             done = [(region, f) for region, f in self.futures.items() if f.done() and not f.cancelled()]
         return sum(e - s for (s, e), f in done if f.exception() is None and f.result() == 0)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes locked or being locked (what the budget counts)."""
+        with self.guard:
+            held = list(self.futures.items())
+        return sum(e - s for (s, e), f in held if not f.cancelled() and not (
+            f.done() and (f.exception() is not None or f.result() != 0)))
 
     def unlock_and_unmap(self) -> None:
         """Unlock every locked region (waiting for locks still running), then unmap."""
@@ -360,10 +369,11 @@ class HostLockCache:
         with self._lock:
             lm.users -= 1
             victims = []
-            total = sum(m.locked_bytes for m in self._maps.values())
+            held = {m.key: m.held_bytes for m in self._maps.values()}
+            total = sum(held.values())
             for m in sorted(self._maps.values(), key=lambda m: m.last_used):
-                if m.users == 0 and (total > self.budget_bytes or not m.futures):  # over budget, or nothing locked
-                    total -= m.locked_bytes
+                if m.users == 0 and (total > self.budget_bytes or not held[m.key]):  # over budget, or nothing held
+                    total -= held[m.key]
                     victims.append(m)
                     del self._maps[m.key]
         return [unlock.submit(m.unlock_and_unmap) for m in victims]
@@ -486,7 +496,9 @@ class MappedBlobUploader:
                 return self._fallback(blob_path, spec)
         dev = torch.empty(n, dtype=torch.uint8, device=self.device)
         with torch.cuda.device(self.device):
-            dev.copy_(lm.mapped[off: off + n], non_blocking=True)
+            for s, e in regions:  # one copy per locked region: a copy may not span two registrations
+                a, z = max(s, off), min(e, off + n)
+                dev[a - off: z - off].copy_(lm.mapped[a:z], non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
         self.last_path = PATH_MAPPED if any(r in self._fresh for r in regions) else PATH_MAPPED_WARM
         return dev
