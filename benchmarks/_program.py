@@ -143,16 +143,26 @@ def check_upload_path(device, choice: str) -> str:
                                           dtype="uint8", shape=(n,), strides=(1,), storage_offset=0, nbytes=n,
                                           offset=off, digest="0" * 64))
                 off += n
-            if uploader is not None:
-                uploader.prefetch(blob, specs)
-            for c in specs:
-                got = upload.upload_constant(blob, c, dev, uploader).cpu()
-                if not torch.equal(got, data[c.offset: c.offset + c.nbytes]):
-                    return f"bytes differ for a {c.nbytes}-byte constant"
-                if c.nbytes and uploader is not None and choice == "mapped" and uploader.last_path != upload.PATH_MAPPED:
-                    return f"fell back to {uploader.last_path}: {uploader.disabled_reason}"
+            locks = upload.HostLockCache(1 << 40)
+            if isinstance(uploader, upload.MappedBlobUploader):
+                uploader.locks = locks  # not the process's cache: leave nothing locked behind
+            for load in ("first load", "reload"):  # the mapped path stages first, then copies locked pages
+                if uploader is not None:
+                    uploader.prefetch(blob, specs)
+                for c in specs:
+                    got = upload.upload_constant(blob, c, dev, uploader).cpu()
+                    if not torch.equal(got, data[c.offset: c.offset + c.nbytes]):
+                        return f"{load}: bytes differ for a {c.nbytes}-byte constant"
+                    if (c.nbytes and choice == "mapped" and load == "reload"
+                            and uploader.last_path != upload.PATH_MAPPED_WARM):
+                        return f"reload fell back to {uploader.last_path}: {uploader.disabled_reason}"
+                if uploader is not None:
+                    uploader.release()
+                    locks.wait_until_locked()
             if uploader is not None:
                 uploader.close()
+            locks.wait_until_locked()
+            locks.clear()
     except Exception as e:
         return f"{type(e).__name__}: {e}"
     finally:

@@ -161,52 +161,73 @@ def test_every_path_delivers_the_exact_bytes(blob, monkeypatch, choice):
     path, data, specs = blob
     dev = torch.device("cuda", 0)
     monkeypatch.setenv(upload.UPLOAD_ENV, choice)
+    upload.HOST_LOCKS.clear()
     up = upload.make_uploader(dev)
     try:
-        for rounds in range(3):  # the same blob again: its pages are still locked, never locked twice
+        for rounds in range(3):  # a first load, then reloads of the same blob
             if up is not None:
                 up.prefetch(path, specs)
             order = specs if rounds != 1 else list(reversed(specs))  # out of the prefetched order too
             for c in order:
                 assert _same(upload.upload_constant(path, c, dev, up), data, c), (choice, c.name)
                 if up is not None and c.nbytes:
-                    if choice == "mapped":
-                        assert up.last_path == (upload.PATH_MAPPED if rounds == 0 else upload.PATH_MAPPED_WARM)
+                    if choice == "mapped" and rounds:
+                        assert up.last_path == upload.PATH_MAPPED_WARM, c.name
                     else:
-                        assert up.last_path == upload.PATH_STAGED
+                        assert up.last_path == upload.PATH_STAGED, c.name
             if up is not None:
                 up.release()
+                upload.HOST_LOCKS.wait_until_locked()  # a true reload: the background locking is done
         if up is not None:
             assert getattr(up, "disabled_reason", None) is None
             up.close()
+        if choice == "mapped":
+            assert upload.HOST_LOCKS.locked_bytes >= sum(c.nbytes for c in specs)
+            assert upload.HOST_LOCKS.mapped_files == [path]
+        else:
+            assert upload.HOST_LOCKS.mapped_files == []  # nothing is locked on the other paths
     finally:
         upload.HOST_LOCKS.clear()
     assert upload.HOST_LOCKS.locked_bytes == 0
+    assert _lock_whole_file_again(path) == 0
 
 
 @pytest.mark.gpu
-def test_a_lone_upload_without_prefetch_locks_only_its_pages(blob):
+def test_lone_uploads_without_prefetch_are_staged_then_warm(blob):
     path, data, specs = blob
-    up = upload.MappedBlobUploader(torch.device("cuda", 0), region_bytes=16 << 20, locks=upload.HostLockCache(0))
-    for c in specs:  # each upload maps and locks on its own; the next one unlocks it first
+    locks = upload.HostLockCache(1 << 40)
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), region_bytes=16 << 20, locks=locks)
+    for c in specs:  # each upload is its own batch; the previous one is locked in the background
         assert _same(up.upload(path, c), data, c)
-        assert up.last_path == upload.PATH_MAPPED
+    up.release()
+    locks.wait_until_locked()
+    for c in specs:
+        assert _same(up.upload(path, c), data, c)
+        if c.nbytes:
+            assert up.last_path == upload.PATH_MAPPED_WARM, c.name
     up.close()
     assert up.disabled_reason is None
-    assert up.locks.locked_bytes == 0 and up.locks.mapped_files == []
+    locks.clear()
+    assert locks.locked_bytes == 0 and locks.mapped_files == []
 
 
 @pytest.mark.gpu
 def test_a_failed_lock_falls_back_to_staging_with_the_same_bytes(blob, monkeypatch):
     path, data, specs = blob
     monkeypatch.setattr(upload, "_register", lambda ptr, n: 1)  # cudaErrorInvalidValue
-    up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=upload.HostLockCache(0))
-    up.prefetch(path, specs)
-    for c in specs:
-        assert _same(up.upload(path, c), data, c)
-    assert up.last_path == upload.PATH_STAGED
+    locks = upload.HostLockCache(1 << 40)
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=locks)
+    for _ in range(2):  # the first load stages and "locks"; the reload finds the locks failed
+        up.prefetch(path, specs)
+        for c in specs:
+            assert _same(up.upload(path, c), data, c)
+            if c.nbytes:
+                assert up.last_path == upload.PATH_STAGED
+        up.release()
+        locks.wait_until_locked()
     assert "cudaHostRegister" in (up.disabled_reason or "") and str(path) in up.disabled_reason
     up.close()
+    locks.clear()
 
 
 def _lock_whole_file_again(path: Path) -> int:
@@ -227,11 +248,16 @@ def _lock_whole_file_again(path: Path) -> int:
 
 
 @pytest.mark.gpu
-def test_with_no_budget_a_released_load_leaves_nothing_locked(blob):
-    path, _, specs = blob
+def test_with_no_budget_nothing_is_ever_locked(blob):
+    path, data, specs = blob
     up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=upload.HostLockCache(0))
-    up.prefetch(path, specs)
-    up.release()  # nothing uploaded (a failed load): pending locks are cancelled or undone
+    for _ in range(2):
+        up.prefetch(path, specs)
+        for c in specs:
+            assert _same(up.upload(path, c), data, c)
+            if c.nbytes:
+                assert up.last_path == upload.PATH_STAGED
+        up.release()
     up.drain()
     assert up.locks.locked_bytes == 0 and up.locks.mapped_files == []
     assert _lock_whole_file_again(path) == 0
@@ -239,7 +265,7 @@ def test_with_no_budget_a_released_load_leaves_nothing_locked(blob):
 
 
 @pytest.mark.gpu
-def test_a_second_load_copies_from_pages_still_locked_and_a_rewritten_blob_is_never_reused(blob):
+def test_a_reload_copies_from_pages_still_locked_and_a_rewritten_blob_is_never_reused(blob):
     path, data, specs = blob
     dev = torch.device("cuda", 0)
     locks = upload.HostLockCache(1 << 40)
@@ -247,17 +273,17 @@ def test_a_second_load_copies_from_pages_still_locked_and_a_rewritten_blob_is_ne
     first.prefetch(path, specs[:5])
     for c in specs[:5]:
         assert _same(first.upload(path, c), data, c)
-    first.close()
+    first.close()  # the session ends; locking its pages carries on in the background
+    locks.wait_until_locked()
     assert locks.locked_bytes > 0 and locks.mapped_files == [path]
     second = upload.MappedBlobUploader(dev, locks=locks)  # another session, a superset of constants
     second.prefetch(path, specs)
     for i, c in enumerate(specs):
         assert _same(second.upload(path, c), data, c)
-        if c.nbytes and i < 5:  # loaded before: every page still locked
-            assert second.last_path == upload.PATH_MAPPED_WARM, c.name
-        elif c.nbytes:  # new pages (constant 5 shares its first page with constant 4)
-            assert second.last_path == upload.PATH_MAPPED, c.name
+        if c.nbytes:
+            assert second.last_path == (upload.PATH_MAPPED_WARM if i < 5 else upload.PATH_STAGED), c.name
     second.release()
+    locks.wait_until_locked()
     # the blob is rewritten in place (same size, new bytes): a new file version, a new mapping
     new = torch.flip(data, dims=[0]).contiguous()
     path.write_bytes(new.numpy().tobytes())
@@ -267,8 +293,9 @@ def test_a_second_load_copies_from_pages_still_locked_and_a_rewritten_blob_is_ne
     for c in specs:
         assert _same(second.upload(path, c), new, c), c.name
         if c.nbytes:
-            assert second.last_path == upload.PATH_MAPPED
+            assert second.last_path == upload.PATH_STAGED
     second.close()
+    locks.wait_until_locked()
     locks.clear()
     assert locks.locked_bytes == 0 and locks.mapped_files == []
     assert _lock_whole_file_again(path) == 0
@@ -288,8 +315,8 @@ def test_unused_blobs_over_the_budget_are_unlocked_oldest_first(tmp_path):
     for f in files:
         up.prefetch(f, [c])
         assert int(up.upload(f, c)[0]) == files.index(f)
-    up.release()
-    up.drain()
+        up.release()
+        up.drain()
     assert locks.mapped_files == files[1:]
     assert locks.locked_bytes == 8 << 20
     assert _lock_whole_file_again(files[0]) == 0  # the oldest is really unlocked
@@ -307,7 +334,7 @@ def test_a_constant_past_the_end_of_the_blob_is_an_error_naming_it(blob):
 
 
 @pytest.mark.gpu
-def test_cuda_loads_upload_through_the_locked_mapping_and_reloads_find_it_locked(built_sample):
+def test_a_cuda_load_stages_and_its_reload_copies_from_locked_pages(built_sample):
     from toolkit import load_program
 
     prog = built_sample("total_collision", device="cuda")
@@ -321,6 +348,7 @@ def test_cuda_loads_upload_through_the_locked_mapping_and_reloads_find_it_locked
             paths.append({e.path for e in ups})
             assert s.verify()["ok"].all()
             s.close()
-        assert paths == [{upload.PATH_MAPPED}, {upload.PATH_MAPPED_WARM}]
+            upload.HOST_LOCKS.wait_until_locked()
+        assert paths == [{upload.PATH_STAGED}, {upload.PATH_MAPPED_WARM}]
     finally:
         upload.HOST_LOCKS.clear()

@@ -3,14 +3,14 @@
 The loader's per-constant uploads (memory-optimal policies) go through one uploader per
 CUDA device.  Paths, fastest first:
 
-* :class:`MappedBlobUploader` (the default on CUDA): the blob file is mapped read-only and
-  the pages a method needs are page-locked in place (``cudaHostRegister``, read-only) by
-  worker threads running ahead of the copies, so the device copies straight out of the
-  page cache with no host-side copy at all.  Pages are unlocked when the method's uploads
-  are done.
+* :class:`MappedBlobUploader` (the default on CUDA): a blob's first load goes through the
+  :class:`HostStager`; afterwards, in the background, the uploaded constants' pages are
+  page-locked in place (``cudaHostRegister``, read-only, on a read-only mapping), and a
+  reload of the same blob copies straight out of the page cache with no host-side copy.
+  The :class:`HostLockCache` keeps those pages locked between loads, within a budget.
 * :class:`HostStager`: parallel ``preadv`` from the file into reusable pinned buffers, each
-  chunk's device copy overlapping the next chunk's read.  The mapped uploader falls back to
-  it when mapping or locking fails, and ``CONSTSHARE_UPLOAD=staged`` selects it.
+  chunk's device copy overlapping the next chunk's read.  ``CONSTSHARE_UPLOAD=staged``
+  selects it alone (nothing is ever locked).
 * ``upload_constant(..., staging=None)``: a fresh pinned buffer per constant.
 
 On CPU the bytes are simply read into a plain tensor.  Every path returns bytes equal to
@@ -337,10 +337,9 @@ def _default_lock_budget() -> int:
 class HostLockCache:
     """Blob mappings whose locked pages outlive one load, up to ``budget_bytes`` in all.
 
-    Locking pages costs about what copying them to the device does, and the driver does not
-    overlap the two (``benchmarks/host_paths.py``), so a load that starts by locking its
-    pages runs at about half the copy speed.  Loading the same blob again (another policy,
-    another session, the explorer) finds its pages still locked and copies at full speed.
+    A blob's first load stages its bytes and locks their pages afterwards, in the
+    background; loading the same blob again (another policy, another session, the explorer)
+    finds its pages still locked and copies at the device's full copy speed.
     The locked pages are the page cache's own: no second host copy of any blob.  Mappings
     nobody is using are unlocked least recently used first once ``budget_bytes`` is
     exceeded; the default budget is a quarter of physical memory, ``CONSTSHARE_HOST_LOCK_GIB``
@@ -389,6 +388,17 @@ class HostLockCache:
         with self._lock:
             return [m.path for m in sorted(self._maps.values(), key=lambda m: m.last_used)]
 
+    def wait_until_locked(self) -> None:
+        """Wait for every lock still running (benchmarks and tests, to measure a true reload)."""
+        with self._lock:
+            maps = list(self._maps.values())
+        for m in maps:
+            with m.guard:
+                futs = list(m.futures.values())
+            for f in futs:
+                if not f.cancelled():
+                    f.exception()
+
     def clear(self) -> None:
         """Unlock and unmap every mapping nobody is using (now, on this thread)."""
         with self._lock:
@@ -403,45 +413,45 @@ HOST_LOCKS = HostLockCache()  # the process's locked blob pages, shared by every
 
 
 class MappedBlobUploader:
-    """Uploads constants by DMA straight out of the page cache.
+    """Uploads constants from a blob; a reload copies straight out of the page cache.
 
-    :meth:`prefetch` maps the blob read-only (or reuses its mapping from ``locks``, a
-    :class:`HostLockCache`) and starts page-locking, on ``register_threads`` worker threads,
-    the pages of the constants about to be uploaded that are not locked yet, in regions of at
-    most ``region_bytes``; :meth:`upload` waits for its constant's regions and copies it
-    asynchronously; :meth:`release` hands the mapping back to ``locks``, which keeps its
-    pages locked for the next load of the same blob or unlocks them in the background.
+    A blob's first load stages its constants through pinned buffers (the
+    :class:`HostStager`, :data:`PATH_STAGED`).  When the method's uploads are done,
+    :meth:`release` page-locks those constants' pages in place, in the background
+    (``cudaHostRegister``, read-only, on a read-only mapping kept in ``locks``, a
+    :class:`HostLockCache`), and a later load of the same blob (another policy, another
+    session, the explorer) copies straight from the locked pages at the device's copy speed
+    (:data:`PATH_MAPPED_WARM`; :data:`PATH_MAPPED` if it had to wait for locking still
+    running).  Locking during the first load does not pay: the driver locks at about the
+    copy speed and does not overlap locking with this process's copies, so a load that locks
+    first ran at 0.21-0.45 of a pinned copy against the stager's 0.39
+    (``benchmarks/host_paths.py``, ``upload_throughput.py``, H200, 2026-12-01).
 
-    :attr:`last_path` says whether the last upload copied from pages already locked by an
-    earlier load (:data:`PATH_MAPPED_WARM`) or had to lock some first (:data:`PATH_MAPPED`).
-    If mapping or locking fails (a filesystem without mmap, a driver without read-only
-    registration), :attr:`disabled_reason` says why and every later upload takes the
-    :class:`HostStager` path: slower, never wrong.
+    Budget 0 (``CONSTSHARE_HOST_LOCK_GIB=0``) locks nothing: every load stages.  If mapping
+    or locking fails (a filesystem without mmap, a driver without read-only registration),
+    :attr:`disabled_reason` says why and this uploader stops trying: slower, never wrong.
     """
 
-    def __init__(self, device: torch.device, *, region_bytes: int = 64 << 20, register_threads: int = 1,
-                 locks: HostLockCache | None = None):
+    def __init__(self, device: torch.device, *, region_bytes: int = 256 << 20, locks: HostLockCache | None = None):
         if region_bytes <= 0 or region_bytes % mmap.PAGESIZE:
             raise ValueError(f"region_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
-        if register_threads < 1:
-            raise ValueError("register_threads must be >= 1")
         self.device = device
         self.region_bytes = int(region_bytes)
-        self.register_threads = int(register_threads)  # the driver serialises locking: 1 measured best
         self.locks = HOST_LOCKS if locks is None else locks
         self.fallback = HostStager(device)  # allocates its pinned buffers on first use only
         self.disabled_reason: str | None = None
-        self.last_path = PATH_MAPPED
+        self.last_path = PATH_STAGED
         self._pool: ThreadPoolExecutor | None = None
         self._unlock_pool: ThreadPoolExecutor | None = None
         self._current: LockedMapping | None = None
-        self._fresh: set[tuple[int, int]] = set()  # regions this batch locked itself
+        self._ranges: dict[tuple[int, int], None] = {}  # byte ranges of this batch, in order; locked at release
         self._pending: list[Future] = []  # background unlocks
 
     def _workers(self) -> ThreadPoolExecutor:
+        """One locking thread: the driver serialises locking anyway."""
         if self._pool is None:
             dev = self.device
-            self._pool = ThreadPoolExecutor(self.register_threads, thread_name_prefix="constshare-lock",
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="constshare-lock",
                                             initializer=lambda: torch.cuda.set_device(dev))
         return self._pool
 
@@ -453,86 +463,90 @@ class MappedBlobUploader:
         return self._unlock_pool
 
     def prefetch(self, blob_path: Path, specs: list[ConstantSpec]) -> None:
-        """Map ``blob_path`` and start locking the pages of ``specs`` not locked yet, in upload order."""
+        """Map ``blob_path`` (or find its mapping in the lock cache) for the uploads of ``specs``."""
         self.release()
-        self.drain()
+        self._wait_unlocks()
         wanted = [c for c in specs if c.nbytes]
-        if self.disabled_reason or not wanted:
+        if not wanted:
             return
         size = os.path.getsize(blob_path)
         for c in wanted:
             if c.offset < 0 or c.offset + c.nbytes > size:
                 raise EOFError(f"{blob_path}: blob ends before constant {c.name!r} ({c.offset}+{c.nbytes})")
+        if self.disabled_reason or self.locks.budget_bytes == 0:
+            return
         try:
-            lm = self.locks.acquire(Path(blob_path))
+            self._current = self.locks.acquire(Path(blob_path))
         except (OSError, ValueError) as e:
             self.disabled_reason = f"cannot map {blob_path}: {e}"
             return
-        self._current, self._fresh = lm, set()
-        pool = self._workers()
-        for c in wanted:  # in upload order, so the first copy waits the least
-            self._fresh.update(lm.lock_missing(c.offset, c.offset + c.nbytes, self.region_bytes, pool))
+        self._ranges = dict.fromkeys((c.offset, c.offset + c.nbytes) for c in wanted)
 
     def upload(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
         """The constant's raw bytes as a uint8 tensor on the device (complete when this returns)."""
         n, off = spec.nbytes, spec.offset
         if n == 0:
             return torch.empty(0, dtype=torch.uint8, device=self.device)
-        lm = self._current
-        regions = lm.covering(off, off + n) if lm is not None and lm.path == Path(blob_path) else None
-        if regions is None and not self.disabled_reason:
-            self.prefetch(blob_path, [spec])  # a lone upload: lock just its own pages
+        lm = self._current if self._current is not None and self._current.path == Path(blob_path) else None
+        if lm is None or (off, off + n) not in self._ranges:
+            self.prefetch(blob_path, [spec])  # a lone upload: this constant alone
             lm = self._current
-            regions = lm.covering(off, off + n) if lm is not None else None
-        if regions is None or lm is None or self.disabled_reason:
-            return self._fallback(blob_path, spec)
-        for region in regions:
+        regions = lm.covering(off, off + n) if lm is not None else None
+        if regions:
             with lm.guard:
-                fut = lm.futures[region]
-            err = fut.result()
-            if err:
-                lm.forget(region)
-                self.disabled_reason = f"cudaHostRegister of {blob_path} failed: CUDA error {err}"
-                return self._fallback(blob_path, spec)
-        dev = torch.empty(n, dtype=torch.uint8, device=self.device)
-        with torch.cuda.device(self.device):
-            for s, e in regions:  # one copy per locked region: a copy may not span two registrations
-                a, z = max(s, off), min(e, off + n)
-                dev[a - off: z - off].copy_(lm.mapped[a:z], non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()
-        self.last_path = PATH_MAPPED if any(r in self._fresh for r in regions) else PATH_MAPPED_WARM
-        return dev
-
-    def _fallback(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
+                futs = [lm.futures[r] for r in regions]
+            waited = not all(f.done() for f in futs)
+            errs = [f.result() for f in futs]
+            if not any(errs):
+                dev = torch.empty(n, dtype=torch.uint8, device=self.device)
+                with torch.cuda.device(self.device):
+                    for s, e in regions:  # one copy per locked region: a copy may not span two registrations
+                        a, z = max(s, off), min(e, off + n)
+                        dev[a - off: z - off].copy_(lm.mapped[a:z], non_blocking=True)
+                    torch.cuda.current_stream(self.device).synchronize()
+                self.last_path = PATH_MAPPED if waited else PATH_MAPPED_WARM
+                return dev
+            for r, err in zip(regions, errs):
+                if err:
+                    lm.forget(r)
+            self.disabled_reason = f"cudaHostRegister of {blob_path} failed: CUDA error {max(errs)}"
         out = self.fallback.upload(blob_path, spec)
         self.last_path = PATH_STAGED
         return out
 
     def release(self) -> None:
-        """Hand the current mapping back to the lock cache (uploads must be complete)."""
+        """The method's uploads are done: lock their pages in the background for the next load
+        of this blob (within the lock budget), and hand the mapping back to the lock cache."""
         lm, self._current = self._current, None
+        ranges, self._ranges = list(self._ranges), {}
         if lm is None:
             return
-        for region in list(self._fresh):  # a failed load need not lock what it will never copy
-            with lm.guard:
-                f = lm.futures.get(region)
-            if f is not None and f.cancel():
-                lm.forget(region)
-        self._fresh = set()
+        wanted = sum(e - s for s, e in page_spans(ranges))
+        if ranges and not self.disabled_reason and wanted <= self.locks.budget_bytes:
+            pool = self._workers()
+            for s, e in ranges:
+                lm.lock_missing(s, e, self.region_bytes, pool)
         self._pending.extend(self.locks.release(lm, self._unlocker()))
 
-    def drain(self) -> None:
-        """Wait until every unlock this uploader started is done."""
+    def _wait_unlocks(self) -> None:
         pending, self._pending = self._pending, []
         for f in pending:
             f.result()
 
+    def drain(self) -> None:
+        """Wait until every lock and unlock this uploader started is done (tests, benchmarks)."""
+        if self._pool is not None:
+            self._pool.submit(lambda: None).result()  # the one locking thread is past its queue
+        self._wait_unlocks()
+
     def close(self) -> None:
+        """Release; locking already started carries on in the background for the next load."""
         self.release()
-        self.drain()
-        for pool in (self._pool, self._unlock_pool):
-            if pool is not None:
-                pool.shutdown(wait=True)
+        self._wait_unlocks()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+        if self._unlock_pool is not None:
+            self._unlock_pool.shutdown(wait=True)
         self._pool = self._unlock_pool = None
         self.fallback.close()
 
