@@ -24,7 +24,7 @@ import mmap
 import os
 import threading
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -396,8 +396,10 @@ class HostLockCache:
             with m.guard:
                 futs = list(m.futures.values())
             for f in futs:
-                if not f.cancelled():
+                try:
                     f.exception()
+                except CancelledError:  # an eviction cancelled it: nothing to wait for
+                    pass
 
     def clear(self) -> None:
         """Unlock and unmap every mapping nobody is using (now, on this thread)."""
