@@ -218,16 +218,21 @@ def test_a_failed_lock_falls_back_to_staging_with_the_same_bytes(blob, monkeypat
     locks = upload.HostLockCache(1 << 40)
     up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=locks)
     for _ in range(2):  # the first load stages and "locks"; the reload finds the locks failed
-        up.prefetch(path, specs)
-        for c in specs:
-            assert _same(up.upload(path, c), data, c)
-            if c.nbytes:
-                assert up.last_path == upload.PATH_STAGED
-        up.release()
+        _load_all_staged(up, path, data, specs)
         locks.wait_until_locked()
     assert "cudaHostRegister" in (up.disabled_reason or "") and str(path) in up.disabled_reason
     up.close()
     locks.clear()
+
+
+def _load_all_staged(up, path: Path, data: torch.Tensor, specs) -> None:
+    """One load of every constant, each expected to arrive right and through pinned staging."""
+    up.prefetch(path, specs)
+    for c in specs:
+        assert _same(up.upload(path, c), data, c)
+        if c.nbytes:
+            assert up.last_path == upload.PATH_STAGED
+    up.release()
 
 
 def _lock_whole_file_again(path: Path) -> int:
@@ -252,12 +257,7 @@ def test_with_no_budget_nothing_is_ever_locked(blob):
     path, data, specs = blob
     up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=upload.HostLockCache(0))
     for _ in range(2):
-        up.prefetch(path, specs)
-        for c in specs:
-            assert _same(up.upload(path, c), data, c)
-            if c.nbytes:
-                assert up.last_path == upload.PATH_STAGED
-        up.release()
+        _load_all_staged(up, path, data, specs)
     up.drain()
     assert up.locks.locked_bytes == 0 and up.locks.mapped_files == []
     assert _lock_whole_file_again(path) == 0

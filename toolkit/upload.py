@@ -414,6 +414,11 @@ class HostLockCache:
 HOST_LOCKS = HostLockCache()  # the process's locked blob pages, shared by every session
 
 
+def _device_thread(device: torch.device, name: str) -> ThreadPoolExecutor:
+    """A one-thread pool whose thread has ``device`` current (the CUDA calls it makes act there)."""
+    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=lambda: torch.cuda.set_device(device))
+
+
 class MappedBlobUploader:
     """Uploads constants from a blob; a reload copies straight out of the page cache.
 
@@ -452,16 +457,12 @@ class MappedBlobUploader:
     def _workers(self) -> ThreadPoolExecutor:
         """One locking thread: the driver serialises locking anyway."""
         if self._pool is None:
-            dev = self.device
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="constshare-lock",
-                                            initializer=lambda: torch.cuda.set_device(dev))
+            self._pool = _device_thread(self.device, "constshare-lock")
         return self._pool
 
     def _unlocker(self) -> ThreadPoolExecutor:
         if self._unlock_pool is None:
-            dev = self.device
-            self._unlock_pool = ThreadPoolExecutor(1, thread_name_prefix="constshare-unlock",
-                                                   initializer=lambda: torch.cuda.set_device(dev))
+            self._unlock_pool = _device_thread(self.device, "constshare-unlock")
         return self._unlock_pool
 
     def prefetch(self, blob_path: Path, specs: list[ConstantSpec]) -> None:
