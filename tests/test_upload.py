@@ -29,7 +29,7 @@ def spec(name: str, offset: int, nbytes: int) -> ConstantSpec:
 
 # ---------------------------------------------------------------------------- pure parts
 def _check_regions(ranges, region_bytes):
-    regions = upload.page_regions(ranges, region_bytes)
+    regions = upload.regions_to_lock(ranges, [], region_bytes)
     for s, e in regions:
         assert s % PAGE == 0 and e % PAGE == 0, (s, e)
         assert 0 < e - s <= region_bytes
@@ -55,7 +55,7 @@ def test_a_large_range_is_split_into_region_sized_pieces():
 
 
 def test_empty_ranges_lock_nothing():
-    assert upload.page_regions([(5, 5)], 4 * PAGE) == []
+    assert upload.regions_to_lock([(5, 5)], [], 4 * PAGE) == []
 
 
 def test_random_ranges_are_covered_by_disjoint_page_regions():

@@ -259,7 +259,7 @@ class Session:
                 self._uploaders[device] = make_uploader(device)
             uploader = self._uploaders[device]
         if uploader is not None:
-            uploader.prefetch(blob, own)  # starts preparing every upload of this method, in order
+            uploader.prefetch(blob, own)  # maps the blob: pages an earlier load locked are copied from directly
         try:
             for c in own:
                 t = time.perf_counter()

@@ -204,11 +204,6 @@ def regions_to_lock(ranges: list[tuple[int, int]], locked: list[tuple[int, int]]
     return out
 
 
-def page_regions(ranges: list[tuple[int, int]], region_bytes: int, page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
-    """Disjoint page-aligned regions of at most ``region_bytes`` covering every byte range."""
-    return regions_to_lock(ranges, [], region_bytes, page)
-
-
 _REGISTER_PORTABLE = 0x01  # cudaHostRegisterPortable: pinned for every device, not only the caller's
 _REGISTER_READ_ONLY = 0x08  # cudaHostRegisterReadOnly: the mapping is PROT_READ
 
