@@ -179,6 +179,9 @@ def page_spans(ranges: list[tuple[int, int]], page: int = mmap.PAGESIZE) -> list
     return [(s, e) for s, e in merged]
 
 
+_END = float("inf")  # sorts after every region end: bisect (pos, _END) finds regions starting <= pos
+
+
 def regions_to_lock(ranges: list[tuple[int, int]], locked: list[tuple[int, int]], region_bytes: int,
                     page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
     """Disjoint page-aligned regions of at most ``region_bytes`` that cover every byte of
@@ -188,10 +191,9 @@ def regions_to_lock(ranges: list[tuple[int, int]], locked: list[tuple[int, int]]
     earlier load are left out, so every region can be registered on its own, in any order.
     """
     out: list[tuple[int, int]] = []
-    starts = [s for s, _ in locked]
     for s, e in page_spans(ranges, page):
         pos = s
-        i = max(bisect.bisect_right(starts, pos) - 1, 0)
+        i = max(bisect.bisect_right(locked, (pos, _END)) - 1, 0)  # the last region starting at or before pos
         while pos < e:
             while i < len(locked) and locked[i][1] <= pos:
                 i += 1
@@ -266,16 +268,16 @@ class LockedMapping:
     def covering(self, start: int, end: int) -> list[tuple[int, int]] | None:
         """The regions that together cover [start, end), or None if some byte is not in one."""
         with self.guard:
-            regions = list(self.regions)
-        i = bisect.bisect_right([s for s, _ in regions], start) - 1
-        out, pos = [], start
-        while pos < end:
-            if i < 0 or i >= len(regions) or not (regions[i][0] <= pos < regions[i][1]):
-                return None
-            out.append(regions[i])
-            pos = regions[i][1]
-            i += 1
-        return out
+            regions = self.regions
+            i = bisect.bisect_right(regions, (start, _END)) - 1  # the last region starting at or before start
+            out, pos = [], start
+            while pos < end:
+                if i < 0 or i >= len(regions) or not (regions[i][0] <= pos < regions[i][1]):
+                    return None
+                out.append(regions[i])
+                pos = regions[i][1]
+                i += 1
+            return out
 
     @property
     def locked_bytes(self) -> int:
