@@ -216,6 +216,11 @@ def _register(ptr: int, nbytes: int) -> int:
     return int(torch.cuda.cudart().cudaHostRegister(ptr, nbytes, _REGISTER_PORTABLE | _REGISTER_READ_ONLY))
 
 
+def _lock_failed(f: Future) -> bool:
+    """A lock that will never hold: cancelled, raised, or returned a CUDA error."""
+    return f.cancelled() or (f.done() and (f.exception() is not None or f.result() != 0))
+
+
 def _file_key(path: Path) -> tuple[int, int, int, int]:
     st = os.stat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -249,7 +254,7 @@ class LockedMapping:
         """Start locking the pages of [start, end) that are not locked or being locked yet."""
         with self.guard:
             for region, f in list(self.futures.items()):  # failed or cancelled locks may be tried again
-                if f.cancelled() or (f.done() and (f.exception() is not None or f.result() != 0)):
+                if _lock_failed(f):
                     del self.futures[region]
                     self.regions.remove(region)
             todo = regions_to_lock([(start, end)], self.regions, region_bytes)
@@ -283,16 +288,15 @@ class LockedMapping:
     def locked_bytes(self) -> int:
         """Bytes locked now."""
         with self.guard:
-            done = [(region, f) for region, f in self.futures.items() if f.done() and not f.cancelled()]
-        return sum(e - s for (s, e), f in done if f.exception() is None and f.result() == 0)
+            held = list(self.futures.items())
+        return sum(e - s for (s, e), f in held if f.done() and not _lock_failed(f))
 
     @property
     def held_bytes(self) -> int:
         """Bytes locked or being locked (what the budget counts)."""
         with self.guard:
             held = list(self.futures.items())
-        return sum(e - s for (s, e), f in held if not f.cancelled() and not (
-            f.done() and (f.exception() is not None or f.result() != 0)))
+        return sum(e - s for (s, e), f in held if not _lock_failed(f))
 
     def unlock_and_unmap(self) -> None:
         """Unlock every locked region (waiting for locks still running), then unmap."""
@@ -488,7 +492,7 @@ class MappedBlobUploader:
         if n == 0:
             return torch.empty(0, dtype=torch.uint8, device=self.device)
         lm = self._current if self._current is not None and self._current.path == Path(blob_path) else None
-        if lm is None or (off, off + n) not in self._ranges:
+        if (lm is None or (off, off + n) not in self._ranges) and self.locks.budget_bytes and not self.disabled_reason:
             self.prefetch(blob_path, [spec])  # a lone upload: this constant alone
             lm = self._current
         regions = lm.covering(off, off + n) if lm is not None else None
