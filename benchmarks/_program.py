@@ -124,7 +124,7 @@ def check_upload_path(device, choice: str) -> str:
     from pathlib import Path
 
     from toolkit import upload
-    from toolkit.manifest import ConstantSpec
+    from toolkit.model import ConstantSpec
     from toolkit.vocab import ConstantKind
 
     dev = torch.device(device)

@@ -160,7 +160,7 @@ def child(args) -> None:
         torch.zeros(1, device=dev)
     label = args.child
     if args.no_alias:  # what torch <= 2.13 does to installed toolkit-owned tensors without the alias
-        import toolkit.runtime as runtime_mod
+        import toolkit.runtimes.aoti as runtime_mod
 
         runtime_mod.non_owning_alias = lambda t: t
         label = f"{args.child} [no alias: torch leak]"

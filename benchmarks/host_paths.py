@@ -134,7 +134,7 @@ def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) 
     """The loader's upload paths over 10 equal constants of the file, against the same
     per-constant copies from pinned memory: prefetch to release, everything inside the timing."""
     from toolkit import upload
-    from toolkit.manifest import ConstantSpec
+    from toolkit.model import ConstantSpec
     from toolkit.vocab import ConstantKind
 
     k = 10

@@ -39,7 +39,7 @@ def _settle(devs) -> dict[str, int]:
 
 
 def measure(prog, policy: str, devs, placement: dict[str, str], floor, upload_path: str) -> list[dict]:
-    names = prog.manifest.method_names
+    names = prog.method_names
     base = _settle(devs)
     s = load_program(prog, policy, device=placement, check_integrity=False)
     after = {str(d): _in_use(d) for d in devs}
@@ -93,7 +93,7 @@ def main(argv=None):
         prog = open_program(args.program_dir)
         for d in devs:
             _program.warm_up(d, _program.hidden_of(prog))
-        names = prog.manifest.method_names
+        names = prog.method_names
         placement = {names[0]: "cuda:0", names[1]: "cuda:1"}
         rows = measure(prog, args.child, devs, placement, memory_floor(prog, device=placement),
                        os.environ.get("CONSTSHARE_UPLOAD", "mapped"))
@@ -101,7 +101,7 @@ def main(argv=None):
         return None
     upload_path = _program.choose_upload_path(devs[0])
     prog, _, _ = _program.build(args.program_dir, "cuda", args.hidden)
-    names = prog.manifest.method_names
+    names = prog.method_names
     floor = memory_floor(prog, device={names[0]: "cuda:0", names[1]: "cuda:1"})
     rows = []
     for policy in args.policies:

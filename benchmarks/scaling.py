@@ -21,8 +21,9 @@ import _common  # noqa: F401  (puts the repo on sys.path)
 import pandas as pd
 
 from toolkit.analysis import memory_floor, run_analysis
-from toolkit.manifest import read_manifest
-from toolkit.synthetic import SyntheticSpec, generate, manifest_to_json
+from toolkit.sources import read_program_model
+from toolkit.sources.directory import manifest_json
+from toolkit.synthetic import SyntheticSpec, generate
 
 POLICIES = ("fingerprint", "decline-on-mismatch")
 
@@ -61,10 +62,10 @@ def main(argv=None) -> pd.DataFrame:
             with tempfile.TemporaryDirectory() as d:
                 path = Path(d) / "manifest.json"
                 t = time.perf_counter()
-                path.write_text(manifest_to_json(manifest), encoding="utf-8")
+                path.write_text(manifest_json(manifest, indent=None), encoding="utf-8")
                 steps["json_write"] = time.perf_counter() - t
                 t = time.perf_counter()
-                back = read_manifest(Path(d))
+                back = read_program_model(Path(d))
                 steps["json_read_validate"] = time.perf_counter() - t
                 assert back.methods[1].constants[-1] == manifest.methods[1].constants[-1]
                 del back

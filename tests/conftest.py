@@ -3,6 +3,7 @@ under CONSTSHARE_CACHE, default .cache/programs in the repo, so re-runs reuse th
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -10,6 +11,27 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("CONSTSHARE_CACHE", str(REPO / ".cache" / "programs"))
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run: CI=true (what CI systems set, and .ci/run exports) or CI=1."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def require(module: str, extra: str = "test"):
+    """Import and return ``module``, an optional dependency that ships with the ``extra``.
+
+    Outside CI a missing module skips the test, like ``pytest.importorskip``.  CI installs
+    every extra (.ci/run), so there a module that does not import is a broken install: the
+    test fails, naming the module and the extra, instead of skipping and leaving CI green.
+    """
+    if not in_ci():
+        return pytest.importorskip(module)
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        pytest.fail(f"CI: {module} does not import ({e}); it comes with the [{extra}] extra: "
+                    f"pip install -e '.[{extra}]'", pytrace=False)
 
 
 def _cuda_available() -> bool:

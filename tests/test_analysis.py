@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit import POLICIES, load_program
+from toolkit import POLICIES, load_program, open_program
 from toolkit.analysis import ANALYSIS_COLUMNS, analyze, memory_floor, run_analysis
 from toolkit.samples import sample_module, sample_names
 from toolkit.vocab import EventKind
@@ -106,10 +106,10 @@ def test_analysis_inputs_and_placement(built_sample, tmp_path):
     by_prog = analyze(prog, "fingerprint")
     assert list(by_prog.columns) == ANALYSIS_COLUMNS
     assert by_prog.equals(analyze(prog.root, "fingerprint"))
-    assert by_prog.equals(analyze(prog.manifest, "fingerprint"))
+    assert by_prog.equals(analyze(open_program(prog.root), "fingerprint"))
     assert by_prog.equals(analyze(prog.root / "manifest.json", "fingerprint"))
     # two devices: every hit of the second method mismatches on device_index
-    first, second = prog.manifest.method_names[:2]
+    first, second = prog.method_names[:2]
     split = analyze(prog, "fingerprint", device={second: "cuda:1", first: "cuda:0"})
     later = split[split["method"] == second]
     assert set(later["decision"]) <= {"loaded", "declined", "private"}
@@ -135,7 +135,7 @@ def test_unload_returns_toolkit_owned_memory(built_sample):
     assert s.verify()["ok"].all()
     refs = [StorageWeakRef(t.untyped_storage()) for lm in s.methods.values() for t in lm.own_tensors.values()]
     assert refs
-    first = prog.manifest.method_names[0]
+    first = prog.method_names[0]
     s.unload(first)  # shared entries stay alive for the methods still using them
     gc.collect()
     assert s.verify().set_index("method").drop(index=first)["ok"].all()

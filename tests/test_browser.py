@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import in_ci, require
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -52,7 +53,7 @@ def _get(url: str, timeout: float = 5.0) -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, built_sample):
     """A JupyterLab server on a free localhost port, isolated config, token auth."""
-    pytest.importorskip("jupyterlab")
+    require("jupyterlab", extra="notebook")
     built_sample(SAMPLE)  # compile before the browser waits on it (shared cache)
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(REPO / "notebooks" / "explorer.ipynb", root / "explorer.ipynb")
@@ -107,10 +108,10 @@ def lab(tmp_path_factory, built_sample):
 def page(lab):
     if not CHROMIUM.exists():
         msg = "needs Debian's chromium at /usr/bin/chromium: run .ci/install_browser.sh as root"
-        if os.environ.get("CI"):  # CI installs it: a missing browser there is a failure, not a skip
+        if in_ci():  # CI installs it: a missing browser there is a failure, not a skip
             pytest.fail(msg)
         pytest.skip(msg)
-    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api = require("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:

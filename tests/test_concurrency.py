@@ -40,12 +40,41 @@ def _by_key(decisions) -> dict:
     return keyed
 
 
+def _run_in_threads(worker, start: threading.Barrier) -> None:
+    """Run ``worker(i)`` for i in range(THREADS), each in its own thread; fail if any raised or hung.
+
+    An exception in a thread never reaches the test by itself (threading prints it and the
+    thread ends, and the test would pass), so each one is caught here and raised again in
+    the test's own thread.
+    """
+    errors: list[tuple[int, BaseException]] = []
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        try:
+            worker(i)
+        except BaseException as e:  # noqa: BLE001 - any exception in a worker fails the test below
+            with lock:
+                errors.append((i, e))
+            start.abort()  # the other threads must not wait at the barrier for this one forever
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"worker-{i}") for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a worker thread hung"
+    if errors:
+        i, first = errors[0]  # the first to fail; the others may only have found the barrier broken
+        raise AssertionError(f"{len(errors)} of {THREADS} worker threads raised; "
+                             f"thread {i} first: {first!r}") from first
+
+
 def _concurrent_load(program, policy: str, seed: int) -> tuple[Session, dict[str, list[str]]]:
     s = _session(program, policy)
-    names = program.manifest.method_names
+    names = program.method_names
     start = threading.Barrier(THREADS)
     outcomes: dict[str, list[str]] = {m: [] for m in names}
-    unexpected: list[BaseException] = []
     lock = threading.Lock()
 
     def worker(i: int) -> None:
@@ -58,20 +87,10 @@ def _concurrent_load(program, policy: str, seed: int) -> tuple[Session, dict[str
                 result = "loaded"
             except LoadError as e:
                 result = "already" if "already loaded" in str(e) else f"error: {e}"
-            except BaseException as e:  # noqa: BLE001 - anything else is a bug, reported below
-                with lock:
-                    unexpected.append(e)
-                continue
             with lock:
                 outcomes[m].append(result)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a loading thread hung"
-    assert not unexpected, unexpected
+    _run_in_threads(worker, start)
     return s, outcomes
 
 
@@ -83,7 +102,7 @@ def test_eight_threads_give_the_serial_decisions(built_sample, sample, policy):
         for m, results in outcomes.items():
             assert sorted(results) == ["already"] * (THREADS - 1) + ["loaded"], (m, results)
         order = list(s.methods)  # insertion order = the order the serialised loads completed
-        assert sorted(order) == sorted(program.manifest.method_names)
+        assert sorted(order) == sorted(program.method_names)
 
         serial = _session(program, policy)
         for m in order:
@@ -112,14 +131,10 @@ def test_threads_run_loaded_methods_concurrently(built_sample):
     def worker(i: int) -> None:
         start.wait()
         for k in range(20):
-            m = program.manifest.method_names[(i + k) % len(program.methods)]
+            m = program.method_names[(i + k) % len(program.methods)]
             out = s.run(m)
             if not all(torch.equal(a, b) for a, b in zip(out, expected[m])):
                 failures.append(m)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    _run_in_threads(worker, start)
     assert not failures

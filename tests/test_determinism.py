@@ -15,7 +15,8 @@ import warnings
 import pytest
 import torch
 
-from toolkit.loader import dtype_tolerance, load_program
+from toolkit.loader import load_program
+from toolkit.verification import dtype_tolerance
 from toolkit.policies import POLICIES
 
 VOLATILE = ["seq", "time_s"]

@@ -21,9 +21,14 @@ from toolkit.errors import (
     IncompatibleProgramError, IntegrityError, LoadError, ManifestError, ProgramError, ToolkitError,
 )
 from toolkit.loader import Session, load_program, resolve_devices
-from toolkit.manifest import MANIFEST_FILE, sha256_file
+from toolkit.integrity import check_files, sha256_file
+from toolkit.sources.directory import MANIFEST_FILE
 from toolkit.policies import get_policy
-from toolkit.program import open_program
+from toolkit.sources import open_program
+
+def check_program_files(program) -> None:
+    check_files(program.root, program.files, program.files)
+
 
 SAMPLE = "total_collision"  # two methods (prefill, decode), one 64x64 constant each
 
@@ -260,7 +265,7 @@ def test_truncated_or_oversized_blob(prog, change, word):
     blob.write_bytes(change(blob.read_bytes()))
     program = open_program(prog)  # sizes are checked right before loading, with the digests
     with pytest.raises(IntegrityError, match=word) as ei:
-        program.check_files()
+        check_program_files(program)
     assert ei.value.path == str(blob)
     s = load_program(program, "fingerprint")
     assert s.status == "failed" and s.failed_method == "decode"
@@ -275,7 +280,7 @@ def test_unreadable_file_is_an_integrity_error(prog):
     blob.unlink()
     blob.mkdir()
     with pytest.raises(IntegrityError) as ei:
-        program.check_files()
+        check_program_files(program)
     assert ei.value.path == str(blob)
 
 

@@ -38,12 +38,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from test_errors import read_json, refresh_digests, write_json
-from toolkit import runtime
+from toolkit.runtimes import aoti as runtime
 from toolkit.errors import IntegrityError, ProgramError, ToolkitError
 from toolkit.loader import load_program
-from toolkit.manifest import MANIFEST_FILE
+from toolkit.sources.directory import MANIFEST_FILE
 from toolkit.policies import POLICIES
-from toolkit.program import open_program
+from toolkit.sources import open_program
 
 SAMPLES = ["total_collision", "three_methods"]
 FAMILIES = {  # family -> number of cases
@@ -124,7 +124,7 @@ def make_case(base, workdir: Path) -> Path:
     root = workdir / f"case{next(_counter)}"
     root.mkdir()
     shutil.copy(base.root / MANIFEST_FILE, root / MANIFEST_FILE)
-    for rel in base.manifest.files:
+    for rel in base.files:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         os.symlink(base.root / rel, root / rel)
     return root
@@ -183,7 +183,7 @@ def attempt(root: Path, policy: str) -> tuple[str, "object"]:
         _names_where(s.exception)
         return f"failed load ({type(s.exception).__name__})", s
     v = s.verify()
-    assert list(v["method"]) == program.manifest.method_names
+    assert list(v["method"]) == program.method_names
     ok = dict(zip(v["method"], (bool(x) for x in v["ok"])))
     base = BASE_ROOTS.get(program.name)
     if all(ok.values()):
@@ -406,7 +406,7 @@ def _tamper(rng: random.Random, base, root: Path, family: str) -> tuple[str, set
         changed = {rel} if raw != bytearray((base.root / rel).read_bytes()) else set()
         return note, changed
     # file-swap: exchange two files of the program
-    every = list(base.manifest.files)
+    every = list(base.files)
     a, b = rng.sample(every, 2)
     pa, pb = own(root, a), own(root, b)
     da, db = pa.read_bytes(), pb.read_bytes()

@@ -15,11 +15,12 @@ import pytest
 
 from test_errors import SAMPLE, clone
 from test_isolation import build_crashing_so, mapped_files
-from toolkit import runtime, upload
+from toolkit import upload
+from toolkit.runtimes import aoti as runtime
 from toolkit.errors import IntegrityError
 from toolkit.loader import Session, load_program, resolve_devices
 from toolkit.policies import POLICIES, get_policy
-from toolkit.program import open_program
+from toolkit.sources import open_program
 
 FILES = ["methods/prefill/model.so", "methods/decode/model.so",
          "methods/prefill/weights.blob", "methods/decode/weights.blob",
@@ -52,8 +53,7 @@ def opened(monkeypatch):
 
     monkeypatch.setattr(runtime.AotiContainer, "create", classmethod(create))
     monkeypatch.setattr(runtime.AotiContainer, "upload_blob", upload_blob)
-    import toolkit.loader as loader
-    monkeypatch.setattr(loader, "upload_constant", upload_constant)
+    monkeypatch.setattr(upload, "upload_constant", upload_constant)  # the AOTI runtime looks it up per load
     return calls
 
 

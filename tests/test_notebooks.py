@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import require
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+nbformat = require("nbformat")
+nbclient = require("nbclient")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 900

@@ -7,8 +7,9 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import require
 
-pytest.importorskip("matplotlib")
+require("matplotlib", extra="plots")
 
 from matplotlib.figure import Figure  # noqa: E402
 

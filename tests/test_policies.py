@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from toolkit.manifest import ConstantSpec, TensorMeta, required_nbytes
+from toolkit.model import ConstantSpec, TensorMeta, required_nbytes
 from toolkit.policies import (
     POLICIES, Fingerprint, MethodView, VerifyAlways, compare_metadata, get_policy, refusal_message,
 )

@@ -184,35 +184,38 @@ def test_report_module_does_not_import_presentation_libraries():
     assert out.stdout.strip() == "False"
 
 
-# ------------------------------------------------------------------ rich display of sessions (tables.py)
+# ------------------------------------------------------------------ rich display of sessions (rendering.py)
 
 
 def _fake_session(name: str, status: str = "loaded", error: str | None = None):
-    """Just what session_summary / session_html read, with a real event log."""
+    """Just what session_text / session_html read, with a real event log and real method results."""
     from types import SimpleNamespace
 
     from toolkit import events as ev
-    from toolkit.vocab import Decision, Reason, Source
+    from toolkit.loader import MethodResult
+    from toolkit.tables import decisions_frame
+    from toolkit.vocab import Decision, MethodStatus, Reason, Source
 
     log = ev.EventLog()
     for method, decision in (("m1", Decision.LOADED), ("m2", Decision.SHARED)):
-        log.record(ev.Decided, method, name=name, fqn=name, constant_kind="buffer", mutated=False, lookup="hit",
-                   decision=decision, reason_code=Reason.NAME_HIT, reason=f"<i>{name}</i>", source=Source.CACHE,
-                   shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)", digest="d",
-                   cached_method="", cached_dtype="", cached_shape="", cached_strides="", cached_digest="")
-    spec = SimpleNamespace(blob_bytes=64)
-    methods = {"m1": SimpleNamespace(device_bytes=64, runnable=True, problems=[], device="cpu", spec=spec),
-               "m2": SimpleNamespace(device_bytes=0, runnable=False, problems=["x"], device="cpu", spec=spec)}
+        log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="buffer", mutated=False,
+                   lookup="hit", decision=decision, reason_code=Reason.NAME_HIT, reason=f"<i>{name}</i>",
+                   source=Source.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
+                   digest="d", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
+                   cached_digest="", slot_problem="")
+    spec1, spec2 = SimpleNamespace(name="m1", blob_bytes=64), SimpleNamespace(name="m2", blob_bytes=64)
+    results = {"m1": MethodResult("m1", "cpu", MethodStatus.LOADED, True, 64, 0, True),
+               "m2": MethodResult("m2", "cpu", MethodStatus.LOADED, False, 0, 0, False, ("x",))}
     return SimpleNamespace(
-        log=log, program=SimpleNamespace(name=name, methods=[spec, spec], device="cpu"),
+        decisions=decisions_frame(log), program=SimpleNamespace(name=name, methods=[spec1, spec2], device="cpu"),
         policy=SimpleNamespace(name=SimpleNamespace(value="name-only")), status=status, error=error,
-        failed_method="m2" if error else None, methods=methods, device_bytes=64)
+        failed_method="m2" if error else None, results=results, device_bytes=64)
 
 
 def test_session_text_summary():
-    from toolkit.tables import session_summary
+    from toolkit.rendering import session_text
 
-    text = session_summary(_fake_session("w", status="failed", error="boom"))
+    text = session_text(_fake_session("w", status="failed", error="boom"))
     lines = text.splitlines()
     assert lines[0] == "program 'w' (2 methods, cpu) under policy 'name-only': failed"
     assert "  error in 'm2': boom" in lines
@@ -222,13 +225,13 @@ def test_session_text_summary():
 
 
 def test_session_html_escapes_and_colours():
-    from toolkit.tables import DECISION_COLOURS, session_html
+    from toolkit.rendering import DECISION_COLOURS, session_html
 
     evil = "<img src=x onerror=alert(1)>"
     h = session_html(_fake_session(evil, status="failed", error=f"bad {evil}"))
     assert "<img" not in h and "&lt;img src=x onerror=alert(1)&gt;" in h
-    assert "<table>" in h and h.count("<tr>") == 3
-    assert f'style="background-color: {DECISION_COLOURS["shared"]}"' in h
+    assert "<table" in h and h.count("<tr>") == 3
+    assert f"background-color: {DECISION_COLOURS['shared']}" in h
     assert "color: #cc0000" in h  # a failed load stands out
     assert "(not runnable)" in h
 

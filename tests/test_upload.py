@@ -9,13 +9,15 @@ from __future__ import annotations
 import mmap
 import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 
 from toolkit import upload
-from toolkit.manifest import ConstantSpec
+from toolkit.errors import IntegrityError
+from toolkit.model import ConstantSpec
 from toolkit.vocab import ConstantKind
 
 PAGE = mmap.PAGESIZE
@@ -134,6 +136,87 @@ def test_cpu_loads_record_how_the_bytes_travelled(built_sample):
     ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
     assert ups and {e.path for e in ups} == {upload.PATH_HOST}
     assert set(s.events.query("kind == 'constant_uploaded'")["path"]) == {upload.PATH_HOST}
+
+
+# ---------------------------------------------------------------------------- short reads
+def _short_reads(monkeypatch, most: int = 7) -> list[int]:
+    """Make every ``os.preadv`` return at most ``most`` bytes, as one read of 2 GiB or more
+    does on Linux (capped at 0x7ffff000 bytes); returns the offsets read at, call by call."""
+    real, offsets = os.preadv, []
+
+    def preadv(fd, buffers, offset):
+        (view,) = buffers
+        offsets.append(offset)
+        return real(fd, [memoryview(view)[:most]], offset)
+
+    monkeypatch.setattr(upload.os, "preadv", preadv)
+    return offsets
+
+
+@pytest.fixture
+def small_blob(tmp_path):
+    data = torch.randint(0, 256, (1000,), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data.numpy().tobytes())
+    return path, data
+
+
+def test_short_reads_are_repeated_until_the_constant_is_complete(small_blob, monkeypatch):
+    path, data = small_blob
+    offsets = _short_reads(monkeypatch)
+    for c in [spec("c0", 0, 0), spec("c1", 3, 1), spec("c2", 11, 500), spec("c3", 900, 100)]:
+        del offsets[:]
+        assert _same(upload.read_constant_bytes(path, c), data, c), c.name
+        assert _same(upload.upload_constant(path, c, torch.device("cpu")), data, c), c.name
+        assert len(offsets) == 2 * -(-c.nbytes // 7), c.name  # each read really was cut short
+
+
+def test_staged_reads_split_across_threads_survive_short_reads(tmp_path, monkeypatch):
+    n = (8 << 20) + 5  # large enough to be split across the read threads
+    data = torch.randint(0, 256, (n + 3,), dtype=torch.uint8, generator=torch.Generator().manual_seed(6))
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data.numpy().tobytes())
+    c = spec("big", 3, n)
+    st = upload.HostStager(torch.device("cpu"), read_threads=4)
+    st._pool = ThreadPoolExecutor(4)  # what _ensure sets up, without pinned (CUDA) buffers
+    try:
+        offsets = _short_reads(monkeypatch, most=4099)
+        buf = torch.zeros(n, dtype=torch.uint8)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            st._read(fd, buf, c.offset, path, c)
+        finally:
+            os.close(fd)
+        assert _same(buf, data, c)
+        assert len(offsets) >= n // 4099
+    finally:
+        st.close()
+
+
+def test_a_blob_that_ends_inside_a_constant_is_an_error_naming_file_and_offset(small_blob, monkeypatch):
+    path, _ = small_blob
+    _short_reads(monkeypatch)
+    late = spec("late", 990, 20)  # the blob's last 10 bytes, then nothing
+    for read in (lambda: upload.read_constant_bytes(path, late),
+                 lambda: upload.upload_constant(path, late, torch.device("cpu"))):
+        with pytest.raises(IntegrityError, match="'late'") as ei:
+            read()
+        assert ei.value.path == str(path) and str(path) in str(ei.value)
+        assert "offset 990" in str(ei.value) and "byte 1000" in str(ei.value)
+
+
+def test_a_staged_read_past_the_end_is_an_error_naming_the_file(small_blob, monkeypatch):
+    path, _ = small_blob
+    _short_reads(monkeypatch)
+    late = spec("late", 500, 600)
+    st = upload.HostStager(torch.device("cpu"), read_threads=1)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(IntegrityError, match="nothing to read at byte 1000") as ei:
+            st._read(fd, torch.empty(600, dtype=torch.uint8), late.offset, path, late)
+    finally:
+        os.close(fd)
+    assert ei.value.path == str(path)
 
 
 # ---------------------------------------------------------------------------- CUDA paths
@@ -328,9 +411,31 @@ def test_unused_blobs_over_the_budget_are_unlocked_oldest_first(tmp_path):
 def test_a_constant_past_the_end_of_the_blob_is_an_error_naming_it(blob):
     path, _, _ = blob
     up = upload.MappedBlobUploader(torch.device("cuda", 0))
-    with pytest.raises(EOFError, match="'late'"):
+    with pytest.raises(IntegrityError, match="'late'") as ei:
         up.prefetch(path, [spec("late", path.stat().st_size - 10, 11)])
+    assert ei.value.path == str(path)
     up.close()
+
+
+@pytest.mark.gpu
+def test_the_cuda_paths_survive_short_reads(blob, monkeypatch):
+    path, data, specs = blob
+    dev = torch.device("cuda", 0)
+    _short_reads(monkeypatch, most=(1 << 20) + 7)  # odd-sized pieces, few enough calls to be quick
+    staging = torch.empty(max(c.nbytes for c in specs), dtype=torch.uint8, pin_memory=True)
+    st = upload.HostStager(dev)
+    try:
+        for c in specs:
+            assert _same(upload.upload_constant(path, c, dev, staging), data, c), c.name  # a pinned buffer given
+            assert _same(upload.upload_constant(path, c, dev), data, c), c.name  # a pinned buffer per constant
+            assert _same(st.upload(path, c), data, c), c.name
+        late = spec("late", path.stat().st_size - 10, 11)
+        for up in (lambda: upload.upload_constant(path, late, dev, staging), lambda: st.upload(path, late)):
+            with pytest.raises(IntegrityError, match="'late'") as ei:
+                up()
+            assert ei.value.path == str(path)
+    finally:
+        st.close()
 
 
 @pytest.mark.gpu

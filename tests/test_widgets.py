@@ -6,6 +6,7 @@ import threading
 
 import pandas as pd
 import pytest
+from conftest import require
 
 from toolkit.report import read_report
 from toolkit.widgets import ALL, ExplorerState
@@ -151,12 +152,41 @@ def test_compare_all_policies(state):
     assert {"policy trade-off", "memory by policy"} <= set(figs)
 
 
+def test_compare_loads_each_policy_once(state, monkeypatch):
+    """The comparison frame, the memory per method and the sessions come from one load per policy."""
+    from toolkit.loader import Session
+
+    state.load()
+    loads, verifies = [], []
+    real_load, real_verify = Session.load, Session.verify
+
+    def counting_load(self, *a, **kw):
+        loads.append(self.policy.name.value)
+        return real_load(self, *a, **kw)
+
+    def counting_verify(self, *a, **kw):
+        verifies.append(self.policy.name.value)
+        return real_verify(self, *a, **kw)
+
+    monkeypatch.setattr(Session, "load", counting_load)
+    monkeypatch.setattr(Session, "verify", counting_verify)
+    assert state.compare() is True
+    assert sorted(loads) == sorted(state.comparison["policy"]) and len(loads) == 7
+    assert sorted(verifies) == sorted(loads)
+    assert set(state.compared_sessions) == set(loads)
+    # the kept sessions are closed (no device memory held) and still answer
+    s = state.compared_sessions["name-only"]
+    assert not s.methods and len(s.decisions) == 2
+    mem = state.comparison_memory.set_index(["policy", "method"])["device_bytes"]
+    assert mem.loc[("no-sharing", "decode")] == 16384 and mem.loc[("name-only", "decode")] == 0
+
+
 # ------------------------------------------------------------------ the ipywidgets view
 
 
 @pytest.fixture
 def explorer(built_sample):
-    pytest.importorskip("ipywidgets")
+    require("ipywidgets", extra="notebook")
     from toolkit.widgets import Explorer
 
     prog = built_sample("total_collision")
@@ -235,7 +265,7 @@ def test_view_compare_renders_tradeoff(explorer):
 
 
 def test_view_close_leaves_no_widgets(built_sample):
-    ipywidgets = pytest.importorskip("ipywidgets")
+    ipywidgets = require("ipywidgets", extra="notebook")
     from ipywidgets.widgets.widget import _instances
 
     from toolkit.widgets import Explorer

@@ -1,23 +1,41 @@
 """constshare toolkit: load multi-method AOTInductor programs with cross-method constant
-sharing, record every decision, and verify every method against its eager reference."""
+sharing, record every decision, and verify every method against its eager reference.
 
-from .analysis import analyze, memory_floor
-from .builder import build_program
-from .compare import compare_policies
-from .errors import (
-    BuildError, IncompatibleProgramError, IntegrityError, LoadError, ManifestError, ProgramError, ToolkitError,
-    WorkerCrashedError,
-)
-from .isolation import IsolatedLoad, load_isolated
-from .loader import Session, load_program
-from .manifest import Program
-from .policies import POLICIES, Policy, get_policy
-from .program import open_program
-from .vocab import Decision, Lookup, PolicyName
+Public names are imported on first use (PEP 562), so ``import toolkit.analysis`` or a
+dry run never loads torch, and ``import toolkit`` stays cheap.
+"""
 
-__all__ = [
-    "POLICIES", "BuildError", "Decision", "IncompatibleProgramError", "IntegrityError", "LoadError", "Lookup",
-    "IsolatedLoad", "ManifestError", "Policy", "PolicyName", "Program", "ProgramError", "Session", "ToolkitError",
-    "WorkerCrashedError", "analyze", "build_program", "compare_policies", "get_policy", "load_isolated", "load_program", "memory_floor", "open_program",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "analyze": "analysis", "memory_floor": "analysis", "run_analysis": "analysis",
+    "build_program": "builder",
+    "compare_policies": "compare", "PolicyComparison": "compare",
+    "BuildError": "errors", "IncompatibleProgramError": "errors", "IntegrityError": "errors", "LoadError": "errors",
+    "ManifestError": "errors", "ProgramError": "errors", "ToolkitError": "errors", "WorkerCrashedError": "errors",
+    "IsolatedLoad": "isolation", "load_isolated": "isolation",
+    "Session": "loader", "load_program": "loader",
+    "Program": "model",
+    "POLICIES": "policies", "Policy": "policies", "get_policy": "policies",
+    "open_program": "sources",
+    "Decision": "vocab", "Lookup": "vocab", "MethodStatus": "vocab", "PolicyName": "vocab",
+    "SessionStatus": "vocab",
+}
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -10,13 +10,11 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -25,11 +23,10 @@ from safetensors.torch import save_file
 from torch.utils import _pytree as pytree
 
 from .errors import BuildError
-from .manifest import (
-    FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec,
-    ProgramManifest, required_nbytes, sha256_file,
-)
-from .runtime import AotiContainer, dtype_name, parse_device
+from .integrity import sha256_file
+from .model import METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, required_nbytes
+from .runtimes.aoti import AotiContainer, dtype_name, parse_device
+from .sources.directory import MANIFEST_FILE, manifest_json
 from .vocab import ConstantKind
 
 MethodsSpec = Mapping[str, "tuple[torch.nn.Module, tuple]"]
@@ -111,7 +108,7 @@ def _aot_compile(module: torch.nn.Module, args: tuple, device: torch.device, wor
 
 
 def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[str, ConstantKind],
-                        mutated: set[str]) -> list[ConstantSpec]:
+                        mutated: set[str], blob_file: str) -> list[ConstantSpec]:
     """Read every constant's metadata and its byte offset inside the blob.
 
     AOTI uploads a blob into one allocation whose layout is the file's, so a constant's
@@ -145,7 +142,7 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
         specs.append(ConstantSpec(
             name=name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
             dtype=dt, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
-            nbytes=nbytes, offset=offset, digest=hashlib.sha256(raw).hexdigest(),
+            nbytes=nbytes, offset=offset, digest=hashlib.sha256(raw).hexdigest(), file=blob_file,
         ))
     del tensors, container
     return specs
@@ -189,12 +186,12 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
         mutated = set(ep.run_decompositions({}).graph_signature.buffers_to_mutate.values())
         so, blob = _aot_compile(ep.module(), args, device, mdir)
     check_shared_object(so)
-    constants = _describe_constants(so, blob, device, kinds, mutated)
+    rel = Path("methods") / name
+    constants = _describe_constants(so, blob, device, kinds, mutated, str(rel / blob.name))
     ref = mdir / "reference.safetensors"
     tensors = {f"input.{i}": t.detach().cpu().contiguous().clone() for i, t in enumerate(inputs)}
     tensors.update({f"output.{i}": t.detach().cpu().contiguous().clone() for i, t in enumerate(outputs)})
     save_file(tensors, str(ref))
-    rel = Path("methods") / name
     return MethodSpec(
         name=name, so_file=str(rel / so.name), blob_file=str(rel / blob.name), reference_file=str(rel / ref.name),
         blob_bytes=blob.stat().st_size, num_inputs=len(inputs), num_outputs=len(outputs),
@@ -221,7 +218,7 @@ def build_program(
     """
     from tqdm.auto import tqdm
 
-    from .program import open_program
+    from .sources import open_program
 
     out = Path(out_dir)
     dev = parse_device(device)
@@ -255,12 +252,12 @@ def build_program(
         for p in sorted(stage.rglob("*")):
             if p.is_file():
                 files[str(p.relative_to(stage))] = FileRecord(sha256=sha256_file(p), bytes=p.stat().st_size)
-        manifest = ProgramManifest(
+        program = Program(
             name=name or out.name, description=description, device=dev.type,
             torch_version=torch.__version__, created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            methods=tuple(specs), files=files, format=FORMAT_NAME, format_version=FORMAT_VERSION,
+            methods=tuple(specs), files=files,
         )
-        (stage / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+        (stage / MANIFEST_FILE).write_text(manifest_json(program), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         os.replace(stage, out)

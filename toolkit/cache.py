@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .manifest import TensorMeta
+from .model import TensorMeta
 
 
 @dataclass

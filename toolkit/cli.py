@@ -39,7 +39,7 @@ def _load_source_module(source: str):
 
 
 def _program(ref: str, device: str | None):
-    from .program import open_program
+    from .sources import open_program
     from .samples import build_sample, sample_names
 
     if Path(ref).is_dir():
@@ -85,7 +85,7 @@ def cmd_report(a) -> int:
     if a.csv:
         from .report import to_csv
 
-        to_csv(s, a.csv)
+        to_csv(s, a.csv, verification=verdict)  # verified once, above
         print(f"\ncollision report written to {a.csv}")
     s.close()
     return 0 if s.status == "loaded" and verdict["ok"].all() else 1
@@ -96,7 +96,7 @@ def cmd_compare(a) -> int:
 
     prog = _program(a.program, a.device)
     policies = a.policies.split(",") if a.policies else None
-    df = compare_policies(prog, policies, device=a.device, progress=True)
+    df = compare_policies(prog, policies, device=a.device, progress=True).frame
     _print_frame(df.drop(columns=["error"]))
     if a.csv:
         df.to_csv(a.csv, index=False)

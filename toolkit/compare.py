@@ -1,15 +1,21 @@
-"""Load one program under several policies, each with a fresh cache, and tabulate."""
+"""Load one program under several policies, each with a fresh cache, and tabulate.
+
+Every policy is loaded and verified once; the sessions are kept (closed: their device
+memory is released, their tables and verification stay), so a notebook, the explorer or
+the CLI can show any policy's decisions without loading it again.
+"""
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
-from .loader import load_program
-from .manifest import Program
+from .loader import Session, load_program
+from .model import Program
 from .policies import POLICIES, get_policy
-from .program import open_program
+from .sources import open_program
 
 COMPARE_COLUMNS = [
     "policy", "loaded", "status", "error", "wrong_methods", "not_runnable", "shared", "declined", "loaded_constants",
@@ -17,32 +23,71 @@ COMPARE_COLUMNS = [
 ]
 
 
+@dataclass
+class PolicyComparison:
+    """:attr:`frame` has one row per policy; :attr:`sessions` the (closed) session of each policy."""
+
+    frame: pd.DataFrame
+    sessions: dict[str, Session] = field(default_factory=dict, repr=False)
+
+    def session(self, policy: str) -> Session:
+        name = get_policy(policy).name.value
+        if name not in self.sessions:
+            raise KeyError(f"policy {name!r} was not compared; compared: {list(self.sessions)}")
+        return self.sessions[name]
+
+    def memory(self) -> pd.DataFrame:
+        """One row per (policy, method): constant bytes that method's load put on its device."""
+        from .tables import memory_by_policy_frame
+
+        return memory_by_policy_frame(self.sessions.values())
+
+    def __repr__(self) -> str:
+        return self.frame.to_string(index=False)
+
+    def _repr_html_(self) -> str:
+        from .rendering import html_table
+
+        return html_table(self.frame, max_rows=len(self.frame))
+
+
+def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
+    d = s.decisions
+    counts = d["decision"].value_counts() if len(d) else pd.Series(dtype=int)
+    return {
+        "policy": s.policy.name.value, "loaded": s.status == "loaded", "status": str(s.status),
+        "error": s.error or "",
+        "wrong_methods": verification[(verification["ran"]) & (~verification["ok"])]["method"].tolist(),
+        "not_runnable": [r.method for r in s.results.values() if r.status in ("loaded", "unloaded")
+                         and not r.runnable],
+        "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
+        "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
+        "refused": int(counts.get("refused", 0)), "device_bytes": s.device_bytes,
+        "load_seconds": round(s.load_seconds, 4),
+    }
+
+
 def compare_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
-                     device: "str | Mapping[str, str] | None" = None, progress: bool = False) -> pd.DataFrame:
-    """One row per policy: did it load, which methods came out wrong, what it shared, what it cost.
+                     device: "str | Mapping[str, str] | None" = None, progress: bool = False,
+                     on_policy: Callable[[str, int, int], None] | None = None) -> PolicyComparison:
+    """Load and verify ``program`` once under each policy; one row per policy.
 
     ``wrong_methods`` lists methods that ran and disagreed with the eager reference;
-    ``not_runnable`` those blocked by the out-of-bounds guard.
+    ``not_runnable`` those blocked by the out-of-bounds guard.  ``on_policy(name, i, n)`` is
+    called before each load (for progress displays).
     """
     from tqdm.auto import tqdm
 
     prog = open_program(program)
     names = [get_policy(p).name.value for p in (policies or POLICIES)]
-    rows = []
-    for name in tqdm(names, desc="comparing policies", disable=not progress):
+    rows, sessions = [], {}
+    for i, name in enumerate(tqdm(names, desc="comparing policies", disable=not progress)):
+        if on_policy is not None:
+            on_policy(name, i, len(names))
         s = load_program(prog, name, device=device)
-        v = s.verify()
-        d = s.decisions
-        counts = d["decision"].value_counts() if len(d) else pd.Series(dtype=int)
-        ran_wrong = v[(v["ran"]) & (~v["ok"])]["method"].tolist()
-        not_runnable = [m for m, lm in s.methods.items() if not lm.runnable]
-        rows.append({
-            "policy": name, "loaded": s.status == "loaded", "status": s.status, "error": s.error or "",
-            "wrong_methods": ran_wrong, "not_runnable": not_runnable,
-            "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
-            "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
-            "refused": int(counts.get("refused", 0)), "device_bytes": s.device_bytes,
-            "load_seconds": round(s.load_seconds, 4),
-        })
-        s.close()
-    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+        try:
+            rows.append(comparison_row(s, s.verify()))
+        finally:
+            s.close()
+        sessions[name] = s
+    return PolicyComparison(pd.DataFrame(rows, columns=COMPARE_COLUMNS), sessions)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Iterator
 from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, Source
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     kind: ClassVar[EventKind]
     seq: int
@@ -31,7 +31,7 @@ class Event:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LoadStarted(Event):
     kind = EventKind.LOAD_STARTED
     policy: str
@@ -39,14 +39,14 @@ class LoadStarted(Event):
     so_path: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerCreated(Event):
     kind = EventKind.CONTAINER_CREATED
     device: str
     seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConstantEnumerated(Event):
     kind = EventKind.CONSTANT_ENUMERATED
     name: str
@@ -54,7 +54,7 @@ class ConstantEnumerated(Event):
     dtype: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheLookup(Event):
     kind = EventKind.CACHE_LOOKUP
     name: str
@@ -63,7 +63,7 @@ class CacheLookup(Event):
     cached_owner: str  # method whose tensor the cache holds; "" on a miss
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlobUploaded(Event):
     kind = EventKind.BLOB_UPLOADED
     bytes: int
@@ -71,13 +71,13 @@ class BlobUploaded(Event):
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConstantsExtracted(Event):
     kind = EventKind.CONSTANTS_EXTRACTED
     count: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConstantUploaded(Event):
     kind = EventKind.CONSTANT_UPLOADED
     name: str
@@ -87,7 +87,7 @@ class ConstantUploaded(Event):
     path: str  # how the bytes travelled: upload.PATH_MAPPED, PATH_STAGED, ... or "host read" on CPU
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FieldCompared(Event):
     kind = EventKind.FIELD_COMPARED
     name: str
@@ -98,7 +98,7 @@ class FieldCompared(Event):
     equal: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DigestCompared(Event):
     kind = EventKind.DIGEST_COMPARED
     name: str
@@ -108,9 +108,10 @@ class DigestCompared(Event):
     equal: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decided(Event):
     kind = EventKind.DECIDED
+    device: str  # where the method is placed ("cpu", "cuda:0")
     name: str
     fqn: str
     constant_kind: str
@@ -131,9 +132,10 @@ class Decided(Event):
     cached_shape: str
     cached_strides: str
     cached_digest: str
+    slot_problem: str  # why the installed tensor cannot fill the slot (the out-of-bounds guard), else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheEntryAdded(Event):
     kind = EventKind.CACHE_ENTRY_ADDED
     name: str
@@ -141,7 +143,7 @@ class CacheEntryAdded(Event):
     owner_kind: str  # "container" (aliases a container's blob) or "toolkit" (a tensor we own)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OutOfBoundsAlias(Event):
     kind = EventKind.OUT_OF_BOUNDS_ALIAS
     name: str
@@ -149,27 +151,27 @@ class OutOfBoundsAlias(Event):
     problem: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PairsInstalled(Event):
     kind = EventKind.PAIRS_INSTALLED
     count: int
     names: str  # comma-separated internal names
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MethodLoaded(Event):
     kind = EventKind.METHOD_LOADED
     runnable: bool
     seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LoadFailed(Event):
     kind = EventKind.LOAD_FAILED
     error: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemorySampled(Event):
     kind = EventKind.MEMORY_SAMPLED
     device: str
@@ -178,7 +180,7 @@ class MemorySampled(Event):
     measure: str  # how it was measured
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MethodUnloaded(Event):
     kind = EventKind.METHOD_UNLOADED
     released_entries: int
@@ -218,5 +220,5 @@ class EventLog:
     def __len__(self) -> int:
         return len(self._events)
 
-    def of_kind(self, kind: EventKind) -> list[Event]:
-        return [e for e in self._events if e.kind is kind]
+    def of_type(self, event_type: type[Event]) -> list[Event]:
+        return [e for e in self._events if type(e) is event_type]

@@ -30,10 +30,11 @@ import pandas as pd
 
 from . import errors as _errors
 from .errors import ToolkitError, WorkerCrashedError
-from .manifest import Program
+from .model import Program
+from .vocab import SessionStatus
 
-_STATUS_LOADED, _STATUS_FAILED = "loaded", "failed"
-_VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]
+_STATUS_FAILED = SessionStatus.FAILED.value
+_VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]  # verification.VERIFY_COLUMNS
 _LOG_TAIL_CHARS = 4000
 _ERROR_TYPES = {
     name: cls for name, cls in vars(_errors).items() if isinstance(cls, type) and issubclass(cls, ToolkitError)
@@ -66,18 +67,16 @@ class IsolatedLoad:
     @property
     def events(self) -> pd.DataFrame:
         """Every event the worker recorded (up to a crash); columns are the union of fields."""
-        cols: list[str] = []
-        for r in self.event_rows:
-            cols.extend(k for k in r if k not in cols)
-        return pd.DataFrame(self.event_rows, columns=cols or ["seq", "time_s", "kind", "method"])
+        from .tables import rows_frame
+
+        return rows_frame(self.event_rows)
 
     @property
     def decisions(self) -> pd.DataFrame:
         """The decision table, as :attr:`toolkit.Session.decisions` gives it (up to a crash)."""
-        from .tables import DECISION_COLUMNS
+        from .tables import DECISION_COLUMNS, rows_frame
 
-        rows = [r for r in self.event_rows if r.get("kind") == "decided"]
-        return pd.DataFrame(rows, columns=DECISION_COLUMNS)
+        return rows_frame(self.event_rows, kind="decided", columns=DECISION_COLUMNS)
 
     @property
     def crashed(self) -> bool:
@@ -130,11 +129,11 @@ def load_isolated(program_or_path: "Program | str | Path", policy: str = "finger
     ``timeout_s`` (it is then killed, with its whole process group) gives
     ``status == "failed"`` and ``error_type == "WorkerCrashedError"``.
     """
-    import torch
-
     from .loader import resolve_devices
     from .policies import get_policy
-    from .program import check_compatible, open_program
+    from .runtimes.aoti import check_compatible
+    from .sources import open_program
+    import torch
 
     program = open_program(program_or_path)
     pol = get_policy(policy).name.value
@@ -245,12 +244,11 @@ def _frame_json(df: pd.DataFrame) -> dict:
 
 
 def _worker(tmp: Path) -> int:
-    import torch
-
     from . import events as ev
     from .loader import Session, resolve_devices
     from .policies import get_policy
-    from .program import check_compatible, open_program
+    from .runtimes.aoti import AotiRuntime
+    from .sources import open_program
 
     req = json.loads((tmp / "request.json").read_text(encoding="utf-8"))
     progress = open(tmp / "progress.jsonl", "a", encoding="utf-8")
@@ -277,11 +275,12 @@ def _worker(tmp: Path) -> int:
     result: dict[str, Any] = {"status": _STATUS_FAILED}
     try:
         program = open_program(req["program"])
-        devices = resolve_devices(program, req["device"])
+        runtime = AotiRuntime()
+        devices = resolve_devices(program, req["device"], runtime)
         for d in set(devices.values()):
-            check_compatible(program, d.type, torch.__version__)
+            runtime.check_available(program, d)
         session = WorkerSession(program, get_policy(req["policy"]), devices,
-                                check_integrity=req["check_integrity"])
+                                check_integrity=req["check_integrity"], runtime=runtime)
         session.log = StreamingLog()
         session.load()
         result.update(status=session.status, error=session.error, failed_method=session.failed_method)

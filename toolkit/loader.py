@@ -1,40 +1,74 @@
-"""Loading a program for real: one AOTInductor container per method, constants through
-the shared cache exactly as the chosen policy decides, every step recorded.
+"""The load orchestrator: one program, one policy, every method loaded through the shared cache.
+
+:meth:`Session.load_method` is the only place a method's load is written: lookups, the
+policy's decision, uploads, the out-of-bounds guard, installation, cache bookkeeping and
+every event.  It runs over a runtime (:mod:`toolkit.runtimes`): the real AOTInductor one
+(:func:`load_program`) or the dry run (:func:`toolkit.analysis.analyze`), so the dry run
+predicts the real load by construction.
+
+This module imports no torch: the AOTInductor runtime and verification import it when used.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping
 
 from . import events as ev
 from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
-from .manifest import MethodSpec, Program, TensorMeta
-from .policies import ConstantDecision, MethodView, Outcome, Policy, get_policy, slot_problem
-from .program import check_compatible, open_program
-from .runtime import AotiContainer, cuda_in_use_bytes, device_index, dtype_name, parse_device, tensor_meta
-from .upload import PATH_HOST, PATH_PINNED_EACH, make_uploader, upload_constant
-from .vocab import Decision, Source
+from .integrity import check_files
+from .model import MethodSpec, Program, TensorMeta
+from .policies import ConstantDecision, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
+from .runtimes import Device, MethodRuntime, Runtime, default_runtime
+from .sources import open_program
+from .vocab import Decision, MethodStatus, SessionStatus, Source
 
-_STATUS_LOADED, _STATUS_FAILED, _STATUS_NEW = "loaded", "failed", "not loaded"
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _fmt(v: Any) -> str:
+    """Shapes and strides as table cells: ``(64, 64)``; None as empty."""
+    if v is None:
+        return ""
+    return str(tuple(v)) if isinstance(v, (tuple, list)) else str(v)
+
+
+@dataclass
+class MethodResult:
+    """What the load did with one method; kept after the method is unloaded or the session closed."""
+
+    method: str
+    device: str
+    status: MethodStatus = MethodStatus.NOT_REACHED
+    whole_blob: bool = False  # its whole weights blob was uploaded
+    blob_bytes: int = 0  # bytes of that whole-blob allocation (0 when none)
+    own_upload_bytes: int = 0  # bytes of constants uploaded on their own
+    runnable: bool = False
+    problems: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def device_bytes(self) -> int:
+        """Constant bytes this method's load put on its device (accounted, not measured)."""
+        return self.blob_bytes + self.own_upload_bytes if self.status is not MethodStatus.FAILED else 0
 
 
 @dataclass
 class LoadedMethod:
+    """A method that is loaded now: its runtime handle and the tensors it owns."""
+
     spec: MethodSpec
-    device: torch.device
-    container: AotiContainer
+    device: Device
+    handle: MethodRuntime
     outcome: Outcome
     runnable: bool = True
     problems: list[str] = field(default_factory=list)
-    own_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    own_tensors: dict[str, Any] = field(default_factory=dict)
     whole_blob_bytes: int = 0  # bytes of a whole-blob allocation this method keeps resident
     own_upload_bytes: int = 0
 
@@ -44,50 +78,38 @@ class LoadedMethod:
 
     @property
     def device_bytes(self) -> int:
-        """Constant bytes this method's load put on its device (accounted, not measured)."""
         return self.whole_blob_bytes + self.own_upload_bytes
 
 
-def _fmt(v) -> str:
-    return str(tuple(v)) if isinstance(v, (tuple, list)) else ("" if v is None else str(v))
-
-
-def _slot_problem(t: torch.Tensor, d: ConstantDecision, device: torch.device) -> str | None:
-    """Whether the live tensor ``t`` can fill the slot of ``d.constant`` (see policies.slot_problem)."""
-    have_bytes = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
-    return slot_problem(tensor_meta(t), have_bytes, d.constant, device.type, device_index(device))
-
-
-def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """(atol, rtol) fitting the output dtype: compiled kernels reorder reductions."""
-    if dtype in (torch.bfloat16,):
-        return 5e-2, 5e-2
-    if dtype in (torch.float16,):
-        return 1e-2, 1e-2
-    if dtype.is_floating_point or dtype.is_complex:
-        return 1e-3, 1e-3
-    return 0.0, 0.0
-
-
 class Session:
-    """One load of one program under one policy.  Constructing it does no I/O; :meth:`load` does."""
+    """One load of one program under one policy.  Constructing it does no I/O; :meth:`load` does.
 
-    def __init__(self, program: Program, policy: Policy, devices: Mapping[str, torch.device],
-                 *, record: bool = True, check_integrity: bool = True):
+    After the load its tables (:attr:`decisions`, :attr:`lookups`, :attr:`comparisons`,
+    :attr:`events`, :attr:`memory`, :attr:`method_results`) and its verification stay
+    available, also once :meth:`close` has released the device memory.
+    """
+
+    def __init__(self, program: Program, policy: Policy, devices: Mapping[str, Device], *, record: bool = True,
+                 check_integrity: bool = True, runtime: Runtime | None = None):
         self.program = program
         self.policy = policy
         self.devices = dict(devices)
+        self.runtime = runtime if runtime is not None else default_runtime()
         self.log = ev.EventLog(enabled=record)
         self.cache = SharedConstantCache()
         self.check_integrity = check_integrity
         self.methods: dict[str, LoadedMethod] = {}
-        self.status: str = _STATUS_NEW
+        self.results: dict[str, MethodResult] = {m.name: MethodResult(m.name, str(self.devices[m.name]))
+                                                 for m in program.methods}
+        self.status = SessionStatus.NOT_LOADED
         self.error: str | None = None
         self.failed_method: str | None = None
         self.exception: ToolkitError | None = None  # what made the load fail, with its type
         self.load_seconds: float = 0.0
-        self._uploaders: dict[torch.device, Any] = {}  # upload.make_uploader(), one per CUDA device
         self._peak = 0  # highest bytes in use seen during the method being loaded
+        self._frames: dict[str, tuple[int, Any]] = {}
+        self._verification: tuple[tuple, Any] | None = None
+        self.closed = False
 
     # ------------------------------------------------------------------ loading
     def load(self, progress: bool = False) -> "Session":
@@ -102,7 +124,7 @@ class Session:
                 # first .so is opened, so a tampered later method stops the whole load.
                 for spec in specs:
                     try:
-                        self.program.check_files([spec.so_file, spec.blob_file, spec.reference_file])
+                        check_files(self.program.root, self.program.files, spec.files)
                     except ToolkitError as e:
                         self._record(ev.LoadFailed, spec.name, error=str(e))
                         self._fail(spec.name, e)
@@ -115,21 +137,26 @@ class Session:
                     self._fail(spec.name, e)
                     break
             else:
-                self.status = _STATUS_LOADED
+                self.status = SessionStatus.LOADED
         finally:
             bar.close()
             self.load_seconds = time.perf_counter() - t0
         return self
 
     def _fail(self, method: str, e: ToolkitError) -> None:
-        self.status, self.error, self.failed_method, self.exception = _STATUS_FAILED, str(e), method, e
+        self.status, self.error, self.failed_method, self.exception = SessionStatus.FAILED, str(e), method, e
+        r = self.results[method]
+        r.status, r.error, r.runnable = MethodStatus.FAILED, str(e), False
 
     def _record(self, etype, method: str, **kw) -> None:
         self.log.record(etype, method, **kw)
 
     def load_method(self, name: str) -> LoadedMethod:
-        """Load one method; on failure the cache is exactly as before and LoadError is raised."""
-        spec = self.program.manifest.method(name)
+        """Load one method; on failure the cache is exactly as before and LoadError is raised.
+
+        "Exactly as before" holds for every exception, KeyboardInterrupt included.
+        """
+        spec = self.program.method(name)
         device = self.devices[name]
         with self.cache.lock:
             # checked under the lock: two threads loading one method must not both pass
@@ -137,39 +164,40 @@ class Session:
                 raise LoadError(f"method {name!r} is already loaded")
             snap = self.cache.snapshot()
             try:
-                loaded = self._load_locked(spec, device)
-            except Exception as e:
+                loaded = self._load(spec, device)
+            except BaseException as e:
                 self.cache.restore(snap)
                 # The traceback's frames hold the half-loaded container (and a whole blob on the
                 # device) until the garbage collector runs: free their locals now.
                 traceback.clear_frames(e.__traceback__)
                 msg = str(e) if isinstance(e, ToolkitError) else f"{type(e).__name__}: {e}"
+                r = self.results[name]
+                r.status, r.error, r.runnable = MethodStatus.FAILED, msg, False
                 self._record(ev.LoadFailed, name, error=msg)
+                if not isinstance(e, Exception):
+                    raise
                 if isinstance(e, ToolkitError):
                     raise
                 raise LoadError(f"method {name!r}: {msg}") from e
             self.methods[name] = loaded
+            r = self.results[name]
+            r.status, r.error, r.runnable, r.problems = MethodStatus.LOADED, "", loaded.runnable, tuple(loaded.problems)
+            r.own_upload_bytes = loaded.own_upload_bytes
             return loaded
 
-    def _held_bytes(self, pending: "LoadedMethod | None") -> int:
-        # CPU accounting: the method being loaded is not in self.methods until it is done.
+    # ------------------------------------------------------------ memory accounting
+    def _held_bytes(self, pending: LoadedMethod | None) -> int:
+        # The method being loaded is not in self.methods until it is done.
         return sum(m.device_bytes for m in self.methods.values()) + (pending.device_bytes if pending else 0)
 
-    def _sample_memory(self, method: str, device: torch.device, phase: str,
-                       pending: "LoadedMethod | None" = None) -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            used = cuda_in_use_bytes(device)
-            self._peak = max(self._peak, used)
-            self._record(ev.MemorySampled, method, device=str(device), phase=phase,
-                         bytes_in_use=used, measure="cudaMemGetInfo total-free")
-        else:
-            held = self._held_bytes(pending)
-            self._peak = max(self._peak, held)
-            self._record(ev.MemorySampled, method, device="cpu", phase=phase, bytes_in_use=held,
-                         measure="constant bytes held by the loader")
+    def _sample_memory(self, method: str, device: Device, phase: str, pending: LoadedMethod | None = None) -> None:
+        measured = self.runtime.bytes_in_use(device, sync=True)
+        used, measure = measured if measured is not None else (self._held_bytes(pending),
+                                                               "constant bytes held by the loader")
+        self._peak = max(self._peak, used)
+        self._record(ev.MemorySampled, method, device=str(device), phase=phase, bytes_in_use=used, measure=measure)
 
-    def _probe_peak(self, device: torch.device, pending: "LoadedMethod") -> None:
+    def _probe_peak(self, device: Device, pending: LoadedMethod) -> None:
         """Note bytes in use after a step that allocates (a blob, one constant, the pairs).
 
         Read after each such step rather than from a sampling thread: AOTI's blob upload
@@ -177,65 +205,46 @@ class Session:
         needed: allocations are visible to cudaMemGetInfo when they return.
         """
         if self.log.enabled:
-            used = cuda_in_use_bytes(device) if device.type == "cuda" else self._held_bytes(pending)
-            self._peak = max(self._peak, used)
+            measured = self.runtime.bytes_in_use(device, sync=False)
+            self._peak = max(self._peak, measured[0] if measured is not None else self._held_bytes(pending))
 
-    def _record_peak(self, method: str, device: torch.device) -> None:
-        self._record(ev.MemorySampled, method, device=str(device), phase="peak", bytes_in_use=self._peak,
-                     measure="max of cudaMemGetInfo after each allocating step" if device.type == "cuda"
-                     else "max of constant bytes held by the loader")
-
-    def _load_locked(self, spec: MethodSpec, device: torch.device) -> LoadedMethod:
+    # ------------------------------------------------------------ one method
+    def _load(self, spec: MethodSpec, device: Device) -> LoadedMethod:
         t_start = time.perf_counter()
         m = spec.name
-        so, blob = self.program.path(spec.so_file), self.program.path(spec.blob_file)
+        result = self.results[m]
+        result.whole_blob, result.blob_bytes, result.own_upload_bytes, result.problems = False, 0, 0, ()
+        so = self.program.path(spec.so_file) if self.program.root is not None else Path(spec.so_file)
         self._record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
-        if self.check_integrity:  # a .so runs code when opened: check it first
-            self.program.check_files([spec.so_file, spec.blob_file])
+        if self.check_integrity:  # a .so runs code when opened: check it first (free if load() just did)
+            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file))
         self._peak = 0
         self._sample_memory(m, device, "before")
         t = time.perf_counter()
-        container = AotiContainer.create(so, device)
+        handle = self.runtime.create(self.program, spec, device)
         self._record(ev.ContainerCreated, m, device=str(device), seconds=time.perf_counter() - t)
+        self._check_against_compiled(spec, handle, so)
 
-        fqns = container.constant_fqns()
-        declared = {c.name: c for c in spec.constants}
-        if set(fqns) != set(declared):
-            raise ProgramError(
-                f"method {m!r}: the .so's constants {sorted(set(fqns) ^ set(declared))[:5]} differ from the manifest's",
-                path=so, field=f"methods[{m}].constants")
-        compiled_dtypes = container.constant_dtypes()
-        for c in spec.constants:
-            if fqns[c.name] != c.fqn:
-                raise ProgramError(f"constant {c.name!r}: .so says FQN {fqns[c.name]!r}, manifest says {c.fqn!r}",
-                                   path=so, field=f"methods[{m}].constants.fqn")
-            # the .so's own dtype is the slot's truth; a manifest that disagrees would size uploads wrongly
-            if compiled_dtypes.get(c.name, c.dtype) != c.dtype:
-                raise ProgramError(f"constant {c.name!r}: .so was compiled for {compiled_dtypes[c.name]}, "
-                                   f"manifest says {c.dtype}", path=so, field=f"methods[{m}].constants.dtype")
-            self._record(ev.ConstantEnumerated, m, name=c.name, fqn=c.fqn, dtype=c.dtype)
-
-        view = MethodView(m, device.type, device_index(device), spec.constants)
+        view = MethodView(m, device.type, device.index, spec.constants)
         plan = self.policy.plan(view, self.cache)
         for lr in plan.lookups:
             self._record(ev.CacheLookup, m, name=lr.constant.name, fqn=lr.constant.fqn, result=lr.result,
                          cached_owner=lr.entry.owner_method if lr.entry else "")
 
-        loaded = LoadedMethod(spec, device, container, outcome=Outcome(m, ()))
-        extracted: dict[str, torch.Tensor] = {}
+        loaded = LoadedMethod(spec, device, handle, outcome=Outcome(m, ()))
+        extracted: Mapping[str, Any] = {}
         new_meta: dict[str, TensorMeta] | None = None
         if plan.upload_whole_blob and spec.constants:
             t = time.perf_counter()
-            container.upload_blob(blob)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            loaded.whole_blob_bytes = spec.blob_bytes
+            handle.upload_blob()
+            loaded.whole_blob_bytes = result.blob_bytes = spec.blob_bytes
+            result.whole_blob = True
             self._probe_peak(device, loaded)
             self._record(ev.BlobUploaded, m, bytes=spec.blob_bytes, seconds=time.perf_counter() - t,
                          why=plan.blob_reason)
-            extracted = container.extract()
+            extracted = handle.extract()
             self._record(ev.ConstantsExtracted, m, count=len(extracted))
-            new_meta = {n: tensor_meta(x) for n, x in extracted.items()}
+            new_meta = {n: self.runtime.facts(x)[0] for n, x in extracted.items()}
 
         outcome = self.policy.decide(plan, new_meta, self.cache)
         loaded.outcome = outcome
@@ -248,152 +257,135 @@ class Session:
                 self._record(ev.DigestCompared, m, name=d.constant.name, fqn=d.constant.fqn, cached=dc.cached,
                              new=dc.new, equal=dc.equal)
         if outcome.failure:
-            self._record_decisions(m, outcome, plan)
+            self._record_decisions(m, device, outcome, plan, {})
             raise LoadError(outcome.failure)
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
         own = [d.constant for d in outcome.decisions if d.source is Source.OWN_UPLOAD]
-        uploader = None
-        if device.type == "cuda" and own:
-            if device not in self._uploaders:
-                self._uploaders[device] = make_uploader(device)
-            uploader = self._uploaders[device]
-        if uploader is not None:
-            uploader.prefetch(blob, own)  # maps the blob: pages an earlier load locked are copied from directly
-        try:
-            for c in own:
-                t = time.perf_counter()
-                tensor = upload_constant(blob, c, device, uploader)
-                loaded.own_tensors[c.name] = tensor
-                loaded.own_upload_bytes += c.nbytes
-                self._probe_peak(device, loaded)
-                self._record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes,
-                             seconds=time.perf_counter() - t, path=uploader.last_path if uploader else
-                             (PATH_HOST if device.type == "cpu" else PATH_PINNED_EACH))
-        finally:
-            if uploader is not None:
-                uploader.release()
+        t = time.perf_counter()
+        for c, tensor, how in handle.upload_constants(own):
+            loaded.own_tensors[c.name] = tensor
+            loaded.own_upload_bytes += c.nbytes
+            self._probe_peak(device, loaded)
+            now = time.perf_counter()
+            self._record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t, path=how)
+            t = now
 
-        install: dict[str, torch.Tensor] = {}
+        # The out-of-bounds guard: AOTInductor checks nothing when a tensor is installed.
+        install: dict[str, Any] = {}
+        problems: dict[str, str] = {}
         for d in outcome.install:
             tensor = d.shared_from.tensor if d.source is Source.CACHE else loaded.own_tensors[d.constant.name]
-            problem = _slot_problem(tensor, d, device)
+            have, have_bytes = self.runtime.facts(tensor)
+            problem = slot_problem(have, have_bytes, d.constant, device.type, device.index)
             if problem:
                 loaded.runnable = False
                 loaded.problems.append(f"{d.constant.name}: {problem}")
+                problems[d.constant.name] = problem
                 self._record(ev.OutOfBoundsAlias, m, name=d.constant.name, fqn=d.constant.fqn, problem=problem)
                 continue
             install[d.constant.name] = tensor
-        self._record_decisions(m, outcome, plan)
+        self._record_decisions(m, device, outcome, plan, problems)
         if loaded.runnable:
-            container.install(install)
+            handle.install(install)
             self._probe_peak(device, loaded)
             self._record(ev.PairsInstalled, m, count=len(install), names=",".join(install))
 
         for d in outcome.decisions:
             if d.enters_cache:
                 if d.source is Source.WHOLE_BLOB:
-                    tensor, keep = extracted[d.constant.name], container
+                    tensor, keep = extracted[d.constant.name], handle
                 else:
                     tensor, keep = loaded.own_tensors[d.constant.name], None
                 entry = CacheEntry(fqn=d.constant.fqn, name=d.constant.name, owner_method=m,
-                                   meta=tensor_meta(tensor), digest=d.constant.digest, nbytes=d.constant.nbytes,
-                                   tensor=tensor, keepalive=keep, users={m})
+                                   meta=self.runtime.facts(tensor)[0], digest=d.constant.digest,
+                                   nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m})
                 self.cache.add(entry)
                 self._record(ev.CacheEntryAdded, m, name=d.constant.name, fqn=d.constant.fqn,
                              owner_kind=entry.owner_kind)
             elif d.decision is Decision.SHARED and d.shared_from is not None:
                 d.shared_from.users.add(m)
         self._sample_memory(m, device, "after", pending=loaded)
-        self._record_peak(m, device)
+        self._record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,
+                     measure="max of cudaMemGetInfo after each allocating step" if device.type == "cuda"
+                     and self.runtime.bytes_in_use(device, sync=False) is not None
+                     else "max of constant bytes held by the loader")
         self._record(ev.MethodLoaded, m, runnable=loaded.runnable, seconds=time.perf_counter() - t_start)
         return loaded
 
-    def _record_decisions(self, m: str, outcome: Outcome, plan) -> None:
+    def _check_against_compiled(self, spec: MethodSpec, handle: MethodRuntime, so: Path) -> None:
+        """The compiled model's own constants are the truth: a program model that disagrees is refused."""
+        m = spec.name
+        fqns = handle.constant_fqns()
+        declared = {c.name: c for c in spec.constants}
+        if set(fqns) != set(declared):
+            raise ProgramError(
+                f"method {m!r}: the .so's constants {sorted(set(fqns) ^ set(declared))[:5]} differ from the manifest's",
+                path=so, field=f"methods[{m}].constants")
+        compiled_dtypes = handle.constant_dtypes()
+        for c in spec.constants:
+            if fqns[c.name] != c.fqn:
+                raise ProgramError(f"constant {c.name!r}: .so says FQN {fqns[c.name]!r}, manifest says {c.fqn!r}",
+                                   path=so, field=f"methods[{m}].constants.fqn")
+            # the .so's own dtype is the slot's truth; a manifest that disagrees would size uploads wrongly
+            if compiled_dtypes.get(c.name, c.dtype) != c.dtype:
+                raise ProgramError(f"constant {c.name!r}: .so was compiled for {compiled_dtypes[c.name]}, "
+                                   f"manifest says {c.dtype}", path=so, field=f"methods[{m}].constants.dtype")
+            self._record(ev.ConstantEnumerated, m, name=c.name, fqn=c.fqn, dtype=c.dtype)
+
+    def _record_decisions(self, m: str, device: Device, outcome: Outcome, plan: Plan,
+                          problems: Mapping[str, str]) -> None:
+        dev = str(device)
         for d in outcome.decisions:
             c = d.constant
             lr = plan.lookup(c.name)
             ref = d.shared_from or (lr.entry if lr else None)
             self._record(
-                ev.Decided, m, name=c.name, fqn=c.fqn, constant_kind=c.kind.value, mutated=c.mutated,
+                ev.Decided, m, device=dev, name=c.name, fqn=c.fqn, constant_kind=c.kind.value, mutated=c.mutated,
                 lookup=d.lookup.value if d.lookup else "", decision=d.decision, reason_code=d.reason_code,
                 reason=d.reason, source=d.source,
-                shared_from=f"{d.shared_from.owner_method}/{d.shared_from.name}" if d.decision is Decision.SHARED and d.shared_from else "",
+                shared_from=f"{d.shared_from.owner_method}/{d.shared_from.name}"
+                if d.decision is Decision.SHARED and d.shared_from else "",
                 nbytes=c.nbytes, dtype=c.dtype, shape=_fmt(c.shape), strides=_fmt(c.strides), digest=c.digest,
                 cached_method=ref.owner_method if ref else "",
                 cached_dtype=ref.meta.dtype if ref else "", cached_shape=_fmt(ref.meta.shape) if ref else "",
                 cached_strides=_fmt(ref.meta.strides) if ref else "", cached_digest=ref.digest if ref else "",
+                slot_problem=problems.get(c.name, ""),
             )
 
     # ------------------------------------------------------------------ running
-    def reference(self, method: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        from safetensors.torch import load_file
+    def reference(self, method: str):
+        """(inputs, expected outputs) the eager module gave at build time."""
+        from .verification import read_reference
 
-        spec = self.program.manifest.method(method)
-        path = self.program.path(spec.reference_file)
-        try:
-            data = load_file(str(path))
-        except Exception as e:
-            raise ProgramError(f"reference tensors cannot be read: {e}", path=path) from None
-        try:
-            inputs = [data[f"input.{i}"] for i in range(spec.num_inputs)]
-            outputs = [data[f"output.{i}"] for i in range(spec.num_outputs)]
-        except KeyError as e:
-            raise ProgramError(f"reference tensor {e.args[0]!r} is missing", path=path) from None
-        return inputs, outputs
+        return read_reference(self.program, self.program.method(method))
 
-    def run(self, method: str, inputs: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    def run(self, method: str, inputs: list | None = None) -> list:
         lm = self.methods.get(method)
         if lm is None:
             raise LoadError(f"method {method!r} is not loaded (session status: {self.status})")
         if not lm.runnable:
             raise LoadError(f"method {method!r} is not runnable: {'; '.join(lm.problems)}")
+        if not self.runtime.can_run:
+            raise LoadError(f"method {method!r} was loaded by a {self.runtime.name}: there is nothing to run")
         if inputs is None:
             inputs, _ = self.reference(method)
-        return lm.container.run([x.to(lm.device) for x in inputs])
+        return lm.handle.run(list(inputs))
 
-    def verify(self) -> "Any":
-        """Run every loaded method on its reference inputs and compare with the eager outputs."""
-        import pandas as pd
+    def verify(self) -> "pd.DataFrame":
+        """Run every loaded method on its reference inputs and compare with the eager outputs.
 
-        rows = []
-        for spec in self.program.methods:
-            row: dict[str, Any] = {"method": spec.name, "ran": False, "max_abs_err": math.nan,
-                                   "atol": math.nan, "rtol": math.nan, "ok": False, "reason": ""}
-            lm = self.methods.get(spec.name)
-            if lm is None:
-                row["reason"] = "not loaded" + (f": {self.error}" if self.failed_method == spec.name else "")
-            elif not lm.runnable:
-                row["reason"] = "not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems)
-            else:
-                try:
-                    inputs, expected = self.reference(spec.name)
-                    outputs = [o.detach().cpu() for o in self.run(spec.name, inputs)]
-                    row["ran"] = True
-                    errs, ok = [], len(outputs) == len(expected)
-                    atol, rtol = 0.0, 0.0
-                    for o, e in zip(outputs, expected):
-                        a, r = dtype_tolerance(e.dtype)
-                        atol, rtol = max(atol, a), max(rtol, r)
-                        if o.shape != e.shape or o.dtype != e.dtype:
-                            ok = False
-                            errs.append(math.inf)
-                            continue
-                        diff = (o.double() - e.double()).abs()
-                        finite = torch.isfinite(e.double())
-                        errs.append(float(diff.max()) if diff.numel() else 0.0)
-                        ok &= bool(torch.allclose(o.double(), e.double(), atol=a, rtol=r, equal_nan=True)) and \
-                            bool((torch.isfinite(o.double()) == finite).all())
-                    row.update(max_abs_err=max(errs) if errs else 0.0, atol=atol, rtol=rtol, ok=ok,
-                               reason="" if ok else "output differs from the eager reference")
-                    if math.isnan(row["max_abs_err"]):
-                        row["ok"] = False
-                except ToolkitError as e:
-                    row["reason"] = str(e)
-                except RuntimeError as e:
-                    row["reason"] = f"run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-            rows.append(row)
-        return pd.DataFrame(rows, columns=["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"])
+        Computed once per set of loaded methods: asking again returns the same frame (a copy).
+        A closed session answers with its last verification (it has nothing left to run).
+        """
+        from .verification import verify_session
+
+        if self.closed and self._verification is not None:
+            return self._verification[1].copy()
+        key = tuple(sorted((n, id(lm)) for n, lm in self.methods.items()))
+        if self._verification is None or self._verification[0] != key:
+            self._verification = (key, verify_session(self))
+        return self._verification[1].copy()
 
     # ------------------------------------------------------------------ lifetime
     def unload(self, method: str) -> None:
@@ -403,79 +395,116 @@ class Session:
             if lm is None:
                 raise LoadError(f"method {method!r} is not loaded")
             freed = self.cache.release(method)
+            self.results[method].status = MethodStatus.UNLOADED
         self._record(ev.MethodUnloaded, method, released_entries=freed)
         del lm
-        if self.devices[method].type == "cuda":
-            torch.cuda.synchronize(self.devices[method])
         self._sample_memory(method, self.devices[method], "unloaded")
 
     def close(self) -> None:
+        """Release every method and the runtime's resources; the results stay readable.
+
+        Tables, :attr:`method_results` and the last :meth:`verify` answer outlive it.
+        """
+        self.closed = True
         for name in list(self.methods):
             self.unload(name)
-        for uploader in self._uploaders.values():
-            if uploader is not None:
-                uploader.close()
-        self._uploaders.clear()
+        self.runtime.close()
 
     # ------------------------------------------------------------------ tables
-    @property
-    def events(self):
-        from .tables import events_frame
-        return events_frame(self.log)
+    def _table(self, name: str):
+        """Frames are built from the log once; rebuilt only when the log has grown since."""
+        from . import tables
+
+        n = len(self.log)
+        hit = self._frames.get(name)
+        if hit is None or hit[0] != n:
+            hit = (n, getattr(tables, f"{name}_frame")(self.log))
+            self._frames[name] = hit
+        return hit[1].copy()
 
     @property
-    def lookups(self):
-        from .tables import lookups_frame
-        return lookups_frame(self.log)
+    def events(self) -> "pd.DataFrame":
+        return self._table("events")
 
     @property
-    def comparisons(self):
-        from .tables import comparisons_frame
-        return comparisons_frame(self.log)
+    def lookups(self) -> "pd.DataFrame":
+        return self._table("lookups")
 
     @property
-    def decisions(self):
-        from .tables import decisions_frame
-        return decisions_frame(self.log)
+    def comparisons(self) -> "pd.DataFrame":
+        return self._table("comparisons")
 
     @property
-    def memory(self):
-        from .tables import memory_frame
-        return memory_frame(self.log)
+    def decisions(self) -> "pd.DataFrame":
+        return self._table("decisions")
+
+    @property
+    def memory(self) -> "pd.DataFrame":
+        return self._table("memory")
+
+    @property
+    def method_results(self) -> "pd.DataFrame":
+        """One row per method: status, bytes it put on its device, runnable, problems."""
+        from .tables import method_results_frame
+
+        return method_results_frame(self.results.values(), policy=self.policy.name.value)
 
     @property
     def device_bytes(self) -> int:
-        return sum(m.device_bytes for m in self.methods.values())
+        """Constant bytes this load put on its devices (accounted; kept after close)."""
+        return sum(r.device_bytes for r in self.results.values())
 
     def summary(self) -> str:
-        from .tables import session_summary
-        return session_summary(self)
+        from .rendering import session_text
+
+        return session_text(self)
 
     def __repr__(self) -> str:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        from .tables import session_html
+        from .rendering import session_html
+
         return session_html(self)
 
 
-def resolve_devices(program: Program, device: "str | torch.device | Mapping[str, str] | None") -> dict[str, torch.device]:
-    """One device per method: ``None`` picks the program's own kind (cuda:0 / cpu)."""
+def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | None",
+                    runtime: Runtime | None = None) -> dict[str, Device]:
+    """One device per method: ``None`` picks the program's own kind (cuda / cpu).
+
+    ``device`` is a device ('cpu', 'cuda', 'cuda:1') or ``{method: device}`` (unnamed
+    methods get the program's own kind).  A bare 'cuda' is placed as ``runtime`` places it
+    (the AOTInductor runtime: the current CUDA device).
+    """
+    rt = runtime if runtime is not None else _PlacementOnly()
+    default = "cuda" if program.device == "cuda" else "cpu"
     if device is None:
-        device = "cuda" if program.device == "cuda" else "cpu"
+        device = default
     if isinstance(device, Mapping):
-        unknown = set(device) - set(program.manifest.method_names)
+        unknown = set(device) - set(program.method_names)
         if unknown:
             raise ValueError(f"device placement names unknown methods {sorted(unknown)}")
-        default = "cuda" if program.device == "cuda" else "cpu"
-        return {m: parse_device(device.get(m, default)) for m in program.manifest.method_names}
-    d = parse_device(device)
-    return {m: d for m in program.manifest.method_names}
+        return {m: rt.resolve(device.get(m, default)) for m in program.method_names}
+    d = rt.resolve(device)
+    return {m: d for m in program.method_names}
+
+
+class _PlacementOnly:
+    """Places a bare 'cuda' on the current CUDA device when torch is loaded, else on cuda:0."""
+
+    def resolve(self, spec: Any) -> Device:
+        import sys
+
+        from .runtimes import parse_device
+
+        torch = sys.modules.get("torch")
+        current = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+        return parse_device(spec, default_cuda_index=current)
 
 
 def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",
-                 device: "str | torch.device | Mapping[str, str] | None" = None, *, record: bool = True,
-                 progress: bool = False, check_integrity: bool = True) -> Session:
+                 device: "str | Any | Mapping[str, str] | None" = None, *, record: bool = True,
+                 progress: bool = False, check_integrity: bool = True, runtime: Runtime | None = None) -> Session:
     """Load every method of a program under ``policy`` and return the session.
 
     A method that fails leaves the session with ``status == "failed"`` and ``error`` set,
@@ -483,9 +512,9 @@ def load_program(program_or_path: "Program | str | Path", policy: "str | Policy"
     """
     program = open_program(program_or_path)
     pol = get_policy(policy)
-    devices = resolve_devices(program, device)
+    rt = runtime if runtime is not None else default_runtime()
+    devices = resolve_devices(program, device, rt)
     for d in set(devices.values()):
-        check_compatible(program, d.type, torch.__version__)
-        if d.type == "cuda" and not torch.cuda.is_available():
-            raise LoadError("the program is for CUDA but torch sees no CUDA device")
-    return Session(program, pol, devices, record=record, check_integrity=check_integrity).load(progress=progress)
+        rt.check_available(program, d)
+    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt).load(
+        progress=progress)

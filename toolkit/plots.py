@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .tables import DECISION_COLOURS
+from .rendering import DECISION_COLOURS
 from .vocab import Decision
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from .loader import Session
-    from .manifest import Program
+    from .model import Program
 
 WRONG_COLOUR = "#cc0000"
 _DECISION_ORDER = [d.value for d in Decision]
@@ -166,13 +166,9 @@ def _as_sessions(sessions: "Session | Mapping[str, Session] | Sequence[Session]"
 
 def memory_frame(sessions: "Session | Mapping[str, Session] | Sequence[Session]") -> pd.DataFrame:
     """One row per (policy, method): constant bytes that method's load put on its device."""
-    rows = []
-    for s in _as_sessions(sessions):
-        for spec in s.program.methods:
-            lm = s.methods.get(spec.name)
-            rows.append({"policy": s.policy.name.value, "method": spec.name,
-                         "device_bytes": lm.device_bytes if lm is not None else 0, "loaded": lm is not None})
-    return pd.DataFrame(rows, columns=["policy", "method", "device_bytes", "loaded"])
+    from .tables import memory_by_policy_frame
+
+    return memory_by_policy_frame(_as_sessions(sessions))
 
 
 def memory_by_policy(sessions: "Session | Mapping[str, Session] | Sequence[Session] | pd.DataFrame", *,

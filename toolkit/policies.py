@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, Protocol, Sequence
 
-from .manifest import ConstantSpec, TensorMeta
+from .model import ConstantSpec, TensorMeta
 from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Source, parse
 
 # ------------------------------------------------------------------ inputs

@@ -66,7 +66,7 @@ from typing import IO, TYPE_CHECKING, Any, Union
 
 import pandas as pd
 
-from .tables import DECISION_COLOURS
+from .rendering import DECISION_COLOURS, html_table  # noqa: F401 - DECISION_COLOURS re-exported
 
 if TYPE_CHECKING:
     from .loader import Session
@@ -236,27 +236,12 @@ HTML_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "reason", "same_m
 
 
 def report_html(frame: pd.DataFrame, caption: str = "", columns=HTML_COLUMNS, max_rows: int = 500) -> str:
-    """An HTML table of report (or decision) rows, decision colour-coded; every cell escaped."""
-    cols = [c for c in columns if c in frame.columns]
-    head = html.escape(caption).replace("\n", "<br>")
-    out = [f"<div class='constshare-report'><p>{head}</p>" if caption else "<div class='constshare-report'>",
-           "<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
-    for row in frame[cols].head(max_rows).itertuples(index=False):
-        cells = []
-        for c, v in zip(cols, row):
-            text = "" if v is pd.NA or v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-            style = ""
-            if c == "decision" and text in DECISION_COLOURS:
-                style = f' style="background-color: {DECISION_COLOURS[text]}"'
-            elif c == "method_ok" and text == "False":
-                style = ' style="background-color: #f4cccc"'
-            cells.append(f"<td{style}>{html.escape(text)}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
-    if len(frame) > max_rows:
-        out.append(f"<p>({len(frame) - max_rows} more rows not shown)</p>")
-    out.append("</div>")
-    return "".join(out)
+    """An HTML table of report (or decision) rows, decision colour-coded, ``method_ok`` False
+    red; every cell and the caption escaped (:func:`toolkit.rendering.html_table`)."""
+    body = html_table(frame, columns, max_rows=max_rows, caption=caption, empty="no constants")
+    if not len(frame) and caption:  # no table to hold the caption
+        body = "<p>" + html.escape(caption).replace("\n", "<br>") + "</p>" + body
+    return f"<div class='constshare-report'>{body}</div>"
 
 
 # ------------------------------------------------------------------ CSV

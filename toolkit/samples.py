@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .errors import ToolkitError
-from .manifest import Program
+from .model import Program
 from .policies import POLICIES
 
 DEFAULT_SAMPLE = "total_collision"
@@ -82,7 +82,7 @@ def build_sample(name: str, device: str = "cpu", *, cache_dir: str | Path | None
     ``on_method(name, index, count)`` is called before each method is compiled (for progress UIs).
     """
     from .builder import build_program
-    from .program import open_program
+    from .sources import open_program
 
     mod = sample_module(name)
     kind = torch.device(device).type

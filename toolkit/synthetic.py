@@ -23,16 +23,13 @@ projections, rectangular MLP weights, a few embeddings and tiny lifted tables.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .manifest import (
-    DTYPE_ITEMSIZE, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, ConstantSpec, FileRecord, MethodSpec,
-    ProgramManifest,
-)
+from .model import DTYPE_ITEMSIZE, ConstantSpec, FileRecord, MethodSpec, Program
+from .sources.directory import MANIFEST_FILE, manifest_json
 from .vocab import ConstantKind
 
 ROLES = ("shared", "content_collision", "metadata_collision", "lifted", "mutated", "unique")
@@ -95,8 +92,12 @@ def _shape_mix(rng: random.Random, h: int) -> tuple[str, tuple[int, ...]]:
     return "table", (16,)
 
 
-def generate(spec: SyntheticSpec) -> ProgramManifest:
-    """The manifest of a synthetic program (in memory; nothing is written)."""
+def generate(spec: SyntheticSpec) -> Program:
+    """A synthetic program (in memory; nothing is written).
+
+    Every method's blob is one placeholder file, so a constant shared by all methods is one
+    :class:`ConstantSpec` (same bytes, same place) and a million constants stay small.
+    """
     rng = random.Random(spec.seed)
     item = DTYPE_ITEMSIZE[spec.dtype]
     h = spec.hidden
@@ -137,7 +138,8 @@ def generate(spec: SyntheticSpec) -> ProgramManifest:
 
     shared_specs: dict[int, ConstantSpec] = {}
     methods = []
-    files: dict[str, FileRecord] = {}
+    blob = "weights.blob"
+    files: dict[str, FileRecord] = {blob: FileRecord(_PLACEHOLDER_SHA, blob_bytes)}
     for m in range(spec.methods):
         mname = f"method_{m}"
         consts = []
@@ -167,44 +169,22 @@ def generate(spec: SyntheticSpec) -> ProgramManifest:
             c = ConstantSpec(
                 name=name, fqn=fqn, kind=kind, mutated=role == "mutated", dtype=spec.dtype, shape=shape,
                 strides=strides, storage_offset=0, nbytes=nbytes, offset=offsets[i],
-                digest=_digest(spec.seed, i, shape, "" if same_content else m),
+                digest=_digest(spec.seed, i, shape, "" if same_content else m), file=blob,
             )
             if role == "shared":
                 shared_specs[i] = c
             consts.append(c)
         rel = f"methods/{mname}"
-        so, blob, ref = f"{rel}/model.so", f"{rel}/weights.blob", f"{rel}/reference.safetensors"
+        so, ref = f"{rel}/model.so", f"{rel}/reference.safetensors"
         files[so] = FileRecord(_PLACEHOLDER_SHA, 0)
-        files[blob] = FileRecord(_PLACEHOLDER_SHA, blob_bytes)
         files[ref] = FileRecord(_PLACEHOLDER_SHA, 0)
         methods.append(MethodSpec(name=mname, so_file=so, blob_file=blob, reference_file=ref,
                                   blob_bytes=blob_bytes, num_inputs=1, num_outputs=1, constants=tuple(consts)))
-    return ProgramManifest(
+    return Program(
         name=spec.name or f"synthetic-{spec.methods}x{spec.constants}",
         description=f"synthetic (no files): {spec}", device=spec.device, torch_version="synthetic",
-        created_utc="", methods=tuple(methods), files=files, format=FORMAT_NAME, format_version=FORMAT_VERSION,
+        created_utc="", methods=tuple(methods), files=files,
     )
-
-
-def manifest_to_json(manifest: ProgramManifest) -> str:
-    """JSON of a manifest, built without ``dataclasses.asdict`` (which deep-copies every
-    constant and dominates at a million constants).  Same document as ``to_json``, compact."""
-    def const(c: ConstantSpec) -> dict:
-        return {"name": c.name, "fqn": c.fqn, "kind": c.kind.value, "mutated": c.mutated, "dtype": c.dtype,
-                "shape": list(c.shape), "strides": list(c.strides), "storage_offset": c.storage_offset,
-                "nbytes": c.nbytes, "offset": c.offset, "digest": c.digest}
-
-    doc = {
-        "name": manifest.name, "description": manifest.description, "device": manifest.device,
-        "torch_version": manifest.torch_version, "created_utc": manifest.created_utc,
-        "methods": [{"name": m.name, "so_file": m.so_file, "blob_file": m.blob_file,
-                     "reference_file": m.reference_file, "blob_bytes": m.blob_bytes, "num_inputs": m.num_inputs,
-                     "num_outputs": m.num_outputs, "constants": [const(c) for c in m.constants]}
-                    for m in manifest.methods],
-        "files": {k: {"sha256": v.sha256, "bytes": v.bytes} for k, v in manifest.files.items()},
-        "format": manifest.format, "format_version": manifest.format_version,
-    }
-    return json.dumps(doc, separators=(",", ":"))
 
 
 def write_synthetic(spec: SyntheticSpec, out_dir: str | Path) -> Path:
@@ -212,5 +192,5 @@ def write_synthetic(spec: SyntheticSpec, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / MANIFEST_FILE
-    path.write_text(manifest_to_json(generate(spec)), encoding="utf-8")
+    path.write_text(manifest_json(generate(spec), indent=None), encoding="utf-8")
     return path

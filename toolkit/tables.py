@@ -1,50 +1,76 @@
-"""The one place where event logs become pandas DataFrames, and sessions become text/HTML."""
+"""The one place where events and load results become pandas DataFrames.
+
+Imports nothing from the loader: it reads an :class:`~toolkit.events.EventLog` and plain
+result records (anything with the attributes of :class:`toolkit.loader.MethodResult`).
+Enum members become their string values, so frames hold what CSV files and tables show.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+import enum
+from typing import Any, Iterable
 
 import pandas as pd
 
-from .events import (
-    CacheLookup, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled,
-)
-from .vocab import EventKind
-
-if TYPE_CHECKING:
-    from .loader import Session
+from .events import CacheLookup, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled
 
 LOOKUP_COLUMNS = ["seq", "method", "name", "fqn", "result", "cached_owner"]
 COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", "equal"]
 DECISION_COLUMNS = [
-    "seq", "method", "name", "fqn", "constant_kind", "mutated", "lookup", "decision", "reason_code", "reason",
-    "source", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method", "cached_dtype",
-    "cached_shape", "cached_strides", "cached_digest",
+    "seq", "method", "device", "name", "fqn", "constant_kind", "mutated", "lookup", "decision", "reason_code",
+    "reason", "source", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
+    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem",
 ]
 MEMORY_COLUMNS = ["seq", "time_s", "method", "device", "phase", "bytes_in_use", "measure"]
+METHOD_RESULT_COLUMNS = ["policy", "method", "device", "status", "whole_blob", "blob_bytes", "own_upload_bytes",
+                         "device_bytes", "runnable", "problems", "error"]
+# A dry run's decisions (toolkit.analyze): the decision table without its event sequence
+# number, plus the policy and what the method as a whole would do.
+ANALYSIS_COLUMNS = ["policy"] + DECISION_COLUMNS[1:] + ["whole_blob", "method_status"]
 
 
-def _frame(events: Iterable[Event], columns: list[str] | None = None) -> pd.DataFrame:
-    rows = [e.row() for e in events]
+def _plain(v: Any) -> Any:
+    return v.value if isinstance(v, enum.Enum) else v
+
+
+def _columns(events: list[Event], columns: list[str]) -> pd.DataFrame:
+    """A frame built column by column (far less memory and time than a dict per row)."""
+    data = {}
+    for c in columns:
+        values = [getattr(e, c) for e in events]
+        if values and isinstance(values[0], enum.Enum):
+            values = [_plain(v) for v in values]
+        data[c] = values
+    return pd.DataFrame(data, columns=columns)
+
+
+def rows_frame(rows: list[dict[str, Any]], *, kind: str | None = None, columns: list[str] | None = None
+               ) -> pd.DataFrame:
+    """Event rows (``Event.row()`` dicts, e.g. streamed by an isolated worker) as a frame.
+
+    ``kind`` keeps one kind of event; without ``columns`` the columns are the union of fields.
+    """
+    if kind is not None:
+        rows = [r for r in rows if r.get("kind") == kind]
     if columns is None:
         cols: list[str] = []
+        seen: set[str] = set()
         for r in rows:
-            cols.extend(k for k in r if k not in cols)
+            for k in r:
+                if k not in seen:
+                    seen.add(k)
+                    cols.append(k)
         columns = cols or ["seq", "time_s", "kind", "method"]
-    return pd.DataFrame(rows, columns=columns).reset_index(drop=True)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def events_frame(log: EventLog) -> pd.DataFrame:
     """Every event, in order; columns are the union of all event fields."""
-    return _frame(log)
-
-
-def _of(log: EventLog, etype: type[Event], columns: list[str]) -> pd.DataFrame:
-    return _frame((e for e in log if isinstance(e, etype)), columns)
+    return rows_frame([e.row() for e in log])
 
 
 def lookups_frame(log: EventLog) -> pd.DataFrame:
-    return _of(log, CacheLookup, LOOKUP_COLUMNS)
+    return _columns(log.of_type(CacheLookup), LOOKUP_COLUMNS)
 
 
 def comparisons_frame(log: EventLog) -> pd.DataFrame:
@@ -61,88 +87,43 @@ def comparisons_frame(log: EventLog) -> pd.DataFrame:
 
 
 def decisions_frame(log: EventLog) -> pd.DataFrame:
-    return _of(log, Decided, DECISION_COLUMNS)
+    return _columns(log.of_type(Decided), DECISION_COLUMNS)
 
 
 def memory_frame(log: EventLog) -> pd.DataFrame:
-    return _of(log, MemorySampled, MEMORY_COLUMNS)
+    return _columns(log.of_type(MemorySampled), MEMORY_COLUMNS)
+
+
+def method_results_frame(results: Iterable[Any], *, policy: str) -> pd.DataFrame:
+    """One row per method of a load: status, whole blob or not, bytes put on the device."""
+    rows = [{"policy": policy, "method": r.method, "device": r.device, "status": _plain(r.status),
+             "whole_blob": r.whole_blob, "blob_bytes": r.blob_bytes, "own_upload_bytes": r.own_upload_bytes,
+             "device_bytes": r.device_bytes, "runnable": r.runnable, "problems": "; ".join(r.problems),
+             "error": r.error} for r in results]
+    return pd.DataFrame(rows, columns=METHOD_RESULT_COLUMNS)
+
+
+def analysis_frame(log: EventLog, results: Iterable[Any], *, policy: str) -> pd.DataFrame:
+    """The decisions of a (dry-run) load with each row's policy, whole_blob and method status."""
+    d = decisions_frame(log).drop(columns=["seq"])
+    per_method = {r.method: r for r in results}
+    methods = d["method"].tolist()
+    d.insert(0, "policy", policy)
+    d["whole_blob"] = [per_method[m].whole_blob for m in methods]
+    d["method_status"] = [_plain(per_method[m].status) for m in methods]
+    return d[ANALYSIS_COLUMNS]
+
+
+def memory_by_policy_frame(sessions: Iterable[Any]) -> pd.DataFrame:
+    """One row per (policy, method) over several loads: constant bytes that method put on its device."""
+    frames = [s.method_results for s in sessions]
+    cols = ["policy", "method", "device_bytes", "loaded"]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    f = pd.concat(frames, ignore_index=True)
+    f["loaded"] = f["status"].isin(["loaded", "unloaded"])
+    return f[cols]
 
 
 def decision_counts(decisions: pd.DataFrame) -> dict[str, int]:
-    return {str(k): int(v) for k, v in decisions["decision"].value_counts().items()}
-
-
-def session_summary(session: "Session") -> str:
-    """A few lines for a terminal: status, decision counts, bytes per method."""
-    d = decisions_frame(session.log)
-    counts = decision_counts(d) if len(d) else {}
-    lines = [
-        f"program {session.program.name!r} ({len(session.program.methods)} methods, {session.program.device}) "
-        f"under policy {session.policy.name.value!r}: {session.status}",
-    ]
-    if session.error:
-        lines.append(f"  error in {session.failed_method!r}: {session.error}")
-    lines.append("  decisions: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
-    if session.methods:
-        unshared = sum(lm.spec.blob_bytes for lm in session.methods.values())
-        lines.append(f"  {session.device_bytes:,} constant bytes on device in all "
-                     f"(each of these methods on its own blob: {unshared:,})")
-    for name, lm in session.methods.items():
-        flag = "" if lm.runnable else "  NOT RUNNABLE: " + "; ".join(lm.problems)
-        lines.append(f"  {name}: {lm.device_bytes:,} constant bytes on {lm.device}{flag}")
-    return "\n".join(lines)
-
-
-# Background colours of decisions in HTML tables and plots (pastel, so text on them stays readable).
-DECISION_COLOURS = {
-    "loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc", "private": "#eeeeee", "refused": "#f4cccc",
-}
-_HTML_MAX_ROWS = 200
-
-
-def session_html(session: "Session") -> str:
-    """The notebook view of a session: summary, decision counts as a colour key, and the
-    decision table with the decision column colour-coded.  Every value is escaped (constant
-    names come from the program, which may be untrusted)."""
-    import html
-
-    d = decisions_frame(session.log)
-    counts = decision_counts(d) if len(d) else {}
-    ok = session.status == "loaded"
-    status = (f"<span style=\"color: {'#38761d' if ok else '#cc0000'}; font-weight: bold\">"
-              f"{html.escape(session.status)}</span>")
-    title = (f"<b>{html.escape(session.program.name)}</b> ({len(session.program.methods)} methods, "
-             f"{html.escape(session.program.device)}) under policy <b>{html.escape(session.policy.name.value)}</b>: "
-             f"{status}")
-    parts = [f"<p>{title}</p>"]
-    if session.error:
-        parts.append(f"<p style=\"color: #cc0000\">error in {html.escape(repr(session.failed_method))}: "
-                     f"{html.escape(session.error)}</p>")
-    badges = " ".join(
-        f"<span style=\"background-color: {DECISION_COLOURS.get(k, '#ffffff')}; padding: 1px 6px; "
-        f"border-radius: 3px\">{html.escape(k)} {v}</span>" for k, v in sorted(counts.items()))
-    parts.append(f"<p>decisions: {badges or 'none'}</p>")
-    if session.methods:
-        per_method = ", ".join(
-            f"{html.escape(name)} {lm.device_bytes:,}" + ("" if lm.runnable else " <b>(not runnable)</b>")
-            for name, lm in session.methods.items())
-        parts.append(f"<p>constant bytes on device: {session.device_bytes:,} ({per_method})</p>")
-    if len(d):
-        cols = ["method", "name", "fqn", "lookup", "decision", "reason_code", "reason", "shared_from"]
-        out = ["<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>"]
-        for row in d[cols].head(_HTML_MAX_ROWS).itertuples(index=False):
-            cells = []
-            for c, v in zip(cols, row):
-                text = str(getattr(v, "value", v))
-                style = f' style="background-color: {DECISION_COLOURS.get(text, "")}"' if c == "decision" else ""
-                cells.append(f"<td{style}>{html.escape(text)}</td>")
-            out.append("<tr>" + "".join(cells) + "</tr>")
-        out.append("</tbody></table>")
-        if len(d) > _HTML_MAX_ROWS:
-            out.append(f"<p>… {len(d) - _HTML_MAX_ROWS} more rows: see <code>session.decisions</code></p>")
-        parts.append("".join(out))
-    return f"<div>{''.join(parts)}</div>"
-
-
-def event_kinds(log: EventLog) -> list[EventKind]:
-    return [e.kind for e in log]
+    return {str(k): int(v) for k, v in decisions["decision"].value_counts().items()} if len(decisions) else {}

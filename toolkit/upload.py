@@ -30,8 +30,9 @@ from typing import Any
 
 import torch
 
-from .manifest import ConstantSpec
-from .runtime import dtype_from_name
+from .errors import IntegrityError
+from .model import ConstantSpec
+from .runtimes.aoti import dtype_from_name
 
 PATH_MAPPED = "page-locked mapping"  # some of the constant's pages were locked for this load
 PATH_MAPPED_WARM = "page-locked mapping, already locked"  # every page locked by an earlier load
@@ -42,20 +43,44 @@ UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # "mapped" (default), "staged" or "unstaged"
 LOCK_BUDGET_ENV = "CONSTSHARE_HOST_LOCK_GIB"  # GiB of blob pages kept locked between loads
 
 
+def _blob_too_short(blob_path: Path, spec: ConstantSpec, detail: str) -> IntegrityError:
+    """The error for a blob shorter than the manifest's constants: an IntegrityError (a
+    ToolkitError), so a load with ``check_integrity=False`` fails as a recorded failed load,
+    as the size check of an integrity-checked load would have made it, not with a bare EOFError."""
+    return IntegrityError(f"blob ends before constant {spec.name!r} does (offset {spec.offset}, "
+                          f"{spec.nbytes} bytes): {detail}", path=blob_path)
+
+
+def _read_exactly(fd: int, view: memoryview, offset: int, blob_path: Path, spec: ConstantSpec) -> None:
+    """Fill ``view`` with the file's bytes from ``offset`` on (``view`` is all or part of ``spec``).
+
+    One read may return fewer bytes than asked without being at the end of the file: Linux
+    caps a single read at 0x7ffff000 bytes (just under 2 GiB), and signals or network file
+    systems cut reads short too.  So read until the view is full; only a read of 0 bytes is
+    the end of the file, and that is an error rather than a constant left partly unwritten.
+    """
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if not n:
+            raise _blob_too_short(blob_path, spec, f"nothing to read at byte {offset + got}")
+        got += n
+
+
+def _read_constant_into(blob_path: Path, spec: ConstantSpec, buf: torch.Tensor) -> torch.Tensor:
+    """Read the constant's bytes into ``buf`` (a uint8 CPU tensor of exactly ``spec.nbytes``)."""
+    if spec.nbytes:
+        fd = os.open(blob_path, os.O_RDONLY)
+        try:
+            _read_exactly(fd, memoryview(buf.numpy()).cast("B"), spec.offset, blob_path, spec)
+        finally:
+            os.close(fd)
+    return buf
+
+
 def read_constant_bytes(blob_path: Path, spec: ConstantSpec, *, pin: bool = False) -> torch.Tensor:
     """The bytes of one constant, read from its host blob into a (pinned) uint8 CPU tensor."""
-    buf = torch.empty(spec.nbytes, dtype=torch.uint8, pin_memory=pin)
-    if spec.nbytes:
-        with open(blob_path, "rb", buffering=0) as f:
-            f.seek(spec.offset)
-            view = memoryview(buf.numpy()).cast("B")
-            got = 0
-            while got < spec.nbytes:
-                n = f.readinto(view[got:])
-                if not n:
-                    raise EOFError(f"{blob_path}: blob ends before constant {spec.name!r} ({spec.offset}+{spec.nbytes})")
-                got += n
-    return buf
+    return _read_constant_into(blob_path, spec, torch.empty(spec.nbytes, dtype=torch.uint8, pin_memory=pin))
 
 
 def as_constant(raw: torch.Tensor, spec: ConstantSpec) -> torch.Tensor:
@@ -116,24 +141,16 @@ class HostStager:
             self._pool.shutdown(wait=True)
         self._bufs, self._events, self._pool = [], [], None
 
-    @staticmethod
-    def _pread(fd: int, view: memoryview, offset: int, what: str) -> None:
-        got = 0
-        while got < len(view):
-            n = os.preadv(fd, [view[got:]], offset + got)
-            if not n:
-                raise EOFError(what)
-            got += n
-
-    def _read(self, fd: int, buf: torch.Tensor, offset: int, what: str) -> None:
+    def _read(self, fd: int, buf: torch.Tensor, offset: int, blob_path: Path, spec: ConstantSpec) -> None:
         view = memoryview(buf.numpy()).cast("B")
         n = len(view)
         parts = self.read_threads if (self._pool is not None and n >= (8 << 20)) else 1
         if parts == 1:
-            self._pread(fd, view, offset, what)
+            _read_exactly(fd, view, offset, blob_path, spec)
             return
         step = -(-n // parts)
-        futs = [self._pool.submit(self._pread, fd, view[i: i + step], offset + i, what) for i in range(0, n, step)]
+        futs = [self._pool.submit(_read_exactly, fd, view[i: i + step], offset + i, blob_path, spec)
+                for i in range(0, n, step)]
         for f in futs:
             f.result()
 
@@ -144,7 +161,6 @@ class HostStager:
         dev = torch.empty(n, dtype=torch.uint8, device=self.device)
         if n == 0:
             return dev
-        what = f"{blob_path}: blob ends before constant {spec.name!r} ({spec.offset}+{n})"
         stream = torch.cuda.current_stream(self.device)
         fd = os.open(blob_path, os.O_RDONLY)
         try:
@@ -154,7 +170,7 @@ class HostStager:
                     self._events[slot].synchronize()  # the copy out of this slot is done
                 m = min(self.chunk_bytes, n - start)
                 buf = self._bufs[slot][:m]
-                self._read(fd, buf, spec.offset + start, what)
+                self._read(fd, buf, spec.offset + start, blob_path, spec)
                 with torch.cuda.device(self.device):
                     dev[start: start + m].copy_(buf, non_blocking=True)
                     ev = torch.cuda.Event()
@@ -476,7 +492,7 @@ class MappedBlobUploader:
         size = os.path.getsize(blob_path)
         for c in wanted:
             if c.offset < 0 or c.offset + c.nbytes > size:
-                raise EOFError(f"{blob_path}: blob ends before constant {c.name!r} ({c.offset}+{c.nbytes})")
+                raise _blob_too_short(blob_path, c, f"the file has {size} bytes")
         if self.disabled_reason or self.locks.budget_bytes == 0:
             return
         try:
@@ -584,10 +600,7 @@ def upload_constant(blob_path: Path, spec: ConstantSpec, device: torch.device,
     if staging is None or staging.numel() < spec.nbytes:
         host = read_constant_bytes(blob_path, spec, pin=True)
     else:
-        host = staging[: spec.nbytes]
-        with open(blob_path, "rb", buffering=0) as f:
-            f.seek(spec.offset)
-            f.readinto(memoryview(host.numpy()).cast("B"))
+        host = _read_constant_into(blob_path, spec, staging[: spec.nbytes])
     dev = torch.empty(spec.nbytes, dtype=torch.uint8, device=device)
     dev.copy_(host, non_blocking=True)
     torch.cuda.current_stream(device).synchronize()

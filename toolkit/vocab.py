@@ -21,6 +21,23 @@ class PolicyName(enum.StrEnum):
     CONTENT_DEDUP = "content-dedup"
 
 
+class SessionStatus(enum.StrEnum):
+    """Where a whole load stands."""
+
+    NOT_LOADED = "not loaded"  # constructed, load() not called yet
+    LOADED = "loaded"  # every method loaded (some may be not runnable)
+    FAILED = "failed"  # a method failed; the methods before it stay loaded
+
+
+class MethodStatus(enum.StrEnum):
+    """Where one method of a load stands."""
+
+    LOADED = "loaded"
+    FAILED = "failed"  # its load failed: nothing of it stayed in the cache
+    NOT_REACHED = "not reached"  # an earlier method failed the load first
+    UNLOADED = "unloaded"  # loaded, then unloaded (its results stay recorded)
+
+
 class Decision(enum.StrEnum):
     """What became of one constant of one method."""
 

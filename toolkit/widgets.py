@@ -28,13 +28,14 @@ import pandas as pd
 
 from .errors import ToolkitError
 from .policies import POLICIES, get_policy
-from .report import CollisionReport, collision_report, report_html
+from .rendering import html_table, verification_html
+from .report import CollisionReport, collision_report
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
 from .vocab import PolicyName, parse
 
 if TYPE_CHECKING:
     from .loader import Session
-    from .manifest import Program
+    from .model import Program
 
 SOURCES = ("sample", "path")
 ALL = ""  # filter value meaning "no filter"
@@ -81,6 +82,7 @@ class ExplorerState:
         self.report: CollisionReport | None = None
         self.comparison: pd.DataFrame | None = None
         self.comparison_memory: pd.DataFrame | None = None
+        self.compared_sessions: dict[str, Session] = {}  # closed sessions of the last comparison
         self.filter_method = ALL
         self.filter_decision = ALL
         self.filter_reason = ALL
@@ -172,7 +174,7 @@ class ExplorerState:
     # ------------------------------------------------------------------ actions
     def open_program(self) -> "Program":
         """The chosen program: a sample (built on first use, cached) or a program directory."""
-        from .program import open_program
+        from .sources import open_program
 
         if self.source == "sample":
             return self._build(self.sample, device=self.device, progress=False)
@@ -243,27 +245,22 @@ class ExplorerState:
             return False
         try:
             from .compare import compare_policies
-            from .loader import load_program
-            from .plots import memory_frame
 
             try:
                 program = self.program or self.open_program()
             except Exception as e:  # noqa: BLE001
                 return self._fail("could not open the program", e)
-            frames = []
+
+            def on_policy(pol: str, i: int, n: int) -> None:
+                self._step("compare", (i + 0.5) / (n + 1), f"loading and verifying under {pol!r} ({i + 1} of {n})")
+
             try:
-                for i, pol in enumerate(POLICIES):
-                    self._step("compare", (i + 0.5) / (len(POLICIES) + 1), f"loading under {pol!r}")
-                    s = load_program(program, pol, device=self.device)
-                    try:
-                        frames.append(memory_frame(s))
-                    finally:
-                        s.close()
-                self._step("compare", len(POLICIES) / (len(POLICIES) + 1), "verifying every policy")
-                self.comparison = compare_policies(program, device=self.device)
+                result = compare_policies(program, device=self.device, on_policy=on_policy)
             except Exception as e:  # noqa: BLE001
                 return self._fail("could not compare policies", e)
-            self.comparison_memory = pd.concat(frames, ignore_index=True)
+            # one load per policy: the frame, the memory per method and the sessions all come from it
+            self.comparison, self.comparison_memory = result.frame, result.memory()
+            self.compared_sessions = result.sessions
             self.program = program
             self._notify("comparison")  # results first: "done" means everything is on screen
             self._step("done", 1.0, f"compared {len(POLICIES)} policies on {program.name!r}")
@@ -399,26 +396,12 @@ def _require_ipywidgets():
 
 
 def _table_html(frame: pd.DataFrame, columns, empty: str) -> str:
-    if not len(frame):
-        return f"<p><i>{html.escape(empty)}</i></p>"
-    return report_html(frame, "", columns=columns, max_rows=MAX_TABLE_ROWS)
+    return html_table(frame, columns, max_rows=MAX_TABLE_ROWS, empty=empty,
+                      more_hint="narrow the filters to see them")
 
 
 def _verification_html(v: pd.DataFrame | None) -> str:
-    if v is None or not len(v):
-        return "<p><i>no methods</i></p>"
-    out = ["<table><thead><tr><th>method</th><th>result</th><th>max abs err</th><th>atol</th><th>reason</th>"
-           "</tr></thead><tbody>"]
-    for r in v.to_dict("records"):
-        result = "ok" if r["ok"] else ("WRONG" if r["ran"] else "not run")
-        colour = {"ok": "#d9ead3", "WRONG": "#f4cccc"}.get(result, "#eeeeee")
-        err = "" if pd.isna(r["max_abs_err"]) else f"{r['max_abs_err']:.3g}"
-        atol = "" if pd.isna(r["atol"]) else f"{r['atol']:g}"
-        out.append(f"<tr><td>{html.escape(str(r['method']))}</td>"
-                   f"<td style='background-color:{colour}'>{result}</td><td>{err}</td><td>{atol}</td>"
-                   f"<td>{html.escape(str(r['reason']))}</td></tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
+    return verification_html(v, empty="no methods")
 
 
 _CSS = """<style>
@@ -728,11 +711,10 @@ class Explorer:
         self.tradeoff.value = figure_png(figs["policy trade-off"])
         if "memory by policy" in figs:
             self.memory_policies.value = figure_png(figs["memory by policy"])
-        c = s.comparison.copy()
-        for col in ("wrong_methods", "not_runnable"):
-            c[col] = c[col].map(lambda v: ", ".join(v) if isinstance(v, (list, tuple)) else str(v))
-        self.comparison.value = _table_html(c, ["policy", "status", "wrong_methods", "not_runnable", "shared",
-                                                "declined", "device_bytes", "error"], "no policies")
+        # lists (wrong_methods, not_runnable) are shown comma-joined by the renderer
+        self.comparison.value = _table_html(s.comparison, ["policy", "status", "wrong_methods", "not_runnable",
+                                                           "shared", "declined", "device_bytes", "error"],
+                                            "no policies")
 
     def _render_export(self) -> None:
         s = self.state

@@ -1,0 +1,196 @@
+"""The default load path: ``load_program(path, "fingerprint")``, integrity checking on, timed whole.
+
+    python benchmarks/default_path.py [--program-dir DIR] [--gib 2.0] [--device cuda] [--runs 3]
+                                      [--toolkit PATH] [--label NAME] [--out DIR]
+
+Builds (once) the prefill/decode program of benchmarks/_program.py (``--gib`` GiB of
+constants per method; 2.0 is the GPU benchmarks' hidden size 8192), then times ONE whole
+``toolkit.load_program(program_dir, "fingerprint")`` call per fresh process: with default
+arguments (sha256 of every file checked first), and, for comparison, the same call with
+``check_integrity=False``.  The program is passed by path, so opening it (reading and
+validating the manifest) is in the time wherever a version of the toolkit does it.
+
+One fresh process per load: a second load in one process would find the blob's pages
+still page-locked by the first (toolkit.upload.HOST_LOCKS) and .so files already mapped.
+One untimed warm-up load comes first (it leaves every file in the page cache for all
+timed runs alike); then ``--runs`` pairs, alternating which setting goes first.  Per run:
+seconds of the call; per pair: default / integrity-off; and the ratio of the medians.
+
+``--toolkit PATH``: a directory holding another ``toolkit/`` package (e.g. the code before
+a refactor) goes first on sys.path here and on PYTHONPATH in every child, so the whole run,
+build included, uses that version; each child reports which toolkit it imported, and the
+run stops if that is not the one asked for.  ``--device cpu`` runs it on the CPU (AOTInductor
+compiles the program for the CPU: keep ``--gib`` small, e.g. 0.05) to check the script.
+
+Writes default_path_<label>.csv (one row per run, machine columns appended) and
+default_path_<label>.json (the same runs and the summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import _common
+import pandas as pd
+
+import _program
+
+POLICY = "fingerprint"
+SETTINGS = {"default": {}, "integrity off": {"check_integrity": False}}
+
+
+def hidden_for(gib: float) -> int:
+    """The hidden size whose method holds about ``gib`` GiB: LAYERS + 1 float32 (hidden x hidden)
+    weights (the adapter and vectors are small).  2.0 GiB gives 8192, the other benchmarks' size."""
+    h = math.sqrt(gib * _common.GIB / (4 * (_program.LAYERS + 1)))
+    return max(64, int(h) // 64 * 64)
+
+
+def _toolkit_root(path: str | None) -> Path | None:
+    """The directory to put on sys.path for ``--toolkit``: PATH itself, or its parent when PATH
+    is the ``toolkit/`` package folder."""
+    if path is None:
+        return None
+    p = Path(path).resolve()
+    if p.name == "toolkit" and (p / "__init__.py").is_file():
+        p = p.parent
+    if not (p / "toolkit" / "__init__.py").is_file():
+        raise SystemExit(f"--toolkit {path}: no toolkit/__init__.py there (nor is it the toolkit folder)")
+    return p
+
+
+def _check_toolkit(toolkit_file: str, root: Path | None) -> None:
+    """Stop unless ``toolkit`` was imported from ``root`` (or from this checkout, with no --toolkit)."""
+    want = (root or _common.REPO) / "toolkit"
+    if Path(toolkit_file).resolve().parent != want.resolve():
+        raise SystemExit(f"imported toolkit from {toolkit_file}, expected {want}")
+
+
+def child(args) -> None:
+    """--child SETTING: one timed load_program call in this (fresh) process; prints one JSON line."""
+    import torch
+
+    import toolkit
+    from toolkit import load_program
+
+    dev = torch.device(args.device)
+    if dev.type == "cuda":  # the CUDA context is per process, not per load: create it untimed
+        torch.zeros(1, device=torch.device("cuda", dev.index or 0))
+        torch.cuda.synchronize()
+    kwargs = SETTINGS[args.child]
+    t = time.perf_counter()
+    s = load_program(args.program_dir, POLICY, **kwargs)  # no device: the default, the program's own
+    seconds = time.perf_counter() - t
+    out = {"setting": args.child, "seconds": seconds, "status": s.status, "error": s.error,
+           "loader_load_seconds": getattr(s, "load_seconds", None), "toolkit": toolkit.__file__}
+    s.close()
+    print(json.dumps(out))
+
+
+def run_child(args, setting: str, root: Path | None) -> dict:
+    """One child process (like _common.run_child, with ``--toolkit`` first on PYTHONPATH)."""
+    path = [str(root)] if root else []
+    path += [str(_common.REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    cmd = [sys.executable, __file__, "--child", setting, "--program-dir", args.program_dir, "--device", args.device]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise RuntimeError(f"child {setting!r} failed (rc {proc.returncode}):\n{tail}")
+    got = json.loads(lines[-1])
+    _check_toolkit(got["toolkit"], root)
+    if got["status"] != "loaded":  # a failed load is fast: timing it would flatter the path
+        raise RuntimeError(f"child {setting!r}: load {got['status']}: {got['error']}")
+    return got
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--program-dir", default=None,
+                    help="where the program is built or reused (default .cache/bench_prefill_decode-<device>-h<hidden>)")
+    ap.add_argument("--gib", type=float, default=2.0, help="GiB of constants per method (2.0: hidden 8192)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--runs", type=int, default=3, help="timed processes per setting")
+    ap.add_argument("--toolkit", default=None, metavar="PATH",
+                    help="a directory holding another toolkit/ package: first on sys.path and the children's PYTHONPATH")
+    ap.add_argument("--label", default=None, help="names the output files (default: the --toolkit folder's name, "
+                                                   "else 'current')")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--child-timeout", type=float, default=600)
+    ap.add_argument("--child", default=None, choices=list(SETTINGS), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:  # PYTHONPATH, set by the parent, already puts the chosen toolkit first
+        return child(args)
+
+    root = _toolkit_root(args.toolkit)
+    if root is not None:
+        if "toolkit" in sys.modules:
+            raise SystemExit("toolkit was imported before --toolkit could take effect")
+        sys.path.insert(0, str(root))
+    import toolkit
+
+    _check_toolkit(toolkit.__file__, root)
+    label = args.label or (root.name if root else "current")
+    hidden = hidden_for(args.gib)
+    devtype = args.device.split(":")[0]
+    args.program_dir = args.program_dir or str(_common.REPO / ".cache" / f"bench_prefill_decode-{devtype}-h{hidden}")
+
+    dev, upload_path, prog, build_s, note = _program.prepare(args.device, args.program_dir, hidden)
+    if getattr(prog, "device", dev.type) != dev.type or _program.hidden_of(prog) != hidden:  # build() reuses any program there
+        raise SystemExit(f"{args.program_dir} holds a {getattr(prog, 'device', '?')} program of hidden size "
+                         f"{_program.hidden_of(prog)}, not {dev.type} {hidden} (--gib {args.gib}): "
+                         f"pass another --program-dir or remove it")
+    sizes = {m.name: sum(c.nbytes for c in m.constants) for m in prog.methods}
+    # what the default path hashes, read from the disk (not the manifest: its layout may differ between versions)
+    files = sum(p.stat().st_size for p in Path(args.program_dir).rglob("*") if p.is_file())
+    print(f"toolkit {Path(toolkit.__file__).parent} ({label}); program {args.program_dir} built in {build_s:.1f}s "
+          f"({note}), hidden {hidden}; constants per method: "
+          + ", ".join(f"{k} {v / _common.GIB:.3f} GiB" for k, v in sizes.items())
+          + f"; program files {files / _common.GIB:.3f} GiB; upload path {upload_path}",
+          flush=True)
+
+    warm = run_child(args, "default", root)
+    print(f"warm-up (not counted): default {warm['seconds']:.3f}s", flush=True)
+    rows = []
+    for run in range(args.runs):
+        order = list(SETTINGS) if run % 2 == 0 else list(reversed(SETTINGS))
+        for setting in order:
+            got = run_child(args, setting, root)
+            rows.append({"label": label, "setting": setting, "run": run, "seconds": round(got["seconds"], 4),
+                         "loader_load_seconds": got["loader_load_seconds"], "toolkit": str(Path(got["toolkit"]).parent),
+                         "policy": POLICY, "hidden": hidden, "program_dir": args.program_dir,
+                         "file_bytes": files, "upload_path": upload_path})
+            print(f"run {run} {setting:>13}: {got['seconds']:.3f}s", flush=True)
+    df = pd.DataFrame(rows)
+    by = {k: df[df.setting == k].sort_values("run")["seconds"].tolist() for k in SETTINGS}
+    pairs = [round(d / o, 4) for d, o in zip(by["default"], by["integrity off"])]
+    med = {k: statistics.median(v) for k, v in by.items()}
+    ratio = round(med["default"] / med["integrity off"], 4)
+    df["ratio_default_over_off"] = df["run"].map(dict(enumerate(pairs)))
+    df["median_default_s"], df["median_off_s"], df["ratio_of_medians"] = med["default"], med["integrity off"], ratio
+    path = _common.write_csv(df, f"default_path_{label}.csv", args.out)
+    summary = {"label": label, "toolkit": str(Path(toolkit.__file__).parent), "policy": POLICY,
+               "program_dir": args.program_dir, "hidden": hidden, "constant_bytes_per_method": sizes,
+               "file_bytes": files, "upload_path": upload_path, "warm_up_seconds": round(warm["seconds"], 4),
+               "default_seconds": by["default"], "integrity_off_seconds": by["integrity off"],
+               "ratio_default_over_off_per_run": pairs, "median_default_s": med["default"],
+               "median_off_s": med["integrity off"], "ratio_of_medians": ratio, **_common.machine()}
+    jpath = path.with_suffix(".json")
+    jpath.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"median: default {med['default']:.3f}s, integrity off {med['integrity off']:.3f}s, "
+          f"ratio {ratio:.3f}; per run {pairs}")
+    print(f"written to {path} and {jpath.name}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

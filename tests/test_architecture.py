@@ -1,0 +1,55 @@
+"""The import direction of the package, checked as CI runs it (import-linter contracts in
+pyproject.toml), and the promise that a dry run never loads torch."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _lint_imports() -> str:
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if exe is None:
+        pytest.fail("lint-imports is missing: install the test extra, pip install -e '.[test]'")
+    return exe
+
+
+def test_import_contracts_hold():
+    out = subprocess.run([_lint_imports(), "--config", str(REPO / "pyproject.toml")], cwd=REPO,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+def test_a_broken_contract_is_reported(tmp_path):
+    """The checker really checks: the loader does import the policies, so forbidding it must fail."""
+    cfg = tmp_path / "contracts.toml"
+    cfg.write_text('[tool.importlinter]\nroot_package = "toolkit"\n\n[[tool.importlinter.contracts]]\n'
+                   'name = "must break"\ntype = "forbidden"\nsource_modules = ["toolkit.loader"]\n'
+                   'forbidden_modules = ["toolkit.policies"]\n', encoding="utf-8")
+    out = subprocess.run([_lint_imports(), "--config", str(cfg)], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode != 0 and "BROKEN" in out.stdout, out.stdout + out.stderr
+
+
+def test_dry_run_loads_no_torch(tmp_path):
+    code = (
+        "import sys\n"
+        "import toolkit.analysis as a\n"
+        "from toolkit.synthetic import SyntheticSpec, generate\n"
+        "p = generate(SyntheticSpec(methods=3, constants=50))\n"
+        "for pol in ('name-only', 'refuse-on-mismatch', 'fingerprint'):\n"
+        "    assert len(a.analyze(p, pol)) > 0\n"
+        "a.memory_floor(p)\n"
+        "import toolkit\n"
+        "toolkit.analyze, toolkit.open_program, toolkit.Program\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", "a dry run imported torch"

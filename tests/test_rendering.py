@@ -1,0 +1,279 @@
+"""toolkit.rendering: the one HTML table renderer (pandas Styler, escaping on)."""
+
+from __future__ import annotations
+
+import enum
+import html.parser
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from toolkit.rendering import DECISION_COLOURS, cell_text, html_table, verification_html
+
+HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>', "a & b", "it's", "&amp;", "$x$"]
+
+
+class _Parsed(html.parser.HTMLParser):
+    """Tags, the text of each <td>/<th>/<caption>, and the CSS of the <style> block."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.cells: list[tuple[str, dict, str]] = []  # (tag, attrs, text)
+        self.css = ""
+        self._open: tuple[str, dict] | None = None
+        self._text = ""
+        self._in_style = False
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag in ("td", "th", "caption", "p"):
+            self._open, self._text = (tag, dict(attrs)), ""
+        self._in_style = tag == "style"
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append(tag)
+
+    def handle_endtag(self, tag):
+        if self._open and tag == self._open[0]:
+            self.cells.append((tag, self._open[1], self._text))
+            self._open = None
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.css += data
+        elif self._open:
+            self._text += data
+
+    def texts(self, tag: str) -> list[str]:
+        return [t for g, _a, t in self.cells if g == tag]
+
+    def cell_colour(self, tag_attrs: dict) -> str | None:
+        """The background colour the <style> block gives this cell (by its id)."""
+        cell_id = tag_attrs.get("id")
+        if not cell_id:
+            return None
+        for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", self.css):
+            if f"#{cell_id}" in [s.strip() for s in selectors.split(",")]:
+                m = re.search(r"background-color:\s*([^;]+);", body)
+                if m:
+                    return m.group(1).strip()
+        return None
+
+    def column(self, index: int) -> list[tuple[str, str | None]]:
+        """(text, colour) of every body cell of column ``index``."""
+        return [(t, self.cell_colour(a)) for g, a, t in self.cells
+                if g == "td" and f"col{index}" in a.get("class", "").split()]
+
+
+# ------------------------------------------------------------------ escaping
+
+
+@pytest.mark.parametrize("evil", HOSTILE)
+def test_hostile_text_is_escaped_everywhere(evil):
+    frame = pd.DataFrame({evil: [evil, [evil, "b"]], "decision": ["shared", evil]})
+    out = html_table(frame, caption=f"report of {evil}", max_rows=1, more_hint=evil)
+    # no tag but the renderer's own
+    assert set(_Parsed(out).tags) <= {"style", "table", "caption", "thead", "tr", "th", "tbody", "td", "p", "br"}
+    assert "<script" not in out and "<img" not in out
+    if any(ch in evil for ch in "<\"'") or " & " in evil:
+        assert evil not in out  # the raw text never reaches the page ("&amp;" is checked below)
+    p = _Parsed(out)
+    # and once the browser decodes the entities, the text is exactly what was in the data
+    assert p.texts("th") == [evil, "decision"]
+    assert p.texts("caption") == [f"report of {evil}"]
+    assert p.texts("td") == [evil, "shared"]
+    assert p.texts("p") == [f"... 1 more rows: {evil}"]
+
+
+def test_hostile_empty_text_is_escaped():
+    out = html_table(pd.DataFrame({"a": []}), empty="<b>none</b> & more")
+    assert "<b>" not in out and "&lt;b&gt;none&lt;/b&gt; &amp; more" in out
+
+
+def test_hostile_verification_is_escaped():
+    v = pd.DataFrame({"method": ["<script>m</script>"], "ran": [True], "max_abs_err": [1.0], "atol": [1e-5],
+                      "rtol": [1e-4], "ok": [False], "reason": ['"&<b>bad</b>']})
+    out = verification_html(v)
+    assert "<script" not in out and "<b>" not in out
+    assert _Parsed(out).texts("td") == ["<script>m</script>", "WRONG", "1", "1e-05", "0.0001", '"&<b>bad</b>']
+
+
+def test_mathjax_is_off_for_names_with_dollars():
+    out = html_table(pd.DataFrame({"name": ["$\\href{javascript:alert(1)}{x}$"]}))
+    table_class = re.search(r'<table[^>]*class="([^"]*)"', out).group(1).split()
+    assert {"constshare-table", "tex2jax_ignore", "mathjax_ignore"} <= set(table_class)
+
+
+# ------------------------------------------------------------------ colours
+
+
+def test_the_palette():
+    assert DECISION_COLOURS == {"loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc",
+                                "private": "#eeeeee", "refused": "#f4cccc"}
+
+
+def test_every_decision_gets_its_colour():
+    decisions = list(DECISION_COLOURS)
+    frame = pd.DataFrame({"name": [f"c{i}" for i in range(len(decisions) + 1)], "decision": decisions + [""]})
+    p = _Parsed(html_table(frame))
+    got = p.column(1)
+    assert got == [(d, DECISION_COLOURS[d]) for d in decisions] + [("", None)]
+    assert p.column(0) == [(f"c{i}", None) for i in range(len(decisions) + 1)]  # other columns plain
+
+
+def test_decision_enums_are_coloured_by_value():
+    from toolkit.vocab import Decision
+
+    frame = pd.DataFrame({"decision": [Decision.SHARED, Decision.REFUSED]})
+    assert _Parsed(html_table(frame)).column(0) == [("shared", DECISION_COLOURS["shared"]),
+                                                    ("refused", DECISION_COLOURS["refused"])]
+
+
+@pytest.mark.parametrize("column", ["ok", "method_ok"])
+def test_verification_booleans_are_coloured(column):
+    frame = pd.DataFrame({"method": ["a", "b", "c"], column: pd.array([True, False, pd.NA], dtype="boolean")})
+    assert _Parsed(html_table(frame)).column(1) == [("True", "#d9ead3"), ("False", "#f4cccc"), ("", None)]
+
+
+def test_other_boolean_columns_are_not_coloured():
+    frame = pd.DataFrame({"same_content": [True, False]})
+    assert _Parsed(html_table(frame)).column(0) == [("True", None), ("False", None)]
+
+
+def test_verification_results_are_coloured():
+    v = pd.DataFrame({"method": ["a", "b", "c"], "ran": [True, True, False], "max_abs_err": [0.0, 0.123456, None],
+                      "atol": [1e-5, 1e-5, 1e-5], "rtol": [1e-4, 1e-4, 1e-4], "ok": [True, False, False],
+                      "reason": ["", "outputs differ", "method not loaded"]})
+    p = _Parsed(verification_html(v))
+    assert p.texts("th") == ["method", "result", "max abs err", "atol", "rtol", "reason"]
+    assert p.column(1) == [("ok", "#d9ead3"), ("WRONG", "#f4cccc"), ("not run", "#eeeeee")]
+    assert [t for t, _c in p.column(2)] == ["0", "0.123", ""]
+    assert [t for t, _c in p.column(5)] == ["", "outputs differ", "method not loaded"]
+
+
+def test_verification_empty():
+    assert verification_html(None) == verification_html(pd.DataFrame()) != ""
+    assert "no methods" in verification_html(None)
+
+
+# ------------------------------------------------------------------ rows, empties, cell text
+
+
+def test_max_rows_cuts_with_a_note():
+    frame = pd.DataFrame({"n": range(10)})
+    p = _Parsed(html_table(frame, max_rows=3, more_hint="see session.decisions"))
+    assert p.texts("td") == ["0", "1", "2"]
+    assert p.texts("p") == ["... 7 more rows: see session.decisions"]
+    assert "more rows" not in html_table(frame, max_rows=10)
+    assert _Parsed(html_table(frame, max_rows=3)).texts("p") == ["... 7 more rows"]
+
+
+def test_empty_frame():
+    assert html_table(pd.DataFrame(columns=["a", "b"]), empty="nothing here").endswith("<i>nothing here</i></p>")
+    assert "<table" not in html_table(pd.DataFrame())
+    assert "no rows" in html_table(pd.DataFrame())
+    # none of the asked-for columns: nothing to show either
+    assert "<table" not in html_table(pd.DataFrame({"a": [1]}), ["b"])
+
+
+def test_missing_values_show_empty():
+    frame = pd.DataFrame({"s": ["x", None, pd.NA, float("nan")],
+                          "f": [1.5, float("nan"), None, 2.0],
+                          "b": pd.array([True, pd.NA, False, pd.NA], dtype="boolean"),
+                          "i": pd.array([1, pd.NA, 3, None], dtype="Int64"),
+                          "t": [pd.Timestamp("2024-01-01"), pd.NaT, pd.NaT, pd.NaT]})
+    p = _Parsed(html_table(frame))
+    assert [t for t, _ in p.column(0)] == ["x", "", "", ""]
+    assert [t for t, _ in p.column(1)] == ["1.5", "", "", "2.0"]
+    assert [t for t, _ in p.column(2)] == ["True", "", "False", ""]
+    assert [t for t, _ in p.column(3)] == ["1", "", "3", ""]
+    assert [t for t, _ in p.column(4)][1:] == ["", "", ""]
+    for bad in ("None", "nan", "NaN", "<NA>", "NaT"):
+        assert f">{bad}<" not in html_table(frame)
+
+
+def test_lists_enums_and_sets_as_text():
+    class Colour(enum.Enum):
+        RED = "red"
+
+    frame = pd.DataFrame({"l": [["decode", "prefill"], [], ("a", None), {"z", "y"}, [Colour.RED, 2]]})
+    assert [t for t, _ in _Parsed(html_table(frame)).column(0)] == ["decode, prefill", "", "a, ", "y, z", "red, 2"]
+    assert cell_text(Colour.RED) == "red" and cell_text(["x"]) == "x" and cell_text(None) == ""
+
+
+def test_columns_select_and_order():
+    frame = pd.DataFrame({"a": [1], "b": [2], "c": [3]})
+    p = _Parsed(html_table(frame, ["c", "missing", "a", "c"]))
+    assert p.texts("th") == ["c", "a"] and p.texts("td") == ["3", "1"]
+
+
+def test_index_is_hidden_and_output_is_deterministic():
+    frame = pd.DataFrame({"a": ["x", "y"]}, index=["<idx>", "<idx>"])  # a non-unique, hostile index
+    out = html_table(frame)
+    assert "idx" not in out
+    assert out == html_table(frame.copy())  # no random ids
+    assert html_table(pd.DataFrame({"a": ["x"]})) != html_table(pd.DataFrame({"a": ["z"]}))
+
+
+def test_text_is_left_aligned():
+    css = _Parsed(html_table(pd.DataFrame({"a": ["x"]}))).css
+    assert re.search(r"td\s*\{\s*text-align:\s*left", css)
+
+
+def test_module_imports_only_pandas_and_stdlib():
+    """Its own imports (``import toolkit`` itself pulls in the loader and torch): checked in
+    the source, and by loading the file on its own in a fresh interpreter."""
+    import ast
+
+    import toolkit.rendering as rendering
+
+    tree = ast.parse(open(rendering.__file__, encoding="utf-8").read())
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            top.add("." if node.level else node.module.split(".")[0])
+    assert top <= {"__future__", "enum", "hashlib", "html", "math", "typing", "pandas"}, top
+    code = ("import importlib.util, sys; "
+            f"spec = importlib.util.spec_from_file_location('standalone_rendering', {rendering.__file__!r}); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+            "import pandas as pd; m.html_table(pd.DataFrame({'decision': ['shared']})); "
+            "print(sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'matplotlib', 'ipywidgets', 'toolkit'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:2000]
+
+
+# ------------------------------------------------------------------ the callers
+
+
+def test_report_html_is_a_wrapper():
+    from toolkit.report import report_html
+
+    frame = pd.DataFrame({"method": ["m"], "name": ["<x>"], "decision": ["declined"], "method_ok": [False],
+                          "not_shown": ["secret"]})
+    out = report_html(frame, "cap\nline")
+    assert out.startswith("<div class='constshare-report'>") and "secret" not in out
+    p = _Parsed(out)
+    assert p.texts("th") == ["method", "name", "decision", "method_ok"]
+    assert p.column(2) == [("declined", DECISION_COLOURS["declined"])]
+    assert p.column(3) == [("False", "#f4cccc")]
+    assert "cap<br>line" in out
+    assert "cap" in report_html(frame.iloc[:0], "cap")  # the caption survives an empty report
+
+
+def test_widget_helpers_use_the_renderer():
+    from toolkit.widgets import _table_html, _verification_html
+
+    assert "<i>nothing</i>" in _table_html(pd.DataFrame(columns=["a"]), ["a"], "nothing")
+    out = _table_html(pd.DataFrame({"a": ["<b>"], "wrong_methods": [["decode", "x"]]}), ["a", "wrong_methods"], "e")
+    assert "constshare-table" in out and "&lt;b&gt;" in out and ">decode, x<" in out
+    assert "no methods" in _verification_html(None)

@@ -1,0 +1,137 @@
+"""Results computed once: every file hashed once per load (and not again while unchanged),
+tables built once per load, verification run once, the CLI verifying once."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from toolkit import compare_policies, load_program
+from toolkit import integrity
+from toolkit.integrity import VERIFIED
+
+pytestmark = pytest.mark.slow  # loads a (cached) sample program
+
+
+@pytest.fixture
+def hashes(monkeypatch):
+    """Every path sha256_file is called on, in order."""
+    seen: list[str] = []
+    real = integrity.sha256_file
+
+    def counting(path, *a, **kw):
+        seen.append(str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(integrity, "sha256_file", counting)
+    VERIFIED.clear()
+    yield seen
+    VERIFIED.clear()
+
+
+def test_every_file_is_hashed_once_per_load(built_sample, hashes):
+    prog = built_sample("total_collision")
+    s = load_program(prog, "fingerprint")
+    assert s.status == "loaded"
+    files = [str(prog.root / rel) for m in prog.methods for rel in m.files]
+    assert sorted(hashes) == sorted(set(files)) and len(hashes) == len(files)
+    s.close()
+
+
+def test_an_unchanged_file_is_not_hashed_again_in_this_process(built_sample, hashes, tmp_path):
+    import shutil
+
+    root = tmp_path / "p"
+    shutil.copytree(built_sample("total_collision").root, root)
+    load_program(root, "fingerprint").close()
+    first = len(hashes)
+    load_program(root, "name-only").close()
+    assert len(hashes) == first, "a second load re-hashed unchanged files"
+    # touching a file (new mtime and ctime) makes it suspect again: hashed on the next load
+    blob = root / "methods/decode/weights.blob"
+    st = blob.stat()
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    load_program(root, "fingerprint").close()
+    assert hashes[first:] == [str(blob)]
+    # setting the old mtime back does not hide the change: ctime moved on
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 1
+    blob.write_bytes(bytes(data))
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+    s = load_program(root, "fingerprint")
+    assert s.status == "failed" and "sha256 does not match" in s.error
+
+
+def test_tables_and_verification_are_computed_once(built_sample, monkeypatch):
+    from toolkit import tables, verification
+
+    s = load_program(built_sample("total_collision"), "name-only")
+    built, ran = [], []
+    real_frame, real_verify = tables.decisions_frame, verification.verify_session
+    monkeypatch.setattr(tables, "decisions_frame", lambda log: built.append(1) or real_frame(log))
+    monkeypatch.setattr(verification, "verify_session", lambda sess: ran.append(1) or real_verify(sess))
+    a, b = s.decisions, s.decisions
+    assert len(built) == 1 and a.equals(b) and a is not b  # each caller gets its own copy
+    a.loc[0, "decision"] = "tampered"
+    assert s.decisions.loc[0, "decision"] != "tampered"
+    v1, v2 = s.verify(), s.verify()
+    assert len(ran) == 1 and v1.equals(v2)
+    s.unload("decode")  # the set of loaded methods changed: verified again, decode now not loaded
+    v3 = s.verify()
+    assert len(ran) == 2 and not v3.set_index("method").loc["decode", "ran"]
+    s.close()
+    assert len(s.decisions) == 2 and s.device_bytes == 16384  # results outlive the device memory
+
+
+def test_compare_policies_keeps_its_sessions(built_sample):
+    c = compare_policies(built_sample("total_collision"), ["name-only", "fingerprint"])
+    assert list(c.sessions) == ["name-only", "fingerprint"]
+    s = c.session("fingerprint")
+    assert not s.methods  # closed
+    v = s.verify()  # the verification made during the comparison, not a new run
+    assert v["ok"].all()
+    assert c.frame.set_index("policy").loc["name-only", "wrong_methods"] == ["decode"]
+    with pytest.raises(KeyError, match="was not compared"):
+        c.session("no-sharing")
+
+
+def test_cli_report_verifies_once(built_sample, tmp_path, monkeypatch):
+    from toolkit import verification
+    from toolkit.cli import main
+
+    ran = []
+    real = verification.verify_session
+    monkeypatch.setattr(verification, "verify_session", lambda s: ran.append(1) or real(s))
+    csv = tmp_path / "r.csv"
+    main(["report", str(built_sample("total_collision").root), "--policy", "fingerprint", "--csv", str(csv)])
+    assert csv.is_file() and len(ran) == 1
+
+
+def test_keyboard_interrupt_leaves_the_cache_as_before(built_sample):
+    """A BaseException raised after decode's cache insertions rolls them back like any failure."""
+    from toolkit import events as ev
+    from toolkit.loader import Session, resolve_devices
+    from toolkit.policies import get_policy
+
+    prog = built_sample("total_collision")
+    s = Session(prog, get_policy("fingerprint"), resolve_devices(prog, None))
+    s.load_method("prefill")
+    before = {e.fqn: (e.owner_method, frozenset(e.users)) for e in s.cache}
+    real = s.log.record
+
+    def interrupting(event_type, method, **kw):
+        real(event_type, method, **kw)
+        if event_type is ev.MemorySampled and method == "decode" and kw.get("phase") == "after":
+            raise KeyboardInterrupt
+
+    s.log.record = interrupting
+    with pytest.raises(KeyboardInterrupt):
+        s.load_method("decode")
+    assert {e.fqn: (e.owner_method, frozenset(e.users)) for e in s.cache} == before
+    assert list(s.methods) == ["prefill"] and s.results["decode"].status == "failed"
+    s.log.record = real
+    s.load_method("decode")
+    assert s.verify()["ok"].all()
+    s.close()

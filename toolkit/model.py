@@ -1,0 +1,139 @@
+"""The program model: what every source of programs turns its files into.
+
+Plain frozen data, no I/O and no torch.  A source (:mod:`toolkit.sources`) reads a program
+directory, and later an ExecuTorch ``.pte``/``.ptd`` or a torch ``.pt2``, into a
+:class:`Program`; the load orchestrator, the dry run, the policies and the presentation see
+only this model, never a file format.
+
+A :class:`Program` lists its methods in load order.  Each :class:`ConstantSpec` says what the
+compiled method calls the constant (internal name), what the export called it (FQN), what it
+is (kind, mutated), its layout (dtype, shape, strides, storage offset, bytes a slot reads),
+where its bytes are (a file of the program and the offset in it) and a digest of those bytes.
+Every file of the program has a :class:`FileRecord` (size, sha256).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .vocab import ConstantKind
+
+METHOD_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+DEVICE_KINDS = ("cpu", "cuda")
+
+# dtype name -> bytes per element; names are torch's (str(torch.float32) without "torch.")
+DTYPE_ITEMSIZE = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """The metadata ExecuTorch compares (cuda_backend.cpp), read off a tensor or a constant."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    device_type: str
+    device_index: int
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+def required_nbytes(dtype: str, shape: Iterable[int], strides: Iterable[int], storage_offset: int = 0) -> int:
+    """Bytes of storage a tensor view of this layout reads (0 for an empty tensor)."""
+    shape, strides = tuple(shape), tuple(strides)
+    if any(s == 0 for s in shape):
+        return 0
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    return (storage_offset + extent) * DTYPE_ITEMSIZE[dtype]
+
+
+@dataclass(frozen=True)
+class ConstantSpec:
+    """One constant of one method, as the build saw it."""
+
+    name: str  # AOTInductor internal name, e.g. "layers_0_weight" or "_tensor_constant0"
+    fqn: str  # original FQN, e.g. "layers.0.weight"; "" when AOTI reports none
+    kind: ConstantKind
+    mutated: bool  # the graph writes it (ExportedProgram.graph_signature.buffers_to_mutate)
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    storage_offset: int
+    nbytes: int  # bytes of storage the slot reads
+    offset: int  # byte offset of that storage inside ``file``
+    digest: str  # sha256 of those bytes
+    file: str = ""  # the program file holding the bytes (relative to the program's root)
+
+    def meta(self, device_type: str, device_index: int) -> TensorMeta:
+        return TensorMeta(self.dtype, self.shape, self.strides, device_type, device_index)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method: its compiled ``.so``, the blob AOTInductor can load whole, its reference."""
+
+    name: str
+    so_file: str
+    blob_file: str  # the method's whole-blob file (AOTI binary_blob layout)
+    reference_file: str
+    blob_bytes: int
+    num_inputs: int
+    num_outputs: int
+    constants: tuple[ConstantSpec, ...]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every program file this method's load reads: .so, blob, reference, constants' files."""
+        extra = {c.file for c in self.constants if c.file} - {self.so_file, self.blob_file, self.reference_file}
+        return (self.so_file, self.blob_file, self.reference_file, *sorted(extra))
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Program:
+    """A program, whichever file format it came from.
+
+    ``root`` is the folder its relative file names resolve against (``None`` for a program
+    that exists only in memory, such as a synthetic one: it can be analysed, not loaded).
+    ``source`` names the source that produced it (``"constshare-program"`` for our program
+    directories).
+    """
+
+    name: str
+    description: str
+    device: str  # "cpu" or "cuda": what the methods were compiled for
+    torch_version: str
+    created_utc: str
+    methods: tuple[MethodSpec, ...]
+    files: Mapping[str, FileRecord] = field(default_factory=dict)
+    root: Path | None = field(default=None, compare=False)  # where it lies is not what it is
+    source: str = "constshare-program"
+
+    def method(self, name: str) -> MethodSpec:
+        for m in self.methods:
+            if m.name == name:
+                return m
+        raise KeyError(f"program {self.name!r} has no method {name!r}; it has {self.method_names}")
+
+    @property
+    def method_names(self) -> list[str]:
+        return [m.name for m in self.methods]
+
+    def path(self, rel: str) -> Path:
+        if self.root is None:
+            raise ValueError(f"program {self.name!r} exists only in memory: it has no file {rel!r}")
+        return self.root / rel

@@ -1,0 +1,98 @@
+"""Runtimes: what the load orchestrator (:mod:`toolkit.loader`) carries a load out against.
+
+Two implementations of one small interface:
+
+* :class:`toolkit.runtimes.aoti.AotiRuntime`: PyTorch's AOTInductor runtime, one model
+  container per method, uploads through :mod:`toolkit.upload` (the real load);
+* :class:`toolkit.runtimes.dry_run.DryRunRuntime`: the program model alone, no torch and no
+  device (the dry run behind :func:`toolkit.analyze`).
+
+The orchestrator takes every decision and records every event; a runtime only answers what
+a compiled method contains and moves bytes.  So a dry run and a real load run the same code,
+and the dry run predicts the real load by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Protocol
+
+from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a method is placed: ``("cpu", -1)`` or ``("cuda", N)`` (AOTI reports -1 for CPU)."""
+
+    type: str
+    index: int = -1
+
+    def __str__(self) -> str:
+        return "cpu" if self.type == "cpu" else f"{self.type}:{self.index}"
+
+
+def parse_device(spec: "str | Device | Any", *, default_cuda_index: int = 0) -> Device:
+    """'cpu' -> cpu; 'cuda' -> cuda:<default_cuda_index>; 'cuda:N' -> cuda:N (a torch.device is accepted)."""
+    if isinstance(spec, Device):
+        return spec
+    s = str(spec).strip()
+    kind, sep, idx = s.partition(":")
+    if kind not in ("cpu", "cuda") or (kind == "cpu" and sep) or (idx and not idx.isdigit()):
+        raise ValueError(f"unsupported device {spec!r}: the toolkit loads on 'cpu' or 'cuda[:N]'")
+    if kind == "cpu":
+        return Device("cpu", -1)
+    return Device("cuda", int(idx) if idx else default_cuda_index)
+
+
+class MethodRuntime(Protocol):
+    """One method's compiled model (an AOTI container), created without constants."""
+
+    def constant_fqns(self) -> Mapping[str, str]:
+        """internal name -> original FQN, as the compiled model reports them."""
+
+    def constant_dtypes(self) -> Mapping[str, str]:
+        """internal name -> dtype name the compiled model expects."""
+
+    def upload_blob(self) -> None:
+        """Upload the method's whole weights blob into the model's own allocation."""
+
+    def extract(self) -> Mapping[str, Any]:
+        """internal name -> tensor of the uploaded blob (aliases the model's memory)."""
+
+    def upload_constants(self, constants: list[ConstantSpec]) -> Iterator[tuple[ConstantSpec, Any, str]]:
+        """Upload each constant on its own; yields (constant, tensor, how the bytes travelled)."""
+
+    def install(self, tensors: Mapping[str, Any]) -> None:
+        """Point the named constants at the given tensors, zero-copy (user-managed)."""
+
+    def run(self, inputs: list[Any]) -> list[Any]: ...
+
+
+class Runtime(Protocol):
+    name: str
+    can_run: bool  # False for the dry run: nothing can be run or verified
+
+    def resolve(self, spec: Any) -> Device:
+        """A device spec ('cpu', 'cuda', 'cuda:1', a torch.device) as this runtime places it."""
+
+    def check_available(self, program: Program, device: Device) -> None:
+        """Raise a ToolkitError if ``program`` cannot be loaded on ``device`` here."""
+
+    def create(self, program: Program, method: MethodSpec, device: Device) -> MethodRuntime: ...
+
+    def facts(self, tensor: Any) -> tuple[TensorMeta, int]:
+        """(metadata, bytes readable from its start) of a tensor this runtime produced."""
+
+    def bytes_in_use(self, device: Device, *, sync: bool) -> tuple[int, str] | None:
+        """(bytes in use on ``device``, how measured), or None where the loader's accounting is all there is."""
+
+    def close(self) -> None: ...
+
+
+def default_runtime() -> "Runtime":
+    from .aoti import AotiRuntime
+
+    return AotiRuntime()
+
+
+__all__ = ["Device", "MethodRuntime", "Runtime", "default_runtime", "parse_device"]

@@ -1,0 +1,276 @@
+"""The AOTInductor runtime: the one module that talks to PyTorch's ``torch._C._aoti``.
+
+Wraps ``AOTIModelContainerRunnerCpu/Cuda`` (one container per method) and its constants;
+:mod:`toolkit.upload` moves constant bytes from a host blob to the device.
+:class:`AotiRuntime` is the real implementation of :class:`toolkit.runtimes.Runtime`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from ..errors import IncompatibleProgramError, LoadError
+from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
+from . import Device
+from . import parse_device as _parse
+
+
+def parse_device(device: "str | torch.device | Device") -> torch.device:
+    """A torch.device; a bare 'cuda' is the current CUDA device."""
+    if isinstance(device, Device):
+        return torch.device(device.type, device.index) if device.type == "cuda" else torch.device("cpu")
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return to_torch(_parse(device, default_cuda_index=current))
+
+
+def to_torch(d: Device) -> torch.device:
+    return torch.device("cuda", d.index) if d.type == "cuda" else torch.device("cpu")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dt
+
+
+def tensor_meta(t: torch.Tensor) -> TensorMeta:
+    """What ExecuTorch compares, read off a live tensor."""
+    return TensorMeta(
+        dtype=dtype_name(t.dtype), shape=tuple(t.shape), strides=tuple(t.stride()),
+        device_type=t.device.type, device_index=t.device.index if t.device.index is not None else -1,
+    )
+
+
+def device_index(d: torch.device) -> int:
+    """AOTI reports index -1 for CPU tensors; cuda tensors carry their ordinal."""
+    return d.index if d.index is not None else -1
+
+
+# c10::ScalarType codes, as get_constant_names_to_dtypes() reports them.
+SCALAR_TYPE_NAMES = {
+    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
+    9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn",
+}
+
+
+class AotiContainer:
+    """One AOTInductor model container, created without constants."""
+
+    def __init__(self, runner: Any, so_path: Path, device: torch.device):
+        self._runner = runner
+        self.so_path = so_path
+        self.device = device
+
+    @classmethod
+    def create(cls, so_path: Path, device: torch.device) -> "AotiContainer":
+        device = to_torch(device) if isinstance(device, Device) else device
+        so = str(so_path)
+        if device.type == "cuda":
+            runner = torch._C._aoti.AOTIModelContainerRunnerCuda(so, 1, str(device))
+        else:
+            runner = torch._C._aoti.AOTIModelContainerRunnerCpu(so, 1)
+        return cls(runner, Path(so_path), device)
+
+    def constant_fqns(self) -> dict[str, str]:
+        """internal name -> original FQN."""
+        return dict(self._runner.get_constant_names_to_original_fqns())
+
+    def constant_dtype_codes(self) -> dict[str, int]:
+        return dict(self._runner.get_constant_names_to_dtypes())
+
+    def constant_dtypes(self) -> dict[str, str]:
+        """internal name -> dtype name, as compiled into the .so ("?N" for a code not in the table)."""
+        return {n: SCALAR_TYPE_NAMES.get(code, f"?{code}") for n, code in self.constant_dtype_codes().items()}
+
+    def upload_blob(self, blob_path: Path) -> None:
+        """One allocation for all the method's constants (stays resident even after user-managed swaps)."""
+        self._runner.update_constant_buffer_from_blob(str(blob_path))
+
+    def extract(self) -> dict[str, torch.Tensor]:
+        """internal name -> tensor aliasing this container's memory (owns nothing)."""
+        by_fqn = self._runner.extract_constants_map(False)
+        names = {fqn: name for name, fqn in self.constant_fqns().items()}
+        return {names.get(fqn, fqn): t for fqn, t in by_fqn.items()}
+
+    def install(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Point constants at the given tensors, zero-copy (user_managed=True).
+
+        AOTI checks nothing here: the loader must have checked dtype, device and size.
+        The container receives non-owning aliases (:func:`non_owning_alias`): torch <= 2.13
+        leaks one reference per tensor installed user-managed (fixed upstream in PR #194480),
+        and a leaked reference to a tensor that owns its storage would keep that memory
+        allocated for the life of the process.  The caller keeps the owners alive as long as
+        any container uses them (the shared cache does).
+        """
+        if tensors:
+            # the runner's binding takes its flags positionally: named here
+            use_inactive, validate_full_updates, user_managed = False, False, True
+            self._runner.update_constant_buffer({k: non_owning_alias(t) for k, t in tensors.items()},
+                                                use_inactive, validate_full_updates, user_managed)
+
+    def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return list(self._runner.run(inputs))
+
+
+class _CudaArray:
+    """The smallest object exposing ``__cuda_array_interface__`` (v3) for a device pointer."""
+
+    def __init__(self, ptr: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
+                                         "strides": None, "version": 3, "stream": None}
+
+
+def non_owning_alias(t: torch.Tensor) -> torch.Tensor:
+    """A tensor over ``t``'s bytes, with ``t``'s dtype/shape/strides, whose storage owns nothing.
+
+    Its storage neither frees nor keeps alive the memory: whoever holds ``t`` owns it.  A
+    leaked reference to the alias then leaks a few hundred bytes of bookkeeping, not the
+    tensor.  Falls back to ``t`` itself if an alias cannot be made (the leak then stays).
+    """
+    try:
+        st = t.untyped_storage()
+        n, ptr = st.nbytes(), st.data_ptr()
+        if n == 0 or ptr == 0 or n % t.element_size():
+            return t
+        if t.device.type == "cuda":
+            raw = torch.as_tensor(_CudaArray(ptr, n), device=t.device)
+        elif t.device.type == "cpu":
+            import ctypes
+
+            import numpy as np
+
+            raw = torch.from_numpy(np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)))
+        else:
+            return t
+        if raw.data_ptr() != ptr:
+            return t
+        return raw.view(t.dtype).as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    except Exception:  # never fail a load over an optimisation
+        return t
+
+
+def cuda_in_use_bytes(device: torch.device) -> int:
+    """Driver-level bytes in use on a device (sees AOTI's plain cudaMalloc, unlike the caching allocator)."""
+    free, total = torch.cuda.mem_get_info(device)
+    return int(total - free)
+
+
+
+def torch_compatible(built: str, running: str) -> bool:
+    """AOTI .so files are tied to the torch release they were compiled against (major.minor)."""
+    def mm(v: str) -> tuple[str, ...]:
+        return tuple(v.split("+")[0].split(".")[:2])
+    return mm(built) == mm(running)
+
+
+def check_compatible(program: Program, device_type: str, torch_version: str) -> None:
+    where = program.path("manifest.json") if program.root is not None else None
+    if program.device != device_type:
+        raise IncompatibleProgramError(
+            f"program was built for {program.device!r} but is being loaded on {device_type!r}; "
+            f"rebuild it with device={device_type!r}", path=where, field="device")
+    if not torch_compatible(program.torch_version, torch_version):
+        raise IncompatibleProgramError(
+            f"program was built with torch {program.torch_version}, this process runs torch {torch_version}; "
+            "rebuild it", path=where, field="torch_version")
+
+
+class AotiMethod:
+    """One method on the AOTInductor runtime: its container and the uploads into it."""
+
+    def __init__(self, runtime: "AotiRuntime", program: Program, method: MethodSpec, device: Device):
+        self._runtime = runtime
+        self._blob = program.path(method.blob_file)
+        self.device = to_torch(device)
+        self.container = AotiContainer.create(program.path(method.so_file), self.device)
+
+    def constant_fqns(self) -> dict[str, str]:
+        return self.container.constant_fqns()
+
+    def constant_dtypes(self) -> dict[str, str]:
+        return self.container.constant_dtypes()
+
+    def upload_blob(self) -> None:
+        self.container.upload_blob(self._blob)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def extract(self) -> dict[str, torch.Tensor]:
+        return self.container.extract()
+
+    def upload_constants(self, constants: list[ConstantSpec]) -> Iterator[tuple[ConstantSpec, torch.Tensor, str]]:
+        from ..upload import PATH_HOST, PATH_PINNED_EACH, upload_constant
+
+        uploader = self._runtime.uploader(self.device) if constants else None
+        if uploader is not None:
+            uploader.prefetch(self._blob, constants)  # maps the blob: pages an earlier load locked are copied from
+        try:
+            for c in constants:
+                tensor = upload_constant(self._blob, c, self.device, uploader)
+                how = uploader.last_path if uploader else (PATH_HOST if self.device.type == "cpu" else PATH_PINNED_EACH)
+                yield c, tensor, how
+        finally:
+            if uploader is not None:
+                uploader.release()
+
+    def install(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        self.container.install(dict(tensors))
+
+    def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return self.container.run([x.to(self.device) for x in inputs])
+
+
+class AotiRuntime:
+    """PyTorch's AOTInductor runtime (CUDA or CPU); one per session, holding its uploaders."""
+
+    name = "aoti"
+    can_run = True
+
+    def __init__(self) -> None:
+        self._uploaders: dict[torch.device, Any] = {}  # upload.make_uploader(), one per CUDA device
+
+    def resolve(self, spec: Any) -> Device:
+        current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        return _parse(spec, default_cuda_index=current)
+
+    def check_available(self, program: Program, device: Device) -> None:
+        check_compatible(program, device.type, torch.__version__)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise LoadError("the program is for CUDA but torch sees no CUDA device")
+
+    def create(self, program: Program, method: MethodSpec, device: Device) -> AotiMethod:
+        return AotiMethod(self, program, method, device)
+
+    def uploader(self, device: torch.device):
+        if device.type != "cuda":
+            return None
+        if device not in self._uploaders:
+            from ..upload import make_uploader
+
+            self._uploaders[device] = make_uploader(device)
+        return self._uploaders[device]
+
+    def facts(self, t: torch.Tensor) -> tuple[TensorMeta, int]:
+        return tensor_meta(t), t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+
+    def bytes_in_use(self, device: Device, *, sync: bool) -> tuple[int, str] | None:
+        if device.type != "cuda":
+            return None
+        d = to_torch(device)
+        if sync:
+            torch.cuda.synchronize(d)
+        return cuda_in_use_bytes(d), "cudaMemGetInfo total-free"
+
+    def close(self) -> None:
+        for uploader in self._uploaders.values():
+            if uploader is not None:
+                uploader.close()
+        self._uploaders.clear()

@@ -1,0 +1,78 @@
+"""The dry-run runtime: a load carried out on the program model alone (no torch, no device).
+
+Where the real runtime reads the metadata of freshly extracted tensors (ExecuTorch
+policies, after a whole-blob upload), the dry run uses the program model's metadata of the
+same constants: the builder recorded it from exactly those extracted tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
+from . import Device, parse_device
+
+PATH_NONE = "dry run"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTensor:
+    """What stands for a device tensor in a dry run: its metadata and its readable bytes."""
+
+    meta: TensorMeta
+    nbytes: int
+
+
+class DryRunMethod:
+    def __init__(self, method: MethodSpec, device: Device):
+        self.method = method
+        self.device = device
+
+    def _tensor(self, c: ConstantSpec) -> PlannedTensor:
+        return PlannedTensor(c.meta(self.device.type, self.device.index), c.nbytes)
+
+    def constant_fqns(self) -> Mapping[str, str]:
+        return {c.name: c.fqn for c in self.method.constants}
+
+    def constant_dtypes(self) -> Mapping[str, str]:
+        return {c.name: c.dtype for c in self.method.constants}
+
+    def upload_blob(self) -> None:
+        pass
+
+    def extract(self) -> Mapping[str, PlannedTensor]:
+        return {c.name: self._tensor(c) for c in self.method.constants}
+
+    def upload_constants(self, constants: list[ConstantSpec]) -> Iterator[tuple[ConstantSpec, Any, str]]:
+        for c in constants:
+            yield c, self._tensor(c), PATH_NONE
+
+    def install(self, tensors: Mapping[str, Any]) -> None:
+        pass
+
+    def run(self, inputs: list[Any]) -> list[Any]:
+        raise RuntimeError("a dry run has no compiled model to run")
+
+
+class DryRunRuntime:
+    name = "dry run"
+    can_run = False
+
+    def resolve(self, spec: Any) -> Device:
+        return parse_device(spec)  # a bare 'cuda' is cuda:0, as in a fresh process
+
+    def check_available(self, program: Program, device: Device) -> None:
+        pass  # a prediction can be made for any placement
+
+    def create(self, program: Program, method: MethodSpec, device: Device) -> DryRunMethod:
+        return DryRunMethod(method, device)
+
+    def facts(self, tensor: PlannedTensor) -> tuple[TensorMeta, int]:
+        return tensor.meta, tensor.nbytes
+
+    def bytes_in_use(self, device: Device, *, sync: bool) -> None:
+        return None
+
+    def close(self) -> None:
+        pass

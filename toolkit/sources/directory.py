@@ -1,0 +1,298 @@
+"""Our program directory: a versioned JSON manifest beside per-method files.
+
+Layout::
+
+    manifest.json
+    methods/<method>/model.so                # AOTInductor wrapper .so, constants NOT inside
+    methods/<method>/weights.blob            # AOTInductor binary_blob with the constants
+    methods/<method>/reference.safetensors   # eager inputs ("input.N") and outputs ("output.N")
+
+The manifest is parsed declaratively (pydantic v2 models, strict types) and then checked
+across fields (layouts against byte sizes, offsets against blob sizes, file records); every
+failure is a :class:`~toolkit.errors.ManifestError` naming the manifest file and the field as
+a dotted path (``methods[0].constants[1].offset``).  :func:`manifest_json` is the one
+serialiser of a :class:`~toolkit.model.Program` into this format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ManifestError, ProgramError
+from ..model import DEVICE_KINDS, DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, required_nbytes
+from ..vocab import ConstantKind
+
+FORMAT_NAME = "constshare-program"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+MAX_RANK = 64
+_SHA256 = r"^[0-9a-f]{64}$"
+
+
+# ------------------------------------------------------------------ the schema
+
+
+def _unicode(v: str) -> str:
+    # JSON escapes can spell lone surrogates, which no UTF-8 file (CSV, HTML) can hold
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"text {v!r} is not valid Unicode (lone surrogate)") from None
+    return v
+
+
+def _relpath(v: str) -> str:
+    p = Path(v)
+    if p.is_absolute() or ".." in p.parts or "\\" in v:
+        raise ValueError(f"path {v!r} escapes the program directory")
+    return v
+
+
+def _method_name(v: str) -> str:
+    if not METHOD_NAME_RE.match(v):
+        raise ValueError(f"method name {v!r} is not a plain identifier (it could escape the program directory)")
+    return v
+
+
+def _dtype(v: str) -> str:
+    if v not in DTYPE_ITEMSIZE:
+        raise ValueError(f"unknown dtype {v!r}")
+    return v
+
+
+def _format_version(v: int) -> int:
+    if v != FORMAT_VERSION:
+        raise ValueError(f"unknown format version {v}; this toolkit reads version {FORMAT_VERSION}")
+    return v
+
+
+Text = Annotated[str, Field(strict=True), AfterValidator(_unicode)]
+NonEmptyText = Annotated[str, Field(strict=True, min_length=1), AfterValidator(_unicode)]
+RelPath = Annotated[str, Field(strict=True, min_length=1), AfterValidator(_unicode), AfterValidator(_relpath)]
+Count = Annotated[int, Field(strict=True, ge=0)]
+Dims = Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(strict=True, max_length=MAX_RANK)]
+Sha256 = Annotated[str, Field(strict=True, pattern=_SHA256)]
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class ConstantDoc(_Doc):
+    name: NonEmptyText
+    kind: Annotated[ConstantKind, Field(strict=False)]  # its string value
+    dtype: Annotated[str, Field(strict=True), AfterValidator(_dtype)]
+    shape: Dims
+    strides: Dims
+    storage_offset: Count
+    nbytes: Count
+    offset: Count
+    digest: Sha256
+    fqn: Text
+    mutated: bool
+
+
+class MethodDoc(_Doc):
+    name: Annotated[str, Field(strict=True), AfterValidator(_unicode), AfterValidator(_method_name)]
+    constants: list[ConstantDoc]
+    blob_bytes: Count
+    so_file: RelPath
+    blob_file: RelPath
+    reference_file: RelPath
+    num_inputs: Count
+    num_outputs: Count
+
+
+class FileDoc(_Doc):
+    sha256: Sha256
+    bytes: Count
+
+
+class ManifestDoc(_Doc):
+    format: Literal["constshare-program"]
+    format_version: Annotated[int, Field(strict=True), AfterValidator(_format_version)]
+    device: Literal["cpu", "cuda"]
+    methods: Annotated[list[MethodDoc], Field(min_length=1)]
+    files: dict[str, FileDoc]
+    name: Text
+    description: Text
+    torch_version: NonEmptyText
+    created_utc: Text
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _field_path(loc: tuple) -> str:
+    """pydantic's ``loc`` as the dotted path our errors name: ``methods[0].constants[1].shape``.
+
+    An element of a shape or strides list is reported as the list (the field a user edits).
+    """
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif i and loc[0] == "files" and i == 1:
+            out += f"[{part!r}]"
+        else:
+            out += f".{part}" if out else str(part)
+        if part in ("shape", "strides"):
+            break
+    return out or "(top level)"
+
+
+def _describe(err: dict) -> str:
+    if err["type"] == "missing":
+        return "missing"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "value_error":
+        return msg[:300]
+    return f"{msg}, got {err.get('input')!r}"[:300]
+
+
+def _manifest_error(e: ValidationError, path: Path) -> ManifestError:
+    first = e.errors(include_url=False)[0]
+    return ManifestError(_describe(first), path=path, field=_field_path(tuple(first["loc"])))
+
+
+# ------------------------------------------------------------------ reading
+
+
+def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
+    """Validate decoded manifest JSON into a :class:`Program`; every failure names ``path`` and the field."""
+    try:
+        doc = ManifestDoc.model_validate(data)
+    except ValidationError as e:
+        raise _manifest_error(e, path) from None
+
+    def fail(where: str, msg: str) -> ManifestError:
+        return ManifestError(msg, path=path, field=where)
+
+    files: dict[str, FileRecord] = {}
+    for rel, rec in doc.files.items():
+        fw = f"files[{rel!r}]"
+        try:
+            _unicode(rel)
+            _relpath(rel)
+        except ValueError as e:
+            raise fail(fw, str(e)) from None
+        files[rel] = FileRecord(sha256=rec.sha256, bytes=rec.bytes)
+
+    methods: list[MethodSpec] = []
+    seen: set[str] = set()
+    for i, m in enumerate(doc.methods):
+        w = f"methods[{i}]"
+        if m.name in seen:
+            raise fail(f"{w}.name", f"duplicate method name {m.name!r}")
+        seen.add(m.name)
+        constants = []
+        names: set[str] = set()
+        for j, c in enumerate(m.constants):
+            cw = f"{w}.constants[{j}]"
+            if c.name in names:
+                raise fail(f"{cw}.name", f"duplicate constant name {c.name!r}")
+            names.add(c.name)
+            shape, strides = tuple(c.shape), tuple(c.strides)
+            if math.prod(shape) > 1 << 40:
+                raise fail(f"{cw}.shape", f"shape {shape} is not plausible")
+            if len(strides) != len(shape):
+                raise fail(f"{cw}.strides", f"rank {len(strides)} does not match shape rank {len(shape)}")
+            need = required_nbytes(c.dtype, shape, strides, c.storage_offset)
+            if c.nbytes != need:
+                raise fail(f"{cw}.nbytes", f"{c.nbytes} does not match dtype/shape/strides, which need {need}")
+            if c.offset + c.nbytes > m.blob_bytes:
+                raise fail(f"{cw}.offset",
+                           f"bytes [{c.offset}, {c.offset + c.nbytes}) fall outside the {m.blob_bytes}-byte blob")
+            constants.append(ConstantSpec(
+                name=c.name, fqn=c.fqn, kind=c.kind, mutated=c.mutated, dtype=c.dtype, shape=shape,
+                strides=strides, storage_offset=c.storage_offset, nbytes=c.nbytes, offset=c.offset,
+                digest=c.digest, file=m.blob_file))
+        for key in ("so_file", "blob_file", "reference_file"):
+            rel = getattr(m, key)
+            if rel not in files:
+                raise fail("files", f"no digest recorded for {rel!r} (method {m.name!r}, {key})")
+        if files[m.blob_file].bytes != m.blob_bytes:
+            raise fail(f"methods[{m.name}].blob_bytes",
+                       f"{m.blob_bytes} differs from the file record's {files[m.blob_file].bytes}")
+        methods.append(MethodSpec(name=m.name, so_file=m.so_file, blob_file=m.blob_file,
+                                  reference_file=m.reference_file, blob_bytes=m.blob_bytes,
+                                  num_inputs=m.num_inputs, num_outputs=m.num_outputs, constants=tuple(constants)))
+    return Program(name=doc.name, description=doc.description, device=doc.device, torch_version=doc.torch_version,
+                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root, source=FORMAT_NAME)
+
+
+def read_manifest_file(path: Path, root: Path | None = None) -> Program:
+    """Read and validate one manifest file; every failure is a ManifestError naming it."""
+    if not path.is_file():
+        raise ManifestError("manifest is missing", path=path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ManifestError(f"manifest cannot be read: {e}", path=path) from None
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"manifest is not valid JSON: {e}", path=path) from None
+    try:
+        data = json.loads(text)
+    # JSONDecodeError is a ValueError, and so is an integer longer than Python's
+    # int_max_str_digits; nesting deeper than the decoder's stack raises RecursionError.
+    except (ValueError, RecursionError) as e:
+        raise ManifestError(f"manifest is not valid JSON: {str(e)[:300]}", path=path) from None
+    return parse_manifest(data, path, root)
+
+
+def open_directory(root: Path) -> Program:
+    """A program directory: its manifest, validated, and every file it names present (no digest checked)."""
+    if not root.is_dir():
+        raise ProgramError("program directory does not exist", path=root)
+    program = read_manifest_file(root / MANIFEST_FILE, root)
+    for rel in program.files:
+        try:
+            present = (root / rel).is_file()
+        except OSError as e:  # e.g. ENAMETOOLONG: is_file() only swallows "no such file"
+            raise ProgramError(f"file named in the manifest cannot be accessed: {e.strerror or e}",
+                               path=root / rel) from None
+        if not present:
+            raise ProgramError("file named in the manifest is missing", path=root / rel)
+    return program
+
+
+def is_directory_program(path: Path) -> bool:
+    return path.is_dir() or path.name == MANIFEST_FILE
+
+
+# ------------------------------------------------------------------ writing
+
+
+def _constant_json(c: ConstantSpec) -> dict:
+    return {"name": c.name, "fqn": c.fqn, "kind": c.kind.value, "mutated": c.mutated, "dtype": c.dtype,
+            "shape": list(c.shape), "strides": list(c.strides), "storage_offset": c.storage_offset,
+            "nbytes": c.nbytes, "offset": c.offset, "digest": c.digest}
+
+
+def manifest_json(program: Program, *, indent: int | None = 2) -> str:
+    """The manifest of ``program`` in this format (``indent=None``: compact, for millions of constants).
+
+    A constant's ``file`` is not written: in this format it is always its method's blob.
+    """
+    for m in program.methods:
+        for c in m.constants:
+            if c.file and c.file != m.blob_file:
+                raise ValueError(f"method {m.name!r}: constant {c.name!r} lives in {c.file!r}, not in the "
+                                 f"method's blob {m.blob_file!r}; a program directory cannot express that")
+    doc = {
+        "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+        "name": program.name, "description": program.description, "device": program.device,
+        "torch_version": program.torch_version, "created_utc": program.created_utc,
+        "methods": [{"name": m.name, "so_file": m.so_file, "blob_file": m.blob_file,
+                     "reference_file": m.reference_file, "blob_bytes": m.blob_bytes, "num_inputs": m.num_inputs,
+                     "num_outputs": m.num_outputs, "constants": [_constant_json(c) for c in m.constants]}
+                    for m in program.methods],
+        "files": {k: {"sha256": v.sha256, "bytes": v.bytes} for k, v in program.files.items()},
+    }
+    return json.dumps(doc, indent=indent, separators=None if indent else (",", ":"))

@@ -1,0 +1,91 @@
+"""Verification: every loaded method run on its eager reference inputs, outputs compared."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import torch
+
+from .errors import ProgramError, ToolkitError
+from .model import MethodSpec, Program
+
+if TYPE_CHECKING:
+    from .loader import Session
+
+VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]
+
+
+def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) fitting the output dtype: compiled kernels reorder reductions."""
+    if dtype in (torch.bfloat16,):
+        return 5e-2, 5e-2
+    if dtype in (torch.float16,):
+        return 1e-2, 1e-2
+    if dtype.is_floating_point or dtype.is_complex:
+        return 1e-3, 1e-3
+    return 0.0, 0.0
+
+
+def read_reference(program: Program, spec: MethodSpec) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(inputs, outputs) stored at build time in the method's reference file (safetensors, never pickle)."""
+    from safetensors.torch import load_file
+
+    path = program.path(spec.reference_file)
+    try:
+        data = load_file(str(path))
+    except Exception as e:
+        raise ProgramError(f"reference tensors cannot be read: {e}", path=path) from None
+    try:
+        inputs = [data[f"input.{i}"] for i in range(spec.num_inputs)]
+        outputs = [data[f"output.{i}"] for i in range(spec.num_outputs)]
+    except KeyError as e:
+        raise ProgramError(f"reference tensor {e.args[0]!r} is missing", path=path) from None
+    return inputs, outputs
+
+
+def compare_outputs(outputs: list[torch.Tensor], expected: list[torch.Tensor]) -> dict[str, Any]:
+    """max_abs_err, atol, rtol, ok of outputs against the reference (NaN where the reference has NaN)."""
+    errs, ok = [], len(outputs) == len(expected)
+    atol, rtol = 0.0, 0.0
+    for o, e in zip(outputs, expected):
+        a, r = dtype_tolerance(e.dtype)
+        atol, rtol = max(atol, a), max(rtol, r)
+        if o.shape != e.shape or o.dtype != e.dtype:
+            ok = False
+            errs.append(math.inf)
+            continue
+        diff = (o.double() - e.double()).abs()
+        finite = torch.isfinite(e.double())
+        errs.append(float(diff.max()) if diff.numel() else 0.0)
+        ok &= bool(torch.allclose(o.double(), e.double(), atol=a, rtol=r, equal_nan=True)) and \
+            bool((torch.isfinite(o.double()) == finite).all())
+    err = max(errs) if errs else 0.0
+    return {"max_abs_err": err, "atol": atol, "rtol": rtol, "ok": ok and not math.isnan(err)}
+
+
+def verify_session(session: "Session") -> pd.DataFrame:
+    """One row per method of the program: did it run, how far from the eager reference, ok?"""
+    rows = []
+    for spec in session.program.methods:
+        row: dict[str, Any] = {"method": spec.name, "ran": False, "max_abs_err": math.nan,
+                               "atol": math.nan, "rtol": math.nan, "ok": False, "reason": ""}
+        lm = session.methods.get(spec.name)
+        if lm is None:
+            row["reason"] = "not loaded" + (f": {session.error}" if session.failed_method == spec.name else "")
+        elif not lm.runnable:
+            row["reason"] = "not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems)
+        else:
+            try:
+                inputs, expected = session.reference(spec.name)
+                outputs = [o.detach().cpu() for o in session.run(spec.name, inputs)]
+                row["ran"] = True
+                row.update(compare_outputs(outputs, expected))
+                row["reason"] = "" if row["ok"] else "output differs from the eager reference"
+            except ToolkitError as e:
+                row["reason"] = str(e)
+            except RuntimeError as e:
+                row["reason"] = f"run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=VERIFY_COLUMNS)
