@@ -21,7 +21,7 @@ from . import events as ev
 from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
-from .model import MethodSpec, Program, TensorMeta
+from .model import MethodSpec, Program, TensorMeta, shown
 from .policies import ConstantDecision, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
 from .runtimes import Device, MethodRuntime, Runtime, default_runtime
 from .sources import open_program
@@ -29,13 +29,6 @@ from .vocab import Decision, MethodStatus, SessionStatus, Source
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-def _fmt(v: Any) -> str:
-    """Shapes and strides as table cells: ``(64, 64)``; None as empty."""
-    if v is None:
-        return ""
-    return str(tuple(v)) if isinstance(v, (tuple, list)) else str(v)
 
 
 @dataclass
@@ -126,7 +119,7 @@ class Session:
                     try:
                         check_files(self.program.root, self.program.files, spec.files)
                     except ToolkitError as e:
-                        self._record(ev.LoadFailed, spec.name, error=str(e))
+                        self.log.record(ev.LoadFailed, spec.name, error=str(e))
                         self._fail(spec.name, e)
                         return self
             for spec in bar:
@@ -147,9 +140,6 @@ class Session:
         self.status, self.error, self.failed_method, self.exception = SessionStatus.FAILED, str(e), method, e
         r = self.results[method]
         r.status, r.error, r.runnable = MethodStatus.FAILED, str(e), False
-
-    def _record(self, etype, method: str, **kw) -> None:
-        self.log.record(etype, method, **kw)
 
     def load_method(self, name: str) -> LoadedMethod:
         """Load one method; on failure the cache is exactly as before and LoadError is raised.
@@ -173,7 +163,7 @@ class Session:
                 msg = str(e) if isinstance(e, ToolkitError) else f"{type(e).__name__}: {e}"
                 r = self.results[name]
                 r.status, r.error, r.runnable = MethodStatus.FAILED, msg, False
-                self._record(ev.LoadFailed, name, error=msg)
+                self.log.record(ev.LoadFailed, name, error=msg)
                 if not isinstance(e, Exception):
                     raise
                 if isinstance(e, ToolkitError):
@@ -195,7 +185,7 @@ class Session:
         used, measure = measured if measured is not None else (self._held_bytes(pending),
                                                                "constant bytes held by the loader")
         self._peak = max(self._peak, used)
-        self._record(ev.MemorySampled, method, device=str(device), phase=phase, bytes_in_use=used, measure=measure)
+        self.log.record(ev.MemorySampled, method, device=str(device), phase=phase, bytes_in_use=used, measure=measure)
 
     def _probe_peak(self, device: Device, pending: LoadedMethod) -> None:
         """Note bytes in use after a step that allocates (a blob, one constant, the pairs).
@@ -215,20 +205,20 @@ class Session:
         result = self.results[m]
         result.whole_blob, result.blob_bytes, result.own_upload_bytes, result.problems = False, 0, 0, ()
         so = self.program.path(spec.so_file) if self.program.root is not None else Path(spec.so_file)
-        self._record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
+        self.log.record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
         if self.check_integrity:  # a .so runs code when opened: check it first (free if load() just did)
             check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file))
         self._peak = 0
         self._sample_memory(m, device, "before")
         t = time.perf_counter()
         handle = self.runtime.create(self.program, spec, device)
-        self._record(ev.ContainerCreated, m, device=str(device), seconds=time.perf_counter() - t)
+        self.log.record(ev.ContainerCreated, m, device=str(device), seconds=time.perf_counter() - t)
         self._check_against_compiled(spec, handle, so)
 
         view = MethodView(m, device.type, device.index, spec.constants)
         plan = self.policy.plan(view, self.cache)
         for lr in plan.lookups:
-            self._record(ev.CacheLookup, m, name=lr.constant.name, fqn=lr.constant.fqn, result=lr.result,
+            self.log.record(ev.CacheLookup, m, name=lr.constant.name, fqn=lr.constant.fqn, result=lr.result,
                          cached_owner=lr.entry.owner_method if lr.entry else "")
 
         loaded = LoadedMethod(spec, device, handle, outcome=Outcome(m, ()))
@@ -240,21 +230,21 @@ class Session:
             loaded.whole_blob_bytes = result.blob_bytes = spec.blob_bytes
             result.whole_blob = True
             self._probe_peak(device, loaded)
-            self._record(ev.BlobUploaded, m, bytes=spec.blob_bytes, seconds=time.perf_counter() - t,
+            self.log.record(ev.BlobUploaded, m, bytes=spec.blob_bytes, seconds=time.perf_counter() - t,
                          why=plan.blob_reason)
             extracted = handle.extract()
-            self._record(ev.ConstantsExtracted, m, count=len(extracted))
+            self.log.record(ev.ConstantsExtracted, m, count=len(extracted))
             new_meta = {n: self.runtime.facts(x)[0] for n, x in extracted.items()}
 
         outcome = self.policy.decide(plan, new_meta, self.cache)
         loaded.outcome = outcome
         for d in outcome.decisions:
             for fc in d.comparisons:
-                self._record(ev.FieldCompared, m, name=d.constant.name, fqn=d.constant.fqn, field=fc.field,
+                self.log.record(ev.FieldCompared, m, name=d.constant.name, fqn=d.constant.fqn, field=fc.field,
                              cached=fc.cached, new=fc.new, equal=fc.equal)
             if d.digest_comparison is not None:
                 dc = d.digest_comparison
-                self._record(ev.DigestCompared, m, name=d.constant.name, fqn=d.constant.fqn, cached=dc.cached,
+                self.log.record(ev.DigestCompared, m, name=d.constant.name, fqn=d.constant.fqn, cached=dc.cached,
                              new=dc.new, equal=dc.equal)
         if outcome.failure:
             self._record_decisions(m, device, outcome, plan, {})
@@ -268,7 +258,7 @@ class Session:
             loaded.own_upload_bytes += c.nbytes
             self._probe_peak(device, loaded)
             now = time.perf_counter()
-            self._record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t, path=how)
+            self.log.record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t, path=how)
             t = now
 
         # The out-of-bounds guard: AOTInductor checks nothing when a tensor is installed.
@@ -282,14 +272,14 @@ class Session:
                 loaded.runnable = False
                 loaded.problems.append(f"{d.constant.name}: {problem}")
                 problems[d.constant.name] = problem
-                self._record(ev.OutOfBoundsAlias, m, name=d.constant.name, fqn=d.constant.fqn, problem=problem)
+                self.log.record(ev.OutOfBoundsAlias, m, name=d.constant.name, fqn=d.constant.fqn, problem=problem)
                 continue
             install[d.constant.name] = tensor
         self._record_decisions(m, device, outcome, plan, problems)
         if loaded.runnable:
             handle.install(install)
             self._probe_peak(device, loaded)
-            self._record(ev.PairsInstalled, m, count=len(install), names=",".join(install))
+            self.log.record(ev.PairsInstalled, m, count=len(install), names=",".join(install))
 
         for d in outcome.decisions:
             if d.enters_cache:
@@ -301,16 +291,16 @@ class Session:
                                    meta=self.runtime.facts(tensor)[0], digest=d.constant.digest,
                                    nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m})
                 self.cache.add(entry)
-                self._record(ev.CacheEntryAdded, m, name=d.constant.name, fqn=d.constant.fqn,
+                self.log.record(ev.CacheEntryAdded, m, name=d.constant.name, fqn=d.constant.fqn,
                              owner_kind=entry.owner_kind)
             elif d.decision is Decision.SHARED and d.shared_from is not None:
                 d.shared_from.users.add(m)
         self._sample_memory(m, device, "after", pending=loaded)
-        self._record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,
+        self.log.record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,
                      measure="max of cudaMemGetInfo after each allocating step" if device.type == "cuda"
                      and self.runtime.bytes_in_use(device, sync=False) is not None
                      else "max of constant bytes held by the loader")
-        self._record(ev.MethodLoaded, m, runnable=loaded.runnable, seconds=time.perf_counter() - t_start)
+        self.log.record(ev.MethodLoaded, m, runnable=loaded.runnable, seconds=time.perf_counter() - t_start)
         return loaded
 
     def _check_against_compiled(self, spec: MethodSpec, handle: MethodRuntime, so: Path) -> None:
@@ -331,7 +321,7 @@ class Session:
             if compiled_dtypes.get(c.name, c.dtype) != c.dtype:
                 raise ProgramError(f"constant {c.name!r}: .so was compiled for {compiled_dtypes[c.name]}, "
                                    f"manifest says {c.dtype}", path=so, field=f"methods[{m}].constants.dtype")
-            self._record(ev.ConstantEnumerated, m, name=c.name, fqn=c.fqn, dtype=c.dtype)
+            self.log.record(ev.ConstantEnumerated, m, name=c.name, fqn=c.fqn, dtype=c.dtype)
 
     def _record_decisions(self, m: str, device: Device, outcome: Outcome, plan: Plan,
                           problems: Mapping[str, str]) -> None:
@@ -340,16 +330,16 @@ class Session:
             c = d.constant
             lr = plan.lookup(c.name)
             ref = d.shared_from or (lr.entry if lr else None)
-            self._record(
+            self.log.record(
                 ev.Decided, m, device=dev, name=c.name, fqn=c.fqn, constant_kind=c.kind.value, mutated=c.mutated,
                 lookup=d.lookup.value if d.lookup else "", decision=d.decision, reason_code=d.reason_code,
                 reason=d.reason, source=d.source,
                 shared_from=f"{d.shared_from.owner_method}/{d.shared_from.name}"
                 if d.decision is Decision.SHARED and d.shared_from else "",
-                nbytes=c.nbytes, dtype=c.dtype, shape=_fmt(c.shape), strides=_fmt(c.strides), digest=c.digest,
+                nbytes=c.nbytes, dtype=c.dtype, shape=shown(c.shape), strides=shown(c.strides), digest=c.digest,
                 cached_method=ref.owner_method if ref else "",
-                cached_dtype=ref.meta.dtype if ref else "", cached_shape=_fmt(ref.meta.shape) if ref else "",
-                cached_strides=_fmt(ref.meta.strides) if ref else "", cached_digest=ref.digest if ref else "",
+                cached_dtype=ref.meta.dtype if ref else "", cached_shape=shown(ref.meta.shape) if ref else "",
+                cached_strides=shown(ref.meta.strides) if ref else "", cached_digest=ref.digest if ref else "",
                 slot_problem=problems.get(c.name, ""),
             )
 
@@ -396,7 +386,7 @@ class Session:
                 raise LoadError(f"method {method!r} is not loaded")
             freed = self.cache.release(method)
             self.results[method].status = MethodStatus.UNLOADED
-        self._record(ev.MethodUnloaded, method, released_entries=freed)
+        self.log.record(ev.MethodUnloaded, method, released_entries=freed)
         del lm
         self._sample_memory(method, self.devices[method], "unloaded")
 

@@ -14,6 +14,7 @@ Every file of the program has a :class:`FileRecord` (size, sha256).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,25 @@ DTYPE_ITEMSIZE = {
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
     "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
+
+
+def shown(v: object) -> str:
+    """A metadata value as tables, comparisons and reports show it: ``(64, 64)``; None as ''.
+
+    The one formatter of shapes, strides and other fields (memoised: shapes repeat across
+    constants, and a dry run of a million constants formats each of them several times).
+    """
+    try:
+        return _shown(v)
+    except TypeError:  # unhashable (a list)
+        return _shown(tuple(v))  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=65536)
+def _shown(v: object) -> str:
+    if v is None:
+        return ""
+    return str(tuple(v)) if isinstance(v, (tuple, list)) else str(v)
 
 
 @dataclass(frozen=True)

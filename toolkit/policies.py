@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, Protocol, Sequence
 
-from .model import ConstantSpec, TensorMeta
+from .model import ConstantSpec, TensorMeta, shown
 from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Source, parse
 
 # ------------------------------------------------------------------ inputs
@@ -133,10 +133,6 @@ class Outcome:
 # ------------------------------------------------------------------ helpers
 
 
-def _fmt(v: object) -> str:
-    return str(tuple(v)) if isinstance(v, (tuple, list)) else str(v)
-
-
 def compare_metadata(cached: TensorMeta, new: TensorMeta) -> tuple[FieldComparison, ...]:
     """Field by field, in cuda_backend.cpp's order: dtype, rank, sizes, strides, device type, index."""
     pairs = [
@@ -147,7 +143,7 @@ def compare_metadata(cached: TensorMeta, new: TensorMeta) -> tuple[FieldComparis
         (MetadataField.DEVICE_TYPE, cached.device_type, new.device_type),
         (MetadataField.DEVICE_INDEX, cached.device_index, new.device_index),
     ]
-    return tuple(FieldComparison(f, _fmt(a), _fmt(b)) for f, a, b in pairs)
+    return tuple(FieldComparison(f, shown(a), shown(b)) for f, a, b in pairs)
 
 
 def _mismatch_text(comps: Sequence[FieldComparison]) -> str:

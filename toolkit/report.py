@@ -66,7 +66,8 @@ from typing import IO, TYPE_CHECKING, Any, Union
 
 import pandas as pd
 
-from .rendering import DECISION_COLOURS, html_table  # noqa: F401 - DECISION_COLOURS re-exported
+from .model import shown
+from .rendering import html_table
 
 if TYPE_CHECKING:
     from .loader import Session
@@ -137,7 +138,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
             row: dict[str, Any] = {
                 "program": program, "policy": policy, "load_order": order, "method": spec.name, "name": c.name,
                 "fqn": c.fqn, "constant_kind": _str(c.kind), "mutated": bool(c.mutated), "nbytes": int(c.nbytes),
-                "new_dtype": c.dtype, "new_shape": str(tuple(c.shape)), "new_strides": str(tuple(c.strides)),
+                "new_dtype": c.dtype, "new_shape": shown(c.shape), "new_strides": shown(c.strides),
                 "new_digest": c.digest,
                 "method_ran": ran, "method_ok": bool(v.get("ok", False)),
                 "max_abs_err": float(err) if ran and err is not None else math.nan,

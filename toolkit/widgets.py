@@ -685,18 +685,17 @@ class Explorer:
                  ("bytes", f"{int(d['nbytes']):,}"), ("new digest", d["digest"]),
                  ("cached", f"{d['cached_method']}" if d["cached_method"] else "no cache entry"),
                  ("cached digest", d["cached_digest"] or "")]
-        head = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
+        from .rendering import WRONG_COLOUR, html_table
+
+        head = html_table(pd.DataFrame(facts, columns=["fact", "value"]), max_rows=len(facts), colours={})
         if len(comp):
-            body = "<table><thead><tr><th>field</th><th>cached</th><th>new</th><th>equal</th></tr></thead><tbody>"
-            for r in comp.itertuples(index=False):
-                style = "" if r.equal else " style='background-color:#f4cccc'"
-                body += (f"<tr{style}><td>{html.escape(str(r.field))}</td><td>{html.escape(str(r.cached))}</td>"
-                         f"<td>{html.escape(str(r.new))}</td><td>{'yes' if r.equal else 'NO'}</td></tr>")
-            body += "</tbody></table>"
+            shown = comp.assign(equal=["yes" if e else "NO" for e in comp["equal"]])
+            body = html_table(shown, max_rows=len(shown),
+                              colours={"equal": lambda text: WRONG_COLOUR if text == "NO" else ""})
         else:
             body = "<p><i>nothing was compared for this constant (see the reason above)</i></p>"
         self.constant_detail.value = (f"<b>{html.escape(d['method'])} / {html.escape(d['name'])}</b>"
-                                      f"<table>{head}</table><b>cached vs new</b>{body}")
+                                      f"{head}<b>cached vs new</b>{body}")
 
     def _render_comparison(self) -> None:
         from .plots import figure_png
