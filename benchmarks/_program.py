@@ -124,7 +124,13 @@ def check_upload_path(device, choice: str) -> str:
     from pathlib import Path
 
     from toolkit import upload
-    from toolkit.model import ConstantSpec
+    # default_path.py --toolkit runs this with the toolkit from before toolkit/model.py too.  The
+    # old module first: under an editable install, a module the old folder lacks (model) would
+    # be found in this checkout instead and mix the two versions.
+    try:
+        from toolkit.manifest import ConstantSpec
+    except ImportError:
+        from toolkit.model import ConstantSpec
     from toolkit.vocab import ConstantKind
 
     dev = torch.device(device)

@@ -18,9 +18,10 @@ seconds of the call; per pair: default / integrity-off; and the ratio of the med
 
 ``--toolkit PATH``: a directory holding another ``toolkit/`` package (e.g. the code before
 a refactor) goes first on sys.path here and on PYTHONPATH in every child, so the whole run,
-build included, uses that version; each child reports which toolkit it imported, and the
-run stops if that is not the one asked for.  ``--device cpu`` runs it on the CPU (AOTInductor
-compiles the program for the CPU: keep ``--gib`` small, e.g. 0.05) to check the script.
+build included, uses that version; each child reports the file of every toolkit module it
+imported, and the run stops if one is not from PATH.  ``--device cpu`` runs it on the CPU
+(AOTInductor compiles the program for the CPU: keep ``--gib`` small, e.g. 0.05) to check
+the script.
 
 Writes default_path_<label>.csv (one row per run, machine columns appended) and
 default_path_<label>.json (the same runs and the summary).
@@ -67,11 +68,22 @@ def _toolkit_root(path: str | None) -> Path | None:
     return p
 
 
-def _check_toolkit(toolkit_file: str, root: Path | None) -> None:
-    """Stop unless ``toolkit`` was imported from ``root`` (or from this checkout, with no --toolkit)."""
-    want = (root or _common.REPO) / "toolkit"
-    if Path(toolkit_file).resolve().parent != want.resolve():
-        raise SystemExit(f"imported toolkit from {toolkit_file}, expected {want}")
+def _toolkit_modules() -> dict[str, str]:
+    """The file of every toolkit module this process imported."""
+    return {k: m.__file__ for k, m in list(sys.modules.items())
+            if (k == "toolkit" or k.startswith("toolkit.")) and getattr(m, "__file__", None)}
+
+
+def _check_toolkit(modules: dict[str, str], root: Path | None) -> None:
+    """Stop unless every toolkit module came from ``root`` (or this checkout, with no --toolkit).
+
+    Not only ``toolkit/__init__``: with the package installed editable, a module missing from
+    the --toolkit folder is silently found in this checkout instead, mixing two versions.
+    """
+    want = ((root or _common.REPO) / "toolkit").resolve()
+    stray = {k: f for k, f in modules.items() if not Path(f).resolve().is_relative_to(want)}
+    if stray or "toolkit" not in modules:
+        raise SystemExit(f"toolkit modules not imported from {want}: {stray or 'toolkit itself is missing'}")
 
 
 def child(args) -> None:
@@ -89,9 +101,10 @@ def child(args) -> None:
     t = time.perf_counter()
     s = load_program(args.program_dir, POLICY, **kwargs)  # no device: the default, the program's own
     seconds = time.perf_counter() - t
-    out = {"setting": args.child, "seconds": seconds, "status": s.status, "error": s.error,
+    out = {"setting": args.child, "seconds": seconds, "status": str(s.status), "error": s.error,
            "loader_load_seconds": getattr(s, "load_seconds", None), "toolkit": toolkit.__file__}
     s.close()
+    out["modules"] = _toolkit_modules()  # after the load and close: whatever they imported lazily too
     print(json.dumps(out))
 
 
@@ -107,7 +120,7 @@ def run_child(args, setting: str, root: Path | None) -> dict:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
         raise RuntimeError(f"child {setting!r} failed (rc {proc.returncode}):\n{tail}")
     got = json.loads(lines[-1])
-    _check_toolkit(got["toolkit"], root)
+    _check_toolkit(got["modules"], root)
     if got["status"] != "loaded":  # a failed load is fast: timing it would flatter the path
         raise RuntimeError(f"child {setting!r}: load {got['status']}: {got['error']}")
     return got
@@ -116,12 +129,14 @@ def run_child(args, setting: str, root: Path | None) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--program-dir", default=None,
-                    help="where the program is built or reused (default .cache/bench_prefill_decode-<device>-h<hidden>)")
+                    help="where the program is built or reused "
+                         "(default .cache/bench_prefill_decode-<device>-h<hidden>)")
     ap.add_argument("--gib", type=float, default=2.0, help="GiB of constants per method (2.0: hidden 8192)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--runs", type=int, default=3, help="timed processes per setting")
     ap.add_argument("--toolkit", default=None, metavar="PATH",
-                    help="a directory holding another toolkit/ package: first on sys.path and the children's PYTHONPATH")
+                    help="a directory holding another toolkit/ package: "
+                         "first on sys.path and on the children's PYTHONPATH")
     ap.add_argument("--label", default=None, help="names the output files (default: the --toolkit folder's name, "
                                                    "else 'current')")
     ap.add_argument("--out", default=None)
@@ -138,14 +153,15 @@ def main(argv=None):
         sys.path.insert(0, str(root))
     import toolkit
 
-    _check_toolkit(toolkit.__file__, root)
+    _check_toolkit(_toolkit_modules(), root)
     label = args.label or (root.name if root else "current")
     hidden = hidden_for(args.gib)
     devtype = args.device.split(":")[0]
     args.program_dir = args.program_dir or str(_common.REPO / ".cache" / f"bench_prefill_decode-{devtype}-h{hidden}")
 
     dev, upload_path, prog, build_s, note = _program.prepare(args.device, args.program_dir, hidden)
-    if getattr(prog, "device", dev.type) != dev.type or _program.hidden_of(prog) != hidden:  # build() reuses any program there
+    # build() reuses whatever program the directory holds: make sure it is this one
+    if getattr(prog, "device", dev.type) != dev.type or _program.hidden_of(prog) != hidden:
         raise SystemExit(f"{args.program_dir} holds a {getattr(prog, 'device', '?')} program of hidden size "
                          f"{_program.hidden_of(prog)}, not {dev.type} {hidden} (--gib {args.gib}): "
                          f"pass another --program-dir or remove it")
@@ -177,6 +193,7 @@ def main(argv=None):
     ratio = round(med["default"] / med["integrity off"], 4)
     df["ratio_default_over_off"] = df["run"].map(dict(enumerate(pairs)))
     df["median_default_s"], df["median_off_s"], df["ratio_of_medians"] = med["default"], med["integrity off"], ratio
+    _check_toolkit(_toolkit_modules(), root)  # the build and the upload-path check imported more
     path = _common.write_csv(df, f"default_path_{label}.csv", args.out)
     summary = {"label": label, "toolkit": str(Path(toolkit.__file__).parent), "policy": POLICY,
                "program_dir": args.program_dir, "hidden": hidden, "constant_bytes_per_method": sizes,
