@@ -135,3 +135,23 @@ def test_keyboard_interrupt_leaves_the_cache_as_before(built_sample):
     s.load_method("decode")
     assert s.verify()["ok"].all()
     s.close()
+
+
+def test_plots_take_the_comparison_itself(built_sample):
+    from conftest import require
+
+    require("matplotlib", extra="plots")
+    from toolkit import plots
+
+    c = compare_policies(built_sample("total_collision"), ["no-sharing", "fingerprint"])
+    assert plots.policy_tradeoff(c).axes and plots.memory_by_policy(c).axes
+
+
+def test_a_program_that_exists_only_in_memory_is_analysed_not_loaded():
+    from toolkit import LoadError, analyze
+    from toolkit.synthetic import SyntheticSpec, generate
+
+    p = generate(SyntheticSpec(methods=2, constants=10, device="cpu"))
+    assert len(analyze(p, "fingerprint")) == 20
+    with pytest.raises(LoadError, match="exists only in memory"):
+        load_program(p, "fingerprint")

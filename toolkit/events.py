@@ -210,9 +210,9 @@ class EventLog:
     def record(self, event_type: type[Event], method: str, **payload: Any) -> None:
         if not self.enabled:
             return
-        with self._lock:
-            ev = event_type(seq=len(self._events), time_s=self._clock() - self._t0, method=method, **payload)
-            self._events.append(ev)
+        events = self._events
+        with self._lock:  # seq, time and position agree even when threads record at once
+            events.append(event_type(len(events), self._clock() - self._t0, method, **payload))
 
     def __iter__(self) -> Iterator[Event]:
         return iter(list(self._events))

@@ -180,12 +180,14 @@ class Session:
         # The method being loaded is not in self.methods until it is done.
         return sum(m.device_bytes for m in self.methods.values()) + (pending.device_bytes if pending else 0)
 
-    def _sample_memory(self, method: str, device: Device, phase: str, pending: LoadedMethod | None = None) -> None:
+    def _sample_memory(self, method: str, device: Device, phase: str, pending: LoadedMethod | None = None) -> bool:
+        """Record the bytes in use on ``device``; True when the runtime measured them (not the accounting)."""
         measured = self.runtime.bytes_in_use(device, sync=True)
         used, measure = measured if measured is not None else (self._held_bytes(pending),
                                                                "constant bytes held by the loader")
         self._peak = max(self._peak, used)
         self.log.record(ev.MemorySampled, method, device=str(device), phase=phase, bytes_in_use=used, measure=measure)
+        return measured is not None
 
     def _probe_peak(self, device: Device, pending: LoadedMethod) -> None:
         """Note bytes in use after a step that allocates (a blob, one constant, the pairs).
@@ -295,11 +297,10 @@ class Session:
                              owner_kind=entry.owner_kind)
             elif d.decision is Decision.SHARED and d.shared_from is not None:
                 d.shared_from.users.add(m)
-        self._sample_memory(m, device, "after", pending=loaded)
+        measured = self._sample_memory(m, device, "after", pending=loaded)
         self.log.record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,
-                     measure="max of cudaMemGetInfo after each allocating step" if device.type == "cuda"
-                     and self.runtime.bytes_in_use(device, sync=False) is not None
-                     else "max of constant bytes held by the loader")
+                        measure="max of cudaMemGetInfo after each allocating step" if measured
+                        else "max of constant bytes held by the loader")
         self.log.record(ev.MethodLoaded, m, runnable=loaded.runnable, seconds=time.perf_counter() - t_start)
         return loaded
 
@@ -464,9 +465,9 @@ def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | N
 
     ``device`` is a device ('cpu', 'cuda', 'cuda:1') or ``{method: device}`` (unnamed
     methods get the program's own kind).  A bare 'cuda' is placed as ``runtime`` places it
-    (the AOTInductor runtime: the current CUDA device).
+    (by default the AOTInductor runtime: the current CUDA device).
     """
-    rt = runtime if runtime is not None else _PlacementOnly()
+    rt = runtime if runtime is not None else default_runtime()
     default = "cuda" if program.device == "cuda" else "cpu"
     if device is None:
         device = default
@@ -477,19 +478,6 @@ def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | N
         return {m: rt.resolve(device.get(m, default)) for m in program.method_names}
     d = rt.resolve(device)
     return {m: d for m in program.method_names}
-
-
-class _PlacementOnly:
-    """Places a bare 'cuda' on the current CUDA device when torch is loaded, else on cuda:0."""
-
-    def resolve(self, spec: Any) -> Device:
-        import sys
-
-        from .runtimes import parse_device
-
-        torch = sys.modules.get("torch")
-        current = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
-        return parse_device(spec, default_cuda_index=current)
 
 
 def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",

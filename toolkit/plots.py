@@ -179,6 +179,7 @@ def memory_by_policy(sessions: "Session | Mapping[str, Session] | Sequence[Sessi
     ``sessions`` are loads of one program, or a :func:`memory_frame` of them (then pass
     ``minimum`` yourself; with sessions it defaults to :func:`minimum_device_bytes`).
     """
+    sessions = getattr(sessions, "sessions", sessions)  # a PolicyComparison: its sessions
     if isinstance(sessions, pd.DataFrame):
         frame, program_name, floor = sessions, None, minimum
         status = {p: "loaded" if g["loaded"].all() else "failed" for p, g in frame.groupby("policy", sort=False)}
@@ -318,15 +319,16 @@ def _count(v: Any) -> int:
     return len([x for x in text.split(",") if x.strip()]) if text else 0
 
 
-def policy_tradeoff(comparison: pd.DataFrame, *, ax: "Axes | None" = None, minimum: int | None = None,
+def policy_tradeoff(comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = None, minimum: int | None = None,
                     title: str | None = None) -> "Figure":
-    """Correctness vs memory, one point per policy (rows of :func:`toolkit.compare_policies`).
+    """Correctness vs memory, one point per policy (:func:`toolkit.compare_policies`' result or its frame).
 
     x: constant bytes on the device; y: methods whose output is wrong or that cannot run.
     Policies landing on the same point share one label.  A failed load (refused) is drawn
     hollow: it is safe, but the program does not load.  ``minimum`` draws the
     perfect-loader floor (:func:`minimum_device_bytes`).
     """
+    comparison = getattr(comparison, "frame", comparison)  # a PolicyComparison, or its frame
     fig, ax = _axes(ax, (7.0, 4.2))
     pts: dict[tuple[float, int, bool], list[str]] = {}
     for r in comparison.to_dict("records"):

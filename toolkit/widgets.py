@@ -226,6 +226,7 @@ class ExplorerState:
         self.program, self.session, self.verification, self.report = program, session, verification, report
         if self.comparison is not None and (old is None or old.program.root != program.root):
             self.comparison = self.comparison_memory = None
+            self.compared_sessions = {}
             self._notify("comparison")
         self.filter_method = self.filter_decision = self.filter_reason = ALL
         self.selected = None

@@ -242,6 +242,9 @@ class AotiRuntime:
         return _parse(spec, default_cuda_index=current)
 
     def check_available(self, program: Program, device: Device) -> None:
+        if program.root is None:
+            raise LoadError(f"program {program.name!r} exists only in memory (its files were never written): "
+                            "it can be analysed (toolkit.analyze), not loaded")
         check_compatible(program, device.type, torch.__version__)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise LoadError("the program is for CUDA but torch sees no CUDA device")
