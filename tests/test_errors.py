@@ -185,14 +185,17 @@ def _const(d, i=0, j=0) -> dict:
     (lambda d: _const(d).update(digest="abc"), "methods[0].constants[0].digest"),
     (lambda d: _const(d).pop("fqn"), "methods[0].constants[0].fqn"),
     (lambda d: d["methods"][0]["constants"].append(dict(_const(d))), "methods[0].constants[1].name"),
-    (lambda d: d["methods"][1].update(blob_bytes=16000), "methods[1].constants[0].offset"),
+    # a wrong blob_bytes is blamed on itself (it disagrees with the file record), not on a constant
+    (lambda d: d["methods"][1].update(blob_bytes=16000), "methods[decode].blob_bytes"),
+    (lambda d: (d["methods"][1].update(blob_bytes=16000),
+                d["files"]["methods/decode/weights.blob"].update(bytes=16000)), "methods[1].constants[0].offset"),
     (lambda d: d["methods"][1].update(blob_bytes=20000), "methods[decode].blob_bytes"),
     (lambda d: d["methods"][0].update(num_inputs=-1), "methods[0].num_inputs"),
     (lambda d: d["methods"][0].update(constants={}), "methods[0].constants"),
 ], ids=["offset-outside-blob", "negative-offset", "unknown-dtype", "dtype-type", "shape-string", "shape-negative",
         "shape-implausible", "rank-implausible", "stride-float", "strides-rank", "stride-negative",
         "strides-need-more-bytes", "nbytes", "kind", "mutated", "digest", "no-fqn", "duplicate-constant",
-        "blob-smaller-than-constants", "blob-bytes-vs-record", "num-inputs", "constants-type"])
+        "blob-bytes-vs-record-first", "blob-smaller-than-constants", "blob-bytes-vs-record", "num-inputs", "constants-type"])
 def test_manifest_constant_fields(prog, mutate, field):
     edit_manifest(prog, mutate)
     err = manifest_error(prog)
@@ -409,6 +412,6 @@ def test_manifest_dtype_that_contradicts_the_compiled_so(prog):
     assert s.status == "failed" and s.failed_method == s.program.methods[0].name
     err = s.exception
     err = err() if callable(err) else err
-    assert isinstance(err, ProgramError) and err.field.endswith("constants.dtype")
+    assert isinstance(err, ProgramError) and err.field == f"methods[{s.program.methods[0].name}].constants[{s.program.methods[0].constants[0].name}].dtype"
     assert "compiled for float32" in s.error and "int32" in s.error
     assert not any(e.kind.value == "constant_uploaded" for e in s.log)

@@ -15,7 +15,15 @@ Mutation families (counts in ``FAMILIES``; the total is asserted to be >= 300):
   every one of them before anything is opened;
 - ``blob-consistent``, ``reference-consistent``: data tampered *and* digests updated (the
   manifest is the root of trust): the program must load, and verification must say
-  whether outputs still match.
+  whether outputs still match;
+- ``layout-lie``: one constant's shape, size or offset changed with its digest recomputed:
+  the .so's own slot table refuses it before that method uploads anything (same-size
+  relayouts may load);
+- ``blob-resize-consistent``: the blob truncated or extended, every record rewritten:
+  refused at open or load, never a SIGBUS; ``blob-truncated-unchecked``: the blob cut short
+  with integrity checking off, under every policy: a clean IntegrityError;
+- ``interrupt``: a KeyboardInterrupt after every event of a load of every sample under
+  every policy: the session stays consistent and resumes.
 
 A correct load means: status "loaded", cache entries owned and used only by loaded
 methods, verify() produces a row per method without raising, close() empties the cache.
@@ -50,7 +58,11 @@ FAMILIES = {  # family -> number of cases
     "manifest-json": 200, "manifest-text": 30, "manifest-semantic": 100,
     "blob-bytes": 20, "blob-length": 12, "so-bytes": 16, "so-length": 8, "file-swap": 16,
     "blob-consistent": 12, "reference-consistent": 6,
+    "layout-lie": 120, "blob-resize-consistent": 48, "blob-truncated-unchecked": 24,
 }
+# "interrupt" cases are not drawn: every event of a clean load of every sample under every
+# policy is one case (KeyboardInterrupt raised right after that event is recorded).
+INTERRUPT_FAMILY = "interrupt"
 TAMPER = {"blob-bytes", "blob-length", "so-bytes", "so-length", "file-swap"}
 CASE_SECONDS = 30.0  # bound per case; a hang inside native code is caught by pytest-timeout
 
@@ -81,7 +93,7 @@ def print_counts(request):
     total = sum(sum(c.values()) for c in OUTCOMES.values())
     lines = [f"fuzz: {total} mutated programs, slowest case {max(TIMES, default=0):.2f} s"]
     overall: Counter = Counter()
-    for family in [*FAMILIES, "layout-lie-isolated"]:
+    for family in [*FAMILIES, INTERRUPT_FAMILY, "layout-lie-isolated"]:
         c = OUTCOMES.get(family, Counter())
         overall.update(c)
         lines.append(f"  {family:22s} {sum(c.values()):4d}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
@@ -119,23 +131,28 @@ _counter = iter(range(10**9))
 
 
 def make_case(base, workdir: Path) -> Path:
-    """A program directory whose files are symlinks to the base's; the manifest is a copy.
+    """A private copy of the base program (hard links where the file system allows: the
+    program's own files, not symlinks, which the toolkit refuses when they lead outside).
     Call ``own(root, rel)`` before changing a file, so the base is never touched."""
     root = workdir / f"case{next(_counter)}"
     root.mkdir()
     shutil.copy(base.root / MANIFEST_FILE, root / MANIFEST_FILE)
     for rel in base.files:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(base.root / rel, root / rel)
+        try:
+            os.link(base.root / rel, root / rel)
+        except OSError:  # another file system
+            shutil.copyfile(base.root / rel, root / rel)
     return root
 
 
 def own(root: Path, rel: str) -> Path:
+    """``root/rel`` as a file of its own (a hard-linked file would change the base too)."""
     p = root / rel
-    if p.is_symlink():
-        target = p.resolve()
+    if p.stat().st_nlink > 1:
+        data = p.read_bytes()
         p.unlink()
-        shutil.copyfile(target, p)
+        p.write_bytes(data)
     return p
 
 
@@ -456,6 +473,179 @@ def test_consistent_data_tampering_loads_and_verification_tells(bases, workdir, 
 
 def test_enough_mutations():
     assert sum(FAMILIES.values()) >= 300
+
+
+# ------------------------------------------- the promises of issue 13: lies, sizes, interrupts
+
+
+def _sha(raw: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _contiguous(shape):
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.insert(0, acc)
+        acc *= max(n, 1)
+    return strides
+
+
+_ITEM = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "float64": 8, "int8": 1, "uint8": 1,
+         "bool": 1, "int16": 2}
+
+
+def _lie(rng: random.Random, root: Path, d: dict) -> tuple[str, int, str]:
+    """One consistent lie about a constant's layout (its digest recomputed from the blob).
+
+    Returns (note, index of the lying method, kind) where kind says what must happen:
+    "refuse" (the .so's slot disagrees: refused before anything of that method is uploaded)
+    or "benign" (same bytes read another way: may load; verification tells)."""
+    mi = rng.randrange(len(d["methods"]))
+    m = d["methods"][mi]
+    if not m["constants"]:
+        return "no constants", mi, "benign"
+    c = rng.choice(m["constants"])
+    item = _ITEM[c["dtype"]]
+    blob = (root / m["blob_file"]).read_bytes()
+    n = c["nbytes"] // item
+    op = rng.choice(["shrink", "grow", "offset", "flat", "transpose"])
+    if op == "shrink" and n > 1:
+        shape = [rng.randrange(1, n)]
+    elif op == "grow" and c["offset"] + c["nbytes"] + item <= len(blob):
+        shape = [n + rng.randrange(1, (len(blob) - c["offset"] - c["nbytes"]) // item + 1)]
+    elif op == "offset" and len(blob) > c["nbytes"]:
+        choices = [o for o in range(0, len(blob) - c["nbytes"] + 1, 64) if o != c["offset"]]
+        if not choices:
+            return "no other offset", mi, "benign"
+        c["offset"] = rng.choice(choices)
+        c["digest"] = _sha(blob[c["offset"]: c["offset"] + c["nbytes"]])
+        return f"{m['name']}/{c['name']}: offset -> {c['offset']}", mi, "refuse"
+    elif op == "transpose" and len(c["shape"]) == 2 and c["shape"][0] == c["shape"][1]:
+        c["strides"] = [c["strides"][1], c["strides"][0]]  # same bytes, read transposed
+        return f"{m['name']}/{c['name']}: strides transposed", mi, "benign"
+    else:  # the same bytes as a flat vector: same size, other shape
+        c.update(shape=[n], strides=[1])
+        return f"{m['name']}/{c['name']}: flattened", mi, "benign"
+    c.update(shape=shape, strides=_contiguous(shape), storage_offset=0, nbytes=shape[0] * item)
+    c["digest"] = _sha(blob[c["offset"]: c["offset"] + c["nbytes"]])
+    return f"{m['name']}/{c['name']}: {op} to {shape}", mi, "refuse"
+
+
+def _uploads(s, method: str) -> list[str]:
+    return [e.kind.value for e in s.log if e.method == method
+            and e.kind.value in ("blob_uploaded", "constant_uploaded", "pairs_installed")]
+
+
+@pytest.mark.parametrize("i, seed", _cases("layout-lie"))
+def test_layout_lies_are_refused_before_anything_of_the_method_is_uploaded(bases, workdir, i, seed):
+    """The manifest lies consistently (digest recomputed) about one constant's shape, size or
+    offset: the .so's own slot table refuses it before that method uploads or runs anything,
+    under every policy.  A same-size relayout reads in-bounds bytes and may load."""
+    rng, sample, base, root, policy = _setup(bases, workdir, seed)
+    d = read_json(root)
+    note, mi, kind = _lie(rng, root, d)
+    write_json(root, d)
+    outcome, what, _ = run_case("layout-lie", root, policy, f"{sample}: {note}")
+    lying = d["methods"][mi]["name"]
+    if kind == "refuse":
+        assert outcome == "failed load (ProgramError)", (note, outcome)
+        assert what.failed_method == lying and "the .so" in what.error, (note, what.error)
+        assert _uploads(what, lying) == [], (note, _uploads(what, lying))
+
+
+@pytest.mark.parametrize("i, seed", _cases("blob-resize-consistent"))
+def test_a_resized_blob_with_a_consistent_manifest_never_reaches_aoti(bases, workdir, i, seed):
+    """The blob truncated or extended and every record rewritten to match: refused at open
+    (a constant outside the blob) or at load (the .so reads another blob size), never a
+    SIGBUS, under every policy."""
+    rng, sample, base, root, policy = _setup(bases, workdir, seed)
+    rel = rng.choice(_files(base, "blob"))
+    p = own(root, rel)
+    raw = p.read_bytes()
+    delta = rng.choice([-1, -7, -64, -len(raw) // 2, 1, 64, 4096])
+    p.write_bytes(raw[:max(len(raw) + delta, 0)] if delta < 0 else raw + bytes(delta))
+    refresh_digests(root)
+    outcome, what, _ = run_case("blob-resize-consistent", root, policy, f"{sample}: {rel} {delta:+d}")
+    assert outcome in ("refused at open (ManifestError)", "failed load (ProgramError)"), (rel, delta, outcome)
+
+
+@pytest.mark.parametrize("i, seed", _cases("blob-truncated-unchecked"))
+def test_a_truncated_blob_without_integrity_checking_fails_cleanly(bases, workdir, i, seed):
+    """Integrity checking off (a program being edited), the blob cut short: whole-blob
+    policies would let AOTInductor read past the end of the mapping (SIGBUS); the file's
+    real size is checked first, and own uploads detect the short read."""
+    rng = random.Random(seed)
+    sample = SAMPLES[i % len(SAMPLES)]
+    policy = POLICIES[i % len(POLICIES)]
+    base = bases[sample]
+    root = make_case(base, workdir)
+    rel = rng.choice(_files(base, "blob"))
+    p = own(root, rel)
+    raw = p.read_bytes()
+    p.write_bytes(raw[:rng.randrange(len(raw))])
+    t0 = time.perf_counter()
+    s = load_program(open_program(root), policy, check_integrity=False)
+    TIMES.append(time.perf_counter() - t0)
+    check_cache(s)
+    if s.status == "failed":
+        outcome = f"failed load ({type(s.exception).__name__})"
+        assert isinstance(s.exception, IntegrityError) and s.exception.path == str(p), s.error
+    else:  # a policy that never reads this blob (every constant shared from another method)
+        outcome = "loaded (the truncated blob was never read)"
+        method = rel.split("/")[1]  # methods/<method>/weights.blob
+        assert not any(e.kind.value in ("blob_uploaded", "constant_uploaded") and e.method == method
+                       for e in s.log)
+    s.close()
+    OUTCOMES.setdefault("blob-truncated-unchecked", Counter())[outcome] += 1
+
+
+def _cache_view(s) -> dict:
+    return {e.fqn: (e.owner_method, frozenset(e.users)) for e in s.cache}
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_interrupt_at_any_event_leaves_a_consistent_session(bases, sample, policy):
+    """KeyboardInterrupt right after each event of a load, one case per event: the methods
+    loaded before stay loaded, the cache holds only their entries (users included), the
+    session stays "not loaded", and load() then resumes and gives the unmutated answers."""
+    from toolkit import events as ev
+    from toolkit.loader import Session, resolve_devices
+    from toolkit.policies import get_policy
+
+    base = bases[sample]
+    clean = load_program(base, policy)
+    n_events = len(clean.log)
+    want = dict(zip(clean.verify()["method"], clean.verify()["ok"]))
+    clean.close()
+    for k in range(n_events):
+        s = Session(base, get_policy(policy), resolve_devices(base, None))
+        real, count = s.log.record, [0]
+
+        def interrupting(event_type, method, **kw):
+            real(event_type, method, **kw)
+            count[0] += 1
+            if count[0] == k + 1:
+                raise KeyboardInterrupt(f"after event {k} ({event_type.kind.value} of {method})")
+
+        s.log.record = interrupting
+        with pytest.raises(KeyboardInterrupt):
+            s.load()
+        s.log.record = real
+        assert s.status == "not loaded", (k, s.status)
+        loaded = set(s.methods)
+        for e in s.cache:
+            assert e.owner_method in loaded and e.users <= loaded, (k, e.fqn, e.owner_method, e.users, loaded)
+        assert all(s.results[m].status == "loaded" for m in loaded)
+        s.load()  # resumes with the methods not loaded yet
+        assert s.status == "loaded", (k, s.error)
+        got = dict(zip(s.verify()["method"], s.verify()["ok"]))
+        assert got == want, (k, got, want)
+        s.close()
+        assert len(s.cache) == 0 and s.status == "closed"
+        OUTCOMES.setdefault(INTERRUPT_FAMILY, Counter())["interrupted, consistent, resumed"] += 1
 
 
 @pytest.mark.parametrize("policy", ["fingerprint", "decline-on-mismatch"])

@@ -22,6 +22,19 @@ import pandas as pd
 
 from .errors import ToolkitError
 
+# C0 controls (but newline and tab) and C1 controls: a name holding ESC [ ... could
+# rewrite the terminal; they are printed escaped.
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0)]}
+
+
+def printable(text: object) -> str:
+    """``text`` with terminal control characters (ESC, NUL, ...) shown as ``\\xNN``."""
+    return str(text).translate(_CONTROL)
+
+
+def _out(text: object = "") -> None:
+    print(printable(text))
+
 
 def _load_source_module(source: str):
     path = Path(source)
@@ -30,9 +43,17 @@ def _load_source_module(source: str):
             raise ToolkitError(f"{path}: no such file")
         spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as e:  # the user's file: say which and why, in one line
+            raise ToolkitError(f"{path}: running it failed: {type(e).__name__}: {e}") from None
     else:
-        mod = importlib.import_module(source)
+        try:
+            mod = importlib.import_module(source)
+        except ImportError as e:
+            raise ToolkitError(f"{source}: not a .py file and not an importable module ({e})") from None
+        except Exception as e:
+            raise ToolkitError(f"{source}: importing it failed: {type(e).__name__}: {e}") from None
     if not callable(getattr(mod, "methods", None)):
         raise ToolkitError(f"{source}: defines no methods() returning {{name: (module, example_args)}}")
     return mod
@@ -53,7 +74,29 @@ def _program(ref: str, device: str | None):
 def _print_frame(df: pd.DataFrame) -> None:
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 70,
                            "display.max_rows", 500):
-        print(df.to_string(index=False))
+        _out(df.to_string(index=False))
+
+
+def _check_device(device: str | None) -> None:
+    from .runtimes import parse_device
+
+    if device is not None:
+        parse_device(device)  # ValueError naming the choices
+
+
+def _check_csv(path: str | None, force: bool) -> None:
+    """Refuse a CSV target before any work: empty, a folder, a missing folder, or (without --force) a file."""
+    if path is None:
+        return
+    if not path.strip():
+        raise ToolkitError("--csv: an empty path")
+    p = Path(path)
+    if p.is_dir():
+        raise ToolkitError(f"--csv {path}: is a folder; give a file name inside it")
+    if not p.parent.is_dir():
+        raise ToolkitError(f"--csv {path}: folder {str(p.parent)!r} does not exist")
+    if p.exists() and not force:
+        raise ToolkitError(f"--csv {path}: exists already; pass --force to overwrite it")
 
 
 def cmd_build(a) -> int:
@@ -67,40 +110,49 @@ def cmd_build(a) -> int:
         out = Path(a.out) if a.out else cache_root() / f"{Path(a.source).stem}-{a.device}"
         prog = build_program(mod.methods(), out, device=a.device, name=Path(a.source).stem,
                              description=(getattr(mod, "DESCRIPTION", "") or "").strip(), overwrite=True)
-    print(prog.root)
+    _out(prog.root)
     return 0
 
 
 def cmd_report(a) -> int:
     from .loader import load_program
 
+    _check_device(a.device)
+    _check_csv(a.csv, a.force)
     prog = _program(a.program, a.device)
     s = load_program(prog, a.policy, device=a.device, progress=True)
-    print(s.summary())
-    print()
+    _out(s.summary())
+    _out()
     _print_frame(s.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
-    print()
+    _out()
     verdict = s.verify()
     _print_frame(verdict)
     if a.csv:
         from .report import to_csv
 
         to_csv(s, a.csv, verification=verdict)  # verified once, above
-        print(f"\ncollision report written to {a.csv}")
+        _out(f"\ncollision report written to {Path(a.csv).resolve()}")
     s.close()
-    return 0 if s.status == "loaded" and verdict["ok"].all() else 1
+    return 0 if s.load_outcome == "loaded" and verdict["ok"].all() else 1
 
 
 def cmd_compare(a) -> int:
     from .compare import compare_policies
 
-    prog = _program(a.program, a.device)
+    _check_device(a.device)
+    _check_csv(a.csv, a.force)
     policies = a.policies.split(",") if a.policies else None
+    if policies:
+        from .policies import get_policy
+
+        for p in policies:
+            get_policy(p)  # ValueError naming the choices, before any build or load
+    prog = _program(a.program, a.device)
     df = compare_policies(prog, policies, device=a.device, progress=True).frame
     _print_frame(df.drop(columns=["error"]))
     if a.csv:
         df.to_csv(a.csv, index=False)
-        print(f"\ncomparison written to {a.csv}")
+        _out(f"\ncomparison written to {Path(a.csv).resolve()}")
     return 0
 
 
@@ -109,7 +161,7 @@ def cmd_samples(a) -> int:
 
     for name in sample_names():
         first = " ".join(sample_module(name).DESCRIPTION.split())
-        print(f"{name:26s} {first[:110]}")
+        _out(f"{name:26s} {first[:110]}")
     return 0
 
 
@@ -129,12 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--policy", default="fingerprint", choices=POLICIES)
     r.add_argument("--device")
     r.add_argument("--csv", help="write the collision report CSV here")
+    r.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
     r.set_defaults(fn=cmd_report)
     c = sub.add_parser("compare", help="load under every policy and tabulate")
     c.add_argument("program")
     c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
     c.add_argument("--device")
-    c.add_argument("--csv")
+    c.add_argument("--csv", help="write the comparison CSV here")
+    c.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
     c.set_defaults(fn=cmd_compare)
     s = sub.add_parser("samples", help="list the sample programs")
     s.set_defaults(fn=cmd_samples)
@@ -142,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return a.fn(a)
     except (ToolkitError, ValueError) as e:
-        print(f"constshare: error: {e}", file=sys.stderr)
+        print(f"constshare: error: {printable(e)}", file=sys.stderr)
         return 2
 
 

@@ -135,6 +135,9 @@ def load_isolated(program_or_path: "Program | str | Path", policy: str = "finger
     from .sources import open_program
     import torch
 
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
+            or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     program = open_program(program_or_path)
     pol = get_policy(policy).name.value
     for kind in {d.type for d in resolve_devices(program, device).values()}:

@@ -95,6 +95,7 @@ class Session:
         self.results: dict[str, MethodResult] = {m.name: MethodResult(m.name, str(self.devices[m.name]))
                                                  for m in program.methods}
         self.status = SessionStatus.NOT_LOADED
+        self.load_outcome = SessionStatus.NOT_LOADED  # what load() came to; kept after close()
         self.error: str | None = None
         self.failed_method: str | None = None
         self.exception: ToolkitError | None = None  # what made the load fail, with its type
@@ -102,14 +103,21 @@ class Session:
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
         self._verification: tuple[tuple, Any] | None = None
-        self.closed = False
 
     # ------------------------------------------------------------------ loading
     def load(self, progress: bool = False) -> "Session":
+        """Load every method not loaded yet, in order (see :class:`~toolkit.vocab.SessionStatus`).
+
+        Refused (LoadError, nothing changed) once the session is loaded, failed or closed.
+        After an interrupt the session is still "not loaded" and ``load()`` resumes.
+        """
         from tqdm.auto import tqdm
 
+        if self.status is not SessionStatus.NOT_LOADED:
+            raise LoadError(f"session of {self.program.name!r} under {self.policy.name.value!r} is "
+                            f"{self.status.value}: load a new session (toolkit.load_program) instead")
         t0 = time.perf_counter()
-        specs = list(self.program.methods)
+        specs = [m for m in self.program.methods if m.name not in self.methods]
         bar = tqdm(specs, desc=f"loading ({self.policy.name})", unit="method", disable=not progress)
         try:
             if self.check_integrity:
@@ -130,14 +138,15 @@ class Session:
                     self._fail(spec.name, e)
                     break
             else:
-                self.status = SessionStatus.LOADED
+                self.status = self.load_outcome = SessionStatus.LOADED
         finally:
             bar.close()
             self.load_seconds = time.perf_counter() - t0
         return self
 
     def _fail(self, method: str, e: ToolkitError) -> None:
-        self.status, self.error, self.failed_method, self.exception = SessionStatus.FAILED, str(e), method, e
+        self.status = self.load_outcome = SessionStatus.FAILED
+        self.error, self.failed_method, self.exception = str(e), method, e
         r = self.results[method]
         r.status, r.error, r.runnable = MethodStatus.FAILED, str(e), False
 
@@ -148,6 +157,8 @@ class Session:
         """
         spec = self.program.method(name)
         device = self.devices[name]
+        if self.status is SessionStatus.CLOSED:
+            raise LoadError(f"method {name!r}: the session is closed")
         with self.cache.lock:
             # checked under the lock: two threads loading one method must not both pass
             if name in self.methods:
@@ -305,23 +316,40 @@ class Session:
         return loaded
 
     def _check_against_compiled(self, spec: MethodSpec, handle: MethodRuntime, so: Path) -> None:
-        """The compiled model's own constants are the truth: a program model that disagrees is refused."""
+        """The compiled model's own slots are the truth: a program model that disagrees is refused.
+
+        Names, FQNs, dtypes, byte sizes and blob offsets, before anything is uploaded or run,
+        under every policy.  A slot smaller in the program than in the .so would be filled
+        by a smaller tensor and read out of bounds (AOTInductor checks nothing when a
+        tensor is installed); a shorter blob would be read past its end.
+        """
         m = spec.name
-        fqns = handle.constant_fqns()
+        compiled = handle.compiled()
+        slots = compiled.constants
         declared = {c.name: c for c in spec.constants}
-        if set(fqns) != set(declared):
+        if set(slots) != set(declared):
             raise ProgramError(
-                f"method {m!r}: the .so's constants {sorted(set(fqns) ^ set(declared))[:5]} differ from the manifest's",
+                f"method {m!r}: the .so's constants {sorted(set(slots) ^ set(declared))[:5]} differ from the manifest's",
                 path=so, field=f"methods[{m}].constants")
-        compiled_dtypes = handle.constant_dtypes()
+        if compiled.blob_bytes is not None and spec.constants and compiled.blob_bytes != spec.blob_bytes:
+            raise ProgramError(f"method {m!r}: the .so reads a {compiled.blob_bytes}-byte weights blob, the "
+                               f"manifest says {spec.blob_bytes}", path=so, field=f"methods[{m}].blob_bytes")
         for c in spec.constants:
-            if fqns[c.name] != c.fqn:
-                raise ProgramError(f"constant {c.name!r}: .so says FQN {fqns[c.name]!r}, manifest says {c.fqn!r}",
-                                   path=so, field=f"methods[{m}].constants.fqn")
+            slot = slots[c.name]
+            where = f"methods[{m}].constants[{c.name}]"
+            if slot.fqn != c.fqn:
+                raise ProgramError(f"constant {c.name!r}: .so says FQN {slot.fqn!r}, manifest says {c.fqn!r}",
+                                   path=so, field=f"{where}.fqn")
             # the .so's own dtype is the slot's truth; a manifest that disagrees would size uploads wrongly
-            if compiled_dtypes.get(c.name, c.dtype) != c.dtype:
-                raise ProgramError(f"constant {c.name!r}: .so was compiled for {compiled_dtypes[c.name]}, "
-                                   f"manifest says {c.dtype}", path=so, field=f"methods[{m}].constants.dtype")
+            if slot.dtype != "?" and slot.dtype != c.dtype:
+                raise ProgramError(f"constant {c.name!r}: .so was compiled for {slot.dtype}, manifest says {c.dtype}",
+                                   path=so, field=f"{where}.dtype")
+            if slot.nbytes is not None and slot.nbytes != c.nbytes:
+                raise ProgramError(f"constant {c.name!r}: the .so's slot holds {slot.nbytes} bytes, the manifest's "
+                                   f"dtype/shape/strides {c.nbytes}", path=so, field=f"{where}.nbytes")
+            if slot.blob_offset is not None and compiled.blob_bytes is not None and slot.blob_offset != c.offset:
+                raise ProgramError(f"constant {c.name!r}: the .so reads it at blob offset {slot.blob_offset}, "
+                                   f"the manifest says {c.offset}", path=so, field=f"{where}.offset")
             self.log.record(ev.ConstantEnumerated, m, name=c.name, fqn=c.fqn, dtype=c.dtype)
 
     def _record_decisions(self, m: str, device: Device, outcome: Outcome, plan: Plan,
@@ -349,7 +377,7 @@ class Session:
         """(inputs, expected outputs) the eager module gave at build time."""
         from .verification import read_reference
 
-        return read_reference(self.program, self.program.method(method))
+        return read_reference(self.program, self.program.method(method), check_integrity=self.check_integrity)
 
     def run(self, method: str, inputs: list | None = None) -> list:
         lm = self.methods.get(method)
@@ -371,7 +399,7 @@ class Session:
         """
         from .verification import verify_session
 
-        if self.closed and self._verification is not None:
+        if self.status is SessionStatus.CLOSED and self._verification is not None:
             return self._verification[1].copy()
         key = tuple(sorted((n, id(lm)) for n, lm in self.methods.items()))
         if self._verification is None or self._verification[0] != key:
@@ -396,10 +424,10 @@ class Session:
 
         Tables, :attr:`method_results` and the last :meth:`verify` answer outlive it.
         """
-        self.closed = True
         for name in list(self.methods):
             self.unload(name)
         self.runtime.close()
+        self.status = SessionStatus.CLOSED
 
     # ------------------------------------------------------------------ tables
     def _table(self, name: str):

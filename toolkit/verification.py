@@ -28,11 +28,22 @@ def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def read_reference(program: Program, spec: MethodSpec) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(inputs, outputs) stored at build time in the method's reference file (safetensors, never pickle)."""
+def read_reference(program: Program, spec: MethodSpec, *, check_integrity: bool = True
+                   ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(inputs, outputs) stored at build time in the method's reference file (safetensors, never pickle).
+
+    The file is checked against its recorded digest first, as the load checks its files
+    (free when it is unchanged since): a reference copied over another after the load
+    would make a correct method look wrong.
+    """
     from safetensors.torch import load_file
 
+    from .integrity import VERIFIED
+
     path = program.path(spec.reference_file)
+    record = program.files.get(spec.reference_file)
+    if check_integrity and record is not None:
+        VERIFIED.check(path, record)
     try:
         data = load_file(str(path))
     except Exception as e:

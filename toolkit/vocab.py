@@ -22,11 +22,13 @@ class PolicyName(enum.StrEnum):
 
 
 class SessionStatus(enum.StrEnum):
-    """Where a whole load stands."""
+    """Where a session stands.  Transitions: NOT_LOADED -load()-> LOADED or FAILED;
+    any -close()-> CLOSED.  ``load()`` is refused once the session has left NOT_LOADED."""
 
-    NOT_LOADED = "not loaded"  # constructed, load() not called yet
+    NOT_LOADED = "not loaded"  # constructed; load() not called, or interrupted before it ended
     LOADED = "loaded"  # every method loaded (some may be not runnable)
     FAILED = "failed"  # a method failed; the methods before it stay loaded
+    CLOSED = "closed"  # close() released every method; the results stay readable
 
 
 class MethodStatus(enum.StrEnum):

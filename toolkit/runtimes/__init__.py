@@ -21,6 +21,25 @@ from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
 
 
 @dataclass(frozen=True)
+class CompiledConstant:
+    """One constant slot as the compiled model itself declares it (its truth, not the program's)."""
+
+    name: str
+    fqn: str
+    dtype: str
+    nbytes: int | None  # bytes the slot holds; None when the model cannot say (old AOTI builds)
+    blob_offset: int | None  # where a whole-blob upload reads it from; None if not in the blob
+
+
+@dataclass(frozen=True)
+class CompiledMethod:
+    """What the compiled model says about its constants, read without uploading anything."""
+
+    constants: Mapping[str, CompiledConstant]
+    blob_bytes: int | None  # bytes a whole-blob upload reads; None when the model cannot say
+
+
+@dataclass(frozen=True)
 class Device:
     """Where a method is placed: ``("cpu", -1)`` or ``("cuda", N)`` (AOTI reports -1 for CPU)."""
 
@@ -47,11 +66,8 @@ def parse_device(spec: "str | Device | Any", *, default_cuda_index: int = 0) -> 
 class MethodRuntime(Protocol):
     """One method's compiled model (an AOTI container), created without constants."""
 
-    def constant_fqns(self) -> Mapping[str, str]:
-        """internal name -> original FQN, as the compiled model reports them."""
-
-    def constant_dtypes(self) -> Mapping[str, str]:
-        """internal name -> dtype name the compiled model expects."""
+    def compiled(self) -> CompiledMethod:
+        """Every constant slot the compiled model declares: name, FQN, dtype, bytes, blob layout."""
 
     def upload_blob(self) -> None:
         """Upload the method's whole weights blob into the model's own allocation."""
@@ -95,4 +111,5 @@ def default_runtime() -> "Runtime":
     return AotiRuntime()
 
 
-__all__ = ["Device", "MethodRuntime", "Runtime", "default_runtime", "parse_device"]
+__all__ = ["CompiledConstant", "CompiledMethod", "Device", "MethodRuntime", "Runtime", "default_runtime",
+           "parse_device"]

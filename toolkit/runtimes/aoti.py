@@ -7,15 +7,20 @@ Wraps ``AOTIModelContainerRunnerCpu/Cuda`` (one container per method) and its co
 
 from __future__ import annotations
 
+import ctypes
+import logging
+import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
 
-from ..errors import IncompatibleProgramError, LoadError
+from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
 from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
-from . import Device
+from . import CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
+
+log = logging.getLogger(__name__)
 
 
 def parse_device(device: "str | torch.device | Device") -> torch.device:
@@ -183,22 +188,102 @@ def check_compatible(program: Program, device_type: str, torch_version: str) -> 
             "rebuild it", path=where, field="torch_version")
 
 
+# AOTI aligns every constant of a binary_blob to this many bytes (AOTI_CONST_ALIGNMENT in
+# torch/csrc/inductor/aoti_runtime/model.h) and reads them in the model's constant order.
+AOTI_CONST_ALIGNMENT = 64
+_QUERIES = ("AOTInductorModelContainerCreateWithDevice", "AOTInductorModelContainerDelete",
+            "AOTInductorModelContainerGetNumConstants", "AOTInductorModelContainerGetConstantName",
+            "AOTInductorModelContainerGetConstantOriginalFQN", "AOTInductorModelContainerGetConstantDtype",
+            "AOTInductorModelContainerGetConstantDataSize", "AOTInductorModelContainerGetConstantsBlobSize",
+            "AOTInductorModelContainerGetConstantFromFolded")
+
+
+def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
+    """Every constant slot a compiled ``.so`` declares, through its own container C API.
+
+    The ``.so`` exports ``AOTInductorModelContainerGetNumConstants``, ``...GetConstantName``,
+    ``...GetConstantOriginalFQN``, ``...GetConstantDtype``, ``...GetConstantDataSize``,
+    ``...GetConstantsBlobSize`` and ``...GetConstantFromFolded`` (torch/csrc/inductor/
+    aoti_runtime/interface.h; in every .so built by torch 2.9-2.13, checked with nm on the
+    builds here).  The pybind runner exposes none of the sizes, so a second, constant-less
+    container is created for the query and deleted at once (no constant memory: the
+    weights are not in the .so).  A blob's layout is derived as AOTI reads it: constants in
+    this order, folded ones skipped, each slot rounded up to 64 bytes.  Returns None when the
+    .so lacks a query (then only the runner's names and dtypes are known).
+    """
+    try:
+        lib = ctypes.CDLL(str(so_path))  # already loaded by the runner: the same handle
+        fns = {n: getattr(lib, n) for n in _QUERIES}
+    except (OSError, AttributeError) as e:
+        log.warning("%s: cannot query its constants' sizes (%s); trusting the program's sizes", so_path, e)
+        return None
+    size_t, p = ctypes.c_size_t, ctypes.byref
+    handle = ctypes.c_void_p()
+    dev = (f"cuda:{device.index}" if device.index is not None else "cuda") if device.type == "cuda" else "cpu"
+
+    def call(name: str, *args) -> None:
+        if fns[name](*args) != 0:
+            raise ProgramError(f"the compiled model's {name} failed", path=so_path)
+
+    call("AOTInductorModelContainerCreateWithDevice", p(handle), size_t(1), dev.encode(), None)
+    try:
+        n = size_t()
+        call("AOTInductorModelContainerGetNumConstants", handle, p(n))
+        blob = ctypes.c_uint64()
+        call("AOTInductorModelContainerGetConstantsBlobSize", handle, p(blob))
+        out: dict[str, CompiledConstant] = {}
+        offset = 0
+        for i in range(n.value):
+            name, fqn = ctypes.c_char_p(), ctypes.c_char_p()
+            dtype, nbytes, folded = ctypes.c_int32(), size_t(), ctypes.c_bool()
+            call("AOTInductorModelContainerGetConstantName", handle, size_t(i), p(name))
+            call("AOTInductorModelContainerGetConstantOriginalFQN", handle, size_t(i), p(fqn))
+            call("AOTInductorModelContainerGetConstantDtype", handle, size_t(i), p(dtype))
+            call("AOTInductorModelContainerGetConstantDataSize", handle, size_t(i), p(nbytes))
+            call("AOTInductorModelContainerGetConstantFromFolded", handle, size_t(i), p(folded))
+            key = (name.value or b"").decode("utf-8", "replace")
+            at = None
+            if not folded.value:
+                at = offset
+                offset += -(-nbytes.value // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
+            out[key] = CompiledConstant(key, (fqn.value or b"").decode("utf-8", "replace"),
+                                        SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"), nbytes.value, at)
+        return CompiledMethod(out, int(blob.value))
+    finally:
+        fns["AOTInductorModelContainerDelete"](handle)
+
+
 class AotiMethod:
     """One method on the AOTInductor runtime: its container and the uploads into it."""
 
     def __init__(self, runtime: "AotiRuntime", program: Program, method: MethodSpec, device: Device):
         self._runtime = runtime
         self._blob = program.path(method.blob_file)
+        self._blob_bytes: int | None = method.blob_bytes
         self.device = to_torch(device)
         self.container = AotiContainer.create(program.path(method.so_file), self.device)
 
-    def constant_fqns(self) -> dict[str, str]:
-        return self.container.constant_fqns()
-
-    def constant_dtypes(self) -> dict[str, str]:
-        return self.container.constant_dtypes()
+    def compiled(self) -> CompiledMethod:
+        got = read_compiled(self.container.so_path, self.device)
+        if got is not None:
+            if got.blob_bytes is not None:  # what upload_blob will make AOTI read
+                self._blob_bytes = max(self._blob_bytes or 0, got.blob_bytes)
+            return got
+        dtypes = self.container.constant_dtypes()
+        return CompiledMethod({n: CompiledConstant(n, fqn, dtypes.get(n, "?"), None, None)
+                               for n, fqn in self.container.constant_fqns().items()}, None)
 
     def upload_blob(self) -> None:
+        # AOTI maps the blob and reads what the .so expects: a shorter file would end the
+        # process with SIGBUS, so its real size is checked here, right before.
+        need = self._blob_bytes
+        try:
+            have = os.stat(self._blob).st_size
+        except OSError as e:
+            raise IntegrityError(f"weights blob cannot be read: {e.strerror or e}", path=self._blob) from None
+        if need is not None and have < need:
+            raise IntegrityError(f"weights blob is truncated: {have} bytes, the compiled model reads {need}",
+                                 path=self._blob)
         self.container.upload_blob(self._blob)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

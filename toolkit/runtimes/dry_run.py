@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
-from . import Device, parse_device
+from . import CompiledConstant, CompiledMethod, Device, parse_device
 
 PATH_NONE = "dry run"
 
@@ -32,11 +32,10 @@ class DryRunMethod:
     def _tensor(self, c: ConstantSpec) -> PlannedTensor:
         return PlannedTensor(c.meta(self.device.type, self.device.index), c.nbytes)
 
-    def constant_fqns(self) -> Mapping[str, str]:
-        return {c.name: c.fqn for c in self.method.constants}
-
-    def constant_dtypes(self) -> Mapping[str, str]:
-        return {c.name: c.dtype for c in self.method.constants}
+    def compiled(self) -> CompiledMethod:
+        """The program model stands in for the compiled model (a dry run trusts it)."""
+        return CompiledMethod({c.name: CompiledConstant(c.name, c.fqn, c.dtype, c.nbytes, c.offset)
+                               for c in self.method.constants}, self.method.blob_bytes)
 
     def upload_blob(self) -> None:
         pass

@@ -81,7 +81,9 @@ Sha256 = Annotated[str, Field(strict=True, pattern=_SHA256)]
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    # Unknown fields are refused: only our builder writes this format, so an unknown field is a
+    # typo or a manifest of another version, and silently ignoring it would hide either.
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
 class ConstantDoc(_Doc):
@@ -147,13 +149,21 @@ def _field_path(loc: tuple) -> str:
     return out or "(top level)"
 
 
+def _short(v: Any, limit: int = 60) -> str:
+    """A value for an error message: its repr, cut in the middle when long (a 400-digit number)."""
+    text = repr(v)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(text)} characters)"
+
+
 def _describe(err: dict) -> str:
     if err["type"] == "missing":
         return "missing"
+    if err["type"] == "extra_forbidden":
+        return "unknown field (this toolkit reads format version 1, which has no such field)"
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "value_error":
         return msg[:300]
-    return f"{msg}, got {err.get('input')!r}"[:300]
+    return f"{msg}, got {_short(err.get('input'))}"[:300]
 
 
 def _manifest_error(e: ValidationError, path: Path) -> ManifestError:
@@ -191,6 +201,14 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
         if m.name in seen:
             raise fail(f"{w}.name", f"duplicate method name {m.name!r}")
         seen.add(m.name)
+        # the method's own sizes first: a wrong blob_bytes is blamed on itself, not on a constant
+        for key in ("so_file", "blob_file", "reference_file"):
+            rel = getattr(m, key)
+            if rel not in files:
+                raise fail("files", f"no digest recorded for {rel!r} (method {m.name!r}, {key})")
+        if files[m.blob_file].bytes != m.blob_bytes:
+            raise fail(f"methods[{m.name}].blob_bytes",
+                       f"{m.blob_bytes} differs from the file record's {files[m.blob_file].bytes}")
         constants = []
         names: set[str] = set()
         for j, c in enumerate(m.constants):
@@ -213,13 +231,6 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
                 name=c.name, fqn=c.fqn, kind=c.kind, mutated=c.mutated, dtype=c.dtype, shape=shape,
                 strides=strides, storage_offset=c.storage_offset, nbytes=c.nbytes, offset=c.offset,
                 digest=c.digest, file=m.blob_file))
-        for key in ("so_file", "blob_file", "reference_file"):
-            rel = getattr(m, key)
-            if rel not in files:
-                raise fail("files", f"no digest recorded for {rel!r} (method {m.name!r}, {key})")
-        if files[m.blob_file].bytes != m.blob_bytes:
-            raise fail(f"methods[{m.name}].blob_bytes",
-                       f"{m.blob_bytes} differs from the file record's {files[m.blob_file].bytes}")
         methods.append(MethodSpec(name=m.name, so_file=m.so_file, blob_file=m.blob_file,
                                   reference_file=m.reference_file, blob_bytes=m.blob_bytes,
                                   num_inputs=m.num_inputs, num_outputs=m.num_outputs, constants=tuple(constants)))
@@ -227,10 +238,26 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
                    created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root, source=FORMAT_NAME)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads keeps the last of two equal keys silently; a manifest with two is refused."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(f"key {_short(k)} appears twice in one object")
+        out[k] = v
+    return out
+
+
 def read_manifest_file(path: Path, root: Path | None = None) -> Program:
     """Read and validate one manifest file; every failure is a ManifestError naming it."""
-    if not path.is_file():
+    if not path.exists():
         raise ManifestError("manifest is missing", path=path)
+    if not path.is_file():
+        raise ManifestError("manifest is not a regular file", path=path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -238,9 +265,11 @@ def read_manifest_file(path: Path, root: Path | None = None) -> Program:
     except UnicodeDecodeError as e:
         raise ManifestError(f"manifest is not valid JSON: {e}", path=path) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     # JSONDecodeError is a ValueError, and so is an integer longer than Python's
     # int_max_str_digits; nesting deeper than the decoder's stack raises RecursionError.
+    except _DuplicateKey as e:
+        raise ManifestError(f"manifest is ambiguous: {e}", path=path) from None
     except (ValueError, RecursionError) as e:
         raise ManifestError(f"manifest is not valid JSON: {str(e)[:300]}", path=path) from None
     return parse_manifest(data, path, root)
@@ -248,17 +277,28 @@ def read_manifest_file(path: Path, root: Path | None = None) -> Program:
 
 def open_directory(root: Path) -> Program:
     """A program directory: its manifest, validated, and every file it names present (no digest checked)."""
-    if not root.is_dir():
+    if not root.exists():
         raise ProgramError("program directory does not exist", path=root)
+    if not root.is_dir():
+        raise ProgramError(f"is a file, not a program directory (one holding {MANIFEST_FILE})", path=root)
     program = read_manifest_file(root / MANIFEST_FILE, root)
+    real_root = root.resolve()
     for rel in program.files:
+        p = root / rel
         try:
-            present = (root / rel).is_file()
+            exists, regular = p.exists(), p.is_file()
+            # a symlink (or a linked folder on the way) must not lead out of the program directory
+            inside = p.resolve().is_relative_to(real_root)
         except OSError as e:  # e.g. ENAMETOOLONG: is_file() only swallows "no such file"
-            raise ProgramError(f"file named in the manifest cannot be accessed: {e.strerror or e}",
-                               path=root / rel) from None
-        if not present:
-            raise ProgramError("file named in the manifest is missing", path=root / rel)
+            raise ProgramError(f"file named in the manifest cannot be accessed: {e.strerror or e}", path=p) from None
+        if not exists:
+            raise ProgramError("file named in the manifest is missing", path=p)
+        if not inside:
+            raise ProgramError(f"file named in the manifest leads out of the program directory (to {p.resolve()})",
+                               path=p)
+        if not regular:
+            raise ProgramError("file named in the manifest is not a regular file (a folder, FIFO or device)",
+                               path=p)
     return program
 
 
