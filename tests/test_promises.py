@@ -246,3 +246,52 @@ def test_verify_checks_reference_files_like_the_load(prog):
     v = s.verify().set_index("method")
     assert bool(v.loc["prefill", "ok"])
     assert not bool(v.loc["decode", "ran"]) and "sha256 does not match" in v.loc["decode", "reason"]
+
+
+# ---------------------------------------------------------------- the same on the H200
+
+
+@pytest.fixture
+def cuda_prog(built_sample, tmp_path) -> Path:
+    return clone(built_sample(SAMPLE, "cuda"), tmp_path / "p")
+
+
+@pytest.mark.gpu
+def test_every_cuda_sample_declares_the_layout_its_manifest_records(built_sample):
+    """The .so's own slot table (torch 2.11 on the H200) agrees with every CUDA sample's manifest."""
+    import torch
+
+    from toolkit.runtimes.aoti import AotiContainer, read_compiled
+    from toolkit.samples import sample_names
+
+    for name in sample_names():
+        p = built_sample(name, "cuda")
+        for m in p.methods:
+            container = AotiContainer.create(p.path(m.so_file), torch.device("cuda", 0))
+            got = read_compiled(container.so_path, container.device)
+            assert got is not None, f"{name}/{m.name}: the .so does not answer the size queries"
+            assert {c.name: (c.nbytes, c.blob_offset, c.dtype) for c in m.constants} == \
+                   {k: (v.nbytes, v.blob_offset, v.dtype) for k, v in got.constants.items()}, (name, m.name)
+            assert got.blob_bytes == m.blob_bytes or not m.constants
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_shrunken_constant_is_refused_on_cuda_before_anything_runs(cuda_prog, policy):
+    _shrink_decode_weight(cuda_prog)
+    s = load_program(cuda_prog, policy)
+    assert s.status == "failed" and s.failed_method == "decode", s.error
+    assert "the .so's slot holds 16384 bytes" in s.error
+    kinds = [e.kind.value for e in s.log if e.method == "decode"]
+    assert not {"blob_uploaded", "constant_uploaded", "pairs_installed"} & set(kinds), kinds
+    s.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", ["no-sharing", "fingerprint"])
+def test_a_truncated_blob_is_refused_on_cuda(cuda_prog, policy):
+    blob = cuda_prog / "methods/prefill/weights.blob"
+    blob.write_bytes(blob.read_bytes()[:100])
+    s = load_program(cuda_prog, policy, check_integrity=False)
+    assert s.status == "failed" and isinstance(s.exception, IntegrityError), s.error
+    s.close()
