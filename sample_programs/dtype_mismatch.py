@@ -44,4 +44,6 @@ EXPECTED = {
     "verify-always": Expected.of(declined=1),
     "fingerprint": Expected.of(declined=1),
     "content-dedup": Expected.of(declined=1),
+    "blind-share": Expected.of(not_runnable={"decode"}),
+    "fqn-weight-cache": Expected.of(loaded=False),  # key cuda_fqn_weight:cpu:scale, other data
 }

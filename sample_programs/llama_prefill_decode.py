@@ -93,7 +93,8 @@ def _expected():
     # All 22 constants are genuinely shared: every sharing policy shares them all and every
     # method stays correct; no-sharing keeps two copies.
     shared = {p: Expected.of(min_shared=22, declined=0) for p in (
-        "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup")}
+        "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup",
+        "blind-share", "fqn-weight-cache")}
     return {"no-sharing": Expected.of(), **shared}
 
 

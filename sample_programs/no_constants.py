@@ -31,4 +31,4 @@ def methods():
 
 EXPECTED = {p: Expected.of() for p in (
     "no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint",
-    "content-dedup")}
+    "content-dedup", "blind-share", "fqn-weight-cache")}

@@ -33,4 +33,7 @@ EXPECTED = {
     "verify-always": Expected.of(declined=1),
     "fingerprint": Expected.of(declined=1),
     "content-dedup": Expected.of(declined=1),
+    "blind-share": Expected.of(not_runnable={"decode"}),
+    # the two graphs differ, so do their .so files: two namespaces, two storage keys
+    "fqn-weight-cache": Expected.of(declined=0),
 }

@@ -47,4 +47,6 @@ EXPECTED = {
     "verify-always": Expected.of(declined=1),
     "fingerprint": Expected.of(declined=1),
     "content-dedup": Expected.of(declined=1),
+    "blind-share": Expected.of(wrong={"decode"}, min_shared=1),
+    "fqn-weight-cache": Expected.of(loaded=False),  # key cuda_fqn_weight:cpu:w, other data
 }

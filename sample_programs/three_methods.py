@@ -49,4 +49,7 @@ EXPECTED = {
     "verify-always": Expected.of(wrong={"probe"}, min_shared=2),
     "fingerprint": Expected.of(min_shared=1, declined=1),
     "content-dedup": Expected.of(min_shared=1, declined=1),
+    "blind-share": Expected.of(wrong={"probe"}, min_shared=2),
+    # probe's proj.weight: the key cuda_fqn_weight:cpu:proj.weight with other data: the exporter refuses
+    "fqn-weight-cache": Expected.of(loaded=False),
 }

@@ -24,12 +24,17 @@ from pathlib import Path
 import pytest
 from conftest import in_ci, require
 
+from toolkit.policies import POLICIES
+
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = REPO / "artifacts"
 SAMPLE = "total_collision"
+LARGE_SAMPLE = "llama_prefill_decode"  # 44 decisions: the Decisions tab must stay bounded
+VIEWPORT = {"width": 1440, "height": 1900}
+MAX_EXPLORER_HEIGHT = 1500  # px, whatever the number of decisions (it was 11,197 px on the Llama sample)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,6 +60,7 @@ def lab(tmp_path_factory, built_sample):
     """A JupyterLab server on a free localhost port, isolated config, token auth."""
     require("jupyterlab", extra="notebook")
     built_sample(SAMPLE)  # compile before the browser waits on it (shared cache)
+    built_sample(LARGE_SAMPLE)
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(REPO / "notebooks" / "explorer.ipynb", root / "explorer.ipynb")
     home = tmp_path_factory.mktemp("jupyter-home")
@@ -115,7 +121,7 @@ def page(lab):
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
-            ctx = browser.new_context(viewport={"width": 1500, "height": 1900}, device_scale_factor=1)
+            ctx = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
             pg = ctx.new_page()
             pg.set_default_timeout(60_000)
             messages: list[str] = []
@@ -196,35 +202,109 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.locator(".constshare-explorer").screenshot(path=str(widget_png))
     _update_readme_screenshot(widget_png)
 
-    # the decision table, rendered in the Decisions tab
-    pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
-    table = pg.locator(".constshare-decisions table")
-    table.wait_for(state="visible")
-    rows = table.locator("tbody tr")
-    assert rows.count() == 2
-    text = table.inner_text()
-    assert "_tensor_constant0" in text and "name_hit_unchecked" in text
-    shared = table.locator("td", has_text="shared").first
-    colour = shared.evaluate("el => getComputedStyle(el).backgroundColor")
-    assert colour == "rgb(207, 226, 243)", colour  # DECISION_COLOURS['shared']
-    detail = pg.inner_text(".constshare-constant-detail")
-    assert "decode / _tensor_constant0" in detail and "cached vs new" in detail
+    # nothing overflows sideways at 1440 px: the explorer, the summary and the verification table
+    overflow = pg.evaluate("""() => [...document.querySelectorAll(
+            '.constshare-explorer, .constshare-summary, .constshare-verification')]
+        .filter(el => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
+        .map(el => el.className + ' ' + el.scrollWidth + '>' + el.clientWidth)""")
+    assert not overflow, overflow
 
-    # filter by decision: the table follows
+    # the Decisions grid (itables): rows, the culprit marked, a click selects, search filters
+    pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
+    rows = pg.locator(".constshare-grid table.dataTable tbody tr")
+    rows.first.wait_for(state="visible")
+    assert rows.count() == 2
+    text = pg.inner_text(".constshare-grid")
+    assert "_tensor_constant0" in text and "name_hit_unchecked" in text
+    culprit = pg.locator(".constshare-grid .cs-culprit").first
+    assert "shared" in culprit.inner_text()
+    colour = culprit.evaluate("el => getComputedStyle(el).backgroundColor")
+    assert colour == "rgb(244, 204, 204)", colour  # the culprit: shared although the content differs
+    loaded = pg.locator(".constshare-grid .cs-d-loaded").first
+    assert loaded.evaluate("el => getComputedStyle(el).backgroundColor") == "rgb(217, 234, 211)"
+    detail = pg.inner_text(".constshare-constant-detail")
+    assert "decode / _tensor_constant0" in detail and "content differs: shared anyway" in detail
+    pg.locator(".constshare-grid table.dataTable tbody tr", has_text="prefill").first.click()
+    pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
+                         ".includes('prefill / _tensor_constant0')")
+    assert "no cache entry" in pg.inner_text(".constshare-constant-detail")
+    # sort by method (a header click), then search: the grid follows
+    pg.locator(".constshare-grid table.dataTable thead th", has_text="method").first.click()
+    pg.wait_for_function("() => document.querySelector('.constshare-grid table.dataTable tbody tr')"
+                         "?.textContent.startsWith('decode')")
+    pg.locator(".constshare-grid input[type=search]").fill("first_seen")  # only prefill's row
+    pg.wait_for_function("() => document.querySelectorAll('.constshare-grid table.dataTable tbody tr').length === 1")
+    decisions = _shot(pg, "explorer-decisions.png")
+    pg.locator(".constshare-grid input[type=search]").fill("")
+
+    # filter by decision (the dropdown): the grid follows
     pg.select_option(".constshare-filter-decision select", "loaded")
     pg.wait_for_function("() => document.querySelector('.constshare-decisions')?.textContent.includes('1 of 2')")
-    decisions = _shot(pg, "explorer-decisions.png")
     assert overview.stat().st_size > 10_000 and decisions.stat().st_size > 10_000
+    pg.select_option(".constshare-filter-decision select", label="all")
+
+    # the other tabs, each as an artifact
+    pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Timeline')")
+    pg.wait_for_function("() => (document.querySelector('img.constshare-timeline')?.naturalWidth || 0) > 200")
+    _shot(pg, "explorer-timeline.png")
+    pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Export')")
+    pg.click("button.constshare-export")
+    pg.wait_for_function("() => (document.querySelector('.constshare-export-result')?.textContent || '')"
+                         ".includes('wrote')")
+    written = pg.inner_text(".constshare-export-result")
+    assert str(lab["root"]) in written and "total_collision-name-only-collisions.csv" in written  # absolute
+    _shot(pg, "explorer-export.png")
 
     # every policy: the trade-off plot and the comparison table appear (a background action)
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Policies')")
     pg.click("button.constshare-compare")
     pg.wait_for_function(
-        "() => (document.querySelector('.constshare-status')?.textContent || '').includes('compared 7 policies')",
+        f"() => (document.querySelector('.constshare-status')?.textContent || '').includes('compared {len(POLICIES)} "
+        "policies')",
         timeout=180_000, polling=500)
     pg.wait_for_function("() => (document.querySelector('img.constshare-tradeoff')?.naturalWidth || 0) > 200")
     assert "verify-always" in pg.inner_text(".constshare-comparison")
     _shot(pg, "explorer-policies.png")
+
+    # a larger program: choosing it greys the old results; loaded, the Decisions tab stays bounded
+    pg.select_option(".constshare-sample select", LARGE_SAMPLE)
+    pg.wait_for_function("() => (document.querySelector('.constshare-stale-box')?.textContent || '')"
+                         ".includes('press Load')")
+    assert "constshare-stale" in (pg.get_attribute(".constshare-tabs", "class") or "")
+    pg.select_option(".constshare-policy select", "fingerprint")
+    pg.click("button.constshare-load")
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-status')?.textContent || '').includes('every loaded method')",
+        timeout=180_000, polling=500)
+    assert pg.locator(".constshare-stale-box").is_hidden()
+    pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
+    pg.wait_for_function("() => document.querySelector('.constshare-decisions')?.textContent.includes('44 of 44')")
+    rows = pg.locator(".constshare-grid table.dataTable tbody tr")
+    rows.first.wait_for(state="visible")
+    height = pg.evaluate("() => document.querySelector('.constshare-explorer').getBoundingClientRect().height")
+    grid_box = pg.evaluate("() => document.querySelector('.constshare-grid').getBoundingClientRect().toJSON()")
+    detail_box = pg.evaluate(
+        "() => document.querySelector('.constshare-constant-detail').getBoundingClientRect().toJSON()")
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "explorer-measurements.json").write_text(json.dumps(
+        {"viewport": VIEWPORT, "sample": LARGE_SAMPLE, "decisions": 44, "explorer_height_px": height,
+         "grid": grid_box, "detail": detail_box}, indent=2))
+    print(f"explorer height with {LARGE_SAMPLE}'s 44 decisions at {VIEWPORT['width']} px: {height:.0f} px")
+    assert height < MAX_EXPLORER_HEIGHT, height
+    assert detail_box["x"] >= grid_box["x"] + grid_box["width"] - 1  # the detail beside the grid, not below
+    assert detail_box["y"] < grid_box["y"] + grid_box["height"]
+    row = rows.nth(30 % rows.count())
+    row.scroll_into_view_if_needed()
+    picked = row.locator("td").nth(0).inner_text() + " / " + row.locator("td").nth(1).inner_text()
+    row.click()
+    pg.wait_for_function("(want) => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
+                         ".includes(want)", arg=picked)
+    assert "same content" in pg.inner_text(".constshare-constant-detail")  # fingerprint shares equal bytes only
+    _shot(pg, "explorer-decisions-llama.png")
+    overflow = pg.evaluate("""() => [...document.querySelectorAll('.constshare-explorer')]
+        .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.scrollWidth + '>' + el.clientWidth)""")
+    assert not overflow, overflow
+
     errors = [m for m in pg.console_messages if m.startswith("error") and "widget" in m.lower()]
     assert not errors, errors
 

@@ -135,7 +135,7 @@ def test_manifest_not_utf8(prog):
 @pytest.mark.parametrize("mutate, field", [
     (lambda d: d.clear(), "format"),
     (lambda d: d.update(format="something-else"), "format"),
-    (lambda d: d.update(format_version=2), "format_version"),
+    (lambda d: d.update(format_version=3), "format_version"),
     (lambda d: d.update(format_version="1"), "format_version"),
     (lambda d: d.pop("methods"), "methods"),
     (lambda d: d.update(methods=[]), "methods"),

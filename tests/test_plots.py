@@ -126,7 +126,7 @@ def test_event_timeline_and_matrix_of_a_session(sessions):
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["prefill", "decode"]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "upload whole blob" in legend and "decided: shared" in legend
+    assert "upload whole blob" in legend and "decided: shared (1)" in legend
     m = plots.collision_matrix(s, verification=s.verify())
     assert "\u2717 decode (wrong)" in [t.get_text() for t in m.axes[0].get_yticklabels()]
     assert m.axes[0].get_title() == "total_collision: name-only"
@@ -153,3 +153,258 @@ def test_import_toolkit_needs_neither_matplotlib_nor_ipywidgets():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'ipywidgets'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ issue 12: plots that read at real sizes
+
+
+def _drawn(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _texts(fig):
+    """Every visible, non-empty text of the figure: annotations, titles, axis and tick labels."""
+    out = []
+    for ax in fig.axes:
+        cands = list(ax.texts) + [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        lo, hi = sorted(ax.get_xlim())
+        cands += [t for t in ax.get_xticklabels() if lo - 1e-9 <= t.get_position()[0] <= hi + 1e-9]
+        lo, hi = sorted(ax.get_ylim())
+        cands += [t for t in ax.get_yticklabels() if lo - 1e-9 <= t.get_position()[1] <= hi + 1e-9]
+        out += [t for t in cands if t.get_visible() and t.get_text().strip()]
+    return out
+
+
+def _overlaps(boxes):
+    bad = []
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            (ta, a), (tb, b) = boxes[i], boxes[j]
+            w, h = min(a.x1, b.x1) - max(a.x0, b.x0), min(a.y1, b.y1) - max(a.y0, b.y0)
+            if w > 0.5 and h > 0.5:
+                bad.append((ta, tb))
+    return bad
+
+
+def _check_tradeoff_figure(fig):
+    r = _drawn(fig)
+    boxes = [(t.get_text(), t.get_window_extent(r)) for t in _texts(fig)]
+    assert not _overlaps(boxes), _overlaps(boxes)
+    fb = fig.bbox
+    for ax in fig.axes:
+        frame = ax.get_window_extent(r)
+        for t in ax.texts:  # the point labels and the minimum marker's, inside the plot
+            b = t.get_window_extent(r)
+            assert frame.x0 - 1 <= b.x0 and b.x1 <= frame.x1 + 1 and frame.y0 - 1 <= b.y0 and b.y1 <= frame.y1 + 1, \
+                t.get_text()
+        # and clear of every point marker
+        for coll in ax.collections:
+            for x, y in coll.get_offsets():
+                cx, cy = ax.transData.transform((x, y))
+                for t in ax.texts:
+                    b = t.get_window_extent(r)
+                    assert not (b.x0 + 1 < cx < b.x1 - 1 and b.y0 + 1 < cy < b.y1 - 1), (t.get_text(), x, y)
+    for text, b in boxes:  # nothing cut at the figure's edges
+        assert fb.x0 - 1 <= b.x0 and b.x1 <= fb.x1 + 1 and fb.y0 - 1 <= b.y0 and b.y1 <= fb.y1 + 1, text
+
+
+@pytest.fixture(scope="module")
+def every_sample_compared(built_sample):
+    from toolkit import compare_policies
+    from toolkit.samples import sample_names
+
+    out = {}
+    for name in sample_names():
+        prog = built_sample(name)
+        out[name] = (compare_policies(prog), plots.minimum_device_bytes(prog))
+    return out
+
+
+@pytest.mark.slow
+def test_policy_tradeoff_labels_never_overlap_on_every_sample(every_sample_compared):
+    for name, (comparison, floor) in every_sample_compared.items():
+        _check_tradeoff_figure(plots.policy_tradeoff(comparison, minimum=floor, title=f"{name}: correctness vs memory"))
+    # three side by side, as notebook 03 draws them: placed once the shared layout is final
+    fig = Figure(figsize=(15, 4.2), layout="constrained")
+    for ax, name in zip(fig.subplots(1, 3), ["three_methods", "total_collision", "mutated_buffer"]):
+        comparison, floor = every_sample_compared[name]
+        plots.policy_tradeoff(comparison.frame, minimum=floor, ax=ax, title=name)
+    _check_tradeoff_figure(fig)
+
+
+def test_policy_tradeoff_crowded_points_keep_apart():
+    """Points a hair apart (513.3 vs 512.3 KiB), many names, the minimum right between them."""
+    names = ["no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always",
+             "fingerprint", "content-dedup"]
+    comp = pd.DataFrame([
+        {"policy": names[0], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 1_050_000},
+        {"policy": names[1], "loaded": True, "wrong_methods": ["decode"], "not_runnable": [], "device_bytes": 525_000},
+        {"policy": names[2], "loaded": False, "wrong_methods": [], "not_runnable": [], "device_bytes": 524_800},
+        {"policy": names[3], "loaded": True, "wrong_methods": ["decode"], "not_runnable": ["x"],
+         "device_bytes": 525_300},
+        {"policy": names[4], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 1_050_000},
+        {"policy": names[5], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 525_600},
+        {"policy": names[6], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 525_400},
+    ])
+    _check_tradeoff_figure(plots.policy_tradeoff(comp, minimum=524_600))
+
+
+def test_titles_wrap_instead_of_being_cut():
+    frame = pd.DataFrame([{"policy": "fingerprint", "method": "prefill", "device_bytes": 525_000, "loaded": True}])
+    long = "a_program_with_a_rather_long_name_indeed: device memory per method and policy"
+    fig = plots.memory_by_policy(frame, minimum=524_000, title=long)
+    r = _drawn(fig)
+    title = fig.axes[0].title
+    b, fb = title.get_window_extent(r), fig.bbox
+    assert fb.x0 <= b.x0 and b.x1 <= fb.x1 and b.y1 <= fb.y1, (b, fb)
+    assert title.get_wrap()
+
+
+def _wide_decisions(n: int, methods=("encoder", "decoder")) -> pd.DataFrame:
+    rows = []
+    for m in methods:
+        for i in range(n):
+            fqn = f"model.layers.{i}.encoder_attn_layer_norm.weight"
+            rows.append({"method": m, "name": fqn.replace(".", "_"), "fqn": fqn,
+                         "decision": "loaded" if m == methods[0] else "shared"})
+    rows.append({"method": methods[0], "name": "only_here", "fqn": "only.here.in.the.encoder", "decision": "loaded"})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 12, 30])
+def test_collision_matrix_labels_are_not_cut(n):
+    fig = plots.collision_matrix(_wide_decisions(n), wrong_methods=["decoder"])
+    r = _drawn(fig)
+    fb = fig.bbox
+    ax = fig.axes[0]
+    # neighbouring names never run into each other: level ones by their boxes, slanted ones
+    # (parallel lines) by the distance between their baselines against the text's height
+    labels = ax.get_xticklabels()
+    angle = labels[0].get_rotation() if labels else 0
+    if angle == 0:
+        ticks = [(t.get_text(), t.get_window_extent(r)) for t in labels]
+        assert not _overlaps(ticks), _overlaps(ticks)
+    else:
+        import math
+
+        xs = [ax.transData.transform((x, 0))[0] for x in ax.get_xticks()]
+        gap = min((b - a for a, b in zip(xs, xs[1:])), default=1e9) * math.sin(math.radians(angle))
+        assert gap >= r.points_to_pixels(labels[0].get_fontsize()), (gap, angle)
+    for t in ax.get_xticklabels() + ax.get_yticklabels() + [ax.title]:
+        b = t.get_window_extent(r)
+        assert fb.x0 - 1 <= b.x0 and b.x1 <= fb.x1 + 1 and fb.y0 - 1 <= b.y0 and b.y1 <= fb.y1 + 1, t.get_text()
+    assert all("\u2026" not in t.get_text() for t in ax.get_xticklabels())  # whole names, not cut
+
+
+def test_collision_matrix_keeps_only_colliding_names_when_large():
+    big = _wide_decisions(45)
+    ax = plots.collision_matrix(big).axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) == 45 and "only.here.in.the.encoder" not in labels
+    assert "45 of 46 names" in ax.get_title()
+    ax = plots.collision_matrix(big, only_colliding=False).axes[0]
+    assert len(ax.get_xticklabels()) == 46
+
+
+def test_collision_matrix_marks_shared_cells_of_other_content():
+    d = pd.DataFrame([
+        {"method": "encode", "name": "w", "fqn": "proj.weight", "decision": "loaded", "digest": "a" * 64,
+         "cached_digest": ""},
+        {"method": "probe", "name": "w", "fqn": "proj.weight", "decision": "shared", "digest": "b" * 64,
+         "cached_digest": "a" * 64},
+        {"method": "again", "name": "w", "fqn": "proj.weight", "decision": "shared", "digest": "a" * 64,
+         "cached_digest": "a" * 64},
+    ])
+    assert plots.culprit_cells(d) == {("probe", "proj.weight")}
+    ax = plots.collision_matrix(d).axes[0]
+    faces = {(round(p.get_x()), round(p.get_y())): p.get_facecolor() for p in ax.patches if p.get_fill()}
+    from matplotlib.colors import to_rgba
+
+    assert faces[(0, 1)] == to_rgba(plots.CULPRIT_FACE)  # probe: red
+    assert faces[(0, 2)] == to_rgba(plots.DECISION_COLOURS["shared"])  # again: an honest share, blue
+    texts = {(t.get_position()[1]): t.get_text() for t in ax.texts}
+    assert texts[1.5] == "S\u2717" and texts[2.5] == "S"
+    assert "S\u2717 shared, content differs" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+@pytest.mark.slow
+def test_event_timeline_decisions_are_thin_ticks_in_lanes(sessions):
+    ax = plots.event_timeline(sessions["name-only"]).axes[0]
+    ticks = [ln for ln in ax.get_lines() if ln.get_marker() == "|"]
+    assert len(ticks) == 2  # loaded and shared, one line each
+    lanes = {round(float(y) % 1, 3) for ln in ticks for y in ln.get_ydata()}
+    assert len(lanes) == 2  # each kind in a lane of its own: markers of two kinds never sit on each other
+    assert all(ln.get_markersize() <= 12 for ln in ticks)
+
+
+# ------------------------------------------------------------------ issue 13.6: names with $...$
+
+EVIL = r"$\notacommand{x$"  # invalid mathtext: matplotlib raises when it parses it
+
+
+def test_dollar_names_are_drawn_as_typed_everywhere():
+    d = decisions([("m$1$", EVIL, EVIL, "loaded"), ("m$2$", EVIL, EVIL, "shared")])
+    png = plots.figure_png(plots.collision_matrix(d, wrong_methods=["m$2$"], title=f"prog {EVIL}"))
+    assert png.startswith(b"\x89PNG")
+    ev = pd.DataFrame([
+        {"seq": 0, "time_s": 0.0, "kind": "load_started", "method": EVIL, "decision": None, "seconds": None},
+        {"seq": 1, "time_s": 0.001, "kind": "decided", "method": EVIL, "decision": "loaded", "seconds": None},
+        {"seq": 2, "time_s": 0.002, "kind": "method_loaded", "method": EVIL, "decision": None, "seconds": None},
+    ])
+    assert plots.figure_png(plots.event_timeline(ev, title=EVIL)).startswith(b"\x89PNG")
+    mem = pd.DataFrame([{"policy": "fingerprint", "method": EVIL, "device_bytes": 10, "loaded": True}])
+    assert plots.figure_png(plots.memory_by_policy(mem, minimum=10, title=EVIL)).startswith(b"\x89PNG")
+    comp = pd.DataFrame([{"policy": EVIL, "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 1}])
+    assert plots.figure_png(plots.policy_tradeoff(comp, title=EVIL)).startswith(b"\x89PNG")
+    assert plots.plain_text("a $b$ c") == r"a \$b\$ c"
+
+
+def test_dollar_text_is_shown_literally():
+    fig = plots.collision_matrix(decisions([("m", "$x$", "$x$", "loaded")]), title="$x$")
+    r = _drawn(fig)
+    ax = fig.axes[0]
+    label = ax.get_xticklabels()[0]
+    # drawn as the four characters "$x$", not as a typeset italic x
+    assert label._get_layout(r)[1][0][0] == "$x$" or not label._preprocess_math(label.get_text())[1]
+    assert not ax.title._preprocess_math(ax.title.get_text())[1]
+
+
+def test_plots_of_a_real_dollar_named_program(built_sample, tmp_path):
+    """A program whose name holds ``$...$`` (the manifest is untrusted): every plot of its session."""
+    import dataclasses
+
+    prog = dataclasses.replace(built_sample("total_collision"), name=EVIL)
+    s = load_program(prog, "name-only")
+    try:
+        for fig in (plots.collision_matrix(s, verification=s.verify()), plots.event_timeline(s),
+                    plots.memory_by_policy(s)):
+            assert plots.figure_png(fig).startswith(b"\x89PNG")
+    finally:
+        s.close()
+
+
+def test_collision_matrix_of_thousands_of_names_is_capped_culprits_first():
+    import time
+
+    rows = []
+    for i in range(3000):
+        rows.append({"method": "a", "name": f"c{i}", "fqn": f"c{i}", "decision": "loaded", "digest": "a" * 64,
+                     "cached_digest": ""})
+        bad = i % 97 == 5
+        rows.append({"method": "b", "name": f"c{i}", "fqn": f"c{i}", "decision": "shared",
+                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64})
+    d = pd.DataFrame(rows)
+    t0 = time.perf_counter()
+    fig = plots.collision_matrix(d)
+    plots.figure_png(fig)
+    assert time.perf_counter() - t0 < 30
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    culprits = [f"c{i}" for i in range(3000) if i % 97 == 5]
+    assert len(labels) == plots.MAX_MATRIX_COLUMNS and set(culprits) <= set(labels)
+    assert labels == sorted(labels, key=lambda k: int(k[1:]))  # load order kept
+    assert "120 of 3,000 names: the culprits first" in ax.get_title()

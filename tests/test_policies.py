@@ -9,7 +9,7 @@ import pytest
 
 from toolkit.model import ConstantSpec, TensorMeta, required_nbytes
 from toolkit.policies import (
-    POLICIES, Fingerprint, MethodView, VerifyAlways, compare_metadata, get_policy, refusal_message,
+    POLICIES, Fingerprint, MethodView, VerifyAlways, compare_metadata, fqn_weight_key, get_policy, refusal_message,
 )
 from toolkit.vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Source
 
@@ -38,6 +38,8 @@ class Entry:
     owner_method: str
     meta: TensorMeta
     digest: str
+    mutated: bool = False
+    storage: str = ""
 
 
 class FakeCache:
@@ -50,9 +52,12 @@ class FakeCache:
     def find_content(self, digest, meta):
         return next((e for e in self.by_fqn.values() if e.digest == digest and e.meta == meta), None)
 
+    def __len__(self):
+        return len(self.by_fqn)
+
 
 def cached(c: ConstantSpec, owner="prefill", device=("cpu", -1)) -> Entry:
-    return Entry(c.fqn, c.name, owner, c.meta(*device), c.digest)
+    return Entry(c.fqn, c.name, owner, c.meta(*device), c.digest, c.mutated, c.storage)
 
 
 def view(*constants, name="decode", device=("cpu", -1)) -> MethodView:
@@ -79,7 +84,7 @@ NEW = const("head.weight", fqn="head.weight", data="head", kind=ConstantKind.PAR
 
 def test_policy_names_are_the_documented_ones():
     assert POLICIES == ("no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always",
-                        "fingerprint", "content-dedup")
+                        "fingerprint", "content-dedup", "blind-share", "fqn-weight-cache")
     with pytest.raises(ValueError, match="unknown policy 'nope'.*fingerprint"):
         get_policy("nope")
 
@@ -215,13 +220,41 @@ def test_fingerprint_shares_identical_constants_and_installs_everything(policy):
     assert sorted(x.constant.name for x in out.install) == ["_tensor_constant0", "head.weight"]
 
 
+KV = const("kv", fqn="kv", data="zeros", mutated=True, kind=ConstantKind.BUFFER)
+
+
 @pytest.mark.parametrize("policy", ["fingerprint", "content-dedup"])
-def test_mutated_buffers_are_never_shared_or_looked_up(policy):
-    kv = const("kv", fqn="kv", data="zeros", mutated=True, kind=ConstantKind.BUFFER)
-    plan, out = run(policy, view(kv), FakeCache(cached(replace(kv, mutated=False))))
-    assert plan.lookups == ()
+@pytest.mark.parametrize("writer_first", [True, False], ids=["writer-cached", "reader-cached"])
+def test_state_is_shared_exactly_when_provenance_says_one_buffer(policy, writer_first):
+    """A buffer one method writes and another uses: shared when both were one tensor of the eager
+    program (a KV cache), declined when they were two (same name, same zeros: the accidental case)."""
+    mine, theirs = replace(KV, storage="t7"), replace(KV, storage="t7", mutated=not writer_first)
+    if not writer_first:
+        mine = replace(mine, mutated=True)
+    plan, out = run(policy, view(mine), FakeCache(cached(replace(theirs, mutated=writer_first))))
     d = by_name(out)["kv"]
-    assert d.decision is Decision.PRIVATE and d.reason_code is Reason.MUTATED_BUFFER and not d.enters_cache
+    assert d.decision is Decision.SHARED and d.reason_code is Reason.SAME_STATE
+    other = replace(mine, storage="t8")
+    plan, out = run(policy, view(other), FakeCache(cached(replace(theirs, mutated=writer_first))))
+    d = by_name(out)["kv"]
+    assert d.decision is Decision.DECLINED and d.reason_code is Reason.OTHER_STATE and d.source is Source.OWN_UPLOAD
+    assert "another buffer" in d.reason
+
+
+@pytest.mark.parametrize("policy", ["fingerprint", "content-dedup"])
+def test_state_of_unknown_provenance_is_never_shared(policy):
+    plan, out = run(policy, view(KV), FakeCache(cached(KV)))  # storage "" on both sides
+    d = by_name(out)["kv"]
+    assert d.decision is Decision.DECLINED and "provenance unknown" in d.reason
+    plan, out = run(policy, view(KV), FakeCache())
+    d = by_name(out)["kv"]
+    assert d.decision is Decision.LOADED and d.enters_cache  # a later method may share it
+
+
+def test_content_dedup_does_not_match_someones_state_by_content():
+    zeros = const("zeros_table", fqn="zeros_table", data="zeros")  # equal bytes to KV, another name
+    plan, out = run("content-dedup", view(zeros), FakeCache(cached(replace(KV, storage="t1"))))
+    assert by_name(out)["zeros_table"].decision is Decision.LOADED
 
 
 def test_content_dedup_shares_identical_content_under_another_name():
@@ -256,3 +289,148 @@ def test_policy_objects_are_reusable_and_named():
         p = get_policy(name)
         assert p.name is PolicyName(name) and get_policy(p) is p
     assert Fingerprint.memory_optimal and not get_policy("decline-on-mismatch").memory_optimal
+
+
+# ------------------------------------------------------------------ blind-share (#18667)
+
+
+def test_blind_share_first_method_caches_everything_later_ones_share_unchecked():
+    plan, out = run("blind-share", view(A, NEW, name="prefill"), FakeCache())
+    assert plan.upload_whole_blob and all(d.enters_cache and d.source is Source.WHOLE_BLOB for d in out.decisions)
+    other = const("other.weight", fqn="other.weight", data="x", kind=ConstantKind.PARAMETER)
+    plan, out = run("blind-share", view(A_OTHER_SHAPE, other), FakeCache(cached(A)))
+    assert plan.upload_whole_blob and "#18667" in plan.blob_reason  # its own full blob, always
+    d = by_name(out)
+    # a shape mismatch is not looked at: re-pointed at the first method's tensor
+    assert d["_tensor_constant0"].decision is Decision.SHARED and d["_tensor_constant0"].comparisons == ()
+    assert d["_tensor_constant0"].source is Source.CACHE and d["_tensor_constant0"].reason_code is Reason.NAME_HIT
+    # not in the first method: own copy, never cached, never shared later
+    assert d["other.weight"].decision is Decision.PRIVATE and not d["other.weight"].enters_cache
+    assert d["other.weight"].reason_code is Reason.NOT_IN_FIRST_METHOD
+    assert [x.constant.name for x in out.install] == ["_tensor_constant0"]
+
+
+def test_blind_share_empty_fqn_and_mutated_buffers():
+    folded = const("folded", fqn="", data="x")
+    kv = const("kv", fqn="kv", data="zeros", mutated=True, kind=ConstantKind.BUFFER)
+    plan, out = run("blind-share", view(folded, kv), FakeCache(cached(kv)))
+    d = by_name(out)
+    assert d["folded"].decision is Decision.PRIVATE and d["folded"].reason_code is Reason.EMPTY_FQN
+    assert d["kv"].decision is Decision.SHARED  # KV-cache sharing was the point of #18667
+
+
+# ------------------------------------------------------------------ fqn-weight-cache (1.5.x)
+
+
+def test_fqn_weight_keys():
+    w = const("lin_weight", fqn="lin.weight", kind=ConstantKind.PARAMETER)
+    t = replace(const("_tensor_constant0"), so_key="abc_so_blob")
+    assert fqn_weight_key(w, "decode", "cuda") == "cuda_fqn_weight:cuda:lin.weight"
+    assert fqn_weight_key(w, "decode", "cpu") == "cuda_fqn_weight:cpu:lin.weight"
+    assert fqn_weight_key(t, "decode", "cuda") == "cuda_fqn_weight:cuda:abc_so_blob:_tensor_constant0"
+    # no .so key known (a program in memory): each method its own library
+    assert fqn_weight_key(const("_tensor_constant0"), "decode", "cuda") == \
+           "cuda_fqn_weight:cuda:decode_so_blob:_tensor_constant0"
+    # the key a .pte recorded wins
+    assert fqn_weight_key(replace(w, storage_key="cuda_fqn_weight:cuda:x"), "decode", "cpu") == "cuda_fqn_weight:cuda:x"
+
+
+def _keyed(c, owner="prefill", device=("cpu", -1)):
+    e = cached(c, owner, device)
+    e.fqn = fqn_weight_key(c, owner, device[0])
+    return e
+
+
+def test_fqn_weight_cache_shares_a_storage_key_and_never_uploads_a_blob():
+    w = const("lin_weight", fqn="lin.weight", data="w", kind=ConstantKind.PARAMETER)
+    pol = get_policy("fqn-weight-cache")
+    assert pol.memory_optimal
+    plan, out = run("fqn-weight-cache", view(w, name="prefill"), FakeCache())
+    d = by_name(out)["lin_weight"]
+    assert not plan.upload_whole_blob
+    assert d.decision is Decision.LOADED and d.enters_cache and d.source is Source.OWN_UPLOAD
+    assert d.constant.fqn == "cuda_fqn_weight:cpu:lin.weight"  # what the 1.5.x runtime caches it under
+    plan, out = run("fqn-weight-cache", view(w), FakeCache(_keyed(w)))
+    d = by_name(out)["lin_weight"]
+    assert d.decision is Decision.SHARED and d.reason_code is Reason.STORAGE_KEY_HIT and d.source is Source.CACHE
+    assert d.digest_comparison.equal
+
+
+def test_fqn_weight_cache_refuses_at_export_one_key_with_other_data():
+    w = const("lin_weight", fqn="lin.weight", data="encoder", kind=ConstantKind.PARAMETER)
+    w2 = replace(w, digest=const("x", data="decoder").digest)
+    plan, out = run("fqn-weight-cache", view(w2, NEW), FakeCache(_keyed(w)))
+    assert out.stage == "export"
+    assert out.failure == ("Duplicate key cuda_fqn_weight:cpu:lin.weight with different data. "
+                           "Existing data size: 64 bytes. New data size: 64 bytes.")
+    assert {d.decision for d in out.decisions} == {Decision.REFUSED}
+    assert by_name(out)["lin_weight"].reason_code is Reason.EXPORT_REFUSED
+    assert by_name(out)["head.weight"].reason_code is Reason.LOAD_REFUSED
+
+
+def test_fqn_weight_cache_lifted_constants_are_namespaced_by_their_so():
+    mine = replace(A_OTHER_DATA, so_key="decode_lib_so_blob")
+    theirs = replace(A, so_key="prefill_lib_so_blob")
+    plan, out = run("fqn-weight-cache", view(mine), FakeCache(_keyed(theirs)))
+    d = by_name(out)["_tensor_constant0"]
+    assert out.failure is None and d.decision is Decision.LOADED and d.enters_cache
+    assert d.constant.fqn == "cuda_fqn_weight:cpu:decode_lib_so_blob:_tensor_constant0"
+    # the same .so (one graph compiled twice): one key, other data: the exporter refuses
+    same = replace(A_OTHER_DATA, so_key="prefill_lib_so_blob")
+    plan, out = run("fqn-weight-cache", view(same), FakeCache(_keyed(theirs)))
+    assert out.failure.startswith(
+        "Duplicate key cuda_fqn_weight:cpu:prefill_lib_so_blob:_tensor_constant0 with different data")
+
+
+def test_fqn_weight_cache_per_device_and_other_views():
+    w = const("w", fqn="w", data="same", kind=ConstantKind.PARAMETER)
+    plan, out = run("fqn-weight-cache", view(w, device=("cuda", 1)), FakeCache(_keyed(w, device=("cuda", 0))))
+    d = by_name(out)["w"]
+    assert d.decision is Decision.LOADED and d.constant.fqn == "cuda_fqn_weight:cuda:w@cuda:1"
+    other = replace(w, digest=const("x", data="other").digest)  # the export check spans devices
+    plan, out = run("fqn-weight-cache", view(other, device=("cuda", 1)), FakeCache(_keyed(w, device=("cuda", 0))))
+    assert out.stage == "export" and out.failure.startswith("Duplicate key cuda_fqn_weight:cuda:w with")
+    # the same bytes viewed otherwise: its own upload here (upstream: a second view of the storage)
+    t = replace(w, strides=(1, 4))
+    plan, out = run("fqn-weight-cache", view(t), FakeCache(_keyed(w)))
+    d = by_name(out)["w"]
+    assert d.decision is Decision.DECLINED and d.source is Source.OWN_UPLOAD and not d.enters_cache
+    # two slots of one key in one method: the second gets its own upload, the cache one entry
+    w_again = replace(w, name="w_0")
+    plan, out = run("fqn-weight-cache", view(w, w_again, name="prefill"), FakeCache())
+    assert [d.decision for d in out.decisions] == [Decision.LOADED, Decision.PRIVATE]
+    assert [d.enters_cache for d in out.decisions] == [True, False]
+
+
+def test_every_policy_says_what_it_reproduces():
+    from toolkit.policies import POLICY_CLASSES
+
+    for name, cls in POLICY_CLASSES.items():
+        assert cls.reproduces and cls.summary, name
+    assert "266ff2d71d" in POLICY_CLASSES[PolicyName.BLIND_SHARE].reproduces
+    assert "2026-04-10" in POLICY_CLASSES[PolicyName.BLIND_SHARE].reproduces
+    assert "#21823" in POLICY_CLASSES[PolicyName.FQN_WEIGHT_CACHE].reproduces
+    assert "e4b18fa9aa" in POLICY_CLASSES[PolicyName.DECLINE_ON_MISMATCH].reproduces
+    assert POLICY_CLASSES[PolicyName.FINGERPRINT].reproduces.startswith("ours")
+
+
+@pytest.mark.slow
+def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample):
+    """Our directories' .so key is ExecuTorch's: sha256 of the .so + "_so_blob", from the file
+    record.  total_collision's two methods are one graph: AOTInductor compiles byte-identical
+    .so files (compiled separately), so both lifted tables get one key with other data, and
+    1.5.1's exporter refuses (docs/upstream.md, "the seed's case")."""
+    from toolkit.analysis import run_analysis
+
+    prog = built_sample("total_collision")
+    so = {m.name: prog.files[m.so_file].sha256 for m in prog.methods}
+    assert so["prefill"] == so["decode"]
+    assert all(m.so_key == f"{so[m.name]}_so_blob" for m in prog.methods)
+    a = run_analysis(prog, "fqn-weight-cache")
+    key = f"cuda_fqn_weight:cpu:{so['prefill']}_so_blob:_tensor_constant0"
+    assert a.status == "failed" and a.session.failed_method == "decode"
+    assert a.session.error == f"Duplicate key {key} with different data. Existing data size: 16384 bytes. " \
+                              "New data size: 16384 bytes."
+    other = built_sample("partial_collision_shape")  # two graphs, two .so files: two keys
+    assert len({m.so_key for m in other.methods}) == 2
+    assert run_analysis(other, "fqn-weight-cache").status == "loaded"

@@ -261,6 +261,7 @@ def test_every_cuda_sample_declares_the_layout_its_manifest_records(built_sample
     """The .so's own slot table (torch 2.11 on the H200) agrees with every CUDA sample's manifest."""
     import torch
 
+    from toolkit.runtimes import aligned_slot_bytes
     from toolkit.runtimes.aoti import AotiContainer, read_compiled
     from toolkit.samples import sample_names
 
@@ -270,7 +271,7 @@ def test_every_cuda_sample_declares_the_layout_its_manifest_records(built_sample
             container = AotiContainer.create(p.path(m.so_file), torch.device("cuda", 0))
             got = read_compiled(container.so_path, container.device)
             assert got is not None, f"{name}/{m.name}: the .so does not answer the size queries"
-            assert {c.name: (c.nbytes, c.blob_offset, c.dtype) for c in m.constants} == \
+            assert {c.name: (aligned_slot_bytes(c.nbytes), c.offset, c.dtype) for c in m.constants} == \
                    {k: (v.nbytes, v.blob_offset, v.dtype) for k, v in got.constants.items()}, (name, m.name)
             assert got.blob_bytes == m.blob_bytes or not m.constants
 

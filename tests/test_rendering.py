@@ -11,7 +11,10 @@ import sys
 import pandas as pd
 import pytest
 
-from toolkit.rendering import DECISION_COLOURS, cell_text, html_table, verification_html
+from toolkit.rendering import (
+    CULPRIT_STYLE, DECISION_COLOURS, cell_text, content_check, culprit_mask, html_table, markdown_html, short_digest,
+    table, verification_html,
+)
 
 HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>', "a & b", "it's", "&amp;", "$x$"]
 
@@ -81,7 +84,7 @@ def test_hostile_text_is_escaped_everywhere(evil):
     frame = pd.DataFrame({evil: [evil, [evil, "b"]], "decision": ["shared", evil]})
     out = html_table(frame, caption=f"report of {evil}", max_rows=1, more_hint=evil)
     # no tag but the renderer's own
-    assert set(_Parsed(out).tags) <= {"style", "table", "caption", "thead", "tr", "th", "tbody", "td", "p", "br"}
+    assert set(_Parsed(out).tags) <= {"div", "style", "table", "caption", "thead", "tr", "th", "tbody", "td", "p", "br"}
     assert "<script" not in out and "<img" not in out
     if any(ch in evil for ch in "<\"'") or " & " in evil:
         assert evil not in out  # the raw text never reaches the page ("&amp;" is checked below)
@@ -242,7 +245,7 @@ def test_module_imports_only_pandas_and_stdlib():
             top |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             top.add("." if node.level else node.module.split(".")[0])
-    assert top <= {"__future__", "enum", "hashlib", "html", "math", "typing", "pandas"}, top
+    assert top <= {"__future__", "enum", "hashlib", "html", "math", "re", "typing", "pandas"}, top
     code = ("import importlib.util, sys; "
             f"spec = importlib.util.spec_from_file_location('standalone_rendering', {rendering.__file__!r}); "
             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
@@ -277,3 +280,137 @@ def test_widget_helpers_use_the_renderer():
     out = _table_html(pd.DataFrame({"a": ["<b>"], "wrong_methods": [["decode", "x"]]}), ["a", "wrong_methods"], "e")
     assert "constshare-table" in out and "&lt;b&gt;" in out and ">decode, x<" in out
     assert "no methods" in _verification_html(None)
+
+
+# ------------------------------------------------------------------ issue 12: tables that read at real sizes
+
+
+def _cell_css(p: _Parsed, attrs: dict) -> str:
+    """The declarations the <style> block gives this cell (by its id), as 'prop: value; ...'."""
+    cell_id = attrs.get("id")
+    out = []
+    for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", p.css):
+        if cell_id and f"#{cell_id}" in [x.strip() for x in selectors.split(",")]:
+            out += [d.strip() for d in body.split(";") if d.strip()]
+    return "; ".join(out)
+
+
+def _column_css(p: _Parsed, index: int) -> str:
+    return " ".join(body for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", p.css)
+                    if re.search(rf"td\.col{index}\b", selectors))
+
+
+def test_tables_keep_their_natural_width_and_wrap_only_prose():
+    frame = pd.DataFrame({"name": ["_tensor_constant0"], "reason": ["a long sentence " * 8], "error": ["x"]})
+    out = html_table(frame)
+    table_tag = re.search(r"<table[^>]*>", out).group(0)
+    # JupyterLab's own table CSS is table-layout: fixed (equal columns, one word per line); ours wins inline
+    assert "table-layout: auto" in table_tag and "margin-left: 0" in table_tag
+    assert out.startswith('<div class="constshare-scroll" style="overflow-x: auto')  # scrolls, never squeezes
+    p = _Parsed(out)
+    assert re.search(r"td\s*\{[^}]*white-space:\s*nowrap", p.css)  # identifiers on one line
+    for i in (1, 2):  # prose wraps, at a readable width
+        css = _column_css(p, i)
+        assert "white-space: normal" in css and "min-width: 16em" in css and "max-width: 34em" in css
+    assert "white-space: normal" not in _column_css(p, 0)
+
+
+def test_short_digest_keeps_the_difference_visible():
+    a = "0123456789abcdef" * 4
+    b = "0123456789abcdef" * 2 + "f" + a[33:]  # parts at character 32
+    assert short_digest(a) == a[:12] + "\u2026"
+    assert short_digest(a, a) == a[:12] + "\u2026"
+    assert short_digest(a, b) == "0123\u2026" + a[32:40] + "\u2026"
+    assert short_digest(b, a) == "0123\u2026" + b[32:40] + "\u2026"
+    assert short_digest(a, b) != short_digest(b, a)  # the shortened texts differ where the digests do
+    c = "f" + a[1:]
+    assert short_digest(a, c) == a[:12] + "\u2026" and short_digest(c, a) == c[:12] + "\u2026"
+
+
+def test_digests_in_a_row_are_shortened_against_each_other_with_the_full_one_on_hover():
+    a = "ab" * 32
+    b = "ab" * 10 + "cd" + "ab" * 21
+    frame = pd.DataFrame({"field": ["digest", "dtype"], "cached": [a, "float32"], "new": [b, "float32"],
+                          "equal": [False, True]})
+    p = _Parsed(html_table(frame))
+    texts = p.texts("td")
+    assert texts[1] == short_digest(a, b) and texts[2] == short_digest(b, a) and texts[1] != texts[2]
+    assert a not in texts and b not in texts
+    titles = [attrs.get("title", "") for tag, attrs, _t in p.cells if tag == "td"]
+    assert titles[1].startswith(a) and titles[2].startswith(b) and "differs" in titles[1]
+    assert p.column(3) == [("False", "#f4cccc"), ("True", None)]  # an unequal field is red
+
+
+def test_content_check_and_the_culprit():
+    d = pd.DataFrame({"method": ["a", "b", "c", "d"], "name": ["w"] * 4,
+                      "decision": ["loaded", "shared", "shared", "declined"],
+                      "digest": ["x" * 64, "y" * 64, "x" * 64, "z" * 64],
+                      "cached_digest": ["", "x" * 64, "x" * 64, "x" * 64]})
+    checked = content_check(d)
+    assert list(checked.columns).index("same_content") == list(checked.columns).index("decision") + 1
+    assert checked["same_content"].tolist()[1:] == [False, True, False] and pd.isna(checked["same_content"][0])
+    assert culprit_mask(checked).tolist() == [False, True, False, False]
+    assert culprit_mask(d).tolist() == [False, True, False, False]  # computed when missing
+    p = _Parsed(html_table(checked, ["method", "decision", "same_content"]))
+    cells = [(t, _cell_css(p, a)) for g, a, t in p.cells if g == "td"]
+    decision, same = cells[1::3], cells[2::3]
+    assert CULPRIT_STYLE in decision[1][1] and CULPRIT_STYLE in same[1][1]  # b: shared, other content
+    assert DECISION_COLOURS["shared"] in decision[2][1] and CULPRIT_STYLE not in decision[2][1]  # c: honest share
+    assert "#fff2cc" in same[3][1] and CULPRIT_STYLE not in decision[3][1]  # d: caught, amber
+    assert same[0] == ("", "")
+
+
+def test_bytes_are_formatted_with_the_exact_count_on_hover():
+    p = _Parsed(html_table(pd.DataFrame({"nbytes": [16384, 525_619, 12], "device_bytes": [0, 1536, 3 * 1024 ** 3]})))
+    assert [t for t, _c in p.column(0)] == ["16 KiB", "513.3 KiB", "12 B"]
+    assert [t for t, _c in p.column(1)] == ["0 B", "1.5 KiB", "3 GiB"]
+    titles = [a.get("title") for g, a, _t in p.cells if g == "td"]
+    assert titles[:2] == ["16,384 bytes", "0 bytes"]
+    assert re.search(r"td\.col0\s*\{[^}]*text-align:\s*right", p.css)
+
+
+def test_reason_code_shows_the_full_reason_on_hover_escaped():
+    evil = '<b>"x"</b> & <script>'
+    p = _Parsed(html_table(pd.DataFrame({"reason_code": ["name_hit"], "reason": [evil]}), ["reason_code"]))
+    (tag, attrs, text), = [c for c in p.cells if c[0] == "td"]
+    assert text == "name_hit" and attrs["title"] == evil
+    assert "<script" not in html_table(pd.DataFrame({"reason_code": ["c"], "reason": [evil]}), ["reason_code"])
+
+
+def test_outcome_texts_and_scorecards_are_coloured():
+    card = pd.DataFrame({"sample": ["a", "b", "c"], "name-only": ["WRONG: decode", "ok", "load refused"],
+                         "fingerprint": ["ok", "ok", "ok"], "correct": [False, True, True]})
+    p = _Parsed(html_table(card))
+    assert p.column(1) == [("WRONG: decode", "#f4cccc"), ("ok", "#d9ead3"), ("load refused", "#eeeeee")]
+    assert p.column(2) == [("ok", "#d9ead3")] * 3
+    assert p.column(3) == [("False", "#f4cccc"), ("True", "#d9ead3"), ("True", "#d9ead3")]
+    assert p.column(0) == [("a", None), ("b", None), ("c", None)]  # not every text column is an outcome
+
+
+def test_table_for_notebooks_shows_every_row_and_the_index_on_request():
+    frame = pd.DataFrame({"x": range(300)}, index=pd.Index([f"r{i}" for i in range(300)], name="row"))
+    t = table(frame)
+    assert "more rows" not in t._repr_html_() and len(_Parsed(t._repr_html_()).texts("td")) == 300
+    assert "r1" not in t._repr_html_()
+    t = table(frame.head(3), index=True)
+    assert _Parsed(t._repr_html_()).texts("th") == ["row", "x"]
+    assert repr(t).splitlines()[0].split() == ["row", "x"]
+
+
+def test_markdown_is_rendered_escaped():
+    out = markdown_html("`a<b>` **bold** <i>not a tag</i> *em*\n\nsecond `x*y` 3 * 4")
+    assert "<code>a&lt;b&gt;</code>" in out and "<b>bold</b>" in out and "<i>em</i>" in out
+    assert "&lt;i&gt;not a tag&lt;/i&gt;" in out and "`" not in out and "**" not in out
+    assert out.count("<p") == 2 and "<code>x*y</code> 3 * 4" in out
+
+
+def test_verification_names_the_constants_shared_with_other_content():
+    v = pd.DataFrame({"method": ["prefill", "decode"], "ran": [True, True], "max_abs_err": [0.0, 9.0],
+                      "atol": [1e-5] * 2, "rtol": [1e-4] * 2, "ok": [True, False], "reason": ["", "outputs differ"]})
+    d = pd.DataFrame({"method": ["prefill", "decode", "decode"], "name": ["w", "w", "v"],
+                      "decision": ["loaded", "shared", "shared"], "digest": ["a" * 64, "b" * 64, "c" * 64],
+                      "cached_digest": ["", "a" * 64, "c" * 64]})
+    p = _Parsed(verification_html(v, decisions=d))
+    assert p.texts("th")[-1] == "shared although content differs"
+    assert p.column(6) == [("", None), ("w", "#f4cccc")]
+    assert "shared although" not in verification_html(v)  # without decisions: as before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -230,7 +231,9 @@ def test_session_html_escapes_and_colours():
     evil = "<img src=x onerror=alert(1)>"
     h = session_html(_fake_session(evil, status="failed", error=f"bad {evil}"))
     assert "<img" not in h and "&lt;img src=x onerror=alert(1)&gt;" in h
-    assert "<table" in h and h.count("<tr>") == 3
+    # the collisions (both names hit the cache), then every decision in a collapsed box
+    assert h.count("<table") == 2 and h.count("<tr>") == 6
+    assert "2 names already in the cache" in h and "<summary>show all 2 decisions</summary>" in h
     assert f"background-color: {DECISION_COLOURS['shared']}" in h
     assert "color: #cc0000" in h  # a failed load stands out
     assert "(not runnable)" in h
@@ -241,3 +244,51 @@ def test_real_session_reprs(name_only_report):
     s, _v, _r = name_only_report
     assert repr(s).startswith("program 'total_collision' (2 methods, cpu) under policy 'name-only': loaded")
     assert "name_hit_unchecked" in s._repr_html_()
+
+
+def _decided_session(rows):
+    """A session stand-in whose decisions are ``rows`` (method, name, decision, lookup, digest, cached_digest)."""
+    from types import SimpleNamespace
+
+    from toolkit import events as ev
+    from toolkit.tables import decisions_frame
+    from toolkit.vocab import Decision, Reason, Source
+
+    log = ev.EventLog()
+    for method, name, decision, lookup, digest, cached in rows:
+        log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="parameter", mutated=False,
+                   lookup=lookup, decision=Decision(decision), reason_code=Reason.NAME_HIT, reason="why",
+                   source=Source.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
+                   digest=digest, cached_method="enc" if cached else "", cached_dtype="", cached_shape="",
+                   cached_strides="", cached_digest=cached, slot_problem="")
+    methods = sorted({r[0] for r in rows})
+    return SimpleNamespace(
+        decisions=decisions_frame(log), program=SimpleNamespace(
+            name="p", methods=[SimpleNamespace(name=m, blob_bytes=4) for m in methods], device="cpu"),
+        policy=SimpleNamespace(name=SimpleNamespace(value="decline-on-mismatch")), status="loaded", error=None,
+        failed_method=None, results={}, device_bytes=0)
+
+
+def test_session_html_scales_and_points_at_the_culprits():
+    """50 decisions: counts, the collisions with the culprits first, the rest one click away."""
+    from toolkit.rendering import CULPRIT_STYLE, session_html, session_text
+
+    a, b = "a" * 64, "b" * 64
+    rows = [("enc", f"w{i}", "loaded", "miss", a, "") for i in range(30)]
+    rows += [("dec", f"w{i}", "shared", "hit", a, a) for i in range(13)]  # honest shares
+    rows += [("dec", f"w{i}", "shared", "hit", b, a) for i in range(13, 20)]  # 7 of other content
+    h = session_html(_decided_session(rows))
+    assert "50 decisions" in h and "7 constants shared although the content differs" in h
+    assert "20 names already in the cache" in h
+    collisions, everything = h.split("<details")
+    assert collisions.count("<tr>") == 21  # header + the 20 hits, not all 50
+    first_rows = re.findall(r"<tr>.*?</tr>", collisions, flags=re.S)[1:8]
+    assert all(">w1" in r and f">{'shared'}<" in r for r in first_rows)  # w13..w19: the culprits come first
+    # their decision (col 3) and same_content (col 4) cells, and only theirs, carry the culprit style
+    # (no lookup column among the collisions: every one is a hit)
+    rule = next(sel for sel, body in re.findall(r"([^{}]+)\{([^{}]*)\}", collisions) if "#990000" in body)
+    marked = set(re.findall(r"_row(\d+)_col(\d+)", rule))
+    assert marked == {(str(r), c) for r in range(7) for c in ("3", "4")}, marked
+    assert CULPRIT_STYLE.startswith("background-color: #f4cccc")
+    assert everything.count("<tr>") == 51 and "max-height: 32em; overflow: auto" in everything
+    assert "content check: 7 shared although their content differs" in session_text(_decided_session(rows))

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import require
 
+from toolkit.policies import POLICIES
 from toolkit.report import read_report
-from toolkit.widgets import ALL, ExplorerState
+from toolkit.widgets import ALL, ExplorerState, grid_frame, safe_file_name
 
 pytestmark = pytest.mark.slow  # every test here loads a (cached) sample program
 
 
 @pytest.fixture
-def state(built_sample):
+def state(built_sample, tmp_path):
     prog = built_sample("total_collision")
     # build= returns the session's program: no compile, whatever sample is chosen
-    st = ExplorerState(sample="total_collision", policy="name-only", build=lambda name, **kw: prog)
+    st = ExplorerState(sample="total_collision", policy="name-only", build=lambda name, **kw: prog,
+                       export_dir=tmp_path)
     heard: list[str] = []
     st.subscribe(heard.append)
     st.heard = heard
@@ -138,14 +141,15 @@ def test_export_csv_round_trips(state, tmp_path):
     pd.testing.assert_frame_equal(read_report(target).frame, state.report.frame)
     assert state.export_csv(tmp_path / "no" / "such" / "dir.csv") is False
     assert "does not exist" in state.error
-    assert state.default_export_path() == "total_collision-name-only-collisions.csv"
+    assert state.default_export_name() == "total_collision-name-only-collisions.csv"
+    assert state.default_export_path() == str(state.export_dir / "total_collision-name-only-collisions.csv")
 
 
 def test_compare_all_policies(state):
     state.load()
     assert state.compare() is True
     c = state.comparison
-    assert len(c) == 7 and set(c["policy"]) >= {"fingerprint", "name-only"}
+    assert len(c) == len(POLICIES) and set(c["policy"]) >= {"fingerprint", "name-only"}
     assert c.set_index("policy").loc["name-only", "wrong_methods"] == ["decode"]
     assert set(state.comparison_memory["policy"]) == set(c["policy"])
     figs = state.figures()
@@ -171,7 +175,7 @@ def test_compare_loads_each_policy_once(state, monkeypatch):
     monkeypatch.setattr(Session, "load", counting_load)
     monkeypatch.setattr(Session, "verify", counting_verify)
     assert state.compare() is True
-    assert sorted(loads) == sorted(state.comparison["policy"]) and len(loads) == 7
+    assert sorted(loads) == sorted(state.comparison["policy"]) and len(loads) == len(POLICIES)
     assert sorted(verifies) == sorted(loads)
     assert set(state.compared_sessions) == set(loads)
     # the kept sessions are closed (no device memory held) and still answer
@@ -184,13 +188,20 @@ def test_compare_loads_each_policy_once(state, monkeypatch):
 # ------------------------------------------------------------------ the ipywidgets view
 
 
+def _grid_text(ex) -> str:
+    """Every cell of the Decisions grid (itables' frame of HTML cells), one string."""
+    return " ".join(ex.grid.df.astype(str).to_numpy().ravel().tolist())
+
+
 @pytest.fixture
-def explorer(built_sample):
+def explorer(built_sample, tmp_path):
     require("ipywidgets", extra="notebook")
+    require("itables", extra="notebook")
     from toolkit.widgets import Explorer
 
     prog = built_sample("total_collision")
-    ex = Explorer(ExplorerState(sample="total_collision", build=lambda name, **kw: prog), background=False)
+    ex = Explorer(ExplorerState(sample="total_collision", build=lambda name, **kw: prog, export_dir=tmp_path),
+                  background=False)
     yield ex
     ex.close()
 
@@ -201,7 +212,9 @@ def test_view_load_renders_table_plots_and_summary(explorer):
     assert ex.state.policy == "name-only" and "name-only" in ex.policy_info.value
     ex.load_button.click()
     assert ex.state.error is None
-    assert "_tensor_constant0" in ex.decisions.value and ">shared<" in ex.decisions.value
+    cells = _grid_text(ex)
+    assert "_tensor_constant0" in cells and ">shared \u2717<" in cells  # decode's share: the culprit
+    assert "2 of 2 decisions" in ex.decisions.value
     assert "WRONG" in ex.verification.value
     assert bytes(ex.matrix.value).startswith(b"\x89PNG") and bytes(ex.timeline.value).startswith(b"\x89PNG")
     assert "WRONG OUTPUT in decode" in ex.status.value and ex.progress.value == 1.0
@@ -251,7 +264,7 @@ def test_view_background_action_and_progress(explorer):
     ex.background = True
     ex.load_button.click()
     ex.wait(120)
-    assert ex.state.session is not None and "_tensor_constant0" in ex.decisions.value
+    assert ex.state.session is not None and "_tensor_constant0" in _grid_text(ex)
     assert not ex.load_button.disabled
 
 
@@ -279,3 +292,274 @@ def test_view_close_leaves_no_widgets(built_sample):
     ex.close()
     assert set(_instances) - before == set()
     assert isinstance(ex.widget, ipywidgets.VBox)
+
+
+# ------------------------------------------------------------------ issue 12: the culprit, honest state
+
+
+def test_decisions_say_whether_content_differs(state):
+    assert state.load()
+    rows = state.filtered_decisions()
+    assert "same_content" in rows.columns
+    same = dict(zip(rows["method"], rows["same_content"]))
+    assert pd.isna(same["prefill"]) and same["decode"] == False  # noqa: E712 (no entry / other bytes)
+    assert state.selected == ("decode", "_tensor_constant0")  # the culprit is where the view starts
+    kind, sentence = state.content_verdict()
+    assert kind == "culprit" and sentence.startswith("content differs: shared anyway")
+    state.select("prefill", "_tensor_constant0")
+    assert state.content_verdict()[0] == "none"
+    state.set(policy="fingerprint")
+    assert state.load()
+    state.select("decode", "_tensor_constant0")
+    kind, sentence = state.content_verdict()
+    assert kind == "caught" and "declined" in sentence and "content differs" in sentence
+
+
+def test_three_methods_bad_share_marked_apart_from_the_good_one(built_sample):
+    prog = built_sample("three_methods")
+    st = ExplorerState(sample="three_methods", policy="decline-on-mismatch", build=lambda name, **kw: prog)
+    try:
+        assert st.load()
+        rows = st.filtered_decisions()
+        grid = grid_frame(rows).assign(method_=rows["method"].tolist(), fqn_=rows["fqn"].tolist())
+        cell = {(m, f): d for m, f, d in zip(grid["method_"], grid["fqn_"], grid["decision"])}
+        bad, good = cell[("probe", "proj.weight")], cell[("encode_again", "proj.weight")]
+        assert "cs-culprit" in bad and "\u2717" in bad and "title=" in bad
+        assert "cs-d-shared" in good and "cs-culprit" not in good and "\u2717" not in good
+        assert st.selected == ("probe", next(n for m, n, f in zip(rows["method"], rows["name"], rows["fqn"])
+                                             if m == "probe" and f == "proj.weight"))
+    finally:
+        st.close()
+
+
+def test_compile_progress_moves_per_method(built_sample):
+    prog = built_sample("total_collision")
+    seen: list[tuple[str, float, str]] = []
+
+    def cold_build(name, *, on_method=None, **kw):
+        for i, m in enumerate(["prefill", "decode", "extra"]):
+            on_method(m, i, 3)  # what build_sample does before compiling each method
+        return prog
+
+    st = ExplorerState(build=cold_build)
+    st.subscribe(lambda what: seen.append((st.phase, st.progress, st.message)) if what == "progress" else None)
+    try:
+        assert st.load()
+        compile_steps = [(f, msg) for ph, f, msg in seen if ph == "compile"]
+        assert [f for f, _m in compile_steps] == pytest.approx([0.05, 0.2, 0.35])
+        assert "'prefill' (1 of 3)" in compile_steps[0][1] and "'extra' (3 of 3)" in compile_steps[2][1]
+        fractions = [f for _ph, f, _m in seen]
+        assert fractions == sorted(fractions) and fractions[-1] == 1.0  # only forward, to the end
+    finally:
+        st.close()
+
+
+def test_real_cold_build_reports_each_method(tmp_path, monkeypatch):
+    """build_sample's on_method really fires per compiled method (a fresh cache: a real compile)."""
+    from toolkit.samples import build_sample
+
+    calls = []
+    build_sample("no_constants", cache_dir=tmp_path, progress=False, on_method=lambda *a: calls.append(a))
+    assert [(i, n) for _m, i, n in calls] == [(i, len(calls)) for i in range(len(calls))] and calls
+
+
+def test_results_are_marked_stale(state, built_sample):
+    assert state.load() and not state.stale and state.stale_reason == ""
+    state.set(policy="fingerprint")
+    assert state.stale and "press Load" in state.stale_reason and "'name-only'" in state.stale_reason
+    state.set(policy="name-only")
+    assert not state.stale  # back to what is on screen
+    gate, entered = threading.Event(), threading.Event()
+    prog = built_sample("total_collision")
+
+    def slow_build(name, **kw):
+        entered.set()
+        gate.wait(30)
+        return prog
+
+    state._build = slow_build
+    state.set(sample="three_methods")
+    t = threading.Thread(target=state.load)
+    t.start()
+    assert entered.wait(30)
+    assert state.stale and state.stale_reason.startswith("loading sample 'three_methods'")
+    assert "still those of sample 'total_collision'" in state.stale_reason
+    gate.set()
+    t.join(60)
+    assert not state.stale
+    state.set(source="path", path="/nonexistent/program")
+    assert state.load() is False
+    assert state.stale and state.stale_reason.startswith("the last load failed")
+
+
+def test_refused_load_is_an_outcome_of_failure(built_sample):
+    prog = built_sample("partial_collision_shape")
+    st = ExplorerState(policy="refuse-on-mismatch", build=lambda name, **kw: prog)
+    try:
+        assert st.load() is True  # the refusal is a result: its decisions say why
+        assert st.session.status != "loaded" and st.outcome == "failed" and st.phase == "failed"
+        assert "failed in" in st.message
+        st.set(policy="fingerprint")
+        assert st.load() and st.outcome == "ok"
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("hostile", ["../x", "/abs/dir/victim", "..", "a/../../b", "\\\\server\\share", "$x$",
+                                     "con:\x00name", "", ".hidden", "-rf"])
+def test_safe_file_name_is_a_plain_name(hostile):
+    import re
+
+    name = safe_file_name(hostile)
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) and ".." not in name.replace("...", "")
+    assert "/" not in name and "\\" not in name and not name.startswith(("-", "."))
+
+
+def test_default_export_stays_in_the_folder_and_never_overwrites(built_sample, tmp_path):
+    """Issue 13.4: a program named like a path cannot choose where the default CSV goes."""
+    import dataclasses
+
+    prog = dataclasses.replace(built_sample("total_collision"), name="../../victim")
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    victim = tmp_path / "victim-name-only-collisions.csv"
+    st = ExplorerState(policy="name-only", build=lambda name, **kw: prog, export_dir=folder)
+    try:
+        assert st.load() and st.session.program.name == "../../victim"
+        assert st.default_export_name() == "victim-name-only-collisions.csv"
+        assert Path(st.default_export_path()).parent == folder.resolve()
+        assert st.export_csv() is True
+        first = folder / "victim-name-only-collisions.csv"
+        assert st.exported == first and first.is_file() and not victim.exists()
+        assert str(first) in st.export_message and Path(st.exported).is_absolute()
+        before = first.read_bytes()
+        first.write_text("mine")  # a file the user cares about
+        assert st.export_csv() is True and st.exported == folder / "victim-name-only-collisions-2.csv"
+        assert first.read_text() == "mine"  # the default never overwrites
+        assert st.export_csv("victim-name-only-collisions.csv") is False  # an explicit existing name: refused
+        assert "already exists" in st.error and first.read_text() == "mine" and st.export_ok is False
+        assert st.export_csv("victim-name-only-collisions.csv", overwrite=True) is True  # asked: replaced
+        assert first.read_bytes() == before
+        assert st.export_csv(folder) is False and "is a folder" in st.error
+    finally:
+        st.close()
+
+
+def test_sample_description_is_rendered_not_raw_markdown(state):
+    assert "`" in __import__("toolkit.samples", fromlist=["x"]).sample_module("total_collision").DESCRIPTION
+    assert "`" not in state.sample_description and "_tensor_constant0" in state.sample_description
+    h = state.sample_description_html
+    assert "<code>_tensor_constant0</code>" in h and "`" not in h
+
+
+def test_verification_names_the_suspect_constants(state):
+    from toolkit.widgets import _verification_html
+
+    assert state.load()
+    out = _verification_html(state.verification, state.session.decisions)
+    assert "shared although content differs" in out and ">_tensor_constant0<" in out
+
+
+# ------------------------------------------------------------------ the view: issue 12
+
+
+def test_view_grid_is_bounded_and_a_click_selects(explorer):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    opts = ex.grid._dt_args
+    assert opts["paging"] and opts["pageLength"] == 50 and opts["select"]["style"] == "single"
+    assert "max-height: 360px; overflow: auto" in ex.title.value  # the page of rows scrolls inside a bounded box
+    assert opts["layout"]["topStart"] == "search"
+    # cells arrive as HTML (not escaped again by itables), after every update too
+    assert '<span class=\\"cs-tag cs-culprit\\"' in opts["data_json"]
+    keys = ex._grid_keys
+    assert keys == [("prefill", "_tensor_constant0"), ("decode", "_tensor_constant0")]
+    assert ex.grid.selected_rows == [1]  # the state's selection shows in the grid
+    ex.grid.selected_rows = [0]  # what a click on the first row sends
+    assert ex.state.selected == ("prefill", "_tensor_constant0")
+    assert "prefill / _tensor_constant0" in ex.constant_detail.value
+    assert ex.constant.value == ("prefill", "_tensor_constant0")
+    ex.constant.value = ("decode", "_tensor_constant0")  # the picker beside it moves the grid too
+    assert ex.grid.selected_rows == [1]
+    ex.filter_method.value = "decode"
+    assert ex._grid_keys == [("decode", "_tensor_constant0")] and len(ex.grid.df) == 1
+
+
+def test_view_detail_says_content_differs_with_short_digests(explorer):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    d = ex.state.selected_decision()
+    detail = ex.constant_detail.value
+    assert "content differs: shared anyway" in detail and "constshare-verdict-culprit" in detail
+    new, cached = d["digest"], d["cached_digest"]
+    assert new != cached
+    # shortened in the cells, in full on hover
+    assert f">{new}<" not in detail and f'title="{new}' in detail and f">{new[:12]}\u2026<" in detail
+    assert ">NO<" in detail
+
+
+def test_view_stale_banner_and_grey_tabs(explorer):
+    ex = explorer
+    ex.load_button.click()
+    assert ex.stale_banner.layout.display == "none" and "constshare-stale" not in ex.tabs._dom_classes
+    ex.policy.value = "name-only"
+    assert ex.stale_banner.layout.display is None and "press Load" in ex.stale_banner.value
+    assert "constshare-stale" in ex.tabs._dom_classes
+    ex.load_button.click()
+    assert ex.stale_banner.layout.display == "none" and "constshare-stale" not in ex.tabs._dom_classes
+
+
+def test_view_bar_colour_follows_the_outcome(explorer, built_sample):
+    ex = explorer
+    ex.policy.value = "fingerprint"
+    ex.load_button.click()
+    assert ex.progress.bar_style == "success"
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    assert ex.progress.bar_style == "warning"  # loaded, but an output is wrong
+    refused = built_sample("partial_collision_shape")
+    ex.state._build = lambda name, **kw: refused
+    ex.policy.value = "refuse-on-mismatch"
+    ex.load_button.click()
+    assert ex.state.session.status != "loaded"
+    assert ex.progress.bar_style == "danger"  # a refused load is red, never green
+    assert "failed in" in ex.status.value
+
+
+def test_view_export_result_replaced_and_absolute(explorer, tmp_path):
+    ex = explorer
+    ex.load_button.click()
+    ex.export_button.click()  # the default: a sanitised name in the export folder
+    written = ex.state.exported
+    assert written.parent == tmp_path.resolve() and written.is_absolute()
+    assert f"<code>{written}</code>" in ex.export_result.value and "download" in ex.export_result.value
+    assert str(written) in ex.export_path.placeholder or ex.export_path.placeholder.endswith("-2.csv")
+    ex.export_path.value = str(tmp_path / "no" / "such" / "x.csv")
+    ex.export_button.click()
+    assert "wrote" not in ex.export_result.value and "does not exist" in ex.export_result.value
+    assert "constshare-error" in ex.export_result.value
+    assert ex.error.layout.display == "none"  # not at the top: next to the button
+    ex.export_path.value = "mine.csv"  # relative: in the export folder
+    ex.export_button.click()
+    assert (tmp_path / "mine.csv").is_file() and "wrote" in ex.export_result.value
+    ex.export_button.click()  # again: refused, the file is kept
+    assert "already exists" in ex.export_result.value
+    ex.export_overwrite.value = True
+    ex.export_button.click()
+    assert "wrote" in ex.export_result.value
+
+
+def test_view_has_no_broken_images(explorer):
+    ex = explorer
+    images = [ex.matrix, ex.timeline, ex.memory, ex.tradeoff, ex.memory_policies]
+    assert all(im.layout.display == "none" and not bytes(im.value) for im in images)
+    ex.load_button.click()
+    for im in (ex.matrix, ex.timeline, ex.memory):
+        assert im.layout.display is None and bytes(im.value).startswith(b"\x89PNG")
+    assert ex.tradeoff.layout.display == "none" and ex.memory_policies.layout.display == "none"
+
+
+def test_view_sample_info_is_rendered_markdown(explorer):
+    assert "<code>" in explorer.sample_info.value and "`" not in explorer.sample_info.value

@@ -102,17 +102,19 @@ class MemoryFloor:
     """The physical minimum of constant bytes a correct load must hold on its devices.
 
     ``total_bytes`` = bytes of content-distinct constants that may be shared (counted once
-    per device, keyed on content digest and metadata) + every method's own copy of what
-    must stay private (mutated buffers).  A same-name collision with other data or other
+    per device, keyed on content digest and metadata) + state: each buffer some method
+    writes, once per eager buffer (provenance: a KV cache prefill fills and decode reads is
+    one buffer), or once per method where provenance is unknown.  A same-name collision with other data or other
     metadata is distinct content, so each method's copy of it is counted by the first term.
     """
 
     total_bytes: int
     shareable_bytes: int  # content-distinct, non-mutated
-    private_bytes: int  # mutated buffers, one copy per method
+    private_bytes: int  # state: one copy per eager buffer (per method where provenance is unknown)
     by_device: Mapping[str, int]
     constants: int
     distinct_shareable: int
+    distinct_state: int  # eager state buffers counted once (provenance known)
     largest_constant_bytes: int
     naive_bytes: int  # every method's constants, nothing shared
     table: pd.DataFrame = field(repr=False, compare=False, default=None)  # one row per constant
@@ -121,7 +123,7 @@ class MemoryFloor:
         gib = 1 << 30
         lines = [f"memory floor M = {self.total_bytes:,} bytes ({self.total_bytes / gib:.3f} GiB)",
                  f"  shareable, content-distinct: {self.shareable_bytes:,} bytes in {self.distinct_shareable} tensors",
-                 f"  private (mutated buffers, one copy per method): {self.private_bytes:,} bytes",
+                 f"  state (each written buffer once; per method if provenance is unknown): {self.private_bytes:,} bytes",
                  f"  nothing shared: {self.naive_bytes:,} bytes; largest constant: {self.largest_constant_bytes:,} bytes"]
         lines += [f"  {d}: {b:,} bytes" for d, b in sorted(self.by_device.items())]
         return "\n".join(lines)
@@ -141,6 +143,9 @@ def memory_floor(program: "Program | str | Path", *,
     model = read_program_model(program)
     placement = resolve_devices(model, device, DryRunRuntime())
     seen: set[tuple] = set()
+    states: set[tuple] = set()
+    # buffers some method writes, by eager storage: one buffer is one copy, whoever reads it
+    state_storage = {c.storage for m in model.methods for c in m.constants if c.mutated and c.storage}
     by_device: dict[str, int] = {}
     rows = []
     shareable = private = naive = largest = count = 0
@@ -151,8 +156,14 @@ def memory_floor(program: "Program | str | Path", *,
             count += 1
             naive += c.nbytes
             largest = max(largest, c.nbytes)
-            if c.mutated:
-                role, counted = "private (mutated)", True
+            if c.storage and c.storage in state_storage:
+                key = (dev, c.storage)
+                role, counted = "state (one eager buffer)", key not in states
+                if counted:
+                    states.add(key)
+                    private += c.nbytes
+            elif c.mutated:
+                role, counted = "private (mutated, provenance unknown)", True
                 private += c.nbytes
             else:
                 key = (dev, c.digest, c.dtype, c.shape, c.strides, c.storage_offset)
@@ -166,5 +177,5 @@ def memory_floor(program: "Program | str | Path", *,
             rows.append((dev, spec.name, c.name, c.fqn, c.nbytes, role, counted))
     table = pd.DataFrame.from_records(rows, columns=FLOOR_COLUMNS) if rows else pd.DataFrame(columns=FLOOR_COLUMNS)
     return MemoryFloor(total_bytes=shareable + private, shareable_bytes=shareable, private_bytes=private,
-                       by_device=by_device, constants=count, distinct_shareable=len(seen),
+                       by_device=by_device, constants=count, distinct_shareable=len(seen), distinct_state=len(states),
                        largest_constant_bytes=largest, naive_bytes=naive, table=table)

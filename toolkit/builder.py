@@ -8,6 +8,7 @@ inputs/outputs in safetensors and a manifest describing every constant.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as _dt
 import hashlib
 import os
@@ -24,12 +25,15 @@ from torch.utils import _pytree as pytree
 
 from .errors import BuildError
 from .integrity import sha256_file
-from .model import METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, required_nbytes
+from .model import (
+    METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
+)
 from .runtimes.aoti import AotiContainer, dtype_name, parse_device
 from .sources.directory import MANIFEST_FILE, manifest_json
 from .vocab import ConstantKind
 
 MethodsSpec = Mapping[str, "tuple[torch.nn.Module, tuple]"]
+SequencesSpec = Mapping[str, "list[tuple[str, tuple]]"]  # name -> [(method, args), ...] in order
 
 # The ExecuTorch CUDA backend's compile options (backends/cuda/cuda_backend.py).
 AOTI_OPTIONS = {
@@ -173,7 +177,12 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
     module = _on_device(module, device)
     args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
     inputs = _flatten_tensors(args, f"method {name!r} inputs")
-    with torch.no_grad():
+    # torch's own pytree internals warn (FutureWarning, "`isinstance(treespec, LeafSpec)` is
+    # deprecated") while exporting and compiling; nothing the caller can act on.  Silenced here,
+    # for that one warning and only around the export/compile, so no notebook shows the wall.
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
         outputs = _flatten_tensors(copy.deepcopy(module)(*copy.deepcopy(args)), f"method {name!r} outputs")
         try:
             ep = torch.export.export(module, args)
@@ -199,6 +208,45 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
     )
 
 
+def storage_keys(methods: MethodsSpec) -> dict[str, dict[str, str]]:
+    """Provenance: method -> {FQN: key}, equal keys where the eager modules hold ONE tensor.
+
+    Parameters and buffers are keyed by their storage (pointer, offset, shape, strides) in the
+    modules as given, before any copy: a submodule instance used by two methods (a shared
+    weight, a KV cache both read) gets one key, two instances with equal FQNs get two.
+    """
+    ids: dict[tuple, str] = {}
+    out: dict[str, dict[str, str]] = {}
+    for mname, (module, _args) in methods.items():
+        keys = {}
+        named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+        for fqn, t in named:
+            ident = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
+                     t.device.type)
+            keys[fqn] = ids.setdefault(ident, f"t{len(ids)}")
+        out[mname] = keys
+    return out
+
+
+def _run_sequence(methods: MethodsSpec, steps, seq: str) -> dict[str, torch.Tensor]:
+    """The eager program's steps in order, on one deep copy of all the modules (so instances
+    shared between methods stay shared and state carries), recorded as reference tensors."""
+    copies = copy.deepcopy({m: mod for m, (mod, _a) in methods.items()})  # one memo: sharing kept
+    tensors: dict[str, torch.Tensor] = {}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        for i, step in enumerate(steps):
+            if not (isinstance(step, tuple) and len(step) == 2 and step[0] in copies and isinstance(step[1], tuple)):
+                raise BuildError(f"sequence {seq!r} step {i}: expected (method name, args tuple), got {step!r:.80}")
+            m, args = step
+            inputs = _flatten_tensors(args, f"sequence {seq!r} step {i} inputs")
+            outputs = _flatten_tensors(copies[m].eval()(*copy.deepcopy(args)), f"sequence {seq!r} step {i} outputs")
+            tensors.update({f"step.{i}.input.{j}": t.detach().cpu().contiguous().clone() for j, t in enumerate(inputs)})
+            tensors.update({f"step.{i}.output.{j}": t.detach().cpu().contiguous().clone()
+                            for j, t in enumerate(outputs)})
+    return tensors
+
+
 def build_program(
     methods: MethodsSpec,
     out_dir: str | Path,
@@ -209,12 +257,17 @@ def build_program(
     progress: bool = True,
     overwrite: bool = False,
     on_method: Callable[[str, int, int], None] | None = None,
+    sequences: SequencesSpec | None = None,
 ):
     """Export and compile every method, and write a program directory.
 
     ``methods`` is an ordered mapping ``method name -> (module, example_args)``; its order
-    is the load order.  The directory appears only once it is complete (built aside, then
-    renamed), so a failed build leaves nothing half-written behind.
+    is the load order.  ``sequences`` maps a name to steps ``[(method, args), ...]`` run in
+    order on the eager modules, state carried as eager carries it; each step's inputs and
+    outputs become the reference of ``session.verify(sequence=name)``.  Which constants of
+    different methods were one tensor of the eager modules is recorded per constant
+    (:func:`storage_keys`).  The directory appears only once it is complete (built aside,
+    then renamed), so a failed build leaves nothing half-written behind.
     """
     from tqdm.auto import tqdm
 
@@ -232,6 +285,13 @@ def build_program(
             raise BuildError(f"method name {mname!r} is not a plain identifier")
         if not (isinstance(spec, tuple) and len(spec) == 2):
             raise BuildError(f"method {mname!r}: expected (module, example_args)")
+    sequences = dict(sequences or {})
+    for seq in sequences:
+        if not isinstance(seq, str) or not METHOD_NAME_RE.match(seq):
+            raise BuildError(f"sequence name {seq!r} is not a plain identifier")
+        if not sequences[seq]:
+            raise BuildError(f"sequence {seq!r} has no steps")
+    provenance = storage_keys(methods)
     if out.exists() and any(out.iterdir()) if out.is_dir() else out.exists():
         if not overwrite:
             raise BuildError(f"{out}: already exists (pass overwrite=True to replace it)")
@@ -246,8 +306,21 @@ def build_program(
                 on_method(mname, i, len(items))
             mdir = stage / "methods" / mname
             mdir.mkdir(parents=True)
-            specs.append(_build_method(mname, module, args, dev, mdir))
+            spec = _build_method(mname, module, args, dev, mdir)
+            keys = provenance[mname]
+            specs.append(dataclasses.replace(spec, constants=tuple(
+                dataclasses.replace(c, storage=keys.get(c.fqn, "")) for c in spec.constants)))
         bar.close()
+        seq_specs = []
+        for seq, steps in sequences.items():
+            tensors = _run_sequence(methods, list(steps), seq)
+            rel = f"sequences/{seq}.safetensors"
+            (stage / "sequences").mkdir(exist_ok=True)
+            save_file(tensors, str(stage / rel))
+            seq_specs.append(SequenceSpec(seq, tuple(
+                SequenceStep(m, sum(1 for k in tensors if k.startswith(f"step.{i}.input.")),
+                             sum(1 for k in tensors if k.startswith(f"step.{i}.output.")))
+                for i, (m, _a) in enumerate(steps)), rel))
         files = {}
         for p in sorted(stage.rglob("*")):
             if p.is_file():
@@ -255,7 +328,7 @@ def build_program(
         program = Program(
             name=name or out.name, description=description, device=dev.type,
             torch_version=torch.__version__, created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            methods=tuple(specs), files=files,
+            methods=tuple(specs), files=files, sequences=tuple(seq_specs),
         )
         (stage / MANIFEST_FILE).write_text(manifest_json(program), encoding="utf-8")
         if out.exists():

@@ -27,6 +27,8 @@ class CacheEntry:
     tensor: Any  # torch.Tensor (None in dry-run analysis)
     keepalive: Any = None  # the container whose blob the tensor aliases, if any
     users: set[str] = field(default_factory=set)
+    mutated: bool = False  # the owner method's graph writes it (state)
+    storage: str = ""  # provenance: which tensor of the eager program it is ("" unknown)
 
     @property
     def owner_kind(self) -> str:

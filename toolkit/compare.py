@@ -18,8 +18,8 @@ from .policies import POLICIES, get_policy
 from .sources import open_program
 
 COMPARE_COLUMNS = [
-    "policy", "loaded", "status", "error", "wrong_methods", "not_runnable", "shared", "declined", "loaded_constants",
-    "private", "refused", "device_bytes", "load_seconds",
+    "policy", "loaded", "status", "error", "wrong_methods", "wrong_sequences", "not_runnable", "shared", "declined",
+    "loaded_constants", "private", "refused", "device_bytes", "load_seconds",
 ]
 
 
@@ -52,12 +52,16 @@ class PolicyComparison:
 
 
 def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
+    """One policy's row; ``wrong_sequences``: the program's sequences that diverge from eager."""
     d = s.decisions
+    wrong_sequences = [q.name for q in s.program.sequences
+                       if s.load_outcome == "loaded" and not s.verify(sequence=q.name)["ok"].all()]
     counts = d["decision"].value_counts() if len(d) else pd.Series(dtype=int)
     return {
         "policy": s.policy.name.value, "loaded": s.status == "loaded", "status": str(s.status),
         "error": s.error or "",
         "wrong_methods": verification[(verification["ran"]) & (~verification["ok"])]["method"].tolist(),
+        "wrong_sequences": wrong_sequences,
         "not_runnable": [r.method for r in s.results.values() if r.status in ("loaded", "unloaded")
                          and not r.runnable],
         "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),

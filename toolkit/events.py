@@ -186,11 +186,24 @@ class MethodUnloaded(Event):
     released_entries: int
 
 
+@dataclass(frozen=True, slots=True)
+class CulpritTried(Event):
+    """One blame experiment: ``name`` of ``method`` swapped for another tensor, the verification re-run."""
+
+    kind = EventKind.CULPRIT_TRIED
+    name: str
+    fqn: str
+    verification: str  # "standalone" or the sequence's name
+    swap: str  # what was installed instead: "own copy" or "the writer's tensor"
+    fixes: bool  # the verification passed with the swap: this decision is a culprit
+    evidence: str
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     LoadStarted, ContainerCreated, ConstantEnumerated, CacheLookup, BlobUploaded,
     ConstantsExtracted, ConstantUploaded, FieldCompared, DigestCompared, Decided,
     CacheEntryAdded, OutOfBoundsAlias, PairsInstalled, MethodLoaded, LoadFailed,
-    MemorySampled, MethodUnloaded,
+    MemorySampled, MethodUnloaded, CulpritTried,
 )
 
 

@@ -23,7 +23,7 @@ from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
 from .model import MethodSpec, Program, TensorMeta, shown
 from .policies import ConstantDecision, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
-from .runtimes import Device, MethodRuntime, Runtime, default_runtime
+from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes, default_runtime
 from .sources import open_program
 from .vocab import Decision, MethodStatus, SessionStatus, Source
 
@@ -64,6 +64,7 @@ class LoadedMethod:
     own_tensors: dict[str, Any] = field(default_factory=dict)
     whole_blob_bytes: int = 0  # bytes of a whole-blob allocation this method keeps resident
     own_upload_bytes: int = 0
+    tensors: dict[str, Any] = field(default_factory=dict)  # every constant -> the tensor it runs on
 
     @property
     def name(self) -> str:
@@ -102,7 +103,7 @@ class Session:
         self.load_seconds: float = 0.0
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
-        self._verification: tuple[tuple, Any] | None = None
+        self._verifications: dict[str | None, tuple[tuple, Any]] = {}  # sequence (None: each method alone)
 
     # ------------------------------------------------------------------ loading
     def load(self, progress: bool = False) -> "Session":
@@ -289,6 +290,11 @@ class Session:
                 continue
             install[d.constant.name] = tensor
         self._record_decisions(m, device, outcome, plan, problems)
+        for d in outcome.decisions:  # what each slot runs on: for state resets and blame
+            loaded.tensors[d.constant.name] = (
+                d.shared_from.tensor if d.source is Source.CACHE else
+                loaded.own_tensors[d.constant.name] if d.source is Source.OWN_UPLOAD else
+                extracted.get(d.constant.name))
         if loaded.runnable:
             handle.install(install)
             self._probe_peak(device, loaded)
@@ -302,7 +308,8 @@ class Session:
                     tensor, keep = loaded.own_tensors[d.constant.name], None
                 entry = CacheEntry(fqn=d.constant.fqn, name=d.constant.name, owner_method=m,
                                    meta=self.runtime.facts(tensor)[0], digest=d.constant.digest,
-                                   nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m})
+                                   nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m},
+                                   mutated=d.constant.mutated, storage=d.constant.storage)
                 self.cache.add(entry)
                 self.log.record(ev.CacheEntryAdded, m, name=d.constant.name, fqn=d.constant.fqn,
                              owner_kind=entry.owner_kind)
@@ -344,7 +351,9 @@ class Session:
             if slot.dtype != "?" and slot.dtype != c.dtype:
                 raise ProgramError(f"constant {c.name!r}: .so was compiled for {slot.dtype}, manifest says {c.dtype}",
                                    path=so, field=f"{where}.dtype")
-            if slot.nbytes is not None and slot.nbytes != c.nbytes:
+            # the .so reports the slot's size rounded to its 64-byte alignment (aligned_slot_bytes):
+            # a lie inside the last 63 bytes of a slot cannot be told from it, anything larger can
+            if slot.nbytes is not None and slot.nbytes != aligned_slot_bytes(c.nbytes):
                 raise ProgramError(f"constant {c.name!r}: the .so's slot holds {slot.nbytes} bytes, the manifest's "
                                    f"dtype/shape/strides {c.nbytes}", path=so, field=f"{where}.nbytes")
             if slot.blob_offset is not None and compiled.blob_bytes is not None and slot.blob_offset != c.offset:
@@ -391,20 +400,53 @@ class Session:
             inputs, _ = self.reference(method)
         return lm.handle.run(list(inputs))
 
-    def verify(self) -> "pd.DataFrame":
-        """Run every loaded method on its reference inputs and compare with the eager outputs.
+    def reset_state(self) -> int:
+        """Put every mutated buffer of every loaded method back to its initial contents.
 
-        Computed once per set of loaded methods: asking again returns the same frame (a copy).
-        A closed session answers with its last verification (it has nothing left to run).
+        A buffer two methods share is one tensor, reset once.  Returns how many were reset.
         """
-        from .verification import verify_session
+        done: set[int] = set()
+        for lm in self.methods.values():
+            for c in lm.spec.constants:
+                tensor = lm.tensors.get(c.name)
+                if c.mutated and tensor is not None and id(tensor) not in done:
+                    done.add(id(tensor))
+                    self.runtime.write_initial(tensor, self.program, c)
+        return len(done)
 
-        if self.status is SessionStatus.CLOSED and self._verification is not None:
-            return self._verification[1].copy()
-        key = tuple(sorted((n, id(lm)) for n, lm in self.methods.items()))
-        if self._verification is None or self._verification[0] != key:
-            self._verification = (key, verify_session(self))
-        return self._verification[1].copy()
+    def repeatability(self, runs: int = 3) -> "pd.DataFrame":
+        """Which outputs change between repeated runs, and why (see :func:`toolkit.verification.repeatability`)."""
+        from .verification import repeatability
+
+        return repeatability(self, runs)
+
+    def blame(self, sequence: str | None = None) -> "pd.DataFrame":
+        """Which sharing decisions make a method wrong (see :mod:`toolkit.blame`)."""
+        from .blame import blame
+
+        return blame(self, sequence)
+
+    def verify(self, sequence: str | None = None) -> "pd.DataFrame":
+        """Run the program against the eager reference and compare outputs.
+
+        Without ``sequence``: every loaded method alone on its reference inputs, state reset to
+        its initial contents before each.  With ``sequence``: that sequence's steps in order,
+        from the initial state, state carried between steps as the loaded program carries it
+        (one row per step).  Computed once per set of loaded methods: asking again returns the
+        same frame (a copy).  A closed session answers with its last verification.
+        """
+        from .verification import verify_sequence, verify_session
+
+        if sequence is not None:
+            self.program.sequence(sequence)  # KeyError naming the sequences there are
+        key = (sequence, tuple(sorted((n, id(lm)) for n, lm in self.methods.items())))
+        hit = self._verifications.get(sequence)
+        if self.status is SessionStatus.CLOSED and hit is not None:
+            return hit[1].copy()
+        if hit is None or hit[0] != key:
+            hit = (key, verify_session(self) if sequence is None else verify_sequence(self, sequence))
+            self._verifications[sequence] = hit
+        return hit[1].copy()
 
     # ------------------------------------------------------------------ lifetime
     def unload(self, method: str) -> None:

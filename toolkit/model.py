@@ -92,6 +92,16 @@ class ConstantSpec:
     offset: int  # byte offset of that storage inside ``file``
     digest: str  # sha256 of those bytes
     file: str = ""  # the program file holding the bytes (relative to the program's root)
+    # Optional, for formats that key their data (ExecuTorch .pte/.ptd, torch .pt2):
+    storage_key: str = ""  # the key its bytes are stored under: a 1.5.x .ptd key, a .pt2 weights member; "" if none
+    # key of its method's .so (ExecuTorch's so_blob_key), set at least where it matters: ExecuTorch 1.5.x
+    # namespaces `_tensor_constant*` FQNs by it.  Derived from the .so's bytes, so not part of equality.
+    so_key: str = field(default="", compare=False)
+    # Provenance: which tensor of the eager program this is.  Constants of different methods
+    # with the same non-empty key were ONE tensor storage in the modules given to the builder
+    # (a shared weight, or shared state such as a KV cache); "" when unknown (a lifted
+    # constant, whose attribute name AOTInductor drops, or a file that does not say).
+    storage: str = ""
 
     def meta(self, device_type: str, device_index: int) -> TensorMeta:
         return TensorMeta(self.dtype, self.shape, self.strides, device_type, device_index)
@@ -109,12 +119,50 @@ class MethodSpec:
     num_inputs: int
     num_outputs: int
     constants: tuple[ConstantSpec, ...]
+    # Optional, for formats that keep several things in one file (ExecuTorch .pte/.ptd, torch .pt2):
+    so_offset: int = 0  # byte offset of the .so inside so_file
+    so_bytes: int | None = None  # its size; None: the whole of so_file
+    # the key the .so is stored under (ExecuTorch: "<sha256 of the .so>_so_blob", or "<method>_so_blob" before
+    # #20424); derived from the .so's bytes (or the name), so not part of equality
+    so_key: str = field(default="", compare=False)
+    blob_offset: int | None = 0  # byte offset of the whole blob inside blob_file; None: the format has no such
+    #                              blob (per-FQN storages): blob_bytes is then the size AOTI's binary_blob would have
+    weights_key: str = ""  # the key the format stores the whole blob under ("" when none)
+    payload: str = ""  # what the format said about this method's payload (e.g. "ETCUDAFQN3"; "" for our directories)
+    input_order: tuple[int, ...] | None = None  # for each input of the .so, the index of the method input feeding it
 
     @property
     def files(self) -> tuple[str, ...]:
         """Every program file this method's load reads: .so, blob, reference, constants' files."""
         extra = {c.file for c in self.constants if c.file} - {self.so_file, self.blob_file, self.reference_file}
         return (self.so_file, self.blob_file, self.reference_file, *sorted(extra))
+
+
+@dataclass(frozen=True)
+class SequenceStep:
+    method: str
+    num_inputs: int
+    num_outputs: int
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """Methods run in order with their state carried (prefill, then decode, ...), and the eager
+    program's inputs and outputs of every step (``step.<i>.input.<j>``, ``step.<i>.output.<j>``)."""
+
+    name: str
+    steps: tuple[SequenceStep, ...]
+    reference_file: str
+
+
+@dataclass(frozen=True)
+class StateBuffer:
+    """One mutated buffer of the eager program and the methods that write or only read it."""
+
+    storage: str
+    fqn: str
+    writers: tuple[str, ...]
+    readers: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -142,6 +190,30 @@ class Program:
     files: Mapping[str, FileRecord] = field(default_factory=dict)
     root: Path | None = field(default=None, compare=False)  # where it lies is not what it is
     source: str = "constshare-program"
+    sequences: tuple[SequenceSpec, ...] = ()
+
+    def sequence(self, name: str) -> SequenceSpec:
+        for q in self.sequences:
+            if q.name == name:
+                return q
+        raise KeyError(f"program {self.name!r} has no sequence {name!r}; it has {[q.name for q in self.sequences]}")
+
+    def state_buffers(self) -> tuple[StateBuffer, ...]:
+        """Every buffer some method mutates, by eager storage: who writes it, who only reads it.
+
+        Buffers of unknown provenance are listed per (method, FQN), each its own state.
+        """
+        found: dict[str, dict] = {}
+        for m in self.methods:
+            for c in m.constants:
+                if c.kind.value != "buffer":
+                    continue
+                key = c.storage or f"{m.name}:{c.fqn}"
+                rec = found.setdefault(key, {"fqn": c.fqn, "writers": [], "readers": [], "mutated": False})
+                rec["writers" if c.mutated else "readers"].append(m.name)
+                rec["mutated"] |= c.mutated
+        return tuple(StateBuffer(k, r["fqn"], tuple(r["writers"]), tuple(r["readers"]))
+                     for k, r in found.items() if r["mutated"])
 
     def method(self, name: str) -> MethodSpec:
         for m in self.methods:

@@ -4,6 +4,12 @@ Every function draws on the ``ax`` it is given (or on a fresh :class:`~matplotli
 it creates without touching pyplot's global state) and returns the Figure.  None of them
 calls ``show()`` or saves a file, and none of them runs anything: whatever needs running
 (``session.verify()``, :func:`toolkit.compare_policies`) is passed in.
+
+Text that comes from the program (program, method and constant names) is escaped for
+matplotlib (:func:`plain_text`): a ``$...$`` in a name is drawn as typed, never parsed as
+mathtext.  Titles wrap to the figure instead of being cut; ``policy_tradeoff`` places its
+labels when the figure is drawn (the layout is final then), clear of each other, of the
+points and of the minimum marker.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .rendering import DECISION_COLOURS
+from .rendering import DECISION_COLOURS, cell_text, content_check, culprit_mask
+from .rendering import format_bytes as _format_bytes
 from .vocab import Decision
 
 if TYPE_CHECKING:
@@ -24,10 +31,22 @@ if TYPE_CHECKING:
     from .model import Program
 
 WRONG_COLOUR = "#cc0000"
+CULPRIT_FACE = "#ea9999"  # a cell shared although its content differs
 _DECISION_ORDER = [d.value for d in Decision]
 _DECISION_LETTER = {"loaded": "L", "shared": "S", "declined": "D", "private": "P", "refused": "R"}
 # Saturated variants of the table colours, for lines and markers (the table ones are pastel backgrounds).
 _STRONG = {"loaded": "#6aa84f", "shared": "#3d85c6", "declined": "#f1c232", "private": "#999999", "refused": "#cc0000"}
+# past this many constants, the collision matrix keeps only the names more than one method holds
+LARGE_MATRIX = 40
+# and at most this many columns: the culprits first, then the other collisions that were not an
+# honest share (declined, refused ...), then the rest, in load order within each group
+MAX_MATRIX_COLUMNS = 120
+
+
+def plain_text(text: Any) -> str:
+    """``text`` as matplotlib should draw it literally: every ``$`` escaped, so a name
+    like ``$x^2$`` is neither parsed as mathtext (an error for invalid TeX) nor typeset."""
+    return cell_text(text).replace("$", "\\$")
 
 
 def _axes(ax: "Axes | None", figsize: tuple[float, float]) -> tuple["Figure", "Axes"]:
@@ -39,15 +58,14 @@ def _axes(ax: "Axes | None", figsize: tuple[float, float]) -> tuple["Figure", "A
     return fig, fig.add_subplot()
 
 
+def _title(ax: "Axes", text: str) -> None:
+    """A title that wraps at the figure's edges rather than being cut."""
+    ax.set_title(text, fontsize=10, wrap=True)
+
+
 def format_bytes(n: float) -> str:
     """``16384`` -> ``"16 KiB"``."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
+    return _format_bytes(n)
 
 
 def _wrong_from(verification: pd.DataFrame | None) -> set[str]:
@@ -60,6 +78,10 @@ def _wrong_from(verification: pd.DataFrame | None) -> set[str]:
 # ------------------------------------------------------------------ collision matrix
 
 
+def _key(r: Mapping[str, Any]) -> str:
+    return cell_text(r.get("fqn")) or cell_text(r.get("name"))
+
+
 def collision_matrix_data(decisions: pd.DataFrame, method_order: Sequence[str] | None = None) -> pd.DataFrame:
     """methods x constant keys (FQN, or internal name when there is none) -> decision, "" if absent.
 
@@ -70,7 +92,7 @@ def collision_matrix_data(decisions: pd.DataFrame, method_order: Sequence[str] |
     keys: list[str] = []
     cells: dict[tuple[str, str], str] = {}
     for r in decisions.to_dict("records"):
-        key = str(r["fqn"]) or str(r["name"])
+        key = _key(r)
         if key not in keys:
             keys.append(key)
         cells[(r["method"], key)] = str(getattr(r["decision"], "value", r["decision"]))
@@ -78,15 +100,28 @@ def collision_matrix_data(decisions: pd.DataFrame, method_order: Sequence[str] |
     return pd.DataFrame(data, index=pd.Index(list(method_order), name="method"), columns=pd.Index(keys, name="constant"))
 
 
+def culprit_cells(decisions: pd.DataFrame) -> set[tuple[str, str]]:
+    """(method, constant key) of every constant shared although its content differs (the
+    cached and the new content digests disagree); empty without digest columns."""
+    if not len(decisions) or "digest" not in decisions.columns or "cached_digest" not in decisions.columns:
+        return set()
+    checked = content_check(decisions)
+    rows = checked[culprit_mask(checked)]
+    return {(cell_text(r["method"]), _key(r)) for r in rows.to_dict("records")}
+
+
 def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verification: pd.DataFrame | None = None,
-                     wrong_methods: Iterable[str] = (), only_colliding: bool = False, ax: "Axes | None" = None,
-                     title: str | None = None) -> "Figure":
+                     wrong_methods: Iterable[str] = (), only_colliding: bool | None = None,
+                     ax: "Axes | None" = None, title: str | None = None) -> "Figure":
     """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
 
+    A cell **shared although its content differs** (decision shared, the cached and the new
+    content digests disagree: the culprit of a wrong output) is drawn red with a cross.
     Methods whose output was wrong (``verification`` rows that ran and failed, plus
     ``wrong_methods``) are labelled in red with a cross.  An empty cell: the method has no
     constant of that name (or its load never got there).  ``only_colliding`` keeps only the
-    names that more than one method holds (the only ones sharing can touch).
+    names that more than one method holds (the only ones sharing can touch); by default
+    (None) that happens when there are more than :data:`LARGE_MATRIX` names.
     """
     from matplotlib.patches import Patch, Rectangle
 
@@ -98,29 +133,57 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
         order = [m.name for m in s.program.methods]
         default_title = f"{s.program.name}: {s.policy.name.value}"
     wrong = _wrong_from(verification) | set(wrong_methods)
+    culprits = culprit_cells(decisions)
     grid = collision_matrix_data(decisions, order)
+    total = grid.shape[1]
+    if only_colliding is None:
+        only_colliding = total > LARGE_MATRIX
     if only_colliding:
         grid = grid.loc[:, (grid != "").sum(axis=0) > 1]
+    if grid.shape[1] > MAX_MATRIX_COLUMNS:
+        bad_keys = {k for _m, k in culprits}
+        rank = [0 if k in bad_keys else (1 if any(v not in ("", "shared", "loaded") for v in grid[k]) else 2)
+                for k in grid.columns]
+        keep = sorted(sorted(range(len(rank)), key=lambda j: rank[j])[:MAX_MATRIX_COLUMNS])
+        grid = grid.iloc[:, keep]
+        default_title += (f" ({grid.shape[1]:,} of {total:,} names: the culprits first, then the other "
+                          f"collisions not shared as equal; every decision is in session.decisions)")
+    elif grid.shape[1] < total:
+        default_title += f" ({grid.shape[1]} of {total} names: those more than one method holds)"
     n_rows, n_cols = grid.shape
-    fig, ax = _axes(ax, (min(3.0 + 0.55 * max(n_cols, 1), 18.0), 1.6 + 0.45 * max(n_rows, 1)))
-    label_cells = n_cols <= 16
+    longest = max([len(_short(k)) for k in grid.columns] or [1])
+    vertical = n_cols > 8
+    label_in = longest * 8 * 0.62 / 72  # inches the longest name takes at 8 pt
+    tilted = not vertical and n_cols > 1 and (n_cols > 3 or label_in > 0.45)  # names wider than a cell
+    height = 1.4 + 0.45 * max(n_rows, 1) + (label_in if vertical else (0.71 * label_in if tilted else 0.3))
+    fig, ax = _axes(ax, (min(3.5 + 0.32 * max(n_cols, 1) + (0 if vertical else 0.5 * label_in), 22.0), height))
+    label_cells = n_cols <= 24
     for i, m in enumerate(grid.index):
         for j, k in enumerate(grid.columns):
             d = grid.iat[i, j]
-            face = DECISION_COLOURS.get(d, "white")
-            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=face, edgecolor="#888888", linewidth=0.6))
-            if d and label_cells:
-                ax.text(j + 0.5, i + 0.5, _DECISION_LETTER.get(d, d[:1].upper()), ha="center", va="center",
-                        fontsize=9, color="#222222")
+            bad = (m, k) in culprits
+            face = CULPRIT_FACE if bad else DECISION_COLOURS.get(d, "white")
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=face, edgecolor=WRONG_COLOUR if bad else "#888888",
+                                   linewidth=1.6 if bad else 0.6, zorder=2 if bad else 1))
+            if d and (label_cells or bad):
+                letter = _DECISION_LETTER.get(d, d[:1].upper())
+                ax.text(j + 0.5, i + 0.5, letter + ("\u2717" if bad else ""), ha="center", va="center",
+                        fontsize=9 if label_cells else 7, color="#7f0000" if bad else "#222222",
+                        fontweight="bold" if bad else "normal", zorder=3)
         if m in wrong:
-            ax.add_patch(Rectangle((0, i), max(n_cols, 1), 1, fill=False, edgecolor=WRONG_COLOUR, linewidth=2.0))
+            ax.add_patch(Rectangle((0, i), max(n_cols, 1), 1, fill=False, edgecolor=WRONG_COLOUR, linewidth=2.0,
+                                   zorder=4))
     ax.set_xlim(0, max(n_cols, 1))
     ax.set_ylim(max(n_rows, 1), 0)
     ax.set_xticks([j + 0.5 for j in range(n_cols)])
-    ax.set_xticklabels([_short(k) for k in grid.columns], rotation=45 if n_cols > 3 else 0,
-                       ha="right" if n_cols > 3 else "center", fontsize=8)
+    if vertical:
+        ax.set_xticklabels([plain_text(_short(k)) for k in grid.columns], rotation=90, ha="center", fontsize=8)
+    else:
+        ax.set_xticklabels([plain_text(_short(k)) for k in grid.columns], rotation=45 if tilted else 0,
+                           ha="right" if tilted else "center", rotation_mode="anchor" if tilted else "default",
+                           fontsize=8)
     ax.set_yticks([i + 0.5 for i in range(n_rows)])
-    ax.set_yticklabels([f"\u2717 {m} (wrong)" if m in wrong else m for m in grid.index])
+    ax.set_yticklabels([plain_text(f"\u2717 {m} (wrong)" if m in wrong else m) for m in grid.index])
     for lbl, m in zip(ax.get_yticklabels(), grid.index):
         if m in wrong:
             lbl.set_color(WRONG_COLOUR)
@@ -128,20 +191,27 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     ax.tick_params(length=0)
     for sp in ax.spines.values():
         sp.set_visible(False)
-    present = [d for d in _DECISION_ORDER if (grid == d).any().any()]
+    # decisions in the legend: those of some cell not already drawn as a culprit
+    present = [d for d in _DECISION_ORDER if any(grid.iat[i, j] == d and (m, k) not in culprits
+                                                 for i, m in enumerate(grid.index)
+                                                 for j, k in enumerate(grid.columns))]
     handles = [Patch(facecolor=DECISION_COLOURS[d], edgecolor="#888888",
                      label=f"{_DECISION_LETTER[d]} {d}" if label_cells else d) for d in present]
+    shown_culprits = [c for c in culprits if c[0] in set(grid.index) and c[1] in set(grid.columns)]
+    if shown_culprits:
+        handles.append(Patch(facecolor=CULPRIT_FACE, edgecolor=WRONG_COLOUR, linewidth=1.6,
+                             label="S\u2717 shared, content differs"))
     if wrong:
         handles.append(Patch(facecolor="white", edgecolor=WRONG_COLOUR, linewidth=2, label="wrong output"))
     if handles:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    ax.set_title(title if title is not None else default_title, fontsize=10)
+    _title(ax, plain_text(title if title is not None else default_title))
     if not n_cols:
         ax.text(0.5, 0.5, "no constants decided", ha="center", va="center", transform=ax.transAxes)
     return fig
 
 
-def _short(key: str, width: int = 36) -> str:
+def _short(key: str, width: int = 48) -> str:
     return key if len(key) <= width else "\u2026" + key[-(width - 1):]
 
 
@@ -189,33 +259,36 @@ def memory_by_policy(sessions: "Session | Mapping[str, Session] | Sequence[Sessi
             raise ValueError("memory_by_policy needs at least one session")
         frame, program_name = memory_frame(ss), ss[0].program.name
         floor = minimum if minimum is not None else minimum_device_bytes(ss[0].program)
-        status = {s.policy.name.value: s.status for s in ss}
+        status = {s.policy.name.value: getattr(s, "load_outcome", s.status) for s in ss}  # kept after close
     labels = list(dict.fromkeys(frame["policy"]))
     methods = list(dict.fromkeys(frame["method"]))
-    fig, ax = _axes(ax, (max(5.0, 1.1 * len(labels) + 3.0), 3.8))
+    fig, ax = _axes(ax, (max(6.5, 1.1 * len(labels) + 4.0), 3.8))
     cmap = _method_colours(methods)
     bottoms = [0.0] * len(labels)
     for m in methods:
         vals = [float(frame[(frame["policy"] == p) & (frame["method"] == m)]["device_bytes"].sum()) for p in labels]
-        ax.bar(range(len(labels)), vals, bottom=bottoms, color=cmap[m], edgecolor="white", label=m, width=0.65)
+        ax.bar(range(len(labels)), vals, bottom=bottoms, color=cmap[m], edgecolor="white", label=plain_text(m),
+               width=0.65)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     for i, (p, total) in enumerate(zip(labels, bottoms)):
         st = status.get(p, "loaded")
         note = format_bytes(total) + ("" if st == "loaded" else f"\n({st})")
-        ax.text(i, total, note, ha="center", va="bottom", fontsize=8)
+        # on a white ground: the dashed minimum line may pass right behind it
+        ax.text(i, total, note, ha="center", va="bottom", fontsize=8, zorder=5,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85})
     if floor is not None:
         ax.axhline(floor, color="#444444", linestyle="--", linewidth=1.2,
                    label=f"minimum (unique content): {format_bytes(floor)}")
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=30 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center",
-                       fontsize=8)
+    ax.set_xticklabels([plain_text(x) for x in labels], rotation=30 if len(labels) > 3 else 0,
+                       ha="right" if len(labels) > 3 else "center", fontsize=8)
     ax.set_ylabel("constant bytes on device")
     top = max(bottoms + [floor or 0]) or 1
     ax.set_ylim(0, top * 1.3)
     _bytes_axis(ax.yaxis, top * 1.3)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     default = f"{program_name}: device memory per method and policy" if program_name else "device memory per method and policy"
-    ax.set_title(title if title is not None else default, fontsize=10)
+    _title(ax, plain_text(title if title is not None else default))
     return fig
 
 
@@ -250,8 +323,10 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
     """Which method did which step when, and for how long.
 
     One row per method: a light bar spans the whole method load, coloured bars the timed
-    steps (container creation, blob upload, per-constant uploads), and markers the
-    decisions, coloured like the collision matrix.  A failed method is marked with a cross.
+    steps (container creation, blob upload, per-constant uploads), and thin ticks the
+    decisions, coloured like the collision matrix, each kind of decision in a lane of its
+    own (so a burst of decisions reads as a strip, not a blob); the legend counts them.  A
+    failed method is marked with a cross.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -262,10 +337,16 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
         ev = session_or_events.events
         default_title = f"{session_or_events.program.name}: load timeline ({session_or_events.policy.name.value})"
     methods = list(dict.fromkeys(ev["method"])) if len(ev) else []
-    fig, ax = _axes(ax, (8.0, 1.6 + 0.55 * max(len(methods), 1)))
+    fig, ax = _axes(ax, (8.0, 1.6 + 0.7 * max(len(methods), 1)))
     y = {m: i for i, m in enumerate(methods)}
     scale, unit = _time_unit(float(ev["time_s"].max()) if len(ev) else 0.0)
+    decided = ev[ev["kind"] == "decided"] if len(ev) and "decision" in ev else ev.iloc[:0]
+    kinds = [d for d in _DECISION_ORDER if d in set(decided["decision"].astype(str))] if len(decided) else []
+    # lanes of the decision ticks inside a method's row, one per kind present
+    lane = {d: (-0.3 + 0.6 * (k + 0.5) / len(kinds)) for k, d in enumerate(kinds)}
+    lane_height = min(0.6 / max(len(kinds), 1), 0.3)
     starts = {}
+    ticks: dict[str, tuple[list[float], list[float]]] = {}
     for r in ev.to_dict("records"):
         kind, m, t = r["kind"], r["method"], float(r["time_s"]) * scale
         if kind == "load_started":
@@ -281,23 +362,27 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
             ax.broken_barh([(t - secs, max(secs, 1e-9))], (y[m] - 0.25, 0.5), facecolors=_SPANS[kind][1], zorder=2)
         elif kind == "decided":
             d = str(r.get("decision"))
-            ax.plot([t], [y[m]], marker="o", markersize=6, linestyle="none", color=_STRONG.get(d, "black"),
-                    markeredgecolor="white", zorder=3)
+            xs, ys = ticks.setdefault(d, ([], []))
+            xs.append(t)
+            ys.append(y[m] + lane.get(d, 0.0))
+    marker_pts = 72 * lane_height * (fig.get_figheight() - 1.6) / max(len(methods), 1) * 0.9
+    for d, (xs, ys) in ticks.items():
+        ax.plot(xs, ys, marker="|", markersize=max(4.0, min(marker_pts, 12.0)), markeredgewidth=1.2,
+                linestyle="none", color=_STRONG.get(d, "black"), zorder=3)
     ax.set_yticks(range(len(methods)))
-    ax.set_yticklabels(methods)
+    ax.set_yticklabels([plain_text(m) for m in methods])
     ax.set_ylim(len(methods) - 0.4 if methods else 1, -0.6)
     ax.set_xlabel(f"time since the load began ({unit})")
     ax.set_xlim(left=0)
     kinds_seen = set(ev["kind"]) if len(ev) else set()
     handles = [Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="method load")]
     handles += [Patch(facecolor=c, label=lbl) for k, (lbl, c) in _SPANS.items() if k in kinds_seen]
-    dec_seen = set(ev.loc[ev["kind"] == "decided", "decision"].astype(str)) if "decision" in ev else set()
-    handles += [Line2D([], [], marker="o", linestyle="none", color=_STRONG[d], label=f"decided: {d}")
-                for d in _DECISION_ORDER if d in dec_seen]
+    handles += [Line2D([], [], marker="|", markersize=9, markeredgewidth=1.5, linestyle="none", color=_STRONG[d],
+                       label=f"decided: {d} ({len(ticks[d][0])})") for d in kinds]
     if "load_failed" in kinds_seen:
         handles.append(Line2D([], [], marker="X", linestyle="none", color=WRONG_COLOUR, label="load failed"))
     ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(title if title is not None else default_title, fontsize=10)
+    _title(ax, plain_text(title if title is not None else default_title))
     return fig
 
 
@@ -319,6 +404,75 @@ def _count(v: Any) -> int:
     return len([x for x in text.split(",") if x.strip()]) if text else 0
 
 
+# label offsets (points) tried in turn: right, above/below right, left, above/below left,
+# straight above / below; then the same farther out
+_OFFSETS = [(8, 0, "left", "center"), (6, 7, "left", "bottom"), (6, -7, "left", "top"),
+            (-8, 0, "right", "center"), (-6, 7, "right", "bottom"), (-6, -7, "right", "top"),
+            (0, 9, "center", "bottom"), (0, -9, "center", "top")]
+_CANDIDATES = [(dx * k, dy * k, ha, va) for k in (1, 2, 3, 4.5) for dx, dy, ha, va in _OFFSETS]
+
+
+def _overlap(a, b) -> float:
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+def _label_placer():
+    """An artist that places the point labels of a policy_tradeoff plot when it is drawn.
+
+    Drawn before them (lowest zorder) once the figure's layout is final, it moves each label
+    to the first offset around its point whose box stays inside the axes and clear of the
+    labels placed so far, of every point marker, of the fixed texts (the minimum marker's
+    label) and of the minimum line; if none is clear, to the one overlapping least.
+    """
+    from matplotlib.artist import Artist
+    from matplotlib.transforms import Bbox
+
+    class LabelPlacer(Artist):
+        def __init__(self, labels, points, fixed, lines, marker_pts):
+            super().__init__()
+            self.labels, self.points, self.fixed, self.lines = labels, points, fixed, lines
+            self.marker_pts = marker_pts
+            self.set_zorder(-1e9)
+
+        def draw(self, renderer):
+            ax = self.axes
+            px = renderer.points_to_pixels(1.0)
+            frame = ax.get_window_extent(renderer)
+            r = self.marker_pts * px
+            obstacles = [t.get_window_extent(renderer) for t in self.fixed if t.get_text()]
+            for x in self.lines:
+                x_px = ax.transData.transform((x, 0))[0]
+                obstacles.append(Bbox.from_extents(x_px - 1.5 * px, frame.y0, x_px + 1.5 * px, frame.y1))
+            markers = []
+            for x, y in self.points:
+                cx, cy = ax.transData.transform((x, y))
+                markers.append(Bbox.from_extents(cx - r, cy - r, cx + r, cy + r))
+            placed: list = []
+            for ann in self.labels:
+                best, best_cost = None, None
+                for dx, dy, ha, va in _CANDIDATES:
+                    ann.xyann = (dx, dy)
+                    ann.set_horizontalalignment(ha)
+                    ann.set_verticalalignment(va)
+                    box = ann.get_window_extent(renderer)
+                    outside = (max(frame.x0 - box.x0, 0) + max(box.x1 - frame.x1, 0)) * box.height + (
+                        max(frame.y0 - box.y0, 0) + max(box.y1 - frame.y1, 0)) * box.width
+                    cost = outside * 4 + sum(_overlap(box, o) for o in placed + obstacles + markers)
+                    if best_cost is None or cost < best_cost:
+                        best, best_cost = (dx, dy, ha, va), cost
+                    if cost == 0:
+                        break
+                dx, dy, ha, va = best
+                ann.xyann = (dx, dy)
+                ann.set_horizontalalignment(ha)
+                ann.set_verticalalignment(va)
+                placed.append(ann.get_window_extent(renderer))
+
+    return LabelPlacer
+
+
 def policy_tradeoff(comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = None, minimum: int | None = None,
                     title: str | None = None) -> "Figure":
     """Correctness vs memory, one point per policy (:func:`toolkit.compare_policies`' result or its frame).
@@ -326,7 +480,9 @@ def policy_tradeoff(comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = Non
     x: constant bytes on the device; y: methods whose output is wrong or that cannot run.
     Policies landing on the same point share one label.  A failed load (refused) is drawn
     hollow: it is safe, but the program does not load.  ``minimum`` draws the
-    perfect-loader floor (:func:`minimum_device_bytes`).
+    perfect-loader floor (:func:`minimum_device_bytes`) as a dashed line labelled at the
+    top.  Labels are placed when the figure is drawn, clear of each other, of the points
+    and of the minimum marker.
     """
     comparison = getattr(comparison, "frame", comparison)  # a PolicyComparison, or its frame
     fig, ax = _axes(ax, (7.0, 4.2))
@@ -335,31 +491,35 @@ def policy_tradeoff(comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = Non
         bad = _count(r.get("wrong_methods")) + _count(r.get("not_runnable"))
         key = (float(r["device_bytes"]), bad, bool(r["loaded"]))
         pts.setdefault(key, []).append(str(r["policy"]))
-    rank: dict[tuple[float, int, bool], int] = {}  # position of a point among those on its row, by x
-    for key in sorted(pts, key=lambda k: (k[1], k[0])):
-        rank[key] = sum(1 for other in rank if other[1] == key[1])
-    for (x, bad, loaded), names in pts.items():
+    labels = []
+    marker_size = 90  # points^2
+    for (x, bad, loaded), names in sorted(pts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         colour = "#3d85c6" if bad == 0 and loaded else (WRONG_COLOUR if bad else "#999999")
-        ax.scatter([x], [bad], s=90, zorder=3, color=colour if loaded else "white", edgecolors=colour, linewidths=2)
-        label = "\n".join(names) + ("" if loaded else "\n(load refused)")
-        above = rank[(x, bad, loaded)] % 2 == 0  # neighbours on one row alternate above / below
-        ax.annotate(label, (x, bad), textcoords="offset points", xytext=(8, 5 if above else -5), fontsize=8,
-                    va="bottom" if above else "top")
+        ax.scatter([x], [bad], s=marker_size, zorder=3, color=colour if loaded else "white", edgecolors=colour,
+                   linewidths=2)
+        label = "\n".join(plain_text(n) for n in names) + ("" if loaded else "\n(load refused)")
+        labels.append(ax.annotate(label, (x, bad), textcoords="offset points", xytext=(8, 0), fontsize=8,
+                                  va="center", ha="left", zorder=4, annotation_clip=False))
+    fixed = []
     if minimum is not None:
         ax.axvline(minimum, color="#444444", linestyle="--", linewidth=1.0)
-        ax.annotate(f"minimum {format_bytes(minimum)}", (minimum, 0), textcoords="offset points", xytext=(4, -14),
-                    fontsize=8, color="#444444")
+        fixed.append(ax.annotate(f"minimum {format_bytes(minimum)}", (minimum, 1.0),
+                                 xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(4, -4),
+                                 ha="left", va="top", fontsize=8, color="#444444"))
     ys = [k[1] for k in pts] or [0]
-    ax.set_ylim(-0.9, max(ys) + 0.9)
+    ax.set_ylim(-0.9, max(ys) + 1.1)
     ax.set_yticks(range(0, max(ys) + 1))
     xs = [k[0] for k in pts] + ([minimum] if minimum is not None else [])
     hi = max(xs) if xs else 1.0
-    ax.set_xlim(0, hi * 1.45 if hi else 1.0)
-    _bytes_axis(ax.xaxis, hi * 1.45 if hi else 1.0)
+    ax.set_xlim(0, hi * 1.5 if hi else 1.0)
+    _bytes_axis(ax.xaxis, hi * 1.5 if hi else 1.0)
     ax.set_xlabel("constant bytes on device (lower is better)")
     ax.set_ylabel("methods wrong or not runnable\n(lower is better)")
     ax.grid(True, alpha=0.3)
-    ax.set_title(title if title is not None else "correctness vs memory, one point per policy", fontsize=10)
+    _title(ax, plain_text(title if title is not None else "correctness vs memory, one point per policy"))
+    placer = _label_placer()(labels, [(k[0], k[1]) for k in pts], fixed,
+                             [minimum] if minimum is not None else [], math.sqrt(marker_size) / 2 + 1)
+    ax.add_artist(placer)
     return fig
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import abc
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Mapping, Protocol, Sequence
 
-from .model import ConstantSpec, TensorMeta, shown
+from .model import ConstantSpec, TensorMeta, required_nbytes, shown
 from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Source, parse
 
 # ------------------------------------------------------------------ inputs
@@ -34,12 +34,16 @@ class CachedView(Protocol):
     owner_method: str
     meta: TensorMeta
     digest: str
+    mutated: bool  # state: the owner's graph writes it
+    storage: str  # provenance ("" unknown)
 
 
 class CacheView(Protocol):
     def get(self, fqn: str) -> CachedView | None: ...
 
     def find_content(self, digest: str, meta: TensorMeta) -> CachedView | None: ...
+
+    def __len__(self) -> int: ...  # entries cached so far (blind-share: is this the first method?)
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,9 @@ class Outcome:
     method: str
     decisions: tuple[ConstantDecision, ...]
     failure: str | None = None  # set when the policy fails the whole load
+    # where the modelled system fails: "load" (the runtime refuses the method) or "export"
+    # (the exporter refuses the whole program: nothing of it would exist to load)
+    stage: str = "load"
 
     @property
     def install(self) -> tuple[ConstantDecision, ...]:
@@ -198,7 +205,7 @@ class Policy(abc.ABC):
 
     name: ClassVar[PolicyName]
     summary: ClassVar[str]
-    reproduces: ClassVar[str]  # the upstream revision, or "ours"
+    reproduces: ClassVar[str]  # the upstream revision (PR, commit, date), or "ours"
     shares: ClassVar[bool] = True
     memory_optimal: ClassVar[bool] = False  # never uploads a whole blob; installs everything user-managed
 
@@ -215,7 +222,10 @@ class Policy(abc.ABC):
 class NoSharing(Policy):
     name = PolicyName.NO_SHARING
     summary = "every method uploads its own blob"
-    reproduces = "ExecuTorch default (weight_sharing_across_methods off)"
+    reproduces = ("ExecuTorch default: runtime option weight_sharing_across_methods off (#18901, 922adad721, "
+                  "2026-04-27; still the default after #21959, e4b18fa9aa, 2026-08-20), compile spec "
+                  "share_kv_cache_across_methods off (#18864, 875f7c8019, 2026-04-14); and everything before "
+                  "#18667 (266ff2d71d, 2026-04-10)")
     shares = False
 
     def plan(self, method, cache):
@@ -313,7 +323,8 @@ class _ExecuTorchPolicy(Policy):
 class NameOnly(_ExecuTorchPolicy):
     name = PolicyName.NAME_ONLY
     summary = "share on name alone, never compare"
-    reproduces = "the unchecked core of weight_sharing_across_methods"
+    reproduces = ("the unchecked core of weight_sharing_across_methods (#18901, 922adad721, 2026-04-27) with its "
+                  "metadata comparison removed: no upstream revision shipped exactly this")
     compare_on_miss_path = False
     refuse_on_mismatch = False
     verify_all_hit = False
@@ -322,7 +333,8 @@ class NameOnly(_ExecuTorchPolicy):
 class RefuseOnMismatch(_ExecuTorchPolicy):
     name = PolicyName.REFUSE_ON_MISMATCH
     summary = "compare metadata on the miss path; a mismatch fails the whole load; all-hit shares on name"
-    reproduces = "ExecuTorch before #21959"
+    reproduces = ("ExecuTorch before #21959: #18901 (922adad721, 2026-04-27), unchanged by #20241 (182be0e26e, "
+                  "2026-06-15, comment only) and #20424 (3a9abee4b2, 2026-06-22, payload keys only)")
     compare_on_miss_path = True
     refuse_on_mismatch = True
     verify_all_hit = False
@@ -331,7 +343,7 @@ class RefuseOnMismatch(_ExecuTorchPolicy):
 class DeclineOnMismatch(_ExecuTorchPolicy):
     name = PolicyName.DECLINE_ON_MISMATCH
     summary = "compare metadata on the miss path; decline a mismatch (own copy, not in the pairs); all-hit shares on name"
-    reproduces = "ExecuTorch #21959 (main)"
+    reproduces = "ExecuTorch #21959 (e4b18fa9aa, 2026-08-20; main's dense-blob path)"
     compare_on_miss_path = True
     refuse_on_mismatch = False
     verify_all_hit = False
@@ -340,10 +352,42 @@ class DeclineOnMismatch(_ExecuTorchPolicy):
 class VerifyAlways(_ExecuTorchPolicy):
     name = PolicyName.VERIFY_ALWAYS
     summary = "like decline-on-mismatch, and re-upload the blob in the all-hit branch to compare metadata"
-    reproduces = "ExecuTorch #21706 (closed)"
+    reproduces = "ExecuTorch #21706 (144ce1bc77, 2026-08-19; closed, never merged)"
     compare_on_miss_path = True
     refuse_on_mismatch = False
     verify_all_hit = True
+
+
+def _state_decision(c: ConstantSpec, lr: "LookupResult", meta: TensorMeta) -> "ConstantDecision | None":
+    """Fingerprint's rule for state: a buffer some method writes is shared exactly when
+    provenance says it is the same buffer of the eager program (a KV cache prefill fills and
+    decode reads, issue #17496), and kept private otherwise, whatever its name and content.
+
+    Applies when this constant is mutated or the cached one is.  ExecuTorch has no
+    mutability bit at runtime; it comes from the export (buffers_to_mutate), provenance from
+    the builder (which tensors of the modules given were one storage).  None: not state.
+    """
+    entry = lr.entry if lr is not None and lr.result is Lookup.HIT else None
+    if not c.mutated and not (entry is not None and entry.mutated):
+        return None
+    if lr is None:
+        return ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
+                                "a mutated buffer with no original FQN: never looked up", Source.OWN_UPLOAD)
+    if entry is None:
+        return ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
+                                "first method with this state: uploaded on its own and cached", Source.OWN_UPLOAD,
+                                enters_cache=True)
+    comps = compare_metadata(entry.meta, meta)
+    dig = DigestComparison(entry.digest, c.digest)
+    if c.storage and c.storage == entry.storage and all(x.equal for x in comps) and dig.equal:
+        return ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.SAME_STATE,
+                                "one buffer of the eager program (same storage at build time): shared as state",
+                                Source.CACHE, entry, comps, dig)
+    why = ("provenance unknown" if not c.storage or not entry.storage else
+           "another buffer of the eager program" if c.storage != entry.storage else "metadata or content differs")
+    return ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.OTHER_STATE,
+                            f"state (a method writes it) and {why}: declined, own copy uploaded",
+                            Source.OWN_UPLOAD, entry, comps, dig)
 
 
 class Fingerprint(Policy):
@@ -351,18 +395,18 @@ class Fingerprint(Policy):
 
     Decided from the manifest, so no device round trip is needed to check the all-hit
     branch; every constant is uploaded on its own and installed user-managed, so no
-    whole blob is ever resident.  Mutated buffers are never shared: ExecuTorch has no
-    mutability bit at runtime, we take it from the export's buffers_to_mutate.
+    whole blob is ever resident.  State (a buffer some method writes) is shared exactly
+    when provenance says it is one buffer of the eager program (:func:`_state_decision`).
     """
 
     name = PolicyName.FINGERPRINT
-    summary = "share a hit only if metadata and content digest match; mutated buffers never shared"
-    reproduces = "ours"
+    summary = "share a hit only if metadata and content digest match; state only when it is one eager buffer"
+    reproduces = "ours (no upstream revision)"
     memory_optimal = True
     match_content_across_names: ClassVar[bool] = False
 
     def plan(self, method, cache):
-        lookups = _lookups(method, cache, lambda c: not c.mutated)
+        lookups = _lookups(method, cache, lambda c: True)
         return Plan(method, lookups, False, "decided from the manifest: only needed constants are uploaded")
 
     def decide(self, plan, new_meta, cache):
@@ -371,9 +415,9 @@ class Fingerprint(Policy):
         for c in m.constants:
             meta = m.meta(c)
             lr = plan.lookup(c.name)
-            if c.mutated:
-                out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.MUTATED_BUFFER,
-                                            "the graph mutates this buffer: never shared", Source.OWN_UPLOAD))
+            state = _state_decision(c, lr, meta)
+            if state is not None:
+                out.append(state)
                 continue
             if lr is None:
                 out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
@@ -392,6 +436,8 @@ class Fingerprint(Policy):
                                                 Source.CACHE, entry, comps, dig))
                     continue
             twin = cache.find_content(c.digest, meta) if self.match_content_across_names else None
+            if twin is not None and twin.mutated:  # equal bytes of someone's state are not this constant
+                twin = None
             if twin is not None:
                 out.append(ConstantDecision(c, lr.result, Decision.SHARED, Reason.CONTENT_MATCH_OTHER_NAME,
                                             f"identical content and metadata cached as {twin.fqn!r} by {twin.owner_method!r}",
@@ -414,13 +460,248 @@ class Fingerprint(Policy):
 class ContentDedup(Fingerprint):
     name = PolicyName.CONTENT_DEDUP
     summary = "like fingerprint, and also share with any cached constant of identical content and metadata, whatever its name"
-    reproduces = "ours"
+    reproduces = "ours (no upstream revision)"
     match_content_across_names = True
+
+
+class BlindShare(Policy):
+    """The first cross-method sharing, inline in ``init()`` and always on (#18667).
+
+    Read from ``backends/cuda/runtime/cuda_backend.cpp`` at 266ff2d71d: every method creates
+    its container and uploads its own full weights blob (``<method>_weights_blob``); the
+    first container that has constants then extracts them and keeps ``FQN -> tensor``
+    (constants with an empty FQN are skipped); every later container is pointed at the
+    first one's tensor for each FQN it shares with it
+    (``update_user_managed_constant_buffer_pairs``, ``validate_full_update=false``).  No
+    dtype, shape, stride, device or data check; errors are only logged.  Only the first
+    method's constants are ever shared: a constant a later method shares with a *second*
+    method but not with the first stays private.  #18864 (875f7c8019, 2026-04-14) kept this
+    behaviour behind the compile spec ``share_kv_cache_across_methods`` and made an error of
+    the AOTI calls fail ``init``: with the spec set on every method this policy reproduces it
+    too (the dry run cannot model an AOTI call failing).
+
+    Approximations: "the first container" is recognised as "the cache is still empty".
+    Upstream sets its flag once the first method *with constants* has been extracted, even
+    when none of its constants has an FQN; then nothing is shared afterwards, while here the
+    next method becomes the first.  Upstream keeps one internal name per FQN (a map); a second
+    constant with an FQN already taken in the first method stays private here.  A shared
+    tensor that cannot fill the slot (other dtype, too few bytes, other device) is what the
+    loader's out-of-bounds guard reports as not runnable; upstream would run it.
+    """
+
+    name = PolicyName.BLIND_SHARE
+    summary = "every method uploads its own blob; each FQN the first method has is re-pointed at its tensor, unchecked"
+    reproduces = ("ExecuTorch #18667 (266ff2d71d, 2026-04-10), and #18864 (875f7c8019, 2026-04-14) with "
+                  "share_kv_cache_across_methods set on every method")
+
+    def plan(self, method, cache):
+        lookups = _lookups(method, cache, lambda c: True)
+        return Plan(method, lookups, True, "every method uploads its own full weights blob (#18667)")
+
+    def decide(self, plan, new_meta, cache):
+        m = plan.method
+        first = len(cache) == 0
+        taken: set[str] = set()
+        out: list[ConstantDecision] = []
+        for c in m.constants:
+            lr = plan.lookup(c.name)
+            if lr is None:
+                out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
+                                            "no original FQN: never shared", Source.WHOLE_BLOB))
+            elif first and c.fqn not in taken:
+                taken.add(c.fqn)
+                out.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
+                                            "first method: extracted from its blob, kept by FQN for the others",
+                                            Source.WHOLE_BLOB, enters_cache=True))
+            elif first:
+                out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.NOT_IN_FIRST_METHOD,
+                                            "another constant of the first method holds this FQN: own copy",
+                                            Source.WHOLE_BLOB))
+            elif lr.result is Lookup.HIT:
+                out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.NAME_HIT,
+                                            f"the first method {lr.entry.owner_method!r} has this FQN: re-pointed at "
+                                            "its tensor, nothing compared (#18667)", Source.CACHE, lr.entry))
+            else:
+                out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.NOT_IN_FIRST_METHOD,
+                                            "the first method has no constant with this FQN: own copy from the "
+                                            "method's blob, never shared", Source.WHOLE_BLOB))
+        return Outcome(m.name, tuple(out))
+
+
+FQN_WEIGHT_PREFIX = "cuda_fqn_weight"
+
+
+def fqn_weight_key(c: ConstantSpec, method_name: str, device_type: str) -> str:
+    """The ``.ptd`` key ExecuTorch 1.5.x stores ``c``'s storage under (``cuda_weight_collector.py``).
+
+    ``cuda_fqn_weight:<cpu|cuda>:<fqn>``; an FQN starting with ``_tensor_constant`` (named by
+    position in one compiled library) is namespaced by its method's ``.so`` key:
+    ``cuda_fqn_weight:cuda:<so_key>:_tensor_constant0``.  A constant that carries the key its
+    file stored it under (a 1.5.x ``.pte``) keeps it.  Without an ``so_key`` (a program that
+    exists only in memory) each method is taken to have its own ``.so``: ``<method>_so_blob``,
+    the key ExecuTorch used before #20424.
+    """
+    if c.storage_key.startswith(FQN_WEIGHT_PREFIX + ":"):
+        return c.storage_key
+    device = "cpu" if device_type == "cpu" else "cuda"
+    fqn = c.fqn
+    if fqn.startswith("_tensor_constant"):
+        fqn = f"{c.so_key or method_name + '_so_blob'}:{fqn}"
+    return f"{FQN_WEIGHT_PREFIX}:{device}:{fqn}"
+
+
+def duplicate_key_message(key: str, existing_bytes: int, new_bytes: int) -> str:
+    """ExecuTorch's exporter refusal (``NamedDataStore``, executorch 1.5.1), verbatim."""
+    return (f"Duplicate key {key} with different data. Existing data size: {existing_bytes} bytes. "
+            f"New data size: {new_bytes} bytes.")
+
+
+def _cached_bytes(entry: CachedView) -> int:
+    n = getattr(entry, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    meta = entry.meta
+    return required_nbytes(meta.dtype, meta.shape, meta.strides)
+
+
+class FqnWeightCache(Policy):
+    """ExecuTorch 1.5.x: per-FQN weight storages, keyed at export time, cached per program and device.
+
+    Export (``backends/cuda/cuda_weight_collector.py`` of the 1.5.1 wheel, #21823): every
+    method's weights are collected into one store under :func:`fqn_weight_key`.  Identical
+    bytes under one key are stored once; different bytes under one key make the exporter
+    raise ``ValueError("Duplicate key <key> with different data. ...")``: no program exists.
+    Modelled as the policy failing the load, with exactly that message and
+    ``Outcome.stage == "export"``, at the first method (in load order) whose constant meets
+    a key an earlier method put in the cache with other bytes (the exporter collects the
+    methods in order and raises on the first such entry).
+
+    Runtime (the ETCUDAFQN3-era ``backends/cuda/runtime/cuda_weight_cache.cpp`` in the search
+    index, the version that parses a ``CudaFqnWeightManifest``): each method's manifest entry
+    names its storage key; the storage is looked up in a process-wide map keyed
+    ``<storage key>@<identity of the program's .ptd key>@cuda:<device>`` (``@cpu`` for CPU
+    storages), i.e. per loaded program and device; a hit reuses the device storage, a miss
+    copies that one storage from the ``.ptd`` to the device; every method builds its own view
+    (sizes, strides, storage offset from its manifest) and binds all of them user-managed with
+    ``validate_full_update=true``.  The manifest's dtype must equal the AOTI slot's dtype
+    (the loader checks the program model's dtypes against the compiled ``.so``).  Nothing
+    else is compared: a hit is safe because the exporter guaranteed one key, one content.
+    No whole blob is ever uploaded; a mutated buffer is shared by key like any weight (a KV
+    cache written by prefill is read by decode: measured with 1.5.1, one ``.ptd`` entry).
+
+    Here the session's cache is the program's scope; the first holder of a storage key is
+    cached under the key itself, holders on other devices under ``<key>@<device>``.  Under
+    this policy a decision's ``fqn`` column shows that cache key, not the FQN: it is what the
+    1.5.x runtime looks up.
+
+    Not established, or approximated: the exporter compares whole storages, the toolkit the
+    bytes a slot reads (equal for every constant that is not a view into a larger storage);
+    a hit whose view differs from the cached tensor's (same storage, other sizes or strides)
+    gets its own upload here, where upstream builds a second view on the shared storage
+    (same outputs, more memory here); a second slot with the same key in one method gets its
+    own upload (upstream binds both names to one storage); what the 1.5.x runtime does with a
+    constant whose FQN is empty was not established (the manifest cannot hold one, and the
+    full-update validation should reject the method unless AOTI folded it): it is uploaded
+    privately here.  The merged runtime code of #21823 itself (the PR branch in the mirror,
+    91323c9c96, 2026-08-21, is still ETCUDAFQN1) was not available; the runtime modelled is
+    the ETCUDAFQN3 version named above, which matches the 1.5.1 exporter's payload.
+    """
+
+    name = PolicyName.FQN_WEIGHT_CACHE
+    summary = ("per-FQN storages keyed at export (lifted constants namespaced by the .so); one key, one content "
+               "or export fails; the runtime reuses a key's storage per program and device")
+    reproduces = ("ExecuTorch 1.5.x (#21823 'share AOTI weights by FQN across methods', merged after 2026-08-21; "
+                  "payload ETCUDAFQN3 of the executorch 1.5.1 wheel; merge commit not established)")
+    memory_optimal = True
+
+    def _key(self, c: ConstantSpec, method: MethodView, cache: CacheView) -> tuple[str, str, CachedView | None]:
+        """(storage key, cache key for this method's device, entry under that cache key)."""
+        skey = fqn_weight_key(c, method.name, method.device_type)
+        first = cache.get(skey)
+        if first is None or (first.meta.device_type, first.meta.device_index) == (method.device_type,
+                                                                                method.device_index):
+            return skey, skey, first
+        ckey = f"{skey}@{device_label(method.device_type, method.device_index)}"
+        return skey, ckey, cache.get(ckey)
+
+    def plan(self, method, cache):
+        lookups = []
+        for c in method.constants:
+            if not c.fqn:
+                continue
+            _, ckey, entry = self._key(c, method, cache)
+            keyed = replace(c, fqn=ckey)
+            lookups.append(LookupResult(keyed, Lookup.HIT if entry is not None else Lookup.MISS, entry))
+        return Plan(method, tuple(lookups), False,
+                    "per-FQN storages: only storages not cached for this device are uploaded")
+
+    def decide(self, plan, new_meta, cache):
+        m = plan.method
+        out: list[ConstantDecision] = []
+        loaded_here: dict[str, ConstantSpec] = {}  # cache key -> the constant of this method that loads it
+        failure: str | None = None
+        for c in m.constants:
+            lr = plan.lookup(c.name)
+            if lr is None:
+                out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
+                                            "no original FQN: no storage key; uploaded on its own",
+                                            Source.OWN_UPLOAD))
+                continue
+            kc = lr.constant
+            skey, ckey, entry = self._key(c, m, cache)
+            holder = cache.get(skey)  # the first holder of this storage key (any device)
+            other = loaded_here.get(ckey)
+            if holder is not None and holder.digest != c.digest:
+                failure = duplicate_key_message(skey, _cached_bytes(holder), c.nbytes)
+            elif holder is None and other is not None and other.digest != c.digest:
+                failure = duplicate_key_message(skey, other.nbytes, c.nbytes)
+            if failure is not None:
+                dig = DigestComparison((holder or other).digest, c.digest)
+                out.append(ConstantDecision(kc, lr.result, Decision.REFUSED, Reason.EXPORT_REFUSED,
+                                            f"export refuses the program: {failure}", Source.OWN_UPLOAD, holder,
+                                            digest_comparison=dig))
+                break
+            if entry is None and other is None:
+                loaded_here[ckey] = c
+                out.append(ConstantDecision(kc, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
+                                            f"first method with storage key {skey!r} on this device: that storage "
+                                            "is uploaded and cached", Source.OWN_UPLOAD, enters_cache=True))
+            elif entry is None:
+                out.append(ConstantDecision(kc, Lookup.MISS, Decision.PRIVATE, Reason.SAME_KEY_IN_METHOD,
+                                            f"another constant of this method loads storage key {skey!r}: own "
+                                            "upload (upstream binds both names to one storage)", Source.OWN_UPLOAD))
+            else:
+                comps = compare_metadata(entry.meta, m.meta(c))
+                dig = DigestComparison(entry.digest, c.digest)
+                if all(x.equal for x in comps):
+                    out.append(ConstantDecision(kc, Lookup.HIT, Decision.SHARED, Reason.STORAGE_KEY_HIT,
+                                                f"storage key {skey!r} cached for this device: its storage is "
+                                                "reused (one key, one content: the exporter checked)",
+                                                Source.CACHE, entry, comps, dig))
+                else:
+                    out.append(ConstantDecision(kc, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
+                                                f"{_mismatch_text(comps)}: the same storage viewed otherwise; "
+                                                "upstream builds a view on the shared storage, here it is "
+                                                "uploaded on its own", Source.OWN_UPLOAD, entry, comps, dig))
+        if failure is None:
+            return Outcome(m.name, tuple(out))
+        decided = {d.constant.name for d in out}
+        out = [d if d.decision is Decision.REFUSED else
+               ConstantDecision(d.constant, d.lookup, Decision.REFUSED, Reason.LOAD_REFUSED,
+                                f"the exporter refuses the program: {failure}", Source.OWN_UPLOAD)
+               for d in out]
+        for c in m.constants:
+            if c.name not in decided:
+                lr = plan.lookup(c.name)
+                out.append(ConstantDecision(lr.constant if lr else c, lr.result if lr else None, Decision.REFUSED,
+                                            Reason.LOAD_REFUSED, f"the exporter refuses the program: {failure}",
+                                            Source.OWN_UPLOAD))
+        return Outcome(m.name, tuple(out), failure, stage="export")
 
 
 POLICY_CLASSES: dict[PolicyName, type[Policy]] = {
     cls.name: cls for cls in (NoSharing, NameOnly, RefuseOnMismatch, DeclineOnMismatch,
-                              VerifyAlways, Fingerprint, ContentDedup)
+                              VerifyAlways, Fingerprint, ContentDedup, BlindShare, FqnWeightCache)
 }
 POLICIES: tuple[str, ...] = tuple(p.value for p in PolicyName)
 

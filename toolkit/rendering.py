@@ -1,24 +1,38 @@
 """HTML tables for notebooks, reports and the explorer: one renderer, through pandas' Styler.
 
 Everything that shows a frame as HTML (the session's notebook display, the collision
-report's, the explorer's tables) goes through :func:`html_table` or
-:func:`verification_html`, so all of them
+report's, the explorer's tables, the notebooks' tables through :func:`table`) goes through
+:func:`html_table` or :func:`verification_html`, so all of them
 
 - escape every value that comes from the data: cells, column labels, the caption, the
-  "empty" text and the "more rows" hint (constant names and FQNs come from the program,
-  which may be untrusted).  Cells are first turned into display text here (see
-  :func:`cell_text`) and only then handed to ``Styler.format(escape="html")``, so no value
-  reaches the page unescaped, whatever its type;
+  "empty" text, the "more rows" hint and the hover titles (constant names and FQNs come
+  from the program, which may be untrusted).  Cells are first turned into display text here
+  (see :func:`cell_text`) and only then handed to ``Styler.format(escape="html")``, so no
+  value reaches the page unescaped, whatever its type;
 - switch MathJax off for the table (pandas adds the ``tex2jax_ignore mathjax_ignore``
   classes), so a ``$...$`` in a name is shown as typed, not typeset;
-- colour the ``decision`` column by :data:`DECISION_COLOURS` and the boolean verification
-  columns (``ok``, ``method_ok``) red when False and green when True;
+- read at real sizes: the table keeps its natural width (``table-layout: auto``, inside a
+  box that scrolls sideways rather than squeezing columns), identifiers and codes stay on
+  one line, and prose columns (:data:`TEXT_COLUMNS`: ``reason``, ``error`` ...) wrap at a
+  capped width instead of one word per line; text is left-aligned, numbers right-aligned;
+- colour the ``decision`` column by :data:`DECISION_COLOURS`, the boolean verification
+  columns (``ok``, ``method_ok``, ``correct``) and outcome texts (``ok`` / ``WRONG ...``)
+  red or green, an unequal ``equal`` red, and point at the culprit: a row whose constant
+  was **shared although its content differs** (``decision`` shared, ``same_content``
+  False, see :func:`content_check`) gets its decision and ``same_content`` cells in bold
+  red; a difference that was caught (declined, refused) is marked amber;
+- shorten what is long: a sha256 digest shows its first characters, or, next to another
+  digest in the same row that shares a long prefix, the place where the two part; the
+  full digest is the cell's hover title.  Byte counts (:data:`BYTES_COLUMNS`) show as
+  ``16 KiB`` with the exact count on hover; ``reason_code`` shows the full ``reason`` on
+  hover;
 - show None / NaN / ``pd.NA`` as an empty cell, an Enum member by its ``.value`` and a
   list, tuple or set as comma-joined text.
 
-The output is plain HTML (a ``<style>`` block scoped to the table's id, then the table):
-no JavaScript, and the same frame always renders to the same text (the table id is a
-digest of what is shown, not random).
+The output is plain HTML (a ``<style>`` block scoped to the table's id, then the table, in
+a ``<div>``; a ``<details>`` element in the session view): no JavaScript, and the same
+frame always renders to the same text (the table id is a digest of what is shown, not
+random).
 
 This module imports only pandas and the standard library (pandas' Styler needs jinja2,
 imported by pandas when a table is first rendered).
@@ -30,6 +44,7 @@ import enum
 import hashlib
 import html
 import math
+import re
 from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
@@ -41,13 +56,30 @@ DECISION_COLOURS: dict[str, str] = {
 OK_COLOUR = "#d9ead3"      # a method that reproduced its reference
 WRONG_COLOUR = "#f4cccc"   # a method that did not
 NOT_RUN_COLOUR = "#eeeeee"  # a method that never ran
+CAUGHT_COLOUR = "#fff2cc"  # content differs, and the share was declined or refused
+# a constant shared although its content differs: the culprit of a wrong output
+CULPRIT_STYLE = "background-color: #f4cccc; color: #990000; font-weight: bold"
 
 # columns holding a method's verification outcome (True: matched its eager reference)
-VERIFICATION_BOOL_COLUMNS = ("ok", "method_ok")
+VERIFICATION_BOOL_COLUMNS = ("ok", "method_ok", "correct")
+# prose: wraps at a capped width; every other column stays on one line
+TEXT_COLUMNS = frozenset({"reason", "error", "verify_reason", "problems", "slot_problem", "what it does", "summary",
+                          "reproduces", "message", "description", "note", "why",
+                          "shared although content differs"})
+# byte counts: shown as "16 KiB", the exact number on hover
+BYTES_COLUMNS = frozenset({"nbytes", "device_bytes", "blob_bytes", "own_upload_bytes", "bytes_in_use", "blob bytes",
+                           "bytes", "total_bytes", "shareable_bytes", "private_bytes", "naive_bytes",
+                           "device bytes", "memory"})
 TABLE_CLASS = "constshare-table"
 DEFAULT_MAX_ROWS = 200
+DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+DIGEST_SHOWN = 12  # characters of a digest shown
 
 Colourer = Callable[[str], str]  # display text -> CSS colour ("" for none)
+
+_TABLE_STYLE = "table-layout: auto; width: auto; margin-left: 0; margin-right: auto; border-collapse: collapse"
+_TEXT_CSS = "white-space: normal; min-width: 16em; max-width: 34em; overflow-wrap: break-word"
+_LINE_CSS = "white-space: nowrap"
 
 
 # ------------------------------------------------------------------ cell text
@@ -89,6 +121,94 @@ def _note(text: str) -> str:
     return f'<p class="tex2jax_ignore mathjax_ignore"><i>{text}</i></p>'
 
 
+def format_bytes(n: Any) -> str:
+    """``16384`` -> ``"16 KiB"``, ``1536`` -> ``"1.5 KiB"``; ``"?"`` for a missing value."""
+    if _is_missing(n):
+        return "?"
+    try:
+        n = float(n)
+    except (TypeError, ValueError):
+        return cell_text(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover - the loop always returns
+
+
+def is_digest(text: str) -> bool:
+    """Whether ``text`` is a sha256 hex digest (64 lowercase hex characters)."""
+    return bool(DIGEST_RE.fullmatch(text))
+
+
+def short_digest(digest: str, other: str | None = None, width: int = DIGEST_SHOWN) -> str:
+    """``digest`` shortened to about ``width`` characters, the difference kept visible.
+
+    Alone, or beside an equal digest: its first ``width`` characters and an ellipsis.  Beside
+    a different one that shares the first characters, the start, an ellipsis, then the
+    characters from the first one that differs: ``'1a2b…7f03c9e1…'``.
+    """
+    if len(digest) <= width + 1:
+        return digest
+    if other is None or other == digest:
+        return digest[:width] + "\u2026"
+    first = next((i for i, (a, b) in enumerate(zip(digest, other)) if a != b), min(len(digest), len(other)))
+    if first < width - 2:
+        return digest[:width] + "\u2026"
+    return digest[:4] + "\u2026" + digest[first:first + width - 4] + "\u2026"
+
+
+# ------------------------------------------------------------------ content check
+
+
+def _digest_text(v: Any) -> str:
+    return cell_text(v).strip()
+
+
+def content_check(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of decision rows with ``same_content``: whether the constant's content digest
+    equals the digest of the cache entry it was checked against (``digest`` vs
+    ``cached_digest``); NA where there was no cache entry.  Inserted after ``decision``.
+
+    A row with ``decision`` shared and ``same_content`` False is a **culprit**: the method
+    runs on another tensor's bytes (:func:`culprit_mask`).  One declined (or refused) with
+    ``same_content`` False is a collision that was caught.
+    """
+    out = frame.copy()
+    if "digest" not in out.columns or "cached_digest" not in out.columns:
+        return out
+    values = []
+    for new, cached in zip(out["digest"].tolist(), out["cached_digest"].tolist()):
+        a, b = _digest_text(new), _digest_text(cached)
+        values.append(pd.NA if not a or not b else a == b)
+    col = pd.array(values, dtype="boolean")
+    if "same_content" in out.columns:
+        out["same_content"] = col
+    else:
+        at = list(out.columns).index("decision") + 1 if "decision" in out.columns else len(out.columns)
+        out.insert(at, "same_content", col)
+    return out
+
+
+def culprit_mask(frame: pd.DataFrame) -> pd.Series:
+    """Rows shared although their content differs (needs ``decision`` and ``same_content``,
+    or ``digest`` and ``cached_digest``)."""
+    f = frame if "same_content" in frame.columns else content_check(frame)
+    if "same_content" not in f.columns or "decision" not in f.columns:
+        return pd.Series(False, index=frame.index)
+    differs = f["same_content"].map(lambda v: (not _is_missing(v)) and not bool(v))
+    return (f["decision"].map(cell_text) == "shared") & differs.astype(bool)
+
+
+def caught_mask(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose content differs and that were not shared (declined, refused, ...)."""
+    f = frame if "same_content" in frame.columns else content_check(frame)
+    if "same_content" not in f.columns or "decision" not in f.columns:
+        return pd.Series(False, index=frame.index)
+    differs = f["same_content"].map(lambda v: (not _is_missing(v)) and not bool(v)).astype(bool)
+    return differs & (f["decision"].map(cell_text) != "shared")
+
+
 # ------------------------------------------------------------------ colours
 
 
@@ -101,14 +221,46 @@ def verdict_colour(text: str) -> str:
     return {"False": WRONG_COLOUR, "True": OK_COLOUR}.get(text, "")
 
 
+def equal_colour(text: str) -> str:
+    """An ``equal`` cell of a field-by-field comparison: unequal (False / NO) red."""
+    return WRONG_COLOUR if text in ("False", "NO", "no") else ""
+
+
+_OUTCOME_RE = re.compile(r"ok|WRONG\b.*|not run|load refused|refused|failed|")
+
+
+def outcome_colour(text: str) -> str:
+    """An outcome text: ``ok`` green, ``WRONG ...`` red, ``not run`` / ``load refused`` grey."""
+    if text == "ok":
+        return OK_COLOUR
+    if text.startswith("WRONG"):
+        return WRONG_COLOUR
+    if text in ("not run", "load refused", "refused", "failed"):
+        return NOT_RUN_COLOUR
+    return ""
+
+
+def count_colour(text: str) -> str:
+    """A count of failures: 0 green, anything else red."""
+    return OK_COLOUR if text == "0" else (WRONG_COLOUR if text else "")
+
+
+def _is_outcome_column(texts: list[str]) -> bool:
+    return any(t in ("ok",) or t.startswith("WRONG") for t in texts) and all(_OUTCOME_RE.fullmatch(t) for t in texts)
+
+
 def default_colourers(columns: Iterable[Any]) -> dict[Any, Colourer]:
-    """The colour rule of each column that has one, among ``columns``."""
+    """The colour rule of each column that has one by its label, among ``columns``."""
     out: dict[Any, Colourer] = {}
     for c in columns:
         if c == "decision":
             out[c] = decision_colour
         elif c in VERIFICATION_BOOL_COLUMNS:
             out[c] = verdict_colour
+        elif c == "equal":
+            out[c] = equal_colour
+        elif c in ("result", "outcome"):
+            out[c] = outcome_colour
     return out
 
 
@@ -134,32 +286,44 @@ def _numeric(series: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)
 
 
-def _render(display: pd.DataFrame, labels: list[str], *, colours: Mapping[int, Colourer],
-            right: Iterable[int], caption: str) -> str:
+def _render(display: pd.DataFrame, labels: list[str], *, css: pd.DataFrame, titles: pd.DataFrame,
+            right: Iterable[int], text: Iterable[int], caption: str) -> str:
     """``display`` (text cells only, columns 0..n-1, RangeIndex) through the Styler, with
-    ``labels`` (unescaped text) as the column headers."""
+    ``labels`` (unescaped text) as the column headers, ``css`` the style of each cell ('' for
+    none) and ``titles`` its hover text ('' for none)."""
     digest = hashlib.blake2b(digest_size=6)
-    for part in (repr(labels), caption, *display.to_numpy().ravel().tolist()):
+    for part in (repr(labels), caption, *display.to_numpy().ravel().tolist(), *css.to_numpy().ravel().tolist()):
         digest.update(str(part).encode("utf-8", "surrogatepass") + b"\x00")
     headers = [html.escape(t, quote=True) for t in labels]
     styler = display.style
-    styler.cell_ids = False  # ids only on the cells a colour rule styles: smaller HTML
+    has_titles = bool((titles != "").to_numpy().any())
+    # ids only on the cells a colour rule styles (smaller HTML), unless hover titles need them all
+    styler.cell_ids = has_titles
     styler = (styler.set_uuid(digest.hexdigest())
               .format(escape="html")
               # headers by position (labels may repeat or not be text); escaped above
               .format_index(lambda i: headers[i], axis=1)
               .hide(axis="index")
-              .set_table_attributes(f'class="{TABLE_CLASS}"')
-              .set_table_styles([{"selector": "th", "props": "text-align: left"},
-                                 {"selector": "td", "props": "text-align: left"}]))
-    right = list(right)
-    if right:
-        styler = styler.set_table_styles({i: [{"selector": "td", "props": "text-align: right"}] for i in right},
-                                         overwrite=False)
-    for i, colour in colours.items():
-        cell_map = getattr(styler, "map", None) or styler.applymap  # Styler.map is pandas >= 2.1
-        styler = cell_map(lambda text, colour=colour: (f"background-color: {c}" if (c := colour(text)) else ""),
-                          subset=[i])
+              .set_table_attributes(f'class="{TABLE_CLASS}" style="{_TABLE_STYLE}"')
+              .set_table_styles([{"selector": "th", "props": f"text-align: left; padding: 2px 8px; {_LINE_CSS}"},
+                                 {"selector": "td", "props": "text-align: left; vertical-align: top; padding: 2px 8px; "
+                                                             f"{_LINE_CSS}"}]))
+    per_column: dict[int, list[dict[str, str]]] = {}
+    for i in right:
+        per_column.setdefault(i, []).append({"selector": "td", "props": "text-align: right"})
+    for i in text:
+        per_column.setdefault(i, []).append({"selector": "td", "props": _TEXT_CSS})
+    if per_column:
+        styler = styler.set_table_styles(per_column, overwrite=False)
+    if (css != "").to_numpy().any():
+        styler = styler.apply(lambda _frame: css, axis=None)
+    if has_titles:
+        escaped = titles.map(lambda t: html.escape(t, quote=True)) if hasattr(titles, "map") else titles.applymap(
+            lambda t: html.escape(t, quote=True))
+        try:
+            styler = styler.set_tooltips(escaped.where(titles != "", None), as_title_attribute=True)
+        except TypeError:  # pandas < 2.2: no title attributes; the tooltips are a convenience
+            pass
     if caption:
         # the Styler does not escape the caption: done here; line breaks kept
         styler = styler.set_caption(html.escape(caption, quote=True).replace("\n", "<br>"))
@@ -169,9 +333,62 @@ def _render(display: pd.DataFrame, labels: list[str], *, colours: Mapping[int, C
         return styler.to_html(max_rows=n_rows + 1, max_columns=n_cols + 1)
 
 
+def _display(shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[Any] = BYTES_COLUMNS
+             ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The display text and the hover title of every shown cell (``source``: the rows shown,
+    every column, for titles that come from columns not shown, e.g. ``reason``)."""
+    cols = list(shown.columns)
+    texts = [[cell_text(v) for v in shown.iloc[:, i].tolist()] for i in range(len(cols))]
+    titles = [[""] * len(shown) for _ in cols]
+    reasons = ([cell_text(v) for v in source["reason"].tolist()]
+               if "reason" in source.columns and "reason" not in cols else None)
+    for i, c in enumerate(cols):
+        if c in bytes_columns and _numeric(shown.iloc[:, i]):
+            raw = shown.iloc[:, i].tolist()
+            for r, v in enumerate(raw):
+                if not _is_missing(v):
+                    texts[i][r] = format_bytes(v)
+                    titles[i][r] = f"{int(v):,} bytes" if float(v) == int(v) else f"{v} bytes"
+        elif c == "reason_code" and reasons is not None:
+            titles[i] = reasons
+    # digests: shortened, each against the other digests of its row
+    digest_cols = [i for i in range(len(cols)) if any(is_digest(t) for t in texts[i])]
+    for r in range(len(shown)):
+        row_digests = [texts[i][r] for i in digest_cols if is_digest(texts[i][r])]
+        for i in digest_cols:
+            t = texts[i][r]
+            if is_digest(t):
+                other = next((d for d in row_digests if d != t), None)
+                texts[i][r] = short_digest(t, other)
+                titles[i][r] = t + (" (differs from the other digest in this row)" if other else "")
+    index, columns = pd.RangeIndex(len(shown)), pd.RangeIndex(len(cols))
+    return (pd.DataFrame(dict(enumerate(texts)), index=index, columns=columns, dtype=object),
+            pd.DataFrame(dict(enumerate(titles)), index=index, columns=columns, dtype=object))
+
+
+def _cell_css(display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colourer]) -> pd.DataFrame:
+    css = pd.DataFrame("", index=display.index, columns=display.columns, dtype=object)
+    for i, c in enumerate(cols):
+        colour = rules.get(c)
+        if colour is None and c not in rules and display[i].map(bool).any() and _is_outcome_column(
+                display[i].tolist()):
+            colour = outcome_colour  # e.g. a scorecard's "ok" / "WRONG: decode" cells
+        if colour is None:
+            continue
+        css[i] = [f"background-color: {bg}" if (bg := colour(t)) else "" for t in display[i].tolist()]
+    if "same_content" in cols and "decision" in cols:
+        dpos, spos = cols.index("decision"), cols.index("same_content")
+        for r, (dec, same) in enumerate(zip(display[dpos].tolist(), display[spos].tolist())):
+            if same == "False" and dec == "shared":
+                css.iat[r, dpos] = css.iat[r, spos] = CULPRIT_STYLE
+            elif same == "False":
+                css.iat[r, spos] = f"background-color: {CAUGHT_COLOUR}"
+    return css
+
+
 def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max_rows: int = DEFAULT_MAX_ROWS,
                caption: str = "", empty: str = "no rows", more_hint: str = "",
-               colours: Mapping[Any, Colourer] | None = None) -> str:
+               colours: Mapping[Any, Colourer] | None = None, bytes_columns: Iterable[Any] = ()) -> str:
     """``frame`` as an HTML table (see the module docstring), every value escaped.
 
     ``columns``: which columns, in which order (those the frame lacks are skipped; all when
@@ -179,25 +396,57 @@ def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max
     ``more_hint`` (plain text, escaped).  A frame with no rows (or none of the columns)
     gives ``<p><i>{empty}</i></p>``.  ``caption`` is plain text (escaped; line breaks kept).
     ``colours`` replaces the default colour rules (column -> function of the cell's text
-    giving a CSS colour or '').
+    giving a CSS colour or ''); the culprit marking of ``decision`` / ``same_content`` stays.
+    ``bytes_columns``: more columns of byte counts, besides :data:`BYTES_COLUMNS`.
     """
     positions = _select(frame, columns)
     if not len(frame) or not positions:
         return _note(_escape(empty))
     max_rows = max(int(max_rows), 0)
-    shown = frame.iloc[:max_rows, positions]
+    source = frame.iloc[:max_rows]
+    shown = source.iloc[:, positions]
     cols = list(shown.columns)
-    display = pd.DataFrame({i: [cell_text(v) for v in shown.iloc[:, i].tolist()] for i in range(len(cols))},
-                           index=pd.RangeIndex(len(shown)), columns=pd.RangeIndex(len(cols)), dtype=object)
+    display, titles = _display(shown, source, BYTES_COLUMNS | set(bytes_columns))
     rules = default_colourers(cols) if colours is None else dict(colours)
-    out = _render(display, [cell_text(c) for c in cols],
-                  colours={i: rules[c] for i, c in enumerate(cols) if c in rules},
-                  right=[i for i in range(len(cols)) if _numeric(shown.iloc[:, i])], caption=caption)
+    out = _render(display, [cell_text(c) for c in cols], css=_cell_css(display, cols, rules), titles=titles,
+                  right=[i for i in range(len(cols)) if _numeric(shown.iloc[:, i])],
+                  text=[i for i, c in enumerate(cols) if c in TEXT_COLUMNS], caption=caption)
+    out = f'<div class="constshare-scroll" style="overflow-x: auto; max-width: 100%">{out}</div>'
     hidden = len(frame) - len(shown)
     if hidden > 0:
         hint = f": {_escape(more_hint)}" if more_hint else ""
         out += f'<p class="constshare-more tex2jax_ignore mathjax_ignore">... {hidden:,} more rows{hint}</p>'
     return out
+
+
+class Table:
+    """A frame shown through :func:`html_table` in a notebook (``_repr_html_``), as plain
+    text elsewhere (``repr``).  ``frame`` is the data, untouched."""
+
+    def __init__(self, frame: pd.DataFrame, columns: Iterable[Any] | None = None, **options: Any):
+        self.frame = frame
+        self.columns = None if columns is None else list(columns)
+        self.options = options
+
+    def _repr_html_(self) -> str:
+        return html_table(self.frame, self.columns, **self.options)
+
+    def __repr__(self) -> str:
+        f = self.frame if self.columns is None else self.frame[[c for c in self.columns if c in self.frame.columns]]
+        return f.to_string(index=False)
+
+
+def table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max_rows: int | None = None,
+          index: bool = False, **options: Any) -> Table:
+    """``frame`` styled for a notebook: ``display(table(session.decisions[...]))``.
+
+    Every row is shown unless ``max_rows`` says otherwise; ``index=True`` keeps the index
+    as the first column(s) (e.g. a scorecard indexed by sample).  Other options as for
+    :func:`html_table`.
+    """
+    if index:
+        frame = frame.reset_index()
+    return Table(frame, columns, max_rows=len(frame) if max_rows is None else max_rows, **options)
 
 
 def _result(row: Mapping[str, Any]) -> str:
@@ -217,31 +466,107 @@ def _number(v: Any, spec: str) -> str:
 
 
 RESULT_COLOURS = {"ok": OK_COLOUR, "WRONG": WRONG_COLOUR, "not run": NOT_RUN_COLOUR}
+SUSPECTS_COLUMN = "shared although content differs"
 
 
-def verification_html(frame: pd.DataFrame | None, *, empty: str = "no methods") -> str:
+def suspects_by_method(decisions: pd.DataFrame | None) -> dict[str, list[str]]:
+    """method -> names of its constants that were shared although their content differs."""
+    if decisions is None or not len(decisions):
+        return {}
+    mask = culprit_mask(decisions)
+    out: dict[str, list[str]] = {}
+    for m, n in zip(decisions.loc[mask, "method"].tolist(), decisions.loc[mask, "name"].tolist()):
+        out.setdefault(cell_text(m), []).append(cell_text(n))
+    return out
+
+
+def verification_html(frame: pd.DataFrame | None, *, empty: str = "no methods",
+                      decisions: pd.DataFrame | None = None) -> str:
     """The verification frame (``Session.verify()``: method, ran, max_abs_err, atol, rtol,
     ok, reason) as a table of method, result (ok green / WRONG red / not run grey), max abs
-    err, atol, rtol and reason; every value escaped."""
+    err, atol, rtol and reason; every value escaped.  With the load's ``decisions``, a
+    column names each method's constants shared although their content differs (the
+    content digests disagree): the suspects of a wrong output."""
     if frame is None or not len(frame):
         return _note(_escape(empty))
+    suspects = suspects_by_method(decisions)
     rows = []
     for r in frame.to_dict("records"):
         rows.append({"method": cell_text(r.get("method")), "result": _result(r),
                      "max abs err": _number(r.get("max_abs_err"), ".3g"),
                      "atol": _number(r.get("atol"), "g"), "rtol": _number(r.get("rtol"), "g"),
-                     "reason": cell_text(r.get("reason"))})
-    table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason"])
+                     "reason": cell_text(r.get("reason")),
+                     SUSPECTS_COLUMN: ", ".join(suspects.get(cell_text(r.get("method")), []))})
+    table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason", SUSPECTS_COLUMN])
     if "rtol" not in frame.columns:
         table = table.drop(columns="rtol")
+    if not suspects:
+        table = table.drop(columns=SUSPECTS_COLUMN)
     return html_table(table, max_rows=len(table), empty=empty,
-                      colours={"result": lambda text: RESULT_COLOURS.get(text, "")})
+                      colours={"result": lambda text: RESULT_COLOURS.get(text, ""),
+                               SUSPECTS_COLUMN: lambda text: WRONG_COLOUR if text else ""})
+
+
+class Html:
+    """An HTML block for a notebook (``_repr_html_``), plain text for ``repr``."""
+
+    def __init__(self, html_text: str, text: str):
+        self.html, self.text = html_text, text
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def verification_table(frame: pd.DataFrame, decisions: pd.DataFrame | None = None) -> Html:
+    """``session.verify()`` for a notebook: ok / WRONG coloured, with the load's ``decisions``
+    the constants each method ran on although their content differs (see :func:`verification_html`)."""
+    return Html(verification_html(frame, decisions=decisions),
+                frame.to_string(index=False) if frame is not None else "no methods")
+
+
+# ------------------------------------------------------------------ text
+
+
+_MD_CODE = re.compile(r"`([^`]+)`")
+_MD_BOLD = re.compile(r"\*\*([^*]+)\*\*")
+_MD_EM = re.compile(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])")
+
+
+def markdown_html(text: str) -> str:
+    """A small, safe subset of markdown as HTML: paragraphs (blank lines), ``code``,
+    **bold** and *emphasis*; everything escaped first, so no tag of the text survives and
+    no raw markdown is shown.  For sample descriptions and other short notes."""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
+    out = []
+    for p in paragraphs:
+        pieces = []
+        for k, piece in enumerate(_MD_CODE.split(p)):  # odd pieces: code spans, taken literally
+            h = html.escape(piece, quote=True)
+            if k % 2:
+                pieces.append(f"<code>{h}</code>")
+            else:
+                h = _MD_BOLD.sub(lambda m: f"<b>{m.group(1)}</b>", h)
+                pieces.append(_MD_EM.sub(lambda m: f"<i>{m.group(1)}</i>", h))
+        out.append(f'<p class="tex2jax_ignore mathjax_ignore">{"".join(pieces)}</p>')
+    return "".join(out)
+
+
+def markdown_text(text: str) -> str:
+    """The same subset as plain text: the markup removed, whitespace collapsed."""
+    pieces = _MD_CODE.split(" ".join(text.split()))
+    return "".join(piece if k % 2 else _MD_EM.sub(lambda m: m.group(1), _MD_BOLD.sub(lambda m: m.group(1), piece))
+                   for k, piece in enumerate(pieces))
 
 
 # ------------------------------------------------------------------ sessions
 
 
-SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "reason_code", "reason", "shared_from")
+SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
+                         "shared_from")
+SESSION_ALL_ROWS = 2000  # rows inside the "every decision" box; past that, session.decisions
 
 
 def _session_facts(session: Any) -> tuple[pd.DataFrame, dict[str, int], list[Any]]:
@@ -252,8 +577,27 @@ def _session_facts(session: Any) -> tuple[pd.DataFrame, dict[str, int], list[Any
     return d, counts, loaded
 
 
+def _collisions(d: pd.DataFrame) -> pd.DataFrame:
+    """The decisions whose name was already in the cache, culprits first (then caught
+    collisions, then the rest, each in load order), with ``same_content``."""
+    checked = content_check(d)
+    if "lookup" not in checked.columns:
+        return checked.iloc[:0]
+    hits = checked[checked["lookup"].map(cell_text) == "hit"]
+    rank = culprit_mask(hits).map({True: 0, False: 2}) - caught_mask(hits).astype(int)
+    return hits.assign(_rank=rank.to_numpy()).sort_values("_rank", kind="stable").drop(columns="_rank")
+
+
+def content_summary(d: pd.DataFrame) -> tuple[int, int]:
+    """(culprits, caught): shares of different content, and collisions of different content declined or refused."""
+    if not len(d):
+        return 0, 0
+    checked = content_check(d)
+    return int(culprit_mask(checked).sum()), int(caught_mask(checked).sum())
+
+
 def session_text(session: Any) -> str:
-    """A few lines for a terminal: status, decision counts, bytes per method."""
+    """A few lines for a terminal: status, decision counts, content check, bytes per method."""
     d, counts, loaded = _session_facts(session)
     program = session.program
     lines = [f"program {program.name!r} ({len(program.methods)} methods, {program.device}) "
@@ -261,6 +605,10 @@ def session_text(session: Any) -> str:
     if session.error:
         lines.append(f"  error in {session.failed_method!r}: {session.error}")
     lines.append("  decisions: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    culprits, caught = content_summary(d)
+    if culprits or caught:
+        lines.append(f"  content check: {culprits} shared although their content differs, {caught} collisions of "
+                     f"different content caught")
     if loaded:
         blobs = {m.name: m.blob_bytes for m in program.methods}
         unshared = sum(blobs[r.method] for r in loaded)
@@ -273,7 +621,9 @@ def session_text(session: Any) -> str:
 
 
 def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
-    """The notebook view of a session: summary, decision counts as a colour key, the decision table."""
+    """The notebook view of a session: a summary with the decision counts as a colour key,
+    the content check, the collisions (names already cached; the culprits first), and every
+    decision inside a collapsed, scrolling box."""
     d, counts, loaded = _session_facts(session)
     program = session.program
     ok = cell_text(session.status) == "loaded"
@@ -286,12 +636,34 @@ def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
                      f"{_escape(session.error)}</p>")
     badges = " ".join(f"<span style=\"background-color: {DECISION_COLOURS.get(k, '#ffffff')}; padding: 1px 6px; "
                       f"border-radius: 3px\">{_escape(k)} {v}</span>" for k, v in sorted(counts.items()))
-    parts.append(f"<p>decisions: {badges or 'none'}</p>")
+    parts.append(f"<p>{len(d):,} decisions: {badges or 'none'}</p>")
     if loaded:
-        per_method = ", ".join(f"{_escape(r.method)} {r.device_bytes:,}" + ("" if r.runnable else
-                                                                             " <b>(not runnable)</b>")
-                               for r in loaded)
-        parts.append(f"<p>constant bytes on device: {session.device_bytes:,} ({per_method})</p>")
+        per_method = ", ".join(f"{_escape(r.method)} {format_bytes(r.device_bytes)}" + (
+            "" if r.runnable else " <b>(not runnable)</b>") for r in loaded)
+        parts.append(f"<p>constant bytes on device: {format_bytes(session.device_bytes)} "
+                     f"({session.device_bytes:,}; {per_method})</p>")
     if len(d):
-        parts.append(html_table(d, SESSION_TABLE_COLUMNS, max_rows=max_rows, more_hint="see session.decisions"))
-    return f"<div>{''.join(parts)}</div>"
+        culprits, caught = content_summary(d)
+        if culprits:
+            parts.append(f"<p><span style=\"{CULPRIT_STYLE}; padding: 1px 6px\">{culprits} constant"
+                         f"{'s' if culprits != 1 else ''} shared although the content differs</span> (the cached "
+                         f"and the new content digests disagree: the method runs on another tensor's bytes)"
+                         + (f"; {caught} such collision{'s' if caught != 1 else ''} caught" if caught else "")
+                         + "</p>")
+        elif caught:
+            parts.append(f"<p>{caught} collision{'s' if caught != 1 else ''} of different content caught "
+                         f"(declined or refused); nothing was shared across different content</p>")
+        hits = _collisions(d)
+        if len(hits):
+            parts.append(f"<p><b>collisions</b>: {len(hits):,} name{'s' if len(hits) != 1 else ''} already in the "
+                         f"cache when {'their' if len(hits) != 1 else 'its'} method loaded</p>")
+            # every one of them is a cache hit: no lookup column here
+            parts.append(html_table(hits, [c for c in SESSION_TABLE_COLUMNS if c != "lookup"], max_rows=max_rows,
+                                    more_hint="see session.decisions"))
+        else:
+            parts.append(_note("no collisions: no name was already in the cache when its method loaded"))
+        every = html_table(content_check(d), SESSION_TABLE_COLUMNS, max_rows=SESSION_ALL_ROWS,
+                           more_hint="see session.decisions")
+        parts.append(f"<details class=\"constshare-all\"><summary>show all {len(d):,} decisions</summary>"
+                     f"<div style=\"max-height: 32em; overflow: auto\">{every}</div></details>")
+    return f"<div class=\"constshare-session\">{''.join(parts)}</div>"

@@ -34,10 +34,12 @@ class Expected:
     not_runnable: frozenset[str] = frozenset()  # methods blocked by the out-of-bounds guard
     min_shared: int = 0  # at least this many "shared" decisions
     declined: int | None = None  # exactly this many "declined" decisions, when set
+    sequence_wrong: frozenset[str] = frozenset()  # sequences (sequences()) whose steps diverge from eager
 
     @classmethod
-    def of(cls, loaded: bool = True, wrong=(), not_runnable=(), min_shared: int = 0, declined: int | None = None):
-        return cls(loaded, frozenset(wrong), frozenset(not_runnable), min_shared, declined)
+    def of(cls, loaded: bool = True, wrong=(), not_runnable=(), min_shared: int = 0, declined: int | None = None,
+           sequence_wrong=()):
+        return cls(loaded, frozenset(wrong), frozenset(not_runnable), min_shared, declined, frozenset(sequence_wrong))
 
 
 def sample_names() -> list[str]:
@@ -92,5 +94,6 @@ def build_sample(name: str, device: str = "cpu", *, cache_dir: str | Path | None
             return open_program(out)
         except ToolkitError:
             pass  # a damaged cache entry is rebuilt below
+    sequences = mod.sequences() if callable(getattr(mod, "sequences", None)) else None
     return build_program(mod.methods(), out, device=device, name=name, description=mod.DESCRIPTION.strip(),
-                         progress=progress, overwrite=True, on_method=on_method)
+                         progress=progress, overwrite=True, on_method=on_method, sequences=sequences)

@@ -19,6 +19,8 @@ class PolicyName(enum.StrEnum):
     VERIFY_ALWAYS = "verify-always"
     FINGERPRINT = "fingerprint"
     CONTENT_DEDUP = "content-dedup"
+    BLIND_SHARE = "blind-share"
+    FQN_WEIGHT_CACHE = "fqn-weight-cache"
 
 
 class SessionStatus(enum.StrEnum):
@@ -82,9 +84,15 @@ class Reason(enum.StrEnum):
     CONTENT_MISMATCH = "content_mismatch"
     CONTENT_MATCH_OTHER_NAME = "content_match_other_name"
     MUTATED_BUFFER = "mutated_buffer"
+    SAME_STATE = "same_state"  # one buffer of the eager program, written by one method, used by another
+    OTHER_STATE = "other_state"  # same name, but another buffer of the eager program holds this state
     EMPTY_FQN = "empty_fqn"
     LOAD_REFUSED = "load_refused"
     NO_BLOB_TO_COMPARE = "no_blob_to_compare"
+    NOT_IN_FIRST_METHOD = "not_in_first_method"  # blind-share: only the first method's constants are shared
+    STORAGE_KEY_HIT = "storage_key_hit"  # fqn-weight-cache: the storage key is cached for this device
+    SAME_KEY_IN_METHOD = "same_key_in_method"  # fqn-weight-cache: a second slot of one storage key
+    EXPORT_REFUSED = "export_refused"  # fqn-weight-cache: the exporter refuses the program
 
 
 class EventKind(enum.StrEnum):
@@ -105,6 +113,7 @@ class EventKind(enum.StrEnum):
     LOAD_FAILED = "load_failed"
     MEMORY_SAMPLED = "memory_sampled"
     METHOD_UNLOADED = "method_unloaded"
+    CULPRIT_TRIED = "culprit_tried"
 
 
 class MetadataField(enum.StrEnum):

@@ -8,16 +8,35 @@ Two layers, so the logic is testable without a browser or a kernel:
   raise for a user error: they record it in :attr:`ExplorerState.error` and return False.
 - :class:`Explorer` is the thin ipywidgets view.  It forwards widget events to the state and
   re-renders on its notifications.  Long actions run on a worker thread so the notebook
-  stays responsive; the progress bar shows the step and the elapsed time meanwhile.
+  stays responsive; the progress bar shows the step (each method of a cold compile) and the
+  elapsed time meanwhile.
 
-ipywidgets and matplotlib are imported lazily: ``import toolkit`` does not need them (they
-are the ``notebook`` extra).
+What the view promises (each is tested): results that no longer match the inputs (changed
+since, or being replaced by a load in progress, or left by a load that failed) are greyed
+with a banner saying what they are of; a failed or refused load turns the bar red; export
+results and errors appear next to the export button, the latest replacing the previous, with
+the file's absolute path; the Decisions grid (itables, when installed) scrolls inside a
+bounded box, sorts, searches and pages, and a click on a row selects that constant, whose
+detail is shown beside the grid and says in words whether its content differs from the
+cached tensor it was checked against.
+
+Default export files are named from the program and policy names **sanitised** to plain file
+names (the program name comes from the manifest, which may be untrusted: ``../x`` or
+``/abs/victim`` must not choose where a file is written), in the chosen export folder
+(:attr:`ExplorerState.export_dir`, the working folder by default).  Nothing is overwritten
+unless asked: a default name that exists gets a numbered sibling, an explicit path that exists
+is refused unless ``overwrite=True``.
+
+ipywidgets, itables and matplotlib are imported lazily: ``import toolkit`` does not need them
+(they are the ``notebook`` extra).
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import os
+import re
 import threading
 import time
 import traceback
@@ -28,7 +47,10 @@ import pandas as pd
 
 from .errors import ToolkitError
 from .policies import POLICIES, get_policy
-from .rendering import html_table, verification_html
+from .rendering import (
+    CULPRIT_STYLE, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes, html_table,
+    markdown_html, markdown_text, verification_html,
+)
 from .report import CollisionReport, collision_report
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
 from .vocab import PolicyName, parse
@@ -39,8 +61,12 @@ if TYPE_CHECKING:
 
 SOURCES = ("sample", "path")
 ALL = ""  # filter value meaning "no filter"
-DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "reason_code", "reason", "shared_from")
+DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
+                          "shared_from")
 MAX_TABLE_ROWS = 300
+GRID_HEIGHT = "360px"  # the Decisions grid scrolls inside this height
+EXPORT_SUFFIX = "-collisions.csv"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 Listener = Callable[[str], None]
 
@@ -59,16 +85,29 @@ def _devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def safe_file_name(text: str, *, fallback: str = "program", max_len: int = 80) -> str:
+    """``text`` as a plain file name: letters, digits, ``.``, ``_`` and ``-`` only (every other
+    run of characters, path separators included, becomes ``_``), no leading dot or dash,
+    at most ``max_len`` characters; ``fallback`` when nothing is left."""
+    name = re.sub(r"\.{2,}", ".", _UNSAFE.sub("_", str(text))).strip("._-")
+    name = name[:max_len].rstrip("._-")
+    return name or fallback
+
+
 class ExplorerState:
     """Choices, results and actions of the explorer (no UI code).
 
     Notifications (the string a listener receives): ``"inputs"``, ``"progress"``, ``"busy"``,
     ``"error"``, ``"session"``, ``"filters"``, ``"selection"``, ``"comparison"``, ``"export"``.
+
+    ``export_dir``: the folder default export files go to, and relative export paths are
+    taken from (default: the working folder when the state is made).
     """
 
     def __init__(self, *, source: str = "sample", sample: str = DEFAULT_SAMPLE, path: str = "",
                  policy: str = PolicyName.FINGERPRINT.value, device: str = "cpu",
-                 build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None):
+                 build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
+                 export_dir: str | os.PathLike | None = None):
         self.source = source
         self.sample = sample
         self.path = path
@@ -88,12 +127,19 @@ class ExplorerState:
         self.filter_reason = ALL
         self.selected: tuple[str, str] | None = None
         self.busy = False
+        self.loading = False  # a load (not a comparison) is in progress
         self.phase = ""
         self.progress = 0.0
+        self.outcome = ""  # of the last action: "ok", "wrong" (outputs differ), "failed" (error or refused load)
         self.message = "choose a program and a policy, then load"
         self.error: str | None = None
         self.error_detail = ""
+        self.error_scope = ""  # "export" for an export error (shown next to the export button)
+        self.export_dir = Path(export_dir if export_dir is not None else Path.cwd()).expanduser().resolve()
         self.exported: Path | None = None
+        self.export_ok: bool | None = None  # outcome of the latest export (None: none yet)
+        self.export_message = ""
+        self.shown_inputs: tuple | None = None  # the inputs the results on screen were loaded from
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
         self.set(source=source, sample=sample, path=path, policy=policy, device=device)
@@ -127,68 +173,134 @@ class ExplorerState:
             setattr(self, key, value)
         self._notify("inputs")
 
+    def inputs(self) -> tuple:
+        """The current choices that a load depends on."""
+        where = self.sample if self.source == "sample" else self.path.strip()
+        return (self.source, where, self.policy, self.device)
+
+    @staticmethod
+    def describe_inputs(inputs: tuple | None) -> str:
+        if inputs is None:
+            return "nothing"
+        source, where, policy, device = inputs
+        what = f"sample {where!r}" if source == "sample" else f"{where!r}"
+        return f"{what} under {policy!r} on {device}"
+
+    @property
+    def stale(self) -> bool:
+        """Whether results are on screen that are not those of the current inputs: the inputs
+        changed since they were loaded, or a load to replace them is running (or failed)."""
+        return self.session is not None and (self.loading or self.shown_inputs != self.inputs())
+
+    @property
+    def stale_reason(self) -> str:
+        """One sentence on what the results on screen are, when :attr:`stale`; '' otherwise."""
+        if not self.stale:
+            return ""
+        shown = self.describe_inputs(self.shown_inputs)
+        if self.loading:
+            return (f"loading {self.describe_inputs(self.inputs())}: the results below are still those of "
+                    f"{shown}")
+        if self.error and self.error_scope != "export":
+            return f"the last load failed: the results below are those of {shown}, not of the current choices"
+        return f"the choices changed: the results below are those of {shown}; press Load to update them"
+
     @property
     def policy_summary(self) -> str:
         p = get_policy(self.policy)
         return f"{p.summary} (reproduces: {p.reproduces})"
 
-    @property
-    def sample_description(self) -> str:
+    def _description(self) -> str:
         from .samples import sample_module
 
+        return sample_module(self.sample).DESCRIPTION
+
+    @property
+    def sample_description(self) -> str:
+        """The sample's description as plain text (markdown markup removed)."""
         try:
-            return " ".join(sample_module(self.sample).DESCRIPTION.split())
+            return markdown_text(self._description())
         except ToolkitError as e:
             return str(e)
+
+    @property
+    def sample_description_html(self) -> str:
+        """The sample's description rendered from its markdown (escaped)."""
+        try:
+            return markdown_html(self._description())
+        except ToolkitError as e:
+            return f"<p>{html.escape(str(e))}</p>"
 
     # ------------------------------------------------------------------ progress / errors
     def _step(self, phase: str, fraction: float, message: str) -> None:
         self.phase, self.progress, self.message = phase, fraction, message
         self._notify("progress")
 
-    def _fail(self, what: str, e: BaseException) -> bool:
+    def _fail(self, what: str, e: BaseException, *, scope: str = "") -> bool:
         self.error = f"{what}: {_one_line(e)}"
         self.error_detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        self.error_scope = scope
+        if scope == "export":
+            self.exported, self.export_ok, self.export_message = None, False, self.error
+            self._notify("export")
+            self._notify("error")
+            return False
+        self.outcome = "failed"
         self._step("failed", self.progress, self.error)
         self._notify("error")
         return False
 
     def clear_error(self) -> None:
         if self.error is not None:
-            self.error, self.error_detail = None, ""
+            self.error, self.error_detail, self.error_scope = None, "", ""
             self._notify("error")
 
-    def _begin(self) -> bool:
+    def _begin(self, *, loading: bool = False) -> bool:
         with self._lock:
             if self.busy:
                 return False
             self.busy = True
+        self.loading = loading
+        self.outcome = ""
         self.clear_error()
         self._notify("busy")
         return True
 
     def _end(self) -> None:
         self.busy = False
+        self.loading = False
         self._notify("busy")
 
     # ------------------------------------------------------------------ actions
     def open_program(self) -> "Program":
-        """The chosen program: a sample (built on first use, cached) or a program directory."""
+        """The chosen program: a sample (built on first use, cached) or a program directory.
+
+        A sample that must be compiled reports each method as it starts (phase
+        ``"compile"``): the bar moves from 5 % to 50 % over the methods."""
         from .sources import open_program
 
         if self.source == "sample":
-            return self._build(self.sample, device=self.device, progress=False)
+            sample = self.sample
+
+            def on_method(name: str, i: int, n: int) -> None:
+                self._step("compile", 0.05 + 0.45 * i / max(n, 1),
+                           f"compiling sample {sample!r}: method {name!r} ({i + 1} of {n}), about 20 s "
+                           f"each on a CPU, once (the build is cached)")
+
+            return self._build(sample, device=self.device, progress=False, on_method=on_method)
         if not self.path.strip():
             raise ToolkitError("enter the path of a program directory (one holding manifest.json)")
         return open_program(Path(self.path.strip()).expanduser())
 
     def load(self) -> bool:
         """Open or build the program, load it under the policy, verify every method, build the
-        report.  True on success; on failure :attr:`error` says why and the previous results stay."""
-        if not self._begin():
+        report.  True on success (a refused load is a result too: True, outcome "failed");
+        on failure :attr:`error` says why and the previous results stay, marked stale."""
+        if not self._begin(loading=True):
             return False
+        target = self.inputs()
         try:
-            what = (f"building or opening sample {self.sample!r} (first build compiles every method, ~20 s each)"
+            what = (f"opening sample {self.sample!r} (a cold cache compiles every method first)"
                     if self.source == "sample" else f"opening {self.path!r}")
             self._step("open", 0.05, what)
             try:
@@ -210,34 +322,44 @@ class ExplorerState:
             except Exception as e:  # noqa: BLE001
                 session.close()
                 return self._fail("could not verify the program", e)
-            self._replace_session(program, session, verification, report)
+            self.loading = False
+            self._replace_session(program, session, verification, report, target)
             wrong = report.wrong_methods
-            status = (f"loaded {program.name!r} under {self.policy!r}: "
-                      + (f"WRONG OUTPUT in {', '.join(wrong)}" if wrong else "every loaded method matches its reference"))
             if session.status != "loaded":
-                status = f"load of {program.name!r} failed in {session.failed_method!r}: {session.error}"
-            self._step("done", 1.0, status)
+                self.outcome = "failed"
+                self._step("failed", 1.0,
+                           f"load of {program.name!r} under {self.policy!r} failed in {session.failed_method!r}: "
+                           f"{session.error}")
+            else:
+                self.outcome = "wrong" if wrong else "ok"
+                self._step("done", 1.0, f"loaded {program.name!r} under {self.policy!r}: "
+                           + (f"WRONG OUTPUT in {', '.join(wrong)}" if wrong
+                              else "every loaded method matches its reference"))
             return True
         finally:
             self._end()
 
-    def _replace_session(self, program, session, verification, report) -> None:
+    def _replace_session(self, program, session, verification, report, inputs) -> None:
         old = self.session
         self.program, self.session, self.verification, self.report = program, session, verification, report
+        self.shown_inputs = inputs
         if self.comparison is not None and (old is None or old.program.root != program.root):
             self.comparison = self.comparison_memory = None
             self.compared_sessions = {}
             self._notify("comparison")
         self.filter_method = self.filter_decision = self.filter_reason = ALL
         self.selected = None
+        self.exported, self.export_ok, self.export_message = None, None, ""  # of the previous load
         if old is not None and old is not session:
             old.close()
         self._notify("session")
         self._notify("filters")
+        self._notify("export")
         rows = self.filtered_decisions()
-        if len(rows):  # start on the first collision: that is what the user came to see
+        if len(rows):  # start on the first culprit, else the first collision: what the user came to see
+            culprits = rows[culprit_mask(rows)]
             hits = rows[rows["lookup"].astype(str) == "hit"]
-            first = hits.iloc[0] if len(hits) else rows.iloc[0]
+            first = culprits.iloc[0] if len(culprits) else (hits.iloc[0] if len(hits) else rows.iloc[0])
             self.select(first["method"], first["name"])
 
     def compare(self) -> bool:
@@ -264,6 +386,7 @@ class ExplorerState:
             self.compared_sessions = result.sessions
             self.program = program
             self._notify("comparison")  # results first: "done" means everything is on screen
+            self.outcome = "ok"
             self._step("done", 1.0, f"compared {len(POLICIES)} policies on {program.name!r}")
             return True
         finally:
@@ -295,7 +418,8 @@ class ExplorerState:
             self.select(*keys[0]) if keys else self.select(None, None)
 
     def filtered_decisions(self) -> pd.DataFrame:
-        """The decision table under the current filters (a new frame)."""
+        """The decision table under the current filters (a new frame), with ``same_content``
+        (cached and new content digests equal; NA: no cache entry)."""
         if self.session is None:
             return pd.DataFrame(columns=list(DECISION_TABLE_COLUMNS))
         d = self.session.decisions
@@ -305,7 +429,7 @@ class ExplorerState:
             d = d[d["decision"].astype(str) == self.filter_decision]
         if self.filter_reason:
             d = d[d["reason_code"].astype(str) == self.filter_reason]
-        return d.reset_index(drop=True)
+        return content_check(d.reset_index(drop=True))
 
     def select(self, method: str | None, name: str | None) -> None:
         if method is None or name is None:
@@ -323,6 +447,26 @@ class ExplorerState:
         d = self.session.decisions
         row = d[(d["method"] == self.selected[0]) & (d["name"] == self.selected[1])]
         return {k: (v.value if hasattr(v, "value") else v) for k, v in row.iloc[0].to_dict().items()}
+
+    def content_verdict(self) -> tuple[str, str]:
+        """(kind, sentence) on the selected constant's content against the cache entry it was
+        checked against: kind ``"culprit"`` (shared although the content differs),
+        ``"caught"`` (differs, not shared), ``"same"``, or ``"none"`` (nothing to compare)."""
+        d = self.selected_decision()
+        if d is None:
+            return "none", ""
+        new, cached = cell_text(d.get("digest")).strip(), cell_text(d.get("cached_digest")).strip()
+        owner = cell_text(d.get("cached_method")) or "another method"
+        decision = cell_text(d.get("decision"))
+        if not new or not cached:
+            return "none", "no cache entry to compare with: this constant was not found in the cache"
+        if new != cached:
+            if decision == "shared":
+                return "culprit", (f"content differs: shared anyway. {d['method']} runs on {owner}'s tensor, "
+                                   f"whose bytes are not this constant's (the content digests below disagree)")
+            return "caught", (f"content differs: {decision}, so the difference was caught; {d['method']} keeps "
+                              f"its own bytes (the content digests below disagree)")
+        return "same", f"same content: this constant and {owner}'s cached tensor have equal content digests"
 
     def selected_comparison(self) -> pd.DataFrame:
         """Field-by-field comparison (cached vs new) of the selected constant; empty if none was made."""
@@ -355,27 +499,58 @@ class ExplorerState:
                     title=f"{self.program.name}: device memory per method and policy")
         return figs
 
-    def default_export_path(self) -> str:
+    def default_export_name(self) -> str:
+        """A plain file name for the report of the current load: program and policy names
+        sanitised (:func:`safe_file_name`), never a path."""
         if self.session is None:
             return "collision_report.csv"
-        return f"{self.session.program.name}-{self.session.policy.name.value}-collisions.csv"
+        return (f"{safe_file_name(self.session.program.name)}-{safe_file_name(self.session.policy.name.value)}"
+                f"{EXPORT_SUFFIX}")
 
-    def export_csv(self, path: str | Path | None = None) -> bool:
-        """Write the collision report of the current load; False (and :attr:`error`) on failure."""
+    def default_export_path(self) -> str:
+        """Where the report goes when no path is given: :meth:`default_export_name` in
+        :attr:`export_dir`, numbered (``-2``, ``-3`` ...) past files that already exist."""
+        first = self.export_dir / self.default_export_name()
+        if not first.exists():
+            return str(first)
+        stem = first.name[: -len(".csv")] if first.name.endswith(".csv") else first.name
+        for i in range(2, 10_000):
+            candidate = self.export_dir / f"{stem}-{i}.csv"
+            if not candidate.exists():
+                return str(candidate)
+        raise ToolkitError(f"{self.export_dir}: too many reports named {stem}-N.csv")
+
+    def export_csv(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
+        """Write the collision report of the current load; False (and :attr:`error`) on failure.
+
+        ``path``: a file name or path (relative ones are taken from :attr:`export_dir`); none:
+        :meth:`default_export_path`.  An existing file is replaced only with ``overwrite``.
+        The outcome, with the absolute path written, is in :attr:`export_message`."""
         self.clear_error()
         if self.report is None:
-            return self._fail("nothing to export", ToolkitError("load a program first"))
-        target = Path(path or self.default_export_path()).expanduser()
+            return self._fail("nothing to export", ToolkitError("load a program first"), scope="export")
         try:
-            if target.parent and not target.parent.exists():
-                raise ToolkitError(f"folder {str(target.parent)!r} does not exist")
-            self.report.to_csv(target)
+            target = Path(path).expanduser() if path not in (None, "") else Path(self.default_export_path())
+            if not target.is_absolute():
+                target = self.export_dir / target
+            target = Path(os.path.abspath(target))
         except Exception as e:  # noqa: BLE001
-            return self._fail(f"could not write {str(target)!r}", e)
-        self.exported = target
-        self.message = f"wrote {len(self.report.frame)} rows to {str(target)!r}"
+            return self._fail("could not choose the file", e, scope="export")
+        try:
+            if target.is_dir():
+                raise ToolkitError(f"{str(target)!r} is a folder: give a file name")
+            if not target.parent.is_dir():
+                raise ToolkitError(f"folder {str(target.parent)!r} does not exist")
+            if target.exists() and not overwrite:
+                raise ToolkitError(f"{str(target)!r} already exists: choose another name, or allow overwriting")
+            # "x": never replace a file that appeared since the check above, unless asked
+            with open(target, "w" if overwrite else "x", encoding="utf-8", newline="") as fh:
+                self.report.to_csv(fh)
+        except Exception as e:  # noqa: BLE001
+            return self._fail(f"could not write {str(target)!r}", e, scope="export")
+        self.exported, self.export_ok = target, True
+        self.export_message = f"wrote {len(self.report.frame)} rows to {target}"
         self._notify("export")
-        self._notify("progress")
         return True
 
     def close(self) -> None:
@@ -396,21 +571,90 @@ def _require_ipywidgets():
     return ipywidgets
 
 
+def _itable_class():
+    """itables' ITable widget (sortable, searchable, paginated, row selection), or None."""
+    try:
+        from itables.widget import ITable
+    except ImportError:
+        return None
+    return ITable
+
+
 def _table_html(frame: pd.DataFrame, columns, empty: str) -> str:
     return html_table(frame, columns, max_rows=MAX_TABLE_ROWS, empty=empty,
                       more_hint="narrow the filters to see them")
 
 
-def _verification_html(v: pd.DataFrame | None) -> str:
-    return verification_html(v, empty="no methods")
+def _verification_html(v: pd.DataFrame | None, decisions: pd.DataFrame | None = None) -> str:
+    return verification_html(v, empty="no methods", decisions=decisions)
+
+
+# what decides first (the decision, whether the content differs, why), then the identifiers
+GRID_COLUMNS = ("method", "name", "decision", "same content", "reason", "lookup", "bytes", "shared from", "fqn")
+
+
+def _span(text: str, cls: str = "", title: str = "") -> str:
+    attrs = f' class="{cls}"' if cls else ""
+    if title:
+        attrs += f' title="{html.escape(title, quote=True)}"'
+    return f"<span{attrs}>{html.escape(text, quote=True)}</span>"
+
+
+def grid_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The Decisions grid's cells: escaped HTML, one row per decision (same order as
+    ``rows``), decision coloured by class, culprits (shared, content differs) marked, the
+    full reason on hover over its code."""
+    culprit = culprit_mask(rows).tolist() if len(rows) else []
+    out = []
+    for r, bad in zip(rows.to_dict("records"), culprit):
+        decision = cell_text(r.get("decision"))
+        same = r.get("same_content")
+        same_text = "" if same is None or same is pd.NA or (isinstance(same, float) and same != same) else (
+            "same" if bool(same) else "DIFFERS")
+        cls = "cs-culprit" if bad else (f"cs-d-{decision}" if decision in DECISION_COLOURS else "")
+        same_cls = "cs-culprit" if bad else ("cs-caught" if same_text == "DIFFERS" else "")
+        nbytes = r.get("nbytes")
+        out.append({
+            "method": _span(cell_text(r.get("method"))), "name": _span(cell_text(r.get("name"))),
+            "fqn": _span(cell_text(r.get("fqn"))), "lookup": _span(cell_text(r.get("lookup"))),
+            "decision": _span(decision + (" \u2717" if bad else ""), f"cs-tag {cls}",
+                              "shared although the content differs: the culprit of a wrong output" if bad else ""),
+            "same content": _span(same_text, f"cs-tag {same_cls}" if same_cls else ""),
+            "reason": _span(cell_text(r.get("reason_code")), "cs-reason", cell_text(r.get("reason"))),
+            "shared from": _span(cell_text(r.get("shared_from"))),
+            "bytes": _span(format_bytes(nbytes) if nbytes not in (None, "") else "",
+                           title=f"{int(nbytes):,} bytes" if isinstance(nbytes, (int, float)) and nbytes == nbytes
+                           else ""),
+        })
+    return pd.DataFrame(out, columns=list(GRID_COLUMNS))
 
 
 _CSS = """<style>
 .constshare-explorer table { border-collapse: collapse; font-size: 12px; }
 .constshare-explorer th, .constshare-explorer td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
 .constshare-explorer th { background: #f3f3f3; }
+.constshare-explorer .constshare-grid table.dataTable td, .constshare-explorer .constshare-grid table.dataTable th {
+  border: none; border-bottom: 1px solid #e4e4e4; white-space: nowrap; text-align: left; }
+.constshare-explorer .constshare-grid table.dataTable tbody tr { cursor: pointer; }
+.constshare-explorer .constshare-grid { max-width: 100%; }
+.constshare-explorer .constshare-grid .dt-layout-table > .dt-layout-cell {
+  display: block; max-height: """ + GRID_HEIGHT + """; overflow: auto; }
+.constshare-explorer .constshare-grid table.dataTable thead th {
+  position: sticky; top: 0; z-index: 1; background: #f3f3f3; }
 .constshare-error { color: #a00; background: #fdecea; border: 1px solid #f5c2c0; padding: 4px 8px; }
-</style>"""
+.constshare-ok { color: #274e13; }
+.constshare-stale-banner { color: #7f6000; background: #fff8e1; border: 1px solid #f1c232; padding: 4px 8px; }
+.constshare-stale { opacity: 0.45; filter: grayscale(60%); }
+.constshare-verdict { padding: 4px 8px; margin: 4px 0; border-radius: 3px; }
+.constshare-verdict-culprit { background: #f4cccc; color: #990000; font-weight: bold; }
+.constshare-verdict-caught { background: #fff2cc; }
+.constshare-verdict-same { background: #d9ead3; }
+.constshare-verdict-none { background: #eeeeee; }
+.cs-tag { padding: 0 5px; border-radius: 3px; }
+.cs-culprit { background: #f4cccc; color: #990000; font-weight: bold; }
+.cs-caught { background: #fff2cc; }
+.cs-reason { border-bottom: 1px dotted #999; }
+""" + "".join(f".cs-d-{d} {{ background: {c}; }}\n" for d, c in DECISION_COLOURS.items()) + "</style>"
 
 
 class Explorer:
@@ -426,6 +670,7 @@ class Explorer:
         self.background = background
         self._worker: threading.Thread | None = None
         self._updating = False
+        self._grid_keys: list[tuple[str, str]] = []
         s = self.state
         self._widgets: list[Any] = []
 
@@ -438,8 +683,9 @@ class Explorer:
 
         wide = w.Layout(width="auto")
 
-        def picture():  # natural size, never stretched by the flex box around it
-            return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain")
+        def picture():  # natural size, never stretched by the flex box around it; hidden while empty
+            return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain",
+                            display="none")
         self.title = mk(w.HTML, value=_CSS + "<h3 style='margin:4px 0'>constshare explorer</h3>")
         self.source = mk(w.ToggleButtons, "constshare-source", options=list(SOURCES), value=s.source,
                          description="program")
@@ -461,6 +707,7 @@ class Explorer:
                            layout=w.Layout(width="260px"))
         self.status = mk(w.HTML, "constshare-status", value=html.escape(s.message))
         self.error = mk(w.HTML, "constshare-error-box", value="", layout=w.Layout(display="none"))
+        self.stale_banner = mk(w.HTML, "constshare-stale-box", value="", layout=w.Layout(display="none"))
         self.summary = mk(w.HTML, "constshare-summary")
         self.verification = mk(w.HTML, "constshare-verification")
         self.matrix = mk(w.Image, "constshare-plot", format="png", layout=picture())
@@ -471,8 +718,14 @@ class Explorer:
         self.filter_reason = mk(w.Dropdown, "constshare-filter-reason", options=[("all", ALL)], value=ALL,
                                 description="reason")
         self.decisions = mk(w.HTML, "constshare-decisions")
+        ITable = _itable_class()
+        self.grid = None
+        if ITable is not None:
+            self.grid = mk(ITable, "constshare-grid", df=grid_frame(content_check(pd.DataFrame(
+                columns=list(DECISION_TABLE_COLUMNS)))), **self._grid_options())
+            self.grid.observe(self._pick_row, names="selected_rows")
         self.constant = mk(w.Dropdown, "constshare-constant", options=[], description="constant",
-                           layout=w.Layout(width="420px"))
+                           layout=w.Layout(width="100%", max_width="460px"))
         self.constant_detail = mk(w.HTML, "constshare-constant-detail")
         self.timeline = mk(w.Image, "constshare-timeline", format="png", layout=picture())
         self.memory = mk(w.Image, "constshare-memory", format="png", layout=picture())
@@ -480,21 +733,32 @@ class Explorer:
         self.memory_policies = mk(w.Image, "constshare-memory-policies", format="png", layout=picture())
         self.comparison = mk(w.HTML, "constshare-comparison",
                              value="<p><i>press “Compare all policies” to load the program under every policy</i></p>")
+        self.export_folder = mk(w.Text, "constshare-export-folder", value=str(s.export_dir), description="folder",
+                                layout=w.Layout(width="520px"))
         self.export_path = mk(w.Text, "constshare-export-path", value="", description="file",
-                              placeholder="collision_report.csv", layout=w.Layout(width="420px"))
+                              placeholder="collision_report.csv", layout=w.Layout(width="520px"))
+        self.export_overwrite = mk(w.Checkbox, "constshare-export-overwrite", value=False,
+                                   description="replace an existing file", indent=False)
         self.export_button = mk(w.Button, "constshare-export", description="Export CSV", icon="download",
                                 layout=w.Layout(width="auto"))
         self.export_result = mk(w.HTML, "constshare-export-result")
 
         overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]), self.matrix],
                       layout=w.Layout(flex_flow="row wrap", align_items="flex-start", grid_gap="16px"))
-        decisions = mk(w.VBox, children=[mk(w.HBox, children=[self.filter_method, self.filter_decision,
-                                                              self.filter_reason]),
-                                         self.decisions, self.constant, self.constant_detail])
+        left = mk(w.VBox, children=[self.decisions] + ([self.grid] if self.grid is not None else []),
+                  layout=w.Layout(flex="1 1 640px", min_width="0", max_width="100%"))
+        right = mk(w.VBox, "constshare-detail-panel", children=[self.constant, self.constant_detail],
+                   layout=w.Layout(flex="0 1 460px", min_width="320px", max_width="100%"))
+        decisions = mk(w.VBox, children=[
+            mk(w.HBox, children=[self.filter_method, self.filter_decision, self.filter_reason],
+               layout=w.Layout(flex_flow="row wrap")),
+            mk(w.HBox, children=[left, right], layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
+                                                               grid_gap="16px", width="100%"))])
         timing = mk(w.VBox, children=[self.timeline, self.memory])
         policies = mk(w.VBox, children=[self.compare_button, self.tradeoff, self.memory_policies, self.comparison])
-        export = mk(w.VBox, children=[mk(w.HBox, children=[self.export_path, self.export_button]),
-                                      self.export_result])
+        export = mk(w.VBox, children=[self.export_folder,
+                                      mk(w.HBox, children=[self.export_path, self.export_button]),
+                                      self.export_overwrite, self.export_result])
         self.tabs = mk(w.Tab, "constshare-tabs", children=[overview, decisions, timing, policies, export])
         for i, t in enumerate(["Overview", "Decisions", "Timeline & memory", "Policies", "Export"]):
             self.tabs.set_title(i, t)
@@ -504,7 +768,7 @@ class Explorer:
             mk(w.HBox, children=[self.load_button, self.progress, self.status], layout=wide),
             self.error,
         ])
-        self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.tabs])
+        self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.stale_banner, self.tabs])
 
         self.source.observe(lambda ch: self._input(source=ch["new"]), names="value")
         self.sample.observe(lambda ch: self._input(sample=ch["new"]), names="value")
@@ -515,11 +779,27 @@ class Explorer:
                         (self.filter_reason, "reason")):
             dd.observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
         self.constant.observe(self._pick_constant, names="value")
+        self.export_folder.observe(self._export_folder, names="value")
         self.load_button.on_click(lambda _b: self._run(self.state.load))
         self.compare_button.on_click(lambda _b: self._run(self.state.compare))
-        self.export_button.on_click(lambda _b: self.state.export_csv(self.export_path.value.strip() or None))
+        self.export_button.on_click(lambda _b: self.state.export_csv(self.export_path.value.strip() or None,
+                                                                     overwrite=self.export_overwrite.value))
         self._unsubscribe = self.state.subscribe(self._on_state)
         self._render_inputs()
+
+    @staticmethod
+    def _grid_options() -> dict[str, Any]:
+        # No DataTables scrolling (it sizes its columns when first drawn, and the Decisions tab is
+        # hidden then): the page of rows scrolls inside a box of GRID_HEIGHT (CSS below), header sticky.
+        return dict(allow_html=True, maxBytes=0, showIndex=False, classes="display compact nowrap",
+                    text_in_header_can_be_selected=False, paging=True, pageLength=50,
+                    lengthMenu=[25, 50, 100, 500], order=[], select={"style": "single", "items": "row"},
+                    # search first, and always there (itables hides its default layout on short tables)
+                    layout={"topStart": "search", "topEnd": "pageLength", "bottomStart": "info",
+                            "bottomEnd": "paging"},
+                    style="width: 100%; margin: 0", autoWidth=False,
+                    language={"search": "search:", "info": "_START_-_END_ of _TOTAL_",
+                              "emptyTable": "no decision matches the filters"})
 
     # ------------------------------------------------------------------ display
     def _repr_mimebundle_(self, **kwargs):
@@ -531,7 +811,7 @@ class Explorer:
         for obj in reversed(self._widgets):
             # a widget's layout and style are widgets of their own, with their own comms
             for part in (getattr(obj, "layout", None), getattr(obj, "style", None)):
-                if part is not None:
+                if part is not None and hasattr(part, "close"):
                     part.close()
             obj.close()
         self.state.close()
@@ -554,6 +834,29 @@ class Explorer:
     def _pick_constant(self, ch) -> None:
         if not self._updating and ch["new"] is not None:
             self._guarded(self.state.select, *ch["new"])
+
+    def _pick_row(self, ch) -> None:
+        """A click on a grid row (its position in the grid's frame) selects that constant."""
+        rows = list(ch["new"] or [])
+        if self._updating or not rows:
+            return
+        i = rows[0]
+        if 0 <= i < len(self._grid_keys) and self._grid_keys[i] != self.state.selected:
+            self._guarded(self.state.select, *self._grid_keys[i])
+
+    def _export_folder(self, ch) -> None:
+        if self._updating:
+            return
+        try:
+            folder = Path(str(ch["new"]).strip() or ".").expanduser().resolve()
+            if not folder.is_dir():
+                raise ToolkitError(f"folder {str(folder)!r} does not exist")
+        except Exception as e:  # noqa: BLE001
+            self.state._fail("invalid export folder", e, scope="export")
+            return
+        self.state.export_dir = folder
+        self.state.clear_error()
+        self._render_export()
 
     def _run(self, action: Callable[[], bool]) -> None:
         if self.state.busy:
@@ -582,12 +885,16 @@ class Explorer:
         try:
             if what == "inputs":
                 self._render_inputs()
+                self._render_stale()
             elif what in ("progress", "busy"):
                 self._render_progress()
+                self._render_stale()
             elif what == "error":
                 self._render_error()
+                self._render_stale()
             elif what == "session":
                 self._render_session()
+                self._render_stale()
             elif what == "filters":
                 self._render_filters()
             elif what == "selection":
@@ -609,6 +916,12 @@ class Explorer:
         finally:
             self._updating = False
 
+    @staticmethod
+    def _show_png(widget, png: bytes) -> None:
+        """An image widget shows its picture, or nothing at all (no broken-image box) when empty."""
+        widget.value = png or b""
+        widget.layout.display = None if png else "none"
+
     def _render_inputs(self) -> None:
         s = self.state
         self._set(self.source, value=s.source)
@@ -617,29 +930,52 @@ class Explorer:
         self.sample.layout.display = None if s.source == "sample" else "none"
         self.sample_info.layout.display = None if s.source == "sample" else "none"
         self.path.layout.display = None if s.source == "path" else "none"
-        self.sample_info.value = f"<small>{html.escape(s.sample_description)}</small>"
-        self.policy_info.value = f"<small><b>{html.escape(s.policy)}</b>: {html.escape(s.policy_summary)}</small>"
+        self.sample_info.value = (f"<div style='font-size: 12px; line-height: 1.45; max-width: 110ch'>"
+                                  f"{s.sample_description_html}</div>")
+        self.policy_info.value = (f"<div style='font-size: 11px; line-height: 1.45; max-width: 130ch'>"
+                                  f"<b>{html.escape(s.policy)}</b>: {html.escape(s.policy_summary)}</div>")
+
+    def _render_stale(self) -> None:
+        s = self.state
+        reason = s.stale_reason
+        if reason:
+            self.stale_banner.value = f"<div class='constshare-stale-banner'>{html.escape(reason)}</div>"
+            self.stale_banner.layout.display = None
+            self.tabs.add_class("constshare-stale")
+        else:
+            self.stale_banner.value, self.stale_banner.layout.display = "", "none"
+            self.tabs.remove_class("constshare-stale")
 
     def _render_progress(self, elapsed: float | None = None) -> None:
         s = self.state
         self.progress.value = s.progress
-        self.progress.bar_style = "danger" if s.error else ("success" if s.phase == "done" else "info")
+        if (s.error and s.error_scope != "export") or s.outcome == "failed":
+            style = "danger"
+        elif s.busy:
+            style = "info"
+        else:
+            style = {"ok": "success", "wrong": "warning"}.get(s.outcome, "info")
+        self.progress.bar_style = style
         busy = s.busy
         for b in (self.load_button, self.compare_button, self.export_button):
             b.disabled = busy
         self.load_button.description = "Working…" if busy else "Load"
         clock = f" ({elapsed:.0f} s)" if busy and elapsed is not None and elapsed >= 1 else ""
-        self.status.value = html.escape(s.message + clock)
+        colour = "#a00" if style == "danger" else ("#7f6000" if style == "warning" else "")
+        text = html.escape(s.message + clock)
+        self.status.value = f"<span style='color: {colour}'>{text}</span>" if colour else text
 
     def _render_error(self) -> None:
         s = self.state
-        if not s.error:
+        if not s.error or s.error_scope == "export":  # export errors are shown next to the export button
             self.error.value, self.error.layout.display = "", "none"
+            self._render_progress()
             return
         detail = (f"<details><summary>details</summary><pre>{html.escape(s.error_detail[-4000:])}</pre></details>"
                   if s.error_detail else "")
         self.error.value = f"<div class='constshare-error'><b>{html.escape(s.error)}</b>{detail}</div>"
         self.error.layout.display = None
+        self._render_progress()
 
     def _render_session(self) -> None:
         from .plots import figure_png
@@ -648,13 +984,13 @@ class Explorer:
         if s.session is None:
             return
         self.summary.value = f"<pre>{html.escape(s.session.summary())}</pre>"
-        self.verification.value = "<b>verification</b>" + _verification_html(s.verification)
+        self.verification.value = "<b>verification</b>" + _verification_html(s.verification, s.session.decisions)
         figs = s.figures()
-        self.matrix.value = figure_png(figs["collision matrix"])
-        self.timeline.value = figure_png(figs["timeline"])
-        self.memory.value = figure_png(figs["memory"])
-        self.export_path.placeholder = s.default_export_path()
+        self._show_png(self.matrix, figure_png(figs["collision matrix"]))
+        self._show_png(self.timeline, figure_png(figs["timeline"]))
+        self._show_png(self.memory, figure_png(figs["memory"]))
         self._render_filters()
+        self._render_export()
 
     def _render_filters(self) -> None:
         s = self.state
@@ -667,50 +1003,86 @@ class Explorer:
                   value=s.filter_reason)
         rows = s.filtered_decisions()
         total = len(s.session.decisions) if s.session is not None else 0
-        self.decisions.value = (f"<p>{len(rows)} of {total} decisions</p>"
-                                + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters"))
-        self._set(self.constant, options=[(f"{m} / {n}", (m, n)) for m, n in zip(rows["method"], rows["name"])],
-                  value=s.selected if s.selected in set(zip(rows["method"], rows["name"])) else None)
+        culprits = int(culprit_mask(rows).sum()) if len(rows) else 0
+        head = f"<p>{len(rows)} of {total} decisions"
+        if culprits:
+            head += (f" · <span style='{CULPRIT_STYLE}; padding: 0 5px'>{culprits} shared although the content "
+                     f"differs</span>")
+        head += " · click a row to see that constant</p>" if self.grid is not None and len(rows) else "</p>"
+        keys = list(zip(rows["method"], rows["name"]))
+        self._grid_keys = keys
+        if self.grid is not None:
+            self.decisions.value = head
+            selected = [keys.index(s.selected)] if s.selected in keys else []
+            self._updating = True
+            try:
+                # every option again: itables' update() forgets those not given (allow_html among them)
+                self.grid.update(grid_frame(rows), selected_rows=selected, **self._grid_options())
+            finally:
+                self._updating = False
+        else:  # no itables: the renderer's table, scrolling inside a bounded box
+            self.decisions.value = (head + f"<div style='max-height: {GRID_HEIGHT}; overflow: auto'>"
+                                    + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters")
+                                    + "</div>")
+        self._set(self.constant, options=[(f"{m} / {n}", (m, n)) for m, n in keys],
+                  value=s.selected if s.selected in set(keys) else None)
 
     def _render_selection(self) -> None:
         s = self.state
         keys = list(self.constant.options)
         if s.selected is not None and s.selected in [v for _l, v in keys]:
             self._set(self.constant, value=s.selected)
+        if self.grid is not None:
+            selected = [self._grid_keys.index(s.selected)] if s.selected in self._grid_keys else []
+            if list(self.grid.selected_rows) != selected:
+                self._set(self.grid, selected_rows=selected)
         d = s.selected_decision()
         if d is None:
             self.constant_detail.value = ""
             return
-        comp = s.selected_comparison()
+        kind, sentence = s.content_verdict()
+        verdict = (f"<div class='constshare-verdict constshare-verdict-{kind}'>{html.escape(sentence)}</div>"
+                   if sentence else "")
         facts = [("decision", d["decision"]), ("reason", d["reason"]), ("lookup", d["lookup"] or "not looked up"),
-                 ("bytes", f"{int(d['nbytes']):,}"), ("new digest", d["digest"]),
-                 ("cached", f"{d['cached_method']}" if d["cached_method"] else "no cache entry"),
-                 ("cached digest", d["cached_digest"] or "")]
-        from .rendering import WRONG_COLOUR, html_table
-
-        head = html_table(pd.DataFrame(facts, columns=["fact", "value"]), max_rows=len(facts), colours={})
+                 ("bytes", f"{format_bytes(d['nbytes'])} ({int(d['nbytes']):,})"),
+                 ("cached", f"{d['cached_method']}" if d["cached_method"] else "no cache entry")]
+        if d.get("shared_from"):
+            facts.append(("runs on", d["shared_from"]))
+        head = html_table(pd.DataFrame(facts, columns=["fact", "value"]), max_rows=len(facts),
+                          colours={"value": lambda text: WRONG_COLOUR if kind == "culprit" and text == "shared"
+                                   else ""})
+        new, cached = cell_text(d["digest"]), cell_text(d["cached_digest"])
+        differs = bool(new and cached and new != cached)
+        digests = pd.DataFrame([{"": "content digest", f"this constant ({d['method']})": new,
+                                 f"cached ({d['cached_method'] or 'none'})": cached or "",
+                                 "equal": ("NO" if differs else "yes") if new and cached else ""}])
+        digest_html = html_table(digests, max_rows=1, colours={
+            "equal": lambda text: WRONG_COLOUR if text == "NO" else "",
+            f"this constant ({d['method']})": lambda text: WRONG_COLOUR if differs and text else "",
+            f"cached ({d['cached_method'] or 'none'})": lambda text: WRONG_COLOUR if differs and text else ""})
+        comp = s.selected_comparison()
         if len(comp):
             shown = comp.assign(equal=["yes" if e else "NO" for e in comp["equal"]])
             body = html_table(shown, max_rows=len(shown),
                               colours={"equal": lambda text: WRONG_COLOUR if text == "NO" else ""})
         else:
-            body = "<p><i>nothing was compared for this constant (see the reason above)</i></p>"
+            body = "<p><i>nothing was compared field by field for this constant (see the reason above)</i></p>"
         self.constant_detail.value = (f"<b>{html.escape(d['method'])} / {html.escape(d['name'])}</b>"
-                                      f"{head}<b>cached vs new</b>{body}")
+                                      f"{verdict}{head}{digest_html}<b>cached vs new</b>{body}")
 
     def _render_comparison(self) -> None:
         from .plots import figure_png
 
         s = self.state
         if s.comparison is None:
-            self.tradeoff.value = b""
-            self.memory_policies.value = b""
+            self._show_png(self.tradeoff, b"")
+            self._show_png(self.memory_policies, b"")
             self.comparison.value = "<p><i>press “Compare all policies” to load the program under every policy</i></p>"
             return
         figs = s.figures()
-        self.tradeoff.value = figure_png(figs["policy trade-off"])
-        if "memory by policy" in figs:
-            self.memory_policies.value = figure_png(figs["memory by policy"])
+        self._show_png(self.tradeoff, figure_png(figs["policy trade-off"]))
+        self._show_png(self.memory_policies,
+                       figure_png(figs["memory by policy"]) if "memory by policy" in figs else b"")
         # lists (wrong_methods, not_runnable) are shown comma-joined by the renderer
         self.comparison.value = _table_html(s.comparison, ["policy", "status", "wrong_methods", "not_runnable",
                                                            "shared", "declined", "device_bytes", "error"],
@@ -718,10 +1090,20 @@ class Explorer:
 
     def _render_export(self) -> None:
         s = self.state
-        if s.exported is None:
+        self._set(self.export_folder, value=str(s.export_dir))
+        try:
+            self.export_path.placeholder = s.default_export_path()
+        except ToolkitError:
+            self.export_path.placeholder = str(s.export_dir / s.default_export_name())
+        if s.export_ok is None:
+            self.export_result.value = ""
             return
-        data = base64.b64encode(s.exported.read_bytes()).decode("ascii")
-        name = html.escape(s.exported.name, quote=True)
-        self.export_result.value = (f"wrote <code>{html.escape(str(s.exported))}</code> "
+        if not s.export_ok:
+            self.export_result.value = f"<div class='constshare-error'>{html.escape(s.export_message)}</div>"
+            return
+        target = s.exported
+        data = base64.b64encode(target.read_bytes()).decode("ascii")
+        name = html.escape(target.name, quote=True)
+        self.export_result.value = (f"<div class='constshare-ok'>wrote <code>{html.escape(str(target))}</code> "
                                     f"({len(s.report.frame) if s.report is not None else 0} rows) · "
-                                    f"<a download=\"{name}\" href=\"data:text/csv;base64,{data}\">download</a>")
+                                    f"<a download=\"{name}\" href=\"data:text/csv;base64,{data}\">download</a></div>")

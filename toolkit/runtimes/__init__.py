@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol
 
-from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
+from ..model import ConstantSpec, MethodSpec, Program, TensorMeta  # noqa: F401 (protocol types)
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,18 @@ class CompiledConstant:
     name: str
     fqn: str
     dtype: str
-    nbytes: int | None  # bytes the slot holds; None when the model cannot say (old AOTI builds)
+    # bytes the slot occupies, as AOTI reports it: rounded up to its 64-byte blob alignment
+    # (a 60-byte constant reports 64); None when the model cannot say
+    nbytes: int | None
     blob_offset: int | None  # where a whole-blob upload reads it from; None if not in the blob
+
+
+AOTI_CONST_ALIGNMENT = 64  # torch/csrc/inductor/aoti_runtime/model.h: every blob slot is aligned to this
+
+
+def aligned_slot_bytes(nbytes: int) -> int:
+    """The bytes a constant of ``nbytes`` occupies in an AOTI blob (and what the .so reports as its size)."""
+    return -(-nbytes // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,9 @@ class Runtime(Protocol):
     def facts(self, tensor: Any) -> tuple[TensorMeta, int]:
         """(metadata, bytes readable from its start) of a tensor this runtime produced."""
 
+    def write_initial(self, tensor: Any, program: Program, constant: ConstantSpec) -> None:
+        """Put the constant's initial contents (from its file) back into ``tensor`` (state reset)."""
+
     def bytes_in_use(self, device: Device, *, sync: bool) -> tuple[int, str] | None:
         """(bytes in use on ``device``, how measured), or None where the loader's accounting is all there is."""
 
@@ -111,5 +124,5 @@ def default_runtime() -> "Runtime":
     return AotiRuntime()
 
 
-__all__ = ["CompiledConstant", "CompiledMethod", "Device", "MethodRuntime", "Runtime", "default_runtime",
-           "parse_device"]
+__all__ = ["CompiledConstant", "CompiledMethod", "Device", "MethodRuntime", "Runtime", "aligned_slot_bytes",
+           "default_runtime", "parse_device"]

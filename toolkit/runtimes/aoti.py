@@ -17,7 +17,7 @@ import torch
 
 from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
 from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
-from . import CompiledConstant, CompiledMethod, Device
+from . import AOTI_CONST_ALIGNMENT, CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
 
 log = logging.getLogger(__name__)
@@ -188,9 +188,6 @@ def check_compatible(program: Program, device_type: str, torch_version: str) -> 
             "rebuild it", path=where, field="torch_version")
 
 
-# AOTI aligns every constant of a binary_blob to this many bytes (AOTI_CONST_ALIGNMENT in
-# torch/csrc/inductor/aoti_runtime/model.h) and reads them in the model's constant order.
-AOTI_CONST_ALIGNMENT = 64
 _QUERIES = ("AOTInductorModelContainerCreateWithDevice", "AOTInductorModelContainerDelete",
             "AOTInductorModelContainerGetNumConstants", "AOTInductorModelContainerGetConstantName",
             "AOTInductorModelContainerGetConstantOriginalFQN", "AOTInductorModelContainerGetConstantDtype",
@@ -208,8 +205,9 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
     builds here).  The pybind runner exposes none of the sizes, so a second, constant-less
     container is created for the query and deleted at once (no constant memory: the
     weights are not in the .so).  A blob's layout is derived as AOTI reads it: constants in
-    this order, folded ones skipped, each slot rounded up to 64 bytes.  Returns None when the
-    .so lacks a query (then only the runner's names and dtypes are known).
+    this order, folded ones skipped, each slot rounded up to 64 bytes.  The data size AOTI
+    reports is itself that rounded size (measured: 60 -> 64, 68 -> 128, 400 -> 448 bytes).
+    Returns None when the .so lacks a query (then only the runner's names and dtypes are known).
     """
     try:
         lib = ctypes.CDLL(str(so_path))  # already loaded by the runner: the same handle
@@ -245,7 +243,7 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
             at = None
             if not folded.value:
                 at = offset
-                offset += -(-nbytes.value // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
+                offset += -(-nbytes.value // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT  # (already aligned)
             out[key] = CompiledConstant(key, (fqn.value or b"").decode("utf-8", "replace"),
                                         SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"), nbytes.value, at)
         return CompiledMethod(out, int(blob.value))
@@ -345,6 +343,13 @@ class AotiRuntime:
 
             self._uploaders[device] = make_uploader(device)
         return self._uploaders[device]
+
+    def write_initial(self, tensor: torch.Tensor, program: Program, constant: ConstantSpec) -> None:
+        from ..upload import as_constant, read_constant_bytes
+
+        raw = read_constant_bytes(program.path(constant.file), constant)
+        with torch.no_grad():
+            tensor.copy_(as_constant(raw, constant))
 
     def facts(self, t: torch.Tensor) -> tuple[TensorMeta, int]:
         return tensor_meta(t), t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
-from . import CompiledConstant, CompiledMethod, Device, parse_device
+from . import CompiledConstant, CompiledMethod, Device, aligned_slot_bytes, parse_device
 
 PATH_NONE = "dry run"
 
@@ -34,7 +34,7 @@ class DryRunMethod:
 
     def compiled(self) -> CompiledMethod:
         """The program model stands in for the compiled model (a dry run trusts it)."""
-        return CompiledMethod({c.name: CompiledConstant(c.name, c.fqn, c.dtype, c.nbytes, c.offset)
+        return CompiledMethod({c.name: CompiledConstant(c.name, c.fqn, c.dtype, aligned_slot_bytes(c.nbytes), c.offset)
                                for c in self.method.constants}, self.method.blob_bytes)
 
     def upload_blob(self) -> None:
@@ -69,6 +69,9 @@ class DryRunRuntime:
 
     def facts(self, tensor: PlannedTensor) -> tuple[TensorMeta, int]:
         return tensor.meta, tensor.nbytes
+
+    def write_initial(self, tensor: PlannedTensor, program: Program, constant: ConstantSpec) -> None:
+        pass  # nothing ran, so nothing to reset
 
     def bytes_in_use(self, device: Device, *, sync: bool) -> None:
         return None

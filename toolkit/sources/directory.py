@@ -25,11 +25,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ManifestError, ProgramError
-from ..model import DEVICE_KINDS, DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, required_nbytes
+from ..model import (
+    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, SequenceSpec, SequenceStep,
+    required_nbytes,
+)
 from ..vocab import ConstantKind
 
 FORMAT_NAME = "constshare-program"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # written; 1 (no provenance, no sequences) is still read
+READ_VERSIONS = (1, 2)
 MANIFEST_FILE = "manifest.json"
 MAX_RANK = 64
 _SHA256 = r"^[0-9a-f]{64}$"
@@ -67,8 +71,9 @@ def _dtype(v: str) -> str:
 
 
 def _format_version(v: int) -> int:
-    if v != FORMAT_VERSION:
-        raise ValueError(f"unknown format version {v}; this toolkit reads version {FORMAT_VERSION}")
+    if v not in READ_VERSIONS:
+        raise ValueError(f"unknown format version {v}; this toolkit reads format version "
+                         + " or ".join(map(str, READ_VERSIONS)))
     return v
 
 
@@ -98,6 +103,19 @@ class ConstantDoc(_Doc):
     digest: Sha256
     fqn: Text
     mutated: bool
+    storage: Text = ""  # version 2: the eager storage this constant was (provenance)
+
+
+class StepDoc(_Doc):
+    method: Text
+    num_inputs: Count
+    num_outputs: Count
+
+
+class SequenceDoc(_Doc):
+    name: Annotated[str, Field(strict=True), AfterValidator(_unicode), AfterValidator(_method_name)]
+    steps: Annotated[list[StepDoc], Field(min_length=1)]
+    reference_file: RelPath
 
 
 class MethodDoc(_Doc):
@@ -126,6 +144,7 @@ class ManifestDoc(_Doc):
     description: Text
     torch_version: NonEmptyText
     created_utc: Text
+    sequences: list[SequenceDoc] = []  # version 2
 
 
 # ------------------------------------------------------------------ errors
@@ -230,12 +249,28 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             constants.append(ConstantSpec(
                 name=c.name, fqn=c.fqn, kind=c.kind, mutated=c.mutated, dtype=c.dtype, shape=shape,
                 strides=strides, storage_offset=c.storage_offset, nbytes=c.nbytes, offset=c.offset,
-                digest=c.digest, file=m.blob_file))
+                digest=c.digest, file=m.blob_file, storage=c.storage))
         methods.append(MethodSpec(name=m.name, so_file=m.so_file, blob_file=m.blob_file,
                                   reference_file=m.reference_file, blob_bytes=m.blob_bytes,
                                   num_inputs=m.num_inputs, num_outputs=m.num_outputs, constants=tuple(constants)))
+    sequences = []
+    names_seen: set[str] = set()
+    for i, q in enumerate(doc.sequences):
+        w = f"sequences[{i}]"
+        if q.name in names_seen:
+            raise fail(f"{w}.name", f"duplicate sequence name {q.name!r}")
+        names_seen.add(q.name)
+        steps = []
+        for j, st in enumerate(q.steps):
+            if st.method not in seen:
+                raise fail(f"{w}.steps[{j}].method", f"no method {st.method!r} in this program")
+            steps.append(SequenceStep(st.method, st.num_inputs, st.num_outputs))
+        if q.reference_file not in files:
+            raise fail("files", f"no digest recorded for {q.reference_file!r} (sequence {q.name!r})")
+        sequences.append(SequenceSpec(q.name, tuple(steps), q.reference_file))
     return Program(name=doc.name, description=doc.description, device=doc.device, torch_version=doc.torch_version,
-                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root, source=FORMAT_NAME)
+                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root, source=FORMAT_NAME,
+                   sequences=tuple(sequences))
 
 
 class _DuplicateKey(ValueError):
@@ -312,7 +347,7 @@ def is_directory_program(path: Path) -> bool:
 def _constant_json(c: ConstantSpec) -> dict:
     return {"name": c.name, "fqn": c.fqn, "kind": c.kind.value, "mutated": c.mutated, "dtype": c.dtype,
             "shape": list(c.shape), "strides": list(c.strides), "storage_offset": c.storage_offset,
-            "nbytes": c.nbytes, "offset": c.offset, "digest": c.digest}
+            "nbytes": c.nbytes, "offset": c.offset, "digest": c.digest, "storage": c.storage}
 
 
 def manifest_json(program: Program, *, indent: int | None = 2) -> str:
@@ -334,5 +369,8 @@ def manifest_json(program: Program, *, indent: int | None = 2) -> str:
                      "num_outputs": m.num_outputs, "constants": [_constant_json(c) for c in m.constants]}
                     for m in program.methods],
         "files": {k: {"sha256": v.sha256, "bytes": v.bytes} for k, v in program.files.items()},
+        "sequences": [{"name": q.name, "reference_file": q.reference_file,
+                       "steps": [{"method": st.method, "num_inputs": st.num_inputs, "num_outputs": st.num_outputs}
+                                 for st in q.steps]} for q in program.sequences],
     }
     return json.dumps(doc, indent=indent, separators=None if indent else (",", ":"))

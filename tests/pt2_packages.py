@@ -1,0 +1,111 @@
+"""Small torch ``.pt2`` packages for the tests, compiled on CPU once and cached on disk.
+
+Three models in one archive, packaged with ``torch._inductor.package.package_aoti``, once per
+on-disk constants format (``binary_blob``, ``pickle_weights``):
+
+* ``prefill``: ``lin(x) @ table + buf`` (``lin`` a shared ``Linear(16, 16)``, ``buf`` a shared
+  buffer, ``table`` a plain tensor attribute: lifted as ``_tensor_constant0``);
+* ``decode``: ``relu(lin(x) @ table2 + buf)``: another graph, its own ``_tensor_constant0``;
+* ``prefill_again``: prefill's graph with a third table: AOTInductor compiles the same
+  ``.so`` (byte-identical), so ExecuTorch 1.5.x would give both lifted tables one storage key.
+
+The cache key covers this file's source and torch's version; the cache lives under
+``CONSTSHARE_CACHE`` (the conftest sets it to the repository's ``.cache/programs``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+FORMATS = ("binary_blob", "pickle_weights")
+MODELS = ("prefill", "decode", "prefill_again")
+
+
+def _modules():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(16, 16)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(16, 16, generator=g))
+        lin.bias.copy_(torch.randn(16, generator=g))
+    buf = torch.randn(16, generator=g)
+
+    class Step(torch.nn.Module):
+        def __init__(self, table, relu: bool):
+            super().__init__()
+            self.lin = lin
+            self.register_buffer("buf", buf)
+            self.table = table  # neither a parameter nor a buffer: lifted as a tensor constant
+            self.relu = relu
+
+        def forward(self, x):
+            y = self.lin(x) @ self.table + self.buf
+            return torch.relu(y) if self.relu else y
+
+    x = torch.randn(2, 16, generator=g)
+    return {
+        "prefill": (Step(torch.randn(16, 16, generator=g), False), (x,)),
+        "decode": (Step(torch.randn(16, 16, generator=g), True), (x,)),
+        "prefill_again": (Step(torch.randn(16, 16, generator=g) * 3, False), (x,)),
+    }
+
+
+def eager_tensors() -> dict[str, dict[str, "object"]]:
+    """model -> FQN -> the eager tensor each constant was compiled from."""
+    out = {}
+    for name, (m, _) in _modules().items():
+        out[name] = {"lin.weight": m.lin.weight.detach(), "lin.bias": m.lin.bias.detach(), "buf": m.buf,
+                     "_tensor_constant0": m.table}
+    return out
+
+
+def _build(out: Path) -> None:
+    import torch
+    from torch._inductor.package import package_aoti
+
+    compiler = "/usr/bin/g++"
+    if Path(compiler).exists():
+        torch._inductor.config.cpp.cxx = (None, compiler)
+    tmp = Path(tempfile.mkdtemp(prefix="pt2-build-", dir=out.parent))
+    try:
+        for fmt in FORMATS:
+            files = {}
+            for name, (module, args) in _modules().items():
+                ep = torch.export.export(module, args)
+                got = torch._inductor.aot_compile(ep.module(), args, options={
+                    "aot_inductor.package": True, "aot_inductor.package_constants_in_so": False,
+                    "aot_inductor.package_constants_on_disk_format": fmt})
+                # copy at once: graphs that differ only in constants share the compile cache's paths
+                keep = tmp / fmt / name
+                keep.mkdir(parents=True)
+                files[name] = [shutil.copy(f, keep / os.path.basename(f)) if isinstance(f, str) else f for f in got]
+            package_aoti(str(out / f"{fmt}.pt2"), files)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=None)
+def packages() -> dict[str, Path]:
+    """format -> the .pt2 package (built on first use, then read from the cache)."""
+    import torch
+
+    h = hashlib.sha256(inspect.getsource(_modules).encode() + inspect.getsource(_build).encode()
+                       + torch.__version__.encode()).hexdigest()[:12]
+    root = Path(os.environ.get("CONSTSHARE_CACHE", Path.home() / ".cache" / "constshare" / "programs"))
+    out = root / f"pt2-packages-{h}"
+    paths = {fmt: out / f"{fmt}.pt2" for fmt in FORMATS}
+    if not all(p.is_file() for p in paths.values()):
+        part = root / f".pt2-packages-{h}.partial-{os.getpid()}"
+        shutil.rmtree(part, ignore_errors=True)
+        part.mkdir(parents=True)
+        _build(part)
+        shutil.rmtree(out, ignore_errors=True)
+        part.rename(out)
+    return paths

@@ -1,0 +1,273 @@
+"""Bounds-checked binary readers for the sources: mapped files, records, FlatBuffer tables.
+
+:class:`MappedFile` maps a program's file read-only (a ``.ptd`` may be many GB: nothing is
+copied but what is parsed or hashed) and computes its :class:`~toolkit.model.FileRecord` once.
+
+:class:`Table` is a small reader of FlatBuffer tables, for the few fields the sources need.
+
+No schema compiler and no ``flatbuffers`` package: a table is found through its vtable, a
+field by its index in the schema (declaration order; a union takes two slots, its type and
+its value).  Every read is checked against the buffer, and every failure is a
+:class:`~toolkit.errors.ProgramError` naming the file, the field as a dotted path
+(``execution_plan[1].delegates[0].processed``) and the byte offset, so a truncated or
+malformed file can never make the reader index out of range, loop, or allocate without
+bound (a vector's length is checked against the bytes that remain before anything is read).
+
+Also :class:`Bytes` and :class:`Cursor`, the same checks for plain little-endian records
+(headers, payloads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from ..errors import ProgramError
+from ..model import FileRecord
+
+_U8, _U16, _U32, _I32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q", "<q"))
+
+
+class Bytes:
+    """A bounds-checked view of a file's bytes (or a region of them) that names the file in errors."""
+
+    def __init__(self, data, path: Path, *, base: int = 0, what: str = ""):
+        self.data = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+        self.path = path
+        self.base = base  # absolute offset of data[0] in the file (for error messages)
+        self.what = what  # e.g. "delegate payload of method 'decode'"
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def error(self, message: str, field: str | None, at: int | None = None) -> ProgramError:
+        where = f" (byte {self.base + at})" if at is not None else ""
+        prefix = f"{self.what}: " if self.what else ""
+        return ProgramError(f"{prefix}{message}{where}", path=self.path, field=field)
+
+    def need(self, at: int, size: int, field: str | None) -> None:
+        if at < 0 or size < 0 or at + size > len(self.data):
+            raise self.error(f"{size} bytes at offset {at} run past the end of the data ({len(self.data)} bytes)",
+                             field, at if 0 <= at <= len(self.data) else None)
+
+    def unpack(self, st: struct.Struct, at: int, field: str | None) -> int:
+        self.need(at, st.size, field)
+        return st.unpack_from(self.data, at)[0]
+
+    def u8(self, at: int, field: str | None = None) -> int:
+        return self.unpack(_U8, at, field)
+
+    def u16(self, at: int, field: str | None = None) -> int:
+        return self.unpack(_U16, at, field)
+
+    def u32(self, at: int, field: str | None = None) -> int:
+        return self.unpack(_U32, at, field)
+
+    def i32(self, at: int, field: str | None = None) -> int:
+        return self.unpack(_I32, at, field)
+
+    def u64(self, at: int, field: str | None = None) -> int:
+        return self.unpack(_U64, at, field)
+
+    def i64(self, at: int, field: str | None = None) -> int:
+        return self.unpack(_I64, at, field)
+
+    def raw(self, at: int, size: int, field: str | None = None) -> bytes:
+        self.need(at, size, field)
+        return bytes(self.data[at:at + size])
+
+    def text(self, at: int, size: int, field: str | None) -> str:
+        try:
+            return self.raw(at, size, field).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise self.error(f"text is not valid UTF-8 ({e.reason})", field, at + e.start) from None
+
+
+class Cursor:
+    """Sequential little-endian reads over :class:`Bytes` (for the CUDA delegate's payloads)."""
+
+    def __init__(self, b: Bytes, at: int = 0):
+        self.b = b
+        self.at = at
+
+    def _take(self, st: struct.Struct, field: str) -> int:
+        v = self.b.unpack(st, self.at, field)
+        self.at += st.size
+        return v
+
+    def u32(self, field: str) -> int:
+        return self._take(_U32, field)
+
+    def i32(self, field: str) -> int:
+        return self._take(_I32, field)
+
+    def u64(self, field: str) -> int:
+        return self._take(_U64, field)
+
+    def i64(self, field: str) -> int:
+        return self._take(_I64, field)
+
+    def string(self, field: str, *, max_len: int = 1 << 20) -> str:
+        n = self.u32(f"{field} (length)")
+        if n > max_len:
+            raise self.b.error(f"string length {n} is not plausible", field, self.at - 4)
+        s = self.b.text(self.at, n, field)
+        self.at += n
+        return s
+
+    def remaining(self) -> int:
+        return len(self.b) - self.at
+
+
+class Table:
+    """One FlatBuffer table: fields by schema index, each read checked."""
+
+    __slots__ = ("b", "pos", "where", "_vt", "_vt_size", "_size")
+
+    def __init__(self, b: Bytes, pos: int, where: str):
+        self.b, self.pos, self.where = b, pos, where
+        b.need(pos, 4, where)
+        vt = pos - b.i32(pos, where)
+        if vt < 0 or vt + 4 > len(b):
+            raise b.error(f"table's vtable offset points outside the buffer (to {vt})", where, pos)
+        vt_size, size = b.u16(vt, where), b.u16(vt + 2, where)
+        if vt_size < 4 or vt_size % 2 or vt + vt_size > len(b):
+            raise b.error(f"vtable of size {vt_size} does not fit the buffer", where, vt)
+        if size < 4 or pos + size > len(b):
+            raise b.error(f"table of size {size} does not fit the buffer", where, pos)
+        self._vt, self._vt_size, self._size = vt, vt_size, size
+
+    def _field(self, index: int, width: int, name: str) -> int | None:
+        slot = 4 + 2 * index
+        if slot + 2 > self._vt_size:
+            return None
+        off = self.b.u16(self._vt + slot, self.path(name))
+        if off == 0:
+            return None
+        if off + width > self._size:
+            raise self.b.error(f"field lies outside its table ({off}+{width} > {self._size})", self.path(name),
+                               self.pos)
+        return self.pos + off
+
+    def path(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def scalar(self, index: int, name: str, kind: str = "u32", default: int = 0) -> int:
+        width = {"u8": 1, "i8": 1, "u16": 2, "u32": 4, "i32": 4, "u64": 8, "i64": 8}[kind]
+        at = self._field(index, width, name)
+        if at is None:
+            return default
+        if kind == "i8":
+            v = self.b.u8(at, self.path(name))
+            return v - 256 if v > 127 else v
+        return getattr(self.b, kind)(at, self.path(name))
+
+    def _target(self, index: int, name: str) -> int | None:
+        at = self._field(index, 4, name)
+        if at is None:
+            return None
+        target = at + self.b.u32(at, self.path(name))
+        if target >= len(self.b):
+            raise self.b.error(f"offset points past the end of the buffer (to {target})", self.path(name), at)
+        return target
+
+    def table(self, index: int, name: str) -> "Table | None":
+        target = self._target(index, name)
+        return None if target is None else Table(self.b, target, self.path(name))
+
+    def string(self, index: int, name: str) -> str | None:
+        target = self._target(index, name)
+        if target is None:
+            return None
+        n = self.b.u32(target, self.path(name))
+        return self.b.text(target + 4, n, self.path(name))
+
+    def _vector(self, index: int, name: str, elem: int) -> tuple[int, int] | None:
+        target = self._target(index, name)
+        if target is None:
+            return None
+        n = self.b.u32(target, self.path(name))
+        if n * elem > len(self.b) - target - 4:
+            raise self.b.error(f"vector of {n} elements does not fit the buffer", self.path(name), target)
+        return target + 4, n
+
+    def tables(self, index: int, name: str) -> list["Table"]:
+        vec = self._vector(index, name, 4)
+        if vec is None:
+            return []
+        start, n = vec
+        out = []
+        for i in range(n):
+            at = start + 4 * i
+            where = f"{self.path(name)}[{i}]"
+            target = at + self.b.u32(at, where)
+            if target >= len(self.b):
+                raise self.b.error(f"element offset points past the end of the buffer (to {target})", where, at)
+            out.append(Table(self.b, target, where))
+        return out
+
+    def ints(self, index: int, name: str, kind: str = "i32") -> list[int]:
+        width = {"u8": 1, "i32": 4, "u32": 4, "i64": 8, "u64": 8}[kind]
+        vec = self._vector(index, name, width)
+        if vec is None:
+            return []
+        start, n = vec
+        fmt = {"u8": "B", "i32": "i", "u32": "I", "i64": "q", "u64": "Q"}[kind]
+        return list(struct.unpack_from(f"<{n}{fmt}", self.b.data, start))
+
+    def byte_region(self, index: int, name: str) -> tuple[int, int] | None:
+        """(offset, length) of a ``[ubyte]`` field inside the buffer, without copying it."""
+        return self._vector(index, name, 1)
+
+    def union(self, index: int, name: str) -> tuple[int, "Table | None"]:
+        """(type tag, value table) of a union declared at ``index`` (its type slot)."""
+        tag = self.scalar(index, f"{name}_type", "u8")
+        return tag, (self.table(index + 1, name) if tag else None)
+
+
+def root(b: Bytes, identifier: bytes, name: str) -> Table:
+    """The root table of a FlatBuffer whose file identifier must be ``identifier``."""
+    b.need(0, 8, "(header)")
+    got = b.raw(4, 4, "(file identifier)")
+    if got != identifier:
+        raise b.error(f"not a {name}: file identifier is {got!r}, expected {identifier!r}", "(file identifier)", 4)
+    return Table(b, b.u32(0, "(root offset)"), "")
+
+
+class MappedFile:
+    """One file of the program, mapped read-only; its record is computed once."""
+
+    def __init__(self, path: Path, rel: str):
+        self.path, self.rel = path, rel
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        except (OSError, ValueError) as e:  # unreadable, a directory, a name the OS refuses, unmappable
+            raise ProgramError(f"file cannot be read: {getattr(e, 'strerror', None) or e}", path=path) from None
+        self.size = size
+        self.bytes = Bytes(self._map if self._map is not None else b"", path)
+        self._record: FileRecord | None = None
+
+    def record(self) -> FileRecord:
+        if self._record is None:
+            h = hashlib.sha256()
+            view = self.bytes.data
+            for at in range(0, len(view), 1 << 24):
+                h.update(view[at:at + (1 << 24)])
+            self._record = FileRecord(sha256=h.hexdigest(), bytes=self.size)
+        return self._record
+
+    def sha256(self, offset: int, size: int) -> str:
+        return hashlib.sha256(self.bytes.data[offset:offset + size]).hexdigest()
+
+    def close(self) -> None:
+        self.bytes = Bytes(b"", self.path)
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view is still alive somewhere: the GC closes it later
+                pass

@@ -1,0 +1,752 @@
+"""ExecuTorch programs of the CUDA backend: a ``.pte`` and the ``.ptd`` beside it.
+
+A ``.pte`` is a FlatBuffer (``schema/program.fbs``, file identifier ``ET12``) followed by
+segments; an extended header ``eh00`` at byte 8 gives the FlatBuffer's size and where the
+segments start.  Per method it has an execution plan; the CUDA delegate
+(``id == "CudaBackend"``, compile spec ``method_name``) has ``processed`` bytes that say
+which named data hold its ``.so`` and its weights.  A ``.ptd`` is a FlatTensor FlatBuffer
+(identifier ``FT01``, header ``FH01`` at byte 8: FlatBuffer offset and size, segment base
+offset and size) whose ``named_data`` map keys to segments.  Three generations of the
+delegate payload are read (``docs/upstream.md``):
+
+1. before #20424 (3a9abee4b2): empty processed bytes; named data ``<method>_so_blob`` and
+   ``<method>_weights_blob`` (one dense AOTInductor ``binary_blob`` per method);
+2. #20424 to 1.4: the text ``"<so_key>\\n<weights_key>"``, keys ``<sha256(so)>_so_blob``
+   and ``<sha256(blob)>_weights_blob`` (both checked against the bytes);
+3. 1.5.x (``backends/cuda/cuda_weight_collector.py``): ``ETCUDAFQN3``, the ``.so`` key, then
+   one manifest entry per weight (FQN, storage key, ``<QiiqI`` storage bytes, ScalarType,
+   device type, storage offset, rank, then sizes and strides as ``<q``); each storage is a
+   ``.ptd`` entry ``cuda_fqn_weight:<cpu|cuda>:<fqn>``, lifted ``_tensor_constant*`` FQNs
+   namespaced by the ``.so`` key.  Also read, their layout being established from upstream's
+   encoder and decoder (``encode_cuda_multi_arch_metadata`` / ``decode_cuda_aoti_metadata``
+   of the collector, and the later ``CudaWeightCache::parse``): ``ETCUDAFQN4`` (a list of
+   per-SM ``.so`` variants, then the same manifest), ``ETCUDAFQN5`` (variants with a flags
+   word: bit 0 = PTX fallback only) and ``ETCUDAFQN0`` (always with flags).  Such a method is
+   modelled with its first non-fallback variant's ``.so``; every variant is listed in
+   :attr:`~toolkit.model.MethodSpec.payload`.  ``ETCUDAFQN1``/``2`` (unmerged branches) are
+   refused by name.
+
+Generations 1 and 2 keep the constant table (names, FQNs, layouts) only inside the ``.so``:
+reading it means opening the ``.so``, which a source must not do (no torch, no runtime).  Pass
+``constant_table=`` (a mapping or a callable, see :class:`AotiConstant`) from whatever can read
+it (the AOTInductor runtime on the machine the program was built for, or the program the
+``.so`` was built from); the offsets inside the dense blob then follow AOTInductor's
+``binary_blob`` layout (constants in table order, each storage padded to 64 bytes unless all
+of them live on CUDA) and must add up to the blob's size exactly.
+
+The program model (:mod:`toolkit.model`), and where it differs from a program directory:
+
+* ``Program.source == "executorch-pte"``; ``root`` is the ``.pte``'s folder and every file
+  (the ``.pte``, each ``.ptd``, the references) has a :class:`~toolkit.model.FileRecord`;
+  ``torch_version`` is ``"unknown"`` (a ``.pte`` does not record it).
+* Methods are the execution plans in the file's order that have a CUDA delegate (plans with
+  none, e.g. constant methods such as ``get_max_seq_len``, are listed in the description);
+  a plan with several CUDA delegates is refused (the model has one container per method).
+* The ``.so`` is not a file of its own: ``so_file`` is the file holding it (the ``.pte``),
+  ``so_offset``/``so_bytes`` say where, ``so_key`` is its named-data key.  A 1.5.x method has
+  no dense blob: ``blob_file`` is the ``.ptd`` holding its storages, ``blob_offset`` is None
+  and ``blob_bytes`` is the size AOTInductor's ``binary_blob`` of those storages would have
+  (what a dense-blob revision of the runtime would upload).  ``reference_file`` is
+  ``reference_<method>.safetensors`` beside the ``.pte`` when there is one (the convention of
+  our fixtures), else "".  ``input_order`` says which method input feeds each input of the
+  ``.so`` (traced through the execution plan's copy kernels; None when it cannot be traced).
+* Every constant has its FQN, an internal name derived as AOTInductor derives it
+  (``normalize_name``: non-alphanumerics become ``_``; a leading digit gets ``constant_``;
+  the loader checks these against the ``.so``'s own table), dtype, shape, strides, storage
+  offset, the bytes its slot reads (``nbytes``), the file and absolute byte offset of its
+  storage, and the sha256 of those bytes, computed here.  ``storage_key`` is its ``.ptd`` key,
+  ``so_key`` its method's ``.so`` key.  ``kind`` is ``lifted_constant`` for
+  ``_tensor_constant*`` and ``parameter`` otherwise, and ``mutated`` is False: a ``.pte``
+  records neither whether a weight is a buffer nor whether the graph writes it.
+
+Why our own FlatBuffer reader (:mod:`toolkit.sources._binary`) and not ExecuTorch's
+(measured on this machine with the executorch 1.5.1 wheel): ``pip install --no-deps`` adds
+130 MB; its reader, ``exir._serialize._program``, imports the whole ``exir`` package, which
+needs ``ruamel.yaml``, ``flatbuffers`` and ``tabulate`` besides (not in the wheel's
+``--no-deps`` install) and imports torch: 5.5 s and 2,700 modules before the first byte is
+read.  No ``flatc`` binary is needed.  The reader here needs nothing, reads only the fields
+above and reads them in milliseconds, and every malformed byte becomes a
+:class:`~toolkit.errors.ProgramError` naming the file, the field and the byte offset.
+ExecuTorch's reader stays available as a cross-check: ``open_pte(..., reader="executorch")``
+(the ``constshare-toolkit[executorch]`` extra; a :class:`~toolkit.errors.ToolkitError` naming
+the extra when it is missing) parses the same files with upstream's own code and builds the
+same model; the tests compare the two where the extra is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from ..errors import ProgramError, ToolkitError
+from ..model import (
+    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, required_nbytes,
+)
+from ..vocab import ConstantKind
+from ._binary import Bytes, Cursor, MappedFile, Table, root
+
+SOURCE_NAME = "executorch-pte"
+DEFAULT_DATA_FILE = "aoti_cuda_blob.ptd"
+CUDA_BACKEND_ID = "CudaBackend"
+PTE_IDENTIFIER, PTD_IDENTIFIER = b"ET12", b"FT01"
+EXTRA = "executorch"
+MAX_RANK = 64
+MAX_ENTRIES = 1 << 20  # the runtime's own bound (kMaxManifestEntries)
+MAX_VARIANTS = 256
+BLOB_ALIGN = 64  # AOTInductor's binary_blob slot alignment (CPU constants)
+
+# c10::ScalarType codes the 1.5.x runtime accepts (is_supported_cuda_fqn_dtype)
+SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                11: "bool", 15: "bfloat16"}
+DEVICE_TYPES = {0: "cpu", 1: "cuda"}
+FQN_MAGICS = ("ETCUDAFQN3", "ETCUDAFQN4", "ETCUDAFQN5", "ETCUDAFQN0")
+COPY_OPS = re.compile(r"^(et_copy::.*|aten::_to_copy|aten::copy_?|aten::clone|aten::_device_copy)$")
+
+
+# ------------------------------------------------------------------ what a reader gives
+
+
+@dataclass(frozen=True)
+class Region:
+    """Bytes of one file: which file, absolute offset, size."""
+
+    file: str  # relative name in the program
+    offset: int
+    size: int
+
+
+@dataclass
+class _Delegate:
+    index: int
+    id: str
+    specs: dict[str, bytes]
+    payload: bytes
+    where: str
+
+
+@dataclass
+class _Plan:
+    name: str
+    inputs: list[int]
+    outputs: list[int]
+    delegates: list[_Delegate]
+    calls: list[tuple[str, int, list[int]]]  # ("kernel", op_index, args) / ("delegate", delegate_index, args)
+    operators: list[str]
+    where: str
+
+
+@dataclass
+class _Layout:
+    """What a ``.pte`` (plans, named data) or a ``.ptd`` (named data) says, from either reader."""
+
+    plans: list[_Plan] = field(default_factory=list)
+    named: dict[str, Region] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AotiConstant:
+    """One entry of a ``.so``'s constant table, for generations 1 and 2 (``constant_table=``).
+
+    ``data_size`` is the bytes of its storage in the dense blob (default: what the view
+    reads); ``offset`` its byte offset in the blob (default: AOTInductor's layout rule).
+    A :class:`~toolkit.model.ConstantSpec` (e.g. of the program the ``.so`` was built from)
+    is accepted in place of one.
+    """
+
+    name: str
+    fqn: str
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    storage_offset: int = 0
+    kind: ConstantKind = ConstantKind.PARAMETER
+    mutated: bool = False
+    data_size: int | None = None
+    offset: int | None = None
+
+
+# ------------------------------------------------------------------ files
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return os.path.relpath(path, root)
+    except ValueError:  # another drive (Windows)
+        return str(path.resolve())
+
+
+# ------------------------------------------------------------------ our reader
+
+
+def _region(b: Bytes, rel: str, base: int, seg: Table, where: str, file_size: int) -> Region:
+    off, size = seg.scalar(0, "offset", "u64"), seg.scalar(1, "size", "u64")
+    start = base + off
+    if start + size > file_size:
+        raise b.error(f"segment [{start}, {start + size}) runs past the end of the file ({file_size} bytes)",
+                      where, seg.pos)
+    return Region(rel, start, size)
+
+
+def _named_data(b: Bytes, table: Table, index: int, segments: list[Region], where: str) -> dict[str, Region]:
+    named: dict[str, Region] = {}
+    for i, nd in enumerate(table.tables(index, where)):
+        w = f"{where}[{i}]"
+        key = nd.string(0, "key")
+        if not key:
+            raise b.error("named data without a key", f"{w}.key", nd.pos)
+        idx = nd.scalar(1, "segment_index", "u32")
+        if idx >= len(segments):
+            raise b.error(f"segment index {idx} >= {len(segments)} segments", f"{w}.segment_index", nd.pos)
+        if key in named:
+            raise b.error(f"duplicate named data key {key!r}", f"{w}.key", nd.pos)
+        named[key] = segments[idx]
+    return named
+
+
+def _read_pte(f: MappedFile) -> _Layout:
+    b = f.bytes
+    if len(b) < 8:
+        raise ProgramError(f"not an ExecuTorch program: {len(b)} bytes", path=f.path)
+    program_size, seg_base = len(b), 0
+    if len(b) >= 16 and b.raw(8, 4) == b"eh00":
+        length = b.u32(12, "extended_header.length")
+        if length < 24:
+            raise b.error(f"extended header length {length} < 24", "extended_header.length", 12)
+        program_size = b.u64(16, "extended_header.program_size")
+        seg_base = b.u64(24, "extended_header.segment_base_offset")
+        if not 8 < program_size <= len(b):
+            raise b.error(f"program size {program_size} does not fit the file ({len(b)} bytes)",
+                          "extended_header.program_size", 16)
+        if seg_base > len(b):
+            raise b.error(f"segment base offset {seg_base} is past the end of the file ({len(b)} bytes)",
+                          "extended_header.segment_base_offset", 24)
+    fb = Bytes(b.data[:program_size], f.path)
+    prog = root(fb, PTE_IDENTIFIER, "ExecuTorch program (.pte)")
+    segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(prog.tables(4, "segments"))]
+    inline = prog.tables(3, "backend_delegate_data")
+    layout = _Layout(named=_named_data(fb, prog, 7, segments, "named_data"))
+    for pi, ep in enumerate(prog.tables(1, "execution_plan")):
+        w = f"execution_plan[{pi}]"
+        name = ep.string(0, "name") or ""
+        delegates = []
+        for di, d in enumerate(ep.tables(7, "delegates")):
+            dw = f"{w}.delegates[{di}]"
+            specs = {}
+            for ci, cs in enumerate(d.tables(2, "compile_specs")):
+                key = cs.string(0, "key") or ""
+                reg = cs.byte_region(1, "value")
+                specs[key] = fb.raw(reg[0], reg[1], f"{dw}.compile_specs[{ci}].value") if reg else b""
+            ref = d.table(1, "processed")
+            if ref is None:
+                raise fb.error("delegate has no processed data reference", f"{dw}.processed", d.pos)
+            loc, idx = ref.scalar(0, "location", "u8"), ref.scalar(1, "index", "u32")
+            if loc == 0:  # INLINE
+                if idx >= len(inline):
+                    raise fb.error(f"inline data index {idx} >= {len(inline)}", f"{dw}.processed.index", ref.pos)
+                reg = inline[idx].byte_region(0, "data")
+                payload = fb.raw(reg[0], reg[1], f"backend_delegate_data[{idx}].data") if reg else b""
+            elif loc == 1:  # SEGMENT
+                if idx >= len(segments):
+                    raise fb.error(f"segment index {idx} >= {len(segments)}", f"{dw}.processed.index", ref.pos)
+                s = segments[idx]
+                payload = b.raw(s.offset, s.size, f"segments[{idx}]")
+            else:
+                raise fb.error(f"unknown data location {loc}", f"{dw}.processed.location", ref.pos)
+            delegates.append(_Delegate(di, d.string(0, "id") or "", specs, payload, dw))
+        operators = [f"{o.string(0, 'name') or ''}" for o in ep.tables(6, "operators")]
+        calls = []
+        for ci, ch in enumerate(ep.tables(5, "chains")):
+            for ii, ins in enumerate(ch.tables(2, "instructions")):
+                tag, args = ins.union(0, "instr_args")
+                if tag == 1 and args is not None:  # KernelCall
+                    calls.append(("kernel", args.scalar(0, "op_index", "i32"), args.ints(1, "args")))
+                elif tag == 2 and args is not None:  # DelegateCall
+                    calls.append(("delegate", args.scalar(0, "delegate_index", "i32"), args.ints(1, "args")))
+        layout.plans.append(_Plan(name, ep.ints(3, "inputs"), ep.ints(4, "outputs"), delegates, calls, operators, w))
+    return layout
+
+
+def _read_ptd(f: MappedFile) -> _Layout:
+    b = f.bytes
+    if len(b) < 48:
+        raise ProgramError(f"not an ExecuTorch data file: {len(b)} bytes, a header needs 48", path=f.path)
+    if b.raw(8, 4) != b"FH01":
+        raise b.error(f"no FlatTensor header: {b.raw(8, 4)!r} at byte 8, expected b'FH01'", "header.magic", 8)
+    length = b.u32(12, "header.length")
+    if length < 40:
+        raise b.error(f"header length {length} < 40", "header.length", 12)
+    fb_off, fb_size = b.u64(16, "header.flatbuffer_offset"), b.u64(24, "header.flatbuffer_size")
+    seg_base = b.u64(32, "header.segment_base_offset")
+    if fb_off + fb_size > len(b):
+        raise b.error(f"FlatBuffer [{fb_off}, {fb_off + fb_size}) runs past the end of the file ({len(b)} bytes)",
+                      "header.flatbuffer_size", 24)
+    if seg_base > len(b):
+        raise b.error(f"segment base offset {seg_base} is past the end of the file", "header.segment_base_offset", 32)
+    fb = Bytes(b.data[:fb_off + fb_size], f.path)
+    ft = root(fb, PTD_IDENTIFIER, "ExecuTorch data file (.ptd)")
+    segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(ft.tables(1, "segments"))]
+    return _Layout(named=_named_data(fb, ft, 2, segments, "named_data"))
+
+
+# ------------------------------------------------------------------ ExecuTorch's reader (the extra)
+
+
+def _executorch_modules():
+    try:
+        from executorch.exir._serialize import _program as et_program  # noqa: PLC0415
+        from executorch.extension.flat_tensor.serialize import serialize as et_flat  # noqa: PLC0415
+    except ImportError as e:
+        raise ToolkitError(
+            f"reading with ExecuTorch's own reader needs the optional extra {EXTRA!r}: "
+            f"pip install 'constshare-toolkit[{EXTRA}]' (then pip install --no-deps executorch==1.5.1); "
+            f"import failed: {e}") from None
+    return et_program, et_flat
+
+
+def _upstream(read):
+    """Run one of upstream's readers: whatever it raises becomes a ProgramError naming the file."""
+    def run(f: MappedFile) -> _Layout:
+        try:
+            return read(f)
+        except ToolkitError:
+            raise
+        except Exception as e:  # upstream raises anything (IndexError, struct.error, ...)
+            raise ProgramError(f"ExecuTorch's reader refuses it: {type(e).__name__}: {e}", path=f.path) from None
+    return run
+
+
+@_upstream
+def _read_pte_executorch(f: MappedFile) -> _Layout:
+    et_program, _ = _executorch_modules()
+    data = bytes(f.bytes.data)
+    eh = et_program._get_extended_header(data)
+    size, base = (eh.program_size, eh.segment_base_offset) if eh is not None and eh.is_valid() else (len(data), 0)
+    prog = et_program._flatbuffer_to_program(data[:size])
+    segments = [Region(f.rel, base + s.offset, s.size) for s in prog.segments]
+    layout = _Layout(named={nd.key: segments[nd.segment_index] for nd in (prog.named_data or [])})
+    for pi, ep in enumerate(prog.execution_plan):
+        delegates = []
+        for di, d in enumerate(ep.delegates):
+            if d.processed.location == 0:
+                payload = bytes(prog.backend_delegate_data[d.processed.index].data)
+            else:
+                s = segments[d.processed.index]
+                payload = data[s.offset:s.offset + s.size]
+            delegates.append(_Delegate(di, d.id, {c.key: bytes(c.value) for c in d.compile_specs}, payload,
+                                       f"execution_plan[{pi}].delegates[{di}]"))
+        calls = []
+        for ch in ep.chains:
+            for ins in ch.instructions:
+                a = ins.instr_args
+                if type(a).__name__ == "KernelCall":
+                    calls.append(("kernel", a.op_index, list(a.args)))
+                elif type(a).__name__ == "DelegateCall":
+                    calls.append(("delegate", a.delegate_index, list(a.args)))
+        layout.plans.append(_Plan(ep.name, list(ep.inputs), list(ep.outputs), delegates, calls,
+                                  [o.name for o in ep.operators], f"execution_plan[{pi}]"))
+    return layout
+
+
+@_upstream
+def _read_ptd_executorch(f: MappedFile) -> _Layout:
+    _, et_flat = _executorch_modules()
+    data = bytes(f.bytes.data)
+    header = et_flat.FlatTensorHeader.from_bytes(data[8:])
+    ft = et_flat._deserialize_to_flat_tensor(data[:header.flatbuffer_offset + header.flatbuffer_size])
+    segments = [Region(f.rel, header.segment_base_offset + s.offset, s.size) for s in ft.segments]
+    return _Layout(named={nd.key: segments[nd.segment_index] for nd in ft.named_data})
+
+
+# ------------------------------------------------------------------ payloads
+
+
+@dataclass
+class _Payload:
+    generation: int
+    label: str
+    so_keys: list[str]  # the variants' .so keys, the one modelled first
+    weights_key: str = ""
+    entries: list[dict] = field(default_factory=list)
+
+
+def _decode_entries(c: Cursor, where: str) -> list[dict]:
+    n = c.u32(f"{where}.num_entries")
+    if n > MAX_ENTRIES:
+        raise c.b.error(f"{n} weight entries (the runtime accepts at most {MAX_ENTRIES})", f"{where}.num_entries",
+                        c.at - 4)
+    entries = []
+    for i in range(n):
+        w = f"{where}.entries[{i}]"
+        start = c.at
+        fqn, key = c.string(f"{w}.fqn"), c.string(f"{w}.storage_key")
+        nbytes, dtype, dev = c.u64(f"{w}.storage_nbytes"), c.i32(f"{w}.dtype"), c.i32(f"{w}.device_type")
+        offset, ndim = c.i64(f"{w}.storage_offset"), c.u32(f"{w}.ndim")
+        if not fqn or not key:
+            raise c.b.error("weight entry without an FQN or a storage key", w, start)
+        if ndim > MAX_RANK:
+            raise c.b.error(f"rank {ndim} > {MAX_RANK}", f"{w}.ndim", c.at - 4)
+        sizes = [c.i64(f"{w}.sizes") for _ in range(ndim)]
+        strides = [c.i64(f"{w}.strides") for _ in range(ndim)]
+        if offset < 0 or any(v < 0 for v in sizes + strides):
+            raise c.b.error(f"negative storage offset, size or stride (offset {offset}, sizes {sizes}, "
+                            f"strides {strides})", w, start)
+        if dtype not in SCALAR_TYPES:
+            raise c.b.error(f"ScalarType {dtype} is not one the CUDA runtime accepts", f"{w}.dtype", start)
+        if dev not in DEVICE_TYPES:
+            raise c.b.error(f"device type {dev} is neither 0 (cpu) nor 1 (cuda)", f"{w}.device_type", start)
+        entries.append({"fqn": fqn, "storage_key": key, "storage_nbytes": nbytes, "dtype": SCALAR_TYPES[dtype],
+                        "device": DEVICE_TYPES[dev], "storage_offset": offset, "sizes": tuple(sizes),
+                        "strides": tuple(strides), "where": w})
+    return entries
+
+
+def _decode_payload(d: _Delegate, method_name: str, path: Path) -> _Payload:
+    where = f"{d.where}.processed"
+    raw = d.payload
+    b = Bytes(raw, path, what=f"CUDA delegate payload of method {method_name!r}")
+    if not raw:
+        base = method_name or ""
+        return _Payload(1, "method keys (before #20424)", [f"{base}_so_blob" if base else "so_blob"],
+                        f"{base}_weights_blob" if base else "weights_blob")
+    if raw.startswith(b"ETCUDAFQN"):
+        magic = raw[:10].decode("ascii", "replace")
+        if magic not in FQN_MAGICS:
+            raise b.error(f"payload {magic!r} is not one this toolkit reads ({', '.join(FQN_MAGICS)})",
+                          f"{where}.magic", 0)
+        c = Cursor(b, 10)
+        variants = []
+        if magic == "ETCUDAFQN3":
+            key = c.string(f"{where}.so_blob_key")
+            if not key:
+                raise b.error("payload names no .so key", f"{where}.so_blob_key", 10)
+            variants.append((0, 0, False, key))
+        else:
+            n = c.u32(f"{where}.num_variants")
+            if not 1 <= n <= MAX_VARIANTS:
+                raise b.error(f"{n} variants (1 to {MAX_VARIANTS} allowed)", f"{where}.num_variants", 10)
+            for i in range(n):
+                vw = f"{where}.variants[{i}]"
+                at = c.at
+                sm, ptx = c.u32(f"{vw}.target_sm"), c.u32(f"{vw}.ptx_compute")
+                flags = c.u32(f"{vw}.flags") if magic in ("ETCUDAFQN5", "ETCUDAFQN0") else 0
+                key = c.string(f"{vw}.so_blob_key")
+                fallback = bool(flags & 1)
+                bad = (not key or ptx > sm or flags & ~1 or (sm == 0 and (magic != "ETCUDAFQN0" or n != 1 or ptx
+                                                                          or fallback))
+                       or (fallback and (ptx == 0 or any(v[2] for v in variants)))
+                       or (not fallback and sm and any(v[0] == sm and not v[2] for v in variants)))
+                if bad:  # the checks of upstream's decoder (decode_cuda_aoti_metadata, CudaWeightCache::parse)
+                    raise b.error(f"invalid variant (target sm {sm}, ptx {ptx}, flags {flags}, key {key!r})", vw, at)
+                variants.append((sm, ptx, fallback, key))
+            if any(v[2] for v in variants) and any(v[1] and not v[2] for v in variants):
+                raise b.error("a regular variant advertises PTX beside a fallback variant", f"{where}.variants", 10)
+        entries = _decode_entries(c, where)
+        if c.remaining():
+            raise b.error(f"{c.remaining()} bytes after the last weight entry", where, c.at)
+        chosen = [v for v in variants if not v[2]] or variants
+        order = chosen[:1] + [v for v in variants if v is not chosen[0]]
+        label = magic if len(variants) == 1 and variants[0][0] == 0 else magic + " (" + ", ".join(
+            (f"sm{sm}" if sm else "any") + (f"+ptx{ptx}" if ptx else "") + (" fallback" if fb else "")
+            for sm, ptx, fb, _ in variants) + ")"
+        return _Payload(3, label, [v[3] for v in order], "", entries)
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise b.error("payload is neither empty, nor ETCUDAFQN*, nor the text '<so_key>\\n<weights_key>'",
+                      where, e.start) from None
+    if len(lines) != 2 or not all(lines):
+        raise b.error(f"text payload has {len(lines)} line(s); expected '<so_key>\\n<weights_key>'", where, 0)
+    return _Payload(2, "so and weights keys (#20424 to 1.4)", [lines[0]], lines[1])
+
+
+# ------------------------------------------------------------------ the model
+
+
+def aoti_internal_names(fqns: Iterable[str]) -> list[str]:
+    """AOTInductor's internal constant names for ``fqns`` (``graph.allocate_non_dup_const_name``)."""
+    taken: set[str] = set()
+    out = []
+    for fqn in fqns:
+        name = f"constant_{fqn}" if fqn[:1].isdigit() else fqn
+        prefix = name = re.sub(r"[^a-zA-Z0-9_]", "_", name)
+        n = 0
+        while name in taken:
+            name, n = f"{prefix}_{n}", n + 1
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def _kind(fqn: str) -> ConstantKind:
+    return ConstantKind.LIFTED_CONSTANT if fqn.startswith("_tensor_constant") else ConstantKind.PARAMETER
+
+
+def _input_order(plan: _Plan, delegate: int) -> tuple[int, ...] | None:
+    src = {v: i for i, v in enumerate(plan.inputs)}
+    for kind, idx, args in plan.calls:
+        if kind == "kernel":
+            op = plan.operators[idx] if 0 <= idx < len(plan.operators) else ""
+            if COPY_OPS.match(op) and len(args) >= 2 and args[0] in src:
+                src[args[-1]] = src[args[0]]
+        elif idx == delegate:
+            traced = [a in src for a in args]
+            n = sum(traced)
+            if n == 0 or not all(traced[:n]):  # inputs traced, then outputs: anything else is unknown
+                return None
+            return tuple(src[a] for a in args[:n])
+    return None
+
+
+class _Builder:
+    def __init__(self, pte: Path, data: Sequence[Path], reader: str, constant_table):
+        self.root = pte.parent
+        self.pte_path = pte
+        self.reader = reader
+        self.table = constant_table
+        self.files: dict[str, MappedFile] = {}
+        self.pte = self._open(pte)
+        self.ptds = [self._open(p) for p in data]
+        self.digests: dict[tuple[str, int, int], str] = {}
+
+    def _open(self, path: Path) -> MappedFile:
+        rel = _rel(path, self.root)
+        if rel not in self.files:
+            self.files[rel] = MappedFile(path, rel)
+        return self.files[rel]
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    def digest(self, file: str, offset: int, size: int) -> str:
+        key = (file, offset, size)
+        if key not in self.digests:
+            self.digests[key] = self.files[file].sha256(offset, size)
+        return self.digests[key]
+
+    def build(self) -> Program:
+        read_pte, read_ptd = ((_read_pte_executorch, _read_ptd_executorch) if self.reader == "executorch"
+                              else (_read_pte, _read_ptd))
+        pte = read_pte(self.pte)
+        named = dict(pte.named)
+        for f in self.ptds:
+            for key, reg in read_ptd(f).named.items():
+                if key in named:
+                    other = named[key].file
+                    raise ProgramError(f"named data key {key!r} is also in {other!r}", path=f.path,
+                                       field=f"named_data[{key!r}]")
+                named[key] = reg
+        self.named = named
+        methods, skipped, devices = [], [], set()
+        seen: set[str] = set()
+        for plan in pte.plans:
+            cuda = [d for d in plan.delegates if d.id == CUDA_BACKEND_ID]
+            if not cuda:
+                skipped.append(plan.name)
+                continue
+            if len(cuda) > 1:
+                raise ProgramError(f"method {plan.name!r} has {len(cuda)} {CUDA_BACKEND_ID} delegates; the program "
+                                   "model has one compiled container per method", path=self.pte.path,
+                                   field=f"{plan.where}.delegates")
+            if not METHOD_NAME_RE.match(plan.name):
+                raise ProgramError(f"method name {plan.name!r} is not a plain identifier", path=self.pte.path,
+                                   field=f"{plan.where}.name")
+            if plan.name in seen:
+                raise ProgramError(f"duplicate method name {plan.name!r}", path=self.pte.path,
+                                   field=f"{plan.where}.name")
+            seen.add(plan.name)
+            d = cuda[0]
+            target = d.specs.get("target_device", b"cuda").decode("utf-8", "replace")
+            devices.add(target.partition(":")[0] or "cuda")
+            methods.append(self._method(plan, d))
+        if not methods:
+            raise ProgramError(f"no execution plan has a {CUDA_BACKEND_ID} delegate: not a CUDA program "
+                               f"(plans: {[p.name for p in pte.plans]})", path=self.pte.path, field="execution_plan")
+        device = "cuda" if devices <= {"cuda"} else "cpu"
+        for m in methods:  # references: our fixtures' convention, not the format's
+            if m.reference_file:
+                self._open(self.root / m.reference_file)
+        files = {rel: f.record() for rel, f in self.files.items()}
+        gens = sorted({m.payload for m in methods})
+        desc = f"ExecuTorch {CUDA_BACKEND_ID} program ({'; '.join(gens)})"
+        if skipped:
+            desc += f"; execution plans without a {CUDA_BACKEND_ID} delegate, not modelled: {', '.join(skipped)}"
+        return Program(name=self.pte_path.stem, description=desc, device=device, torch_version="unknown",
+                       created_utc="", methods=tuple(methods), files=files, root=self.root, source=SOURCE_NAME)
+
+    def _find(self, key: str, field: str) -> Region:
+        reg = self.named.get(key)
+        if reg is None:
+            where = ", ".join(f.rel for f in self.ptds) or "no .ptd was found or given"
+            raise ProgramError(f"named data {key!r} is in neither the .pte nor the data files ({where})",
+                               path=self.pte.path, field=field)
+        return reg
+
+    def _method(self, plan: _Plan, d: _Delegate) -> MethodSpec:
+        spec_name = d.specs.get("method_name", b"").decode("utf-8", "replace")
+        payload = _decode_payload(d, spec_name, self.pte.path)
+        pw = f"{d.where}.processed"
+        so = self._find(payload.so_keys[0], f"{pw}.so_blob_key")
+        if payload.generation >= 2:
+            got = self.digest(so.file, so.offset, so.size) + "_so_blob"
+            if got != payload.so_keys[0]:
+                raise ProgramError(f".so key {payload.so_keys[0]!r} does not match the sha256 of its bytes "
+                                   f"({got!r}): the .so was modified", path=self.files[so.file].path,
+                                   field=f"named_data[{payload.so_keys[0]!r}]")
+        for k in payload.so_keys[1:]:
+            self._find(k, f"{pw}.variants")
+        if payload.generation == 3:
+            constants, blob_file, blob_offset, blob_bytes = self._fqn_constants(plan, payload)
+        else:
+            constants, blob_file, blob_offset, blob_bytes = self._blob_constants(plan, d, payload, so, pw)
+        ref = f"reference_{plan.name}.safetensors"
+        ref = ref if (self.root / ref).is_file() else ""
+        label = payload.label + (f": {', '.join(payload.so_keys)}" if len(payload.so_keys) > 1 else "")
+        return MethodSpec(
+            name=plan.name, so_file=so.file, blob_file=blob_file, reference_file=ref, blob_bytes=blob_bytes,
+            num_inputs=len(plan.inputs), num_outputs=len(plan.outputs), constants=tuple(constants),
+            so_offset=so.offset, so_bytes=so.size, so_key=payload.so_keys[0], blob_offset=blob_offset,
+            weights_key=payload.weights_key, payload=label, input_order=_input_order(plan, d.index))
+
+    def _fqn_constants(self, plan: _Plan, payload: _Payload):
+        names = aoti_internal_names(e["fqn"] for e in payload.entries)
+        constants, seen = [], set()
+        total, blob_file = 0, (self.ptds[0].rel if self.ptds else self.pte.rel)
+        all_cuda = all(e["device"] == "cuda" for e in payload.entries)
+        for name, e in zip(names, payload.entries):
+            w = e["where"]
+            if e["fqn"] in seen:  # the runtime refuses it too ("appears more than once")
+                raise ProgramError(f"FQN {e['fqn']!r} appears more than once in the method's manifest",
+                                   path=self.pte.path, field=w)
+            seen.add(e["fqn"])
+            reg = self._find(e["storage_key"], f"{w}.storage_key")
+            if reg.size != e["storage_nbytes"]:
+                raise ProgramError(f"storage {e['storage_key']!r} has {reg.size} bytes, the manifest says "
+                                   f"{e['storage_nbytes']}", path=self.files[reg.file].path,
+                                   field=f"named_data[{e['storage_key']!r}]")
+            need = required_nbytes(e["dtype"], e["sizes"], e["strides"], e["storage_offset"])
+            if need > reg.size:
+                raise ProgramError(f"the view of {e['fqn']!r} reads {need} bytes of a {reg.size}-byte storage",
+                                   path=self.pte.path, field=w)
+            blob_file = reg.file
+            total += reg.size if all_cuda else -(-reg.size // BLOB_ALIGN) * BLOB_ALIGN
+            constants.append(ConstantSpec(
+                name=name, fqn=e["fqn"], kind=_kind(e["fqn"]), mutated=False, dtype=e["dtype"], shape=e["sizes"],
+                strides=e["strides"], storage_offset=e["storage_offset"], nbytes=need, offset=reg.offset,
+                digest=self.digest(reg.file, reg.offset, need), file=reg.file, storage_key=e["storage_key"],
+                so_key=payload.so_keys[0]))
+        return constants, blob_file, None, total
+
+    def _table(self, method: str, so: Region, field: str) -> list:
+        if self.table is None:
+            raise ProgramError(
+                f"method {method!r}: this payload generation keeps the constant table only inside the .so; "
+                "reading it needs the .so opened by a runtime: pass constant_table= (see AotiConstant)",
+                path=self.pte.path, field=field)
+        try:
+            if callable(self.table):
+                rows = self.table(method, self.files[so.file].bytes.raw(so.offset, so.size))
+            else:
+                rows = self.table[method]
+        except KeyError:
+            raise ProgramError(f"constant_table has no entry for method {method!r}", path=self.pte.path,
+                               field=field) from None
+        return list(rows)
+
+    def _blob_constants(self, plan: _Plan, d: _Delegate, payload: _Payload, so: Region, pw: str):
+        blob = self._find(payload.weights_key, f"{pw}.weights_key")
+        if payload.generation == 2:
+            got = self.digest(blob.file, blob.offset, blob.size) + "_weights_blob"
+            if got != payload.weights_key:
+                raise ProgramError(f"weights key {payload.weights_key!r} does not match the sha256 of its bytes "
+                                   f"({got!r}): the blob was modified", path=self.files[blob.file].path,
+                                   field=f"named_data[{payload.weights_key!r}]")
+        rows = self._table(plan.name, so, f"{pw}.constant_table")
+        # AOTInductor pads each storage to 64 bytes unless every constant is on CUDA (codecache.py)
+        align = 1 if d.specs.get("target_device", b"cuda").startswith(b"cuda") else BLOB_ALIGN
+        constants, at = [], 0
+        for i, r in enumerate(rows):
+            w = f"constant_table[{plan.name!r}][{i}]"
+            if isinstance(r, Mapping):
+                try:
+                    r = AotiConstant(**{**r, "shape": tuple(r["shape"]), "strides": tuple(r["strides"]),
+                                        "kind": ConstantKind(r.get("kind", "parameter"))})
+                except (TypeError, KeyError, ValueError) as e:
+                    raise ProgramError(f"constant table row is not an AotiConstant: {e}", path=self.pte.path,
+                                       field=w) from None
+            shape, strides = tuple(r.shape), tuple(r.strides)
+            if r.dtype not in DTYPE_ITEMSIZE or len(shape) != len(strides):
+                raise ProgramError(f"constant {r.name!r}: dtype {r.dtype!r}, shape {shape}, strides {strides} "
+                                   "is not a layout", path=self.pte.path, field=w)
+            need = required_nbytes(r.dtype, shape, strides, r.storage_offset)
+            size = getattr(r, "data_size", None)
+            size = need if size is None else size
+            off = getattr(r, "offset", None) if isinstance(r, AotiConstant) else None
+            off = at if off is None else off
+            if need > size or off + need > blob.size:
+                raise ProgramError(f"constant {r.name!r} reads [{off}, {off + need}) of a {blob.size}-byte blob "
+                                   f"(storage {size} bytes)", path=self.files[blob.file].path, field=w)
+            at = off + (size if align == 1 else -(-size // align) * align)
+            constants.append(ConstantSpec(
+                name=r.name, fqn=r.fqn, kind=ConstantKind(r.kind), mutated=bool(r.mutated), dtype=r.dtype,
+                shape=shape, strides=strides, storage_offset=r.storage_offset, nbytes=need,
+                offset=blob.offset + off, digest=self.digest(blob.file, blob.offset + off, need), file=blob.file,
+                so_key=payload.so_keys[0]))
+        if at != blob.size:
+            raise ProgramError(f"the constant table lays out {at} bytes, the weights blob has {blob.size}: the "
+                               "table is not this .so's", path=self.files[blob.file].path,
+                               field=f"named_data[{payload.weights_key!r}]")
+        return constants, blob.file, blob.offset, blob.size
+
+
+def _data_files(pte: Path, data) -> list[Path]:
+    if data is None:
+        p = pte.parent / DEFAULT_DATA_FILE
+        return [p] if p.is_file() else []
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    out = []
+    for d in items:
+        p = Path(d)
+        if not p.is_file():
+            raise ProgramError("data file (.ptd) given for the program does not exist", path=p)
+        out.append(p)
+    return out
+
+
+def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None" = None, *,
+             constant_table=None, reader: str = "toolkit") -> Program:
+    """The program model of an ExecuTorch CUDA ``.pte`` and its data file(s).
+
+    ``data`` is the ``.ptd`` (or several); by default ``aoti_cuda_blob.ptd`` beside the
+    ``.pte`` when it exists.  ``constant_table`` is needed for payload generations 1 and 2
+    only (see the module docstring).  ``reader="executorch"`` parses with ExecuTorch's own
+    reader (the optional extra) instead of ours.  Every failure is a ToolkitError naming the
+    file; a malformed file a :class:`~toolkit.errors.ProgramError` naming the field and offset.
+    """
+    if reader not in ("toolkit", "executorch"):
+        raise ValueError(f"unknown reader {reader!r}; choose 'toolkit' or 'executorch'")
+    pte = Path(path)
+    if not pte.is_file():
+        raise ProgramError("ExecuTorch program (.pte) does not exist", path=pte)
+    b = None
+    try:
+        b = _Builder(pte, _data_files(pte, data), reader, constant_table)
+        return b.build()
+    finally:
+        if b is not None:
+            b.close()
+
+
+def is_pte(path: Path) -> bool:
+    """A ``.pte`` by name, or a FlatBuffer with ExecuTorch's file identifier."""
+    if path.suffix == ".pte":
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return head[4:8] == PTE_IDENTIFIER

@@ -1,0 +1,434 @@
+"""torch AOTInductor packages: a ``.pt2`` archive holding one model or several.
+
+Layout, read from ``torch/_inductor/package/package.py`` and
+``torch/export/pt2_archive/_package.py`` (torch 2.13) and checked on packages built with
+``torch._inductor.aoti_compile_and_package`` and ``package_aoti``: a zip whose members all
+lie under one root folder, ``archive_format`` holding ``pt2``; each model's AOTInductor
+files under ``data/aotinductor/<model>/`` (``<hash>.wrapper.so``, its generated
+``<hash>.wrapper.cpp``, ``<hash>.wrapper_metadata.json`` with ``AOTI_DEVICE_KEY``); and its
+constants in one of two on-disk formats
+(``aot_inductor.package_constants_on_disk_format``):
+
+* ``binary_blob``: ``<hash>.wrapper_weights.blob`` beside the ``.so``, AOTInductor's dense
+  blob (constants in the order of the model's constant table, each storage padded to 64
+  bytes unless every constant is on CUDA);
+* ``pickle_weights``: ``data/weights/weight_<N>``, each a ``torch.save`` archive of one
+  complete storage (its raw bytes in the nested member ``<name>/data/0``), and per model
+  ``weights_config.json``, ``{fqn: [weight file, shape, stride, storage offset]}``.
+  Packaging deduplicates by storage identity at compile time, not by name: two models that
+  held one tensor point at one ``weight_<N>``.
+
+The constant table (internal name, FQN, dtype, device, shape, stride, storage offset,
+storage bytes, kind, folded) is read from the generated ``.wrapper.cpp``
+(``constants_info_[i].<field> = ...;``, emitted by AOTInductor's C++ wrapper codegen),
+the number of inputs and outputs from its ``AOTInductorModelBase(inputs, outputs,
+constants, ...)``.  No torch: the nested ``torch.save`` pickle is scanned with
+:mod:`pickletools` (opcodes only, nothing is executed) for the storage's type (its dtype) and
+key, and whether it was saved as a parameter.  A package without the generated source would
+keep its constant table only inside the ``.so``: it is refused (a source never opens a ``.so``).
+
+The program model: ``Program.source == "torch-pt2"``, one method per model in the order the
+archive lists them, ``root`` the archive's folder, one :class:`~toolkit.model.FileRecord`
+(the archive).  Every member the model needs must be stored uncompressed (torch writes them
+so): a constant's ``file`` is the archive and its ``offset`` the absolute byte offset of its
+storage inside it (inside the nested archive for ``pickle_weights``); ``so_offset``/
+``so_bytes`` locate the ``.so``; ``so_key`` is ``<sha256 of the .so>_so_blob``, the key
+ExecuTorch would give it.  ``binary_blob``: ``blob_offset``/``blob_bytes`` locate the blob,
+``weights_key`` names its member; ``pickle_weights``: ``blob_offset`` is None,
+``blob_bytes`` the size the dense blob would have, each constant's ``storage_key`` its
+weight member.  ``mutated`` is False (the archive does not record which buffers the graph
+writes); ``reference_file`` is "" (a package holds no eager outputs); ``torch_version`` is
+``"unknown"``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickletools
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ProgramError
+from ..model import DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, required_nbytes
+from ..vocab import ConstantKind
+from ._binary import Bytes, MappedFile
+
+SOURCE_NAME = "torch-pt2"
+AOTI_DIR = "data/aotinductor/"
+WEIGHTS_DIR = "data/weights/"
+BLOB_ALIGN = 64
+MAX_MEMBERS = 1 << 20
+
+# legacy typed-storage classes torch.save pickles, -> dtype
+STORAGE_DTYPES = {
+    "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+    "ByteStorage": "uint8", "BoolStorage": "bool", "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128", "Float8_e4m3fnStorage": "float8_e4m3fn",
+    "Float8_e5m2Storage": "float8_e5m2",
+}
+CONSTANT_TYPES = {"Parameter": ConstantKind.PARAMETER, "Buffer": ConstantKind.BUFFER,
+                  "TensorConstant": ConstantKind.LIFTED_CONSTANT}
+_INFO = re.compile(r"constants_info_\[(\d+)\]\.(\w+)\s*=\s*(.*?);\s*$", re.M)
+_BASE = re.compile(r"AOTInductorModelBase\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,")
+
+
+class _Window(io.RawIOBase):
+    """A seekable read-only file over bytes of a mapped file (for :mod:`zipfile`, copying only what it reads)."""
+
+    def __init__(self, data: memoryview):
+        self._data, self._pos = data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self._data)}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b) -> int:
+        chunk = self._data[self._pos:self._pos + len(b)]
+        n = len(chunk)
+        b[:n] = chunk
+        self._pos += n
+        return n
+
+
+@dataclass(frozen=True)
+class _Member:
+    name: str  # inside the archive, without the root folder
+    offset: int  # absolute offset of its data in the file
+    size: int
+
+
+def _members(b: Bytes, data: memoryview, base: int, what: str) -> list[tuple[str, _Member]]:
+    """(full name, member) of every stored member of the zip in ``data`` (at ``base`` in the file)."""
+    try:
+        with zipfile.ZipFile(_Window(data)) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, UnicodeDecodeError,
+            IndexError, KeyError, OverflowError, NotImplementedError) as e:
+        raise b.error(f"{what} is not a readable zip archive: {type(e).__name__}: {e}", "(zip directory)",
+                      base) from None
+    if len(infos) > MAX_MEMBERS:
+        raise b.error(f"{what} lists {len(infos)} members", "(zip directory)", base)
+    out = []
+    for info in infos:
+        w = f"{what}[{info.filename!r}]"
+        h = base + info.header_offset
+        if b.raw(h, 4, w) != b"PK\x03\x04":
+            raise b.error("no local file header where the zip directory says", w, h)
+        n, m = b.u16(h + 26, w), b.u16(h + 28, w)
+        start = h + 30 + n + m
+        if info.compress_type != zipfile.ZIP_STORED:
+            out.append((info.filename, _Member(info.filename, -1, info.file_size)))
+            continue
+        if info.compress_size != info.file_size or start + info.file_size > base + len(data):
+            raise b.error(f"member of {info.file_size} bytes at {start} does not fit the archive", w, h)
+        out.append((info.filename, _Member(info.filename, start, info.file_size)))
+    return out
+
+
+def _need_stored(b: Bytes, m: _Member, field: str) -> _Member:
+    if m.offset < 0:
+        raise b.error("member is compressed: its bytes have no offset in the file (torch stores members "
+                      "uncompressed)", field)
+    return m
+
+
+def _c_string(v: str) -> str | None:
+    if len(v) >= 2 and v[0] == v[-1] == '"':
+        return v[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+    return None
+
+
+def _dims(v: str) -> tuple[int, ...] | None:
+    m = re.fullmatch(r"\{\s*([0-9,\s]*)\}", v)
+    if m is None:
+        return None
+    return tuple(int(x) for x in m.group(1).replace(" ", "").split(",") if x)
+
+
+def _constant_table(src: str, b: Bytes, field: str) -> tuple[list[dict], int, int]:
+    """Rows of ``constants_info_`` in index order, and (num_inputs, num_outputs)."""
+    base = _BASE.search(src)
+    if base is None:
+        raise b.error("the generated wrapper has no AOTInductorModelBase(...) constructor call", field)
+    n_in, n_out, n_const = (int(x) for x in base.groups())
+    rows: dict[int, dict] = {}
+    for m in _INFO.finditer(src):
+        i, key, value = int(m.group(1)), m.group(2), m.group(3).strip()
+        if i >= n_const:
+            raise b.error(f"constants_info_[{i}] but the model declares {n_const} constants", field)
+        rows.setdefault(i, {})[key] = value
+    if sorted(rows) != list(range(n_const)):
+        raise b.error(f"constants_info_ lists {len(rows)} of the {n_const} constants the model declares", field)
+    out = []
+    for i in range(n_const):
+        r, w = rows[i], f"{field}.constants_info_[{i}]"
+        try:
+            name, fqn = _c_string(r["name"]), _c_string(r.get("original_fqn", '""'))
+            dtype = r["dtype"].removeprefix("cached_torch_dtype_")
+            device = r["device_type"].removeprefix("cached_torch_device_type_")
+            shape, stride = _dims(r["shape"]), _dims(r["stride"])
+            kind = re.search(r"ConstantType::(\w+)", r.get("type", ""))
+            row = {"name": name, "fqn": fqn, "dtype": dtype, "device": device, "shape": shape, "strides": stride,
+                   "storage_offset": int(r["offset"]), "data_size": int(r["data_size"]),
+                   "folded": r.get("from_folded", "false") == "true",
+                   "kind": kind.group(1) if kind else "", "where": w}
+        except (KeyError, ValueError, UnicodeDecodeError) as e:
+            raise b.error(f"constant table entry cannot be read ({type(e).__name__}: {e})", w) from None
+        if not name or fqn is None or shape is None or stride is None or len(shape) != len(stride):
+            raise b.error(f"constant table entry is incomplete: {r}", w)
+        if dtype not in DTYPE_ITEMSIZE:
+            raise b.error(f"unknown dtype {dtype!r}", f"{w}.dtype")
+        out.append(row)
+    return out, n_in, n_out
+
+
+def _scan_pickle(data: bytes, b: Bytes, field: str) -> dict:
+    """What a ``torch.save`` pickle of one tensor says about its storage, without executing it."""
+    out = {"parameter": False}
+    pending = None
+    strings = []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in ("GLOBAL", "STACK_GLOBAL") and isinstance(arg, str):
+                mod, _, name = arg.partition(" ")
+                if mod == "torch._utils" and name == "_rebuild_parameter":
+                    out["parameter"] = True
+                if mod == "torch" and name.endswith("Storage") and "dtype" not in out:
+                    if name not in STORAGE_DTYPES:
+                        raise b.error(f"storage type torch.{name} is not one this toolkit knows", field)
+                    out["dtype"] = STORAGE_DTYPES[name]
+                    pending, strings = True, []
+            elif pending and isinstance(arg, str) and op.name.endswith("UNICODE"):
+                strings.append(arg)
+            elif pending and isinstance(arg, int) and op.name.startswith(("BININT", "LONG", "INT")):
+                if len(strings) >= 2:
+                    out["key"], out["location"], out["numel"] = strings[0], strings[1], arg
+                    pending = None
+    except ProgramError:
+        raise
+    except Exception as e:  # pickletools raises ValueError and others on damaged input
+        raise b.error(f"the weight's pickle cannot be scanned: {type(e).__name__}: {e}", field) from None
+    if "dtype" not in out or "key" not in out:
+        raise b.error("the weight's pickle names no storage", field)
+    return out
+
+
+class _Reader:
+    def __init__(self, path: Path):
+        self.path = path
+        self.root = path.parent
+        self.rel = os.path.relpath(path, self.root)
+        self.file = MappedFile(path, self.rel)
+        self.b = self.file.bytes
+        self.digests: dict[tuple[int, int], str] = {}
+
+    def digest(self, offset: int, size: int) -> str:
+        if (offset, size) not in self.digests:
+            self.digests[(offset, size)] = self.file.sha256(offset, size)
+        return self.digests[(offset, size)]
+
+    def read(self) -> Program:
+        b = self.b
+        members = _members(b, b.data, 0, "archive")
+        roots = {name.split("/", 1)[0] for name, _ in members}
+        if len(roots) != 1 or not all("/" in name for name, _ in members):
+            raise b.error(f"members lie under {len(roots)} root folders; a .pt2 has one", "(zip directory)")
+        prefix = roots.pop() + "/"
+        self.m = {name[len(prefix):]: mem for name, mem in members}
+        fmt = self.m.get("archive_format")
+        if fmt is None or b.raw(_need_stored(b, fmt, "archive_format").offset, fmt.size, "archive_format") != b"pt2":
+            raise b.error("no archive_format member saying 'pt2'", "archive_format")
+        models: list[str] = []
+        for name, _ in members:
+            rest = name[len(prefix):]
+            if rest.startswith(AOTI_DIR) and rest.count("/") >= 3:
+                model = rest[len(AOTI_DIR):].split("/", 1)[0]
+                if model not in models:
+                    models.append(model)
+        if not models:
+            raise b.error(f"no AOTInductor model under {AOTI_DIR}", AOTI_DIR)
+        methods, devices = [], set()
+        for model in models:
+            spec, device = self._method(model)
+            methods.append(spec)
+            devices.add(device)
+        if len(devices) != 1:
+            raise b.error(f"models compiled for different devices {sorted(devices)}", AOTI_DIR)
+        formats = sorted({m.payload for m in methods})
+        return Program(name=self.path.stem, description=f"torch AOTInductor package ({', '.join(formats)})",
+                       device=devices.pop(), torch_version="unknown", created_utc="", methods=tuple(methods),
+                       files={self.rel: self.file.record()}, root=self.root, source=SOURCE_NAME)
+
+    def _text(self, mem: _Member, field: str) -> str:
+        _need_stored(self.b, mem, field)
+        return self.b.text(mem.offset, mem.size, field)
+
+    def _method(self, model: str) -> tuple[MethodSpec, str]:
+        b, d = self.b, f"{AOTI_DIR}{model}/"
+        if not METHOD_NAME_RE.match(model):
+            raise b.error(f"model name {model!r} is not a plain identifier", d)
+        files = {k[len(d):]: v for k, v in self.m.items() if k.startswith(d) and "/" not in k[len(d):]}
+        so = [k for k in files if k.endswith(".wrapper.so")] or [k for k in files if k.endswith(".so")]
+        cpp = [k for k in files if k.endswith(".wrapper.cpp")]
+        if len(so) != 1:
+            raise b.error(f"model {model!r} has {len(so)} wrapper .so files; one is needed", d)
+        so_m = _need_stored(b, files[so[0]], d + so[0])
+        if len(cpp) != 1:
+            raise b.error(f"model {model!r} has no generated wrapper source (.wrapper.cpp): its constant table is "
+                          "only inside the .so, which a source does not open", d)
+        table, n_in, n_out = _constant_table(self._text(files[cpp[0]], d + cpp[0]), b, d + cpp[0])
+        so_key = self.digest(so_m.offset, so_m.size) + "_so_blob"
+        meta = [k for k in files if k.endswith(".wrapper_metadata.json")]
+        device = "cpu"
+        if meta:
+            try:
+                device = json.loads(self._text(files[meta[0]], d + meta[0])).get("AOTI_DEVICE_KEY", "cpu")
+            except (ValueError, AttributeError, RecursionError) as e:
+                raise b.error(f"metadata is not a JSON object: {e}", d + meta[0]) from None
+        device = "cuda" if str(device).startswith("cuda") else "cpu"
+        blobs = [k for k in files if k.endswith("_weights.blob")]
+        config = files.get("weights_config.json")
+        live = [r for r in table if not r["folded"]]
+        all_cuda = all(r["device"] == "cuda" for r in live)
+        names = [r["name"] for r in live]
+        if len(set(names)) != len(names):
+            raise b.error("constant table lists a name twice", d + cpp[0])
+        if blobs:
+            if len(blobs) != 1 or config is not None:
+                raise b.error("a model has one weights blob, or weights_config.json, not both", d)
+            constants, blob_offset, blob_bytes, key, label = self._blob(live, all_cuda, files[blobs[0]], d + blobs[0],
+                                                                       so_key)
+        elif config is not None:
+            constants, blob_bytes = self._pickled(live, all_cuda, config, d + "weights_config.json", so_key)
+            blob_offset, key, label = None, "", "pickle_weights"
+        elif live:
+            raise b.error(f"model {model!r} has constants but neither a weights blob nor weights_config.json", d)
+        else:
+            constants, blob_offset, blob_bytes, key, label = [], 0, 0, "", "no constants"
+        spec = MethodSpec(name=model, so_file=self.rel, blob_file=self.rel, reference_file="", blob_bytes=blob_bytes,
+                          num_inputs=n_in, num_outputs=n_out, constants=tuple(constants), so_offset=so_m.offset,
+                          so_bytes=so_m.size, so_key=so_key, blob_offset=blob_offset,
+                          weights_key=key, payload=label)
+        return spec, device
+
+    def _constant(self, r: dict, offset: int, so_key: str, storage_key: str = "", kind: ConstantKind | None = None):
+        need = required_nbytes(r["dtype"], r["shape"], r["strides"], r["storage_offset"])
+        if need > r["data_size"]:
+            raise self.b.error(f"the view reads {need} bytes of a {r['data_size']}-byte storage", r["where"])
+        kind = kind or CONSTANT_TYPES.get(r["kind"]) or (ConstantKind.LIFTED_CONSTANT
+                                                        if r["fqn"].startswith("_tensor_constant")
+                                                        else ConstantKind.PARAMETER)
+        return ConstantSpec(name=r["name"], fqn=r["fqn"], kind=kind, mutated=False, dtype=r["dtype"],
+                            shape=r["shape"], strides=r["strides"], storage_offset=r["storage_offset"], nbytes=need,
+                            offset=offset, digest=self.digest(offset, need), file=self.rel,
+                            storage_key=storage_key, so_key=so_key)
+
+    def _blob(self, live: list[dict], all_cuda: bool, mem: _Member, field: str, so_key: str):
+        _need_stored(self.b, mem, field)
+        out, at = [], 0
+        for r in live:
+            if at + r["data_size"] > mem.size:
+                raise self.b.error(f"constant {r['name']!r} at [{at}, {at + r['data_size']}) runs past the "
+                                   f"{mem.size}-byte blob", field)
+            out.append(self._constant(r, mem.offset + at, so_key))
+            at += r["data_size"] if all_cuda else -(-r["data_size"] // BLOB_ALIGN) * BLOB_ALIGN
+        if at != mem.size:
+            raise self.b.error(f"the constant table lays out {at} bytes, the blob has {mem.size}", field)
+        return out, mem.offset, mem.size, mem.name.split("/", 1)[-1], "binary_blob"
+
+    def _pickled(self, live: list[dict], all_cuda: bool, config_m: _Member, field: str, so_key: str):
+        b = self.b
+        try:
+            config = json.loads(self._text(config_m, field))
+        except (ValueError, RecursionError) as e:
+            raise b.error(f"not JSON: {e}", field) from None
+        if not isinstance(config, dict):
+            raise b.error("not a JSON object", field)
+        by_fqn = {r["fqn"]: r for r in live}
+        if set(config) != set(by_fqn):
+            raise b.error(f"weights_config names {sorted(set(config) ^ set(by_fqn))[:5]} that the constant table "
+                          "does not (or the other way round)", field)
+        storages: dict[str, dict] = {}
+        out, total = [], 0
+        for r in live:
+            w = f"{field}[{r['fqn']!r}]"
+            entry = config[r["fqn"]]
+            if (not isinstance(entry, list) or len(entry) != 4 or not isinstance(entry[0], str)
+                    or not all(isinstance(x, list) and all(type(v) is int and v >= 0 for v in x) for x in entry[1:3])
+                    or type(entry[3]) is not int or entry[3] < 0):
+                raise b.error(f"entry is not [file, shape, stride, offset]: {str(entry)[:200]}", w)
+            fname, shape, stride, offset = entry
+            if tuple(shape) != r["shape"] or tuple(stride) != r["strides"] or offset != r["storage_offset"]:
+                raise b.error(f"layout {shape}/{stride}/{offset} differs from the constant table's "
+                              f"{r['shape']}/{r['strides']}/{r['storage_offset']}", w)
+            if fname not in storages:
+                storages[fname] = self._storage(WEIGHTS_DIR + fname, w)
+            st = storages[fname]
+            if st["dtype"] != r["dtype"]:
+                raise b.error(f"weight file holds {st['dtype']}, the constant table says {r['dtype']}", w)
+            row = dict(r, data_size=st["size"])
+            kind = CONSTANT_TYPES.get(r["kind"])
+            if kind is None:
+                kind = ConstantKind.PARAMETER if st["parameter"] else ConstantKind.BUFFER
+            out.append(self._constant(row, st["offset"], so_key, WEIGHTS_DIR + fname, kind))
+            total += st["size"] if all_cuda else -(-st["size"] // BLOB_ALIGN) * BLOB_ALIGN
+        return out, total
+
+    def _storage(self, name: str, field: str) -> dict:
+        b = self.b
+        mem = self.m.get(name)
+        if mem is None:
+            raise b.error(f"weights_config names {name!r}, which the archive does not hold", field)
+        _need_stored(b, mem, name)
+        inner = _members(b, b.data[mem.offset:mem.offset + mem.size], mem.offset, name)
+        pkl = [m for n, m in inner if n.endswith("/data.pkl") or n == "data.pkl"]
+        if len(pkl) != 1:
+            raise b.error("not a torch.save archive (no data.pkl)", name)
+        p = _need_stored(b, pkl[0], f"{name}/data.pkl")
+        info = _scan_pickle(b.raw(p.offset, p.size, f"{name}/data.pkl"), b, f"{name}/data.pkl")
+        data = [m for n, m in inner if n.endswith(f"/data/{info['key']}")]
+        if len(data) != 1:
+            raise b.error(f"the pickle's storage {info['key']!r} is not in the weight archive", name)
+        d = _need_stored(b, data[0], f"{name}/data/{info['key']}")
+        if d.size != info["numel"] * DTYPE_ITEMSIZE[info["dtype"]]:
+            raise b.error(f"storage member has {d.size} bytes; {info['numel']} x {info['dtype']} needs "
+                          f"{info['numel'] * DTYPE_ITEMSIZE[info['dtype']]}", f"{name}/data/{info['key']}")
+        return {"offset": d.offset, "size": d.size, "dtype": info["dtype"], "parameter": info["parameter"]}
+
+
+def open_pt2(path: "str | Path") -> Program:
+    """The program model of a torch ``.pt2`` AOTInductor package (one method per model)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ProgramError("torch package (.pt2) does not exist", path=p)
+    r = _Reader(p)
+    try:
+        return r.read()
+    finally:
+        r.file.close()
+
+
+def is_pt2(path: Path) -> bool:
+    """A ``.pt2`` by name, or a zip archive (torch's packages are zips)."""
+    if path.suffix == ".pt2":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
