@@ -177,7 +177,9 @@ def torch_compatible(built: str, running: str) -> bool:
 
 
 def check_compatible(program: Program, device_type: str, torch_version: str) -> None:
-    where = program.path("manifest.json") if program.root is not None else None
+    # our program directories record this in manifest.json; other formats in the program's files
+    where = (program.path("manifest.json") if program.source == "constshare-program" else program.root) \
+        if program.root is not None else None
     if program.device != device_type:
         raise IncompatibleProgramError(
             f"program was built for {program.device!r} but is being loaded on {device_type!r}; "
