@@ -169,3 +169,18 @@ def test_repeatability_attributes_state_carried_differences(accumulating):
     with pytest.raises(ValueError, match="runs must be at least 2"):
         s.repeatability(runs=1)
     s.close()
+
+
+def test_blame_fills_the_culprit_column_of_decisions_and_the_csv(built_sample, tmp_path):
+    from toolkit.report import read_report, to_csv
+
+    s = toolkit.load_program(built_sample("total_collision"), "name-only")
+    assert (s.decisions["culprit"] == "").all()  # nothing blamed before blame() runs
+    s.blame()
+    d = s.decisions.set_index(["method", "name"])
+    assert d.loc[("decode", "_tensor_constant0"), "culprit"] == "standalone"
+    assert d.loc[("prefill", "_tensor_constant0"), "culprit"] == ""
+    report = read_report(to_csv(s, tmp_path / "r.csv") and tmp_path / "r.csv")
+    f = report.frame.set_index(["method", "name"])
+    assert f.loc[("decode", "_tensor_constant0"), "culprit"] == "standalone"
+    s.close()

@@ -74,9 +74,9 @@ class IsolatedLoad:
     @property
     def decisions(self) -> pd.DataFrame:
         """The decision table, as :attr:`toolkit.Session.decisions` gives it (up to a crash)."""
-        from .tables import DECISION_COLUMNS, rows_frame
+        from .tables import decisions_from_rows
 
-        return rows_frame(self.event_rows, kind="decided", columns=DECISION_COLUMNS)
+        return decisions_from_rows(self.event_rows)
 
     @property
     def crashed(self) -> bool:

@@ -43,6 +43,9 @@ method_ran                bool   the method ran on its reference inputs
 method_ok                 bool   its outputs matched the eager reference within tolerance
 max_abs_err               float  largest absolute output error (empty when it did not run)
 verify_reason             str    why verification failed, if it did
+culprit                   str    verifications this decision breaks, as ``session.blame()``
+                                 found by experiment (``standalone`` or a sequence name);
+                                 empty when blame was not run or found nothing here
 ========================  =====  ==============================================================
 
 Spreadsheet safety: constant names come from the program, which may be untrusted.  A text
@@ -83,6 +86,7 @@ REPORT_SCHEMA: dict[str, str] = {
     "cached_method": "str", "cached_dtype": "str", "cached_shape": "str", "cached_strides": "str",
     "cached_digest": "str", "same_metadata": "optional_bool", "same_content": "optional_bool",
     "method_ran": "bool", "method_ok": "bool", "max_abs_err": "float", "verify_reason": "str",
+    "culprit": "str",
 }
 REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
 
@@ -147,7 +151,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
             if d is None:
                 row.update(collision=False, lookup="", decision="", reason_code="", reason=not_reached, source="",
                            shared_from="", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
-                           cached_digest="", same_metadata=pd.NA, same_content=pd.NA)
+                           cached_digest="", same_metadata=pd.NA, same_content=pd.NA, culprit="")
             else:
                 has_entry = bool(_str(d["cached_method"]))
                 row.update(
@@ -160,6 +164,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                                    and _str(d["cached_shape"]) == row["new_shape"]
                                    and _str(d["cached_strides"]) == row["new_strides"]) if has_entry else pd.NA,
                     same_content=(_str(d["cached_digest"]) == c.digest) if has_entry else pd.NA,
+                    culprit=_str(d.get("culprit", "")),
                 )
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(REPORT_COLUMNS))

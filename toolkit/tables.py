@@ -12,14 +12,16 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from .events import CacheLookup, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled
+from .events import (
+    CacheLookup, CulpritTried, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled,
+)
 
 LOOKUP_COLUMNS = ["seq", "method", "name", "fqn", "result", "cached_owner"]
 COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", "equal"]
 DECISION_COLUMNS = [
     "seq", "method", "device", "name", "fqn", "constant_kind", "mutated", "lookup", "decision", "reason_code",
     "reason", "source", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
-    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem",
+    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "culprit",
 ]
 MEMORY_COLUMNS = ["seq", "time_s", "method", "device", "phase", "bytes_in_use", "measure"]
 METHOD_RESULT_COLUMNS = ["policy", "method", "device", "status", "whole_blob", "blob_bytes", "own_upload_bytes",
@@ -86,8 +88,27 @@ def comparisons_frame(log: EventLog) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
+def _with_culprits(frame: pd.DataFrame, blamed: Iterable[tuple[str, str, str]]) -> pd.DataFrame:
+    """Add ``culprit``: per (method, name), the verifications blame found it to break."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for method, name, verification in blamed:
+        found.setdefault((method, name), []).append(verification)
+    frame["culprit"] = [", ".join(dict.fromkeys(found.get((m, n), []))) for m, n in zip(frame["method"], frame["name"])]
+    return frame
+
+
 def decisions_frame(log: EventLog) -> pd.DataFrame:
-    return _columns(log.of_type(Decided), DECISION_COLUMNS)
+    """One row per decision; ``culprit`` names the verifications (``standalone`` or a sequence)
+    that blame (``session.blame()``) found this decision to break, "" otherwise."""
+    return _with_culprits(_columns(log.of_type(Decided), DECISION_COLUMNS[:-1]),
+                          ((e.method, e.name, e.verification) for e in log.of_type(CulpritTried) if e.fixes))
+
+
+def decisions_from_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The decisions frame from streamed event rows (an isolated worker's), culprits included."""
+    return _with_culprits(rows_frame(rows, kind="decided", columns=DECISION_COLUMNS[:-1]),
+                          ((r.get("method"), r.get("name"), str(r.get("verification", ""))) for r in rows
+                           if r.get("kind") == "culprit_tried" and r.get("fixes")))
 
 
 def memory_frame(log: EventLog) -> pd.DataFrame:
