@@ -29,6 +29,22 @@ def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return 0.0, 0.0
 
 
+def _read_checked(program: Program, rel: str, check_integrity: bool) -> tuple[dict[str, torch.Tensor], "Path"]:
+    """The tensors of a reference file (safetensors, never pickle), its digest checked first."""
+    from safetensors.torch import load_file
+
+    from .integrity import VERIFIED
+
+    path = program.path(rel)
+    record = program.files.get(rel)
+    if check_integrity and record is not None:
+        VERIFIED.check(path, record)
+    try:
+        return load_file(str(path)), path
+    except Exception as e:
+        raise ProgramError(f"reference tensors cannot be read: {e}", path=path) from None
+
+
 def read_reference(program: Program, spec: MethodSpec, *, check_integrity: bool = True
                    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(inputs, outputs) stored at build time in the method's reference file (safetensors, never pickle).
@@ -37,18 +53,7 @@ def read_reference(program: Program, spec: MethodSpec, *, check_integrity: bool 
     (free when it is unchanged since): a reference copied over another after the load
     would make a correct method look wrong.
     """
-    from safetensors.torch import load_file
-
-    from .integrity import VERIFIED
-
-    path = program.path(spec.reference_file)
-    record = program.files.get(spec.reference_file)
-    if check_integrity and record is not None:
-        VERIFIED.check(path, record)
-    try:
-        data = load_file(str(path))
-    except Exception as e:
-        raise ProgramError(f"reference tensors cannot be read: {e}", path=path) from None
+    data, path = _read_checked(program, spec.reference_file, check_integrity)
     try:
         inputs = [data[f"input.{i}"] for i in range(spec.num_inputs)]
         outputs = [data[f"output.{i}"] for i in range(spec.num_outputs)]
@@ -107,19 +112,8 @@ def verify_session(session: "Session") -> pd.DataFrame:
 def read_sequence_reference(program: Program, name: str, *, check_integrity: bool = True
                             ) -> list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]:
     """[(method, inputs, outputs)] of every step of a sequence, as the eager program ran it."""
-    from safetensors.torch import load_file
-
-    from .integrity import VERIFIED
-
     seq = program.sequence(name)
-    path = program.path(seq.reference_file)
-    record = program.files.get(seq.reference_file)
-    if check_integrity and record is not None:
-        VERIFIED.check(path, record)
-    try:
-        data = load_file(str(path))
-    except Exception as e:
-        raise ProgramError(f"sequence reference tensors cannot be read: {e}", path=path) from None
+    data, path = _read_checked(program, seq.reference_file, check_integrity)
     try:
         return [(st.method, [data[f"step.{i}.input.{j}"] for j in range(st.num_inputs)],
                  [data[f"step.{i}.output.{j}"] for j in range(st.num_outputs)]) for i, st in enumerate(seq.steps)]
