@@ -96,7 +96,7 @@ def test_cli_report_compare_and_errors(built_sample, tmp_path, capsys):
     assert cli_main(["report", str(prog.root), "--policy", "decline-on-mismatch", "--csv", str(csv)]) == 1
     assert len(pd.read_csv(csv)) == 2
     assert cli_main(["report", str(tmp_path / "missing")]) == 2
-    assert "neither a program directory nor a sample" in capsys.readouterr().err
+    assert "neither a program (directory, .pte or .pt2) nor a sample" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["report", str(prog.root), "--policy", "bogus"])
 

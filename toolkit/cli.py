@@ -63,12 +63,13 @@ def _program(ref: str, device: str | None):
     from .sources import open_program
     from .samples import build_sample, sample_names
 
-    if Path(ref).is_dir():
+    if Path(ref).exists():  # a program directory, or a file of another format (.pte, .pt2)
         return open_program(ref)
     if ref in sample_names():
         kind = "cuda" if device and device.startswith("cuda") else "cpu"
         return build_sample(ref, device=kind, progress=True)
-    raise ToolkitError(f"{ref}: neither a program directory nor a sample ({', '.join(sample_names())})")
+    raise ToolkitError(f"{ref}: neither a program (directory, .pte or .pt2) nor a sample "
+                       f"({', '.join(sample_names())})")
 
 
 def _print_frame(df: pd.DataFrame) -> None:
@@ -120,6 +121,8 @@ def cmd_report(a) -> int:
     _check_device(a.device)
     _check_csv(a.csv, a.force)
     prog = _program(a.program, a.device)
+    if a.dry_run:
+        return _dry_report(prog, a)
     s = load_program(prog, a.policy, device=a.device, progress=True)
     _out(s.summary())
     _out()
@@ -134,6 +137,28 @@ def cmd_report(a) -> int:
         _out(f"\ncollision report written to {Path(a.csv).resolve()}")
     s.close()
     return 0 if s.load_outcome == "loaded" and verdict["ok"].all() else 1
+
+
+def _dry_report(prog, a) -> int:
+    """Every decision a load would take, from the program's metadata alone (no GPU, nothing run).
+
+    Exits 1 when the load would fail or some method would run on a shared constant whose
+    content differs (the silent corruption a dry run can see); 0 otherwise."""
+    from .analysis import run_analysis
+
+    r = run_analysis(prog, a.policy, device=a.device)
+    d = r.decisions
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {a.policy!r}: {r.status}")
+    _out()
+    _print_frame(d[["method", "name", "fqn", "lookup", "decision", "reason"]])
+    suspect = d[(d["decision"] == "shared") & (d["cached_digest"] != "") & (d["cached_digest"] != d["digest"])]
+    if len(suspect):
+        _out(f"\n{len(suspect)} shared although the content differs: "
+             + ", ".join(f"{m}/{n}" for m, n in zip(suspect["method"], suspect["name"])))
+    if a.csv:
+        d.to_csv(a.csv, index=False)
+        _out(f"\ndry-run decisions written to {Path(a.csv).resolve()}")
+    return 0 if r.status == "loaded" and not len(suspect) else 1
 
 
 def cmd_compare(a) -> int:
@@ -182,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--device")
     r.add_argument("--csv", help="write the collision report CSV here")
     r.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
+    r.add_argument("--dry-run", action="store_true",
+                   help="predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)")
     r.set_defaults(fn=cmd_report)
     c = sub.add_parser("compare", help="load under every policy and tabulate")
     c.add_argument("program")
