@@ -563,3 +563,144 @@ def test_view_has_no_broken_images(explorer):
 
 def test_view_sample_info_is_rendered_markdown(explorer):
     assert "<code>" in explorer.sample_info.value and "`" not in explorer.sample_info.value
+
+
+# ------------------------------------------------------------------ issue 12 item 7: analyze without loading
+
+PTE = Path(__file__).parent / "fixtures" / "executorch-1.5.1-cuda" / "shared_ok" / "prog.pte"
+
+
+@pytest.fixture
+def no_real_load(monkeypatch):
+    """Session.load calls by runtime (the dry run's vs AOTInductor's); any AOTI method made fails."""
+    from toolkit.loader import Session
+    from toolkit.runtimes.aoti import AotiRuntime
+
+    calls: list[str] = []
+    real_load, real_verify = Session.load, Session.verify
+
+    def counting_load(self, *a, **kw):
+        calls.append(self.runtime.name)
+        return real_load(self, *a, **kw)
+
+    def refuse(*a, **kw):
+        raise AssertionError("a dry run made an AOTInductor method")
+
+    def verify(self, *a, **kw):
+        assert self.runtime.can_run, "a dry run asked Session.verify()"
+        return real_verify(self, *a, **kw)
+
+    monkeypatch.setattr(Session, "load", counting_load)
+    monkeypatch.setattr(Session, "verify", verify)
+    monkeypatch.setattr(AotiRuntime, "create", refuse)
+    return calls
+
+
+def test_dry_run_input_is_validated_and_marks_results_stale(state):
+    with pytest.raises(ValueError, match="dry_run is True or False"):
+        state.set(dry_run="yes")
+    assert state.load()
+    assert not state.is_dry_run and state.banner == ""
+    state.set(dry_run=True)
+    assert state.stale and "a dry run of" in state.describe_inputs(state.inputs())
+
+
+def test_dry_run_of_a_cuda_pte_on_a_cpu(tmp_path, no_real_load):
+    st = ExplorerState(source="path", path=str(PTE), dry_run=True, export_dir=tmp_path)
+    assert st.load() is True, st.error
+    assert no_real_load == ["dry run"]
+    assert st.is_dry_run and st.session.status == "loaded" and st.error is None
+    assert len(st.session.decisions) == 6 and set(st.session.decisions["method"]) == {"decode", "prefill"}
+    assert st.banner.startswith("DRY RUN: a prediction") and "'prog'" in st.banner
+    assert "dry run (a prediction" in st.message
+    v = st.verification
+    assert v["reason"].tolist() == ["not run (dry run)"] * 2 and not v["ran"].any()
+    assert st.report.frame["verify_reason"].eq("not run (dry run)").all()
+    assert set(st.figures()) == {"collision matrix", "timeline", "memory"}
+    # the dry run's memory is the loader's accounting, per method
+    assert st.session.method_results["device_bytes"].sum() == st.session.device_bytes > 0
+    assert st.export_csv() is True
+    assert st.exported.name == "prog-fingerprint-dry-run-collisions.csv" and "a dry run" in st.export_message
+    assert read_report(st.exported).frame["verify_reason"].eq("not run (dry run)").all()
+    st.close()
+
+
+def test_real_load_of_a_cuda_pte_on_a_cpu_suggests_the_dry_run(tmp_path):
+    st = ExplorerState(source="path", path=str(PTE), export_dir=tmp_path)
+    if st.load():  # a CUDA machine loads it: nothing to suggest
+        pytest.skip("this machine can load the CUDA program")
+    assert "could not load the program" in st.error and "tick “dry run”" in st.error
+    st.set(dry_run=True)
+    assert st.load() is True and st.error is None and st.is_dry_run
+    st.close()
+
+
+def test_dry_compare_runs_every_policy_without_loading(tmp_path, no_real_load):
+    st = ExplorerState(source="path", path=str(PTE), dry_run=True, export_dir=tmp_path)
+    assert st.compare() is True, st.error
+    assert no_real_load == ["dry run"] * len(POLICIES)
+    c = st.comparison
+    assert list(c["policy"]) == list(POLICIES) and st.comparison_dry
+    assert set(st.compared_sessions) == set(POLICIES)
+    assert all(not s.runtime.can_run for s in st.compared_sessions.values())
+    assert st.comparison_banner.startswith("DRY RUN of every policy")
+    assert set(st.comparison_memory["policy"]) == set(POLICIES)
+    assert "prediction" in st.message
+    st.close()
+
+
+def test_dry_run_of_a_sample_predicts_the_culprit(built_sample, tmp_path, no_real_load):
+    prog = built_sample("total_collision")
+    st = ExplorerState(sample="total_collision", policy="name-only", dry_run=True,
+                       build=lambda name, **kw: prog, export_dir=tmp_path)
+    assert st.load() is True, st.error
+    assert no_real_load == ["dry run"]
+    assert st.is_dry_run and st.outcome == "wrong" and "predicted WRONG OUTPUT in decode" in st.message
+    d = st.session.decisions.set_index(["method", "name"])["decision"].astype(str)
+    assert d.loc[("decode", "_tensor_constant0")] == "shared"
+    assert st.selected == ("decode", "_tensor_constant0")  # the predicted culprit is preselected
+    assert st.verification["reason"].eq("not run (dry run)").all()
+    assert st.compare() is True
+    assert no_real_load == ["dry run"] * (1 + len(POLICIES))
+    c = st.comparison.set_index("policy")
+    assert c.loc["name-only", "wrong_methods"] == ["decode"] and c.loc["fingerprint", "wrong_methods"] == []
+    assert {"policy trade-off", "memory by policy"} <= set(st.figures())
+    assert st.export_csv(tmp_path / "dry.csv") is True
+    st.close()
+
+
+def test_path_source_takes_pte_pt2_and_names_them(tmp_path):
+    st = ExplorerState(source="path", path="")
+    assert st.load() is False and ".pte" in st.error and ".pt2" in st.error and "manifest.json" in st.error
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"x")
+    st.set(path=str(other))
+    assert st.load() is False and "is not a program" in st.error and ".pte" in st.error
+
+
+def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
+    require("ipywidgets", extra="notebook")
+    from toolkit.widgets import Explorer
+
+    ex = Explorer(ExplorerState(source="path", path=str(PTE), export_dir=tmp_path), background=False)
+    try:
+        assert ".pte" in ex.path.placeholder and ex.dry_banner.layout.display == "none"
+        ex.dry_run.value = True
+        assert ex.state.dry_run and ex.load_button.description == "Dry run"
+        ex.load_button.click()
+        assert ex.state.error is None and no_real_load == ["dry run"]
+        assert ex.dry_banner.layout.display is None and "DRY RUN: a prediction" in ex.dry_banner.value
+        assert "DRY RUN" in ex.summary.value
+        assert "not run (dry run)" in ex.verification.value and "WRONG" not in ex.verification.value
+        assert bytes(ex.matrix.value).startswith(b"\x89PNG") and bytes(ex.timeline.value).startswith(b"\x89PNG")
+        assert bytes(ex.memory.value).startswith(b"\x89PNG")
+        ex.compare_button.click()
+        assert no_real_load == ["dry run"] * (1 + len(POLICIES))
+        assert "DRY RUN of every policy" in ex.comparison.value
+        assert bytes(ex.tradeoff.value).startswith(b"\x89PNG")
+        ex.export_button.click()
+        assert "dry-run" in ex.export_result.value and "download" in ex.export_result.value
+        ex.dry_run.value = False
+        assert ex.load_button.description == "Load" and ex.state.stale
+    finally:
+        ex.close()

@@ -20,6 +20,15 @@ bounded box, sorts, searches and pages, and a click on a row selects that consta
 detail is shown beside the grid and says in words whether its content differs from the
 cached tensor it was checked against.
 
+**Dry run** (``dry_run=True``, the "dry run" checkbox): Load analyses the program instead of
+loading it (:func:`toolkit.analysis.run_analysis`: the loader's own decisions over the program
+model, no device, nothing run), so a CUDA ``.pte`` or ``.pt2`` can be explored on a CPU; Compare
+dry-runs every policy.  What is shown is a prediction, and says so (:attr:`ExplorerState.banner`);
+verification reads "not run (dry run)" for every method, and the wrong-output count of a dry
+comparison is the methods predicted to run on a shared constant whose content differs.  The path
+source takes a program directory, an ExecuTorch ``.pte`` (its ``.ptd`` beside it) or a torch
+``.pt2``.  A real load of a program that cannot be loaded here says so and suggests the dry run.
+
 Default export files are named from the program and policy names **sanitised** to plain file
 names (the program name comes from the manifest, which may be untrusted: ``../x`` or
 ``/abs/victim`` must not choose where a file is written), in the chosen export folder
@@ -45,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
-from .errors import ToolkitError
+from .errors import IncompatibleProgramError, ToolkitError
 from .policies import POLICIES, get_policy
 from .rendering import (
     CULPRIT_STYLE, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes, html_table,
@@ -63,6 +72,10 @@ SOURCES = ("sample", "path")
 ALL = ""  # filter value meaning "no filter"
 DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
                           "shared_from")
+PATH_HINT = ("a program directory (holding manifest.json), an ExecuTorch .pte (its .ptd beside it) "
+             "or a torch .pt2 file")
+DRY_RUN_REASON = "not run (dry run)"
+DRY_RUN_HINT = "this program cannot be loaded here: tick “dry run” to analyze it without loading"
 MAX_TABLE_ROWS = 300
 GRID_HEIGHT = "360px"  # the Decisions grid scrolls inside this height
 EXPORT_SUFFIX = "-collisions.csv"
@@ -85,6 +98,45 @@ def _devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def dry_run_verification(session: "Session") -> pd.DataFrame:
+    """The verification frame of a dry-run session: every method "not run (dry run)" (a dry
+    run has nothing to run, so nothing is verified; its ``verify()`` is never asked)."""
+    from .verification import VERIFY_COLUMNS
+
+    rows = [{"method": m.name, "ran": False, "max_abs_err": float("nan"), "atol": float("nan"),
+             "rtol": float("nan"), "ok": False, "reason": DRY_RUN_REASON} for m in session.program.methods]
+    return pd.DataFrame(rows, columns=VERIFY_COLUMNS)
+
+
+def is_dry_session(session: "Session | None") -> bool:
+    """Whether ``session`` was made by a runtime that cannot run (the dry run)."""
+    return session is not None and not getattr(getattr(session, "runtime", None), "can_run", True)
+
+
+def _dry_comparison_row(session: "Session") -> dict:
+    """One policy's comparison row from a dry run: ``wrong_methods`` are the methods predicted
+    to run on a shared constant whose content differs (nothing ran)."""
+    from .compare import COMPARE_COLUMNS
+    from .rendering import suspects_by_method
+
+    d = session.decisions
+    counts = d["decision"].astype(str).value_counts() if len(d) else pd.Series(dtype=int)
+    suspects = suspects_by_method(d)
+    row = {
+        "policy": session.policy.name.value, "loaded": session.status == "loaded", "status": str(session.status),
+        "error": session.error or "",
+        "wrong_methods": [m.name for m in session.program.methods if m.name in suspects],
+        "wrong_sequences": [],
+        "not_runnable": [r.method for r in session.results.values() if r.status in ("loaded", "unloaded")
+                         and not r.runnable],
+        "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
+        "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
+        "refused": int(counts.get("refused", 0)), "device_bytes": session.device_bytes,
+        "load_seconds": round(session.load_seconds, 4),
+    }
+    return {k: row[k] for k in COMPARE_COLUMNS}
+
+
 def safe_file_name(text: str, *, fallback: str = "program", max_len: int = 80) -> str:
     """``text`` as a plain file name: letters, digits, ``.``, ``_`` and ``-`` only (every other
     run of characters, path separators included, becomes ``_``), no leading dot or dash,
@@ -105,7 +157,7 @@ class ExplorerState:
     """
 
     def __init__(self, *, source: str = "sample", sample: str = DEFAULT_SAMPLE, path: str = "",
-                 policy: str = PolicyName.FINGERPRINT.value, device: str = "cpu",
+                 policy: str = PolicyName.FINGERPRINT.value, device: str = "cpu", dry_run: bool = False,
                  build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
                  export_dir: str | os.PathLike | None = None):
         self.source = source
@@ -113,6 +165,7 @@ class ExplorerState:
         self.path = path
         self.policy = policy
         self.device = device
+        self.dry_run = bool(dry_run)
         self._build = build
         self._load = load
         self.session: Session | None = None
@@ -122,6 +175,7 @@ class ExplorerState:
         self.comparison: pd.DataFrame | None = None
         self.comparison_memory: pd.DataFrame | None = None
         self.compared_sessions: dict[str, Session] = {}  # closed sessions of the last comparison
+        self.comparison_dry = False  # the last comparison was a dry run of every policy
         self.filter_method = ALL
         self.filter_decision = ALL
         self.filter_reason = ALL
@@ -142,7 +196,7 @@ class ExplorerState:
         self.shown_inputs: tuple | None = None  # the inputs the results on screen were loaded from
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
-        self.set(source=source, sample=sample, path=path, policy=policy, device=device)
+        self.set(source=source, sample=sample, path=path, policy=policy, device=device, dry_run=dry_run)
 
     # ------------------------------------------------------------------ observers
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -156,7 +210,7 @@ class ExplorerState:
 
     # ------------------------------------------------------------------ inputs
     def set(self, **choices: Any) -> None:
-        """Change source / sample / path / policy / device, validated here (the API boundary)."""
+        """Change source / sample / path / policy / device / dry_run, validated here (the API boundary)."""
         for key, value in choices.items():
             if key == "source":
                 if value not in SOURCES:
@@ -168,6 +222,10 @@ class ExplorerState:
                 value = parse(PolicyName, value, what="policy").value
             elif key == "device":
                 value = str(value)
+            elif key == "dry_run":
+                if not isinstance(value, (bool, int)) or isinstance(value, int) and value not in (0, 1):
+                    raise ValueError(f"dry_run is True or False, not {value!r}")
+                value = bool(value)
             elif key != "path":
                 raise TypeError(f"unknown explorer input {key!r}")
             setattr(self, key, value)
@@ -176,15 +234,34 @@ class ExplorerState:
     def inputs(self) -> tuple:
         """The current choices that a load depends on."""
         where = self.sample if self.source == "sample" else self.path.strip()
-        return (self.source, where, self.policy, self.device)
+        return (self.source, where, self.policy, self.device, self.dry_run)
 
     @staticmethod
     def describe_inputs(inputs: tuple | None) -> str:
         if inputs is None:
             return "nothing"
-        source, where, policy, device = inputs
+        source, where, policy, device, *rest = inputs
         what = f"sample {where!r}" if source == "sample" else f"{where!r}"
-        return f"{what} under {policy!r} on {device}"
+        dry = "a dry run of " if rest and rest[0] else ""
+        return f"{dry}{what} under {policy!r} on {device}"
+
+    @property
+    def is_dry_run(self) -> bool:
+        """Whether the results on screen are a dry run (a prediction, nothing loaded or run)."""
+        return is_dry_session(self.session)
+
+    @property
+    def banner(self) -> str:
+        """The sentence saying the results are a prediction, when they are a dry run; '' otherwise."""
+        if not self.is_dry_run:
+            return ""
+        s = self.session
+        devices = ", ".join(sorted({str(d) for d in s.devices.values()})) if getattr(s, "devices", None) else ""
+        where = f" on {devices}" if devices else ""
+        return (f"DRY RUN: a prediction, not a load. The decisions, sharing and memory below are what loading "
+                f"{s.program.name!r} under {s.policy.name.value!r}{where} would do, worked out from the "
+                f"program's metadata by the loader's own code; nothing was put on a device and nothing ran, "
+                f"so no output is verified: every method reads “{DRY_RUN_REASON}”.")
 
     @property
     def stale(self) -> bool:
@@ -236,8 +313,8 @@ class ExplorerState:
         self.phase, self.progress, self.message = phase, fraction, message
         self._notify("progress")
 
-    def _fail(self, what: str, e: BaseException, *, scope: str = "") -> bool:
-        self.error = f"{what}: {_one_line(e)}"
+    def _fail(self, what: str, e: BaseException, *, scope: str = "", hint: str = "") -> bool:
+        self.error = f"{what}: {_one_line(e)}" + (f" ({hint})" if hint else "")
         self.error_detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         self.error_scope = scope
         if scope == "export":
@@ -273,7 +350,8 @@ class ExplorerState:
 
     # ------------------------------------------------------------------ actions
     def open_program(self) -> "Program":
-        """The chosen program: a sample (built on first use, cached) or a program directory.
+        """The chosen program: a sample (built on first use, cached), or a program directory, an
+        ExecuTorch ``.pte`` (its ``.ptd`` beside it) or a torch ``.pt2`` file.
 
         A sample that must be compiled reports each method as it starts (phase
         ``"compile"``): the bar moves from 5 % to 50 % over the methods."""
@@ -289,8 +367,33 @@ class ExplorerState:
 
             return self._build(sample, device=self.device, progress=False, on_method=on_method)
         if not self.path.strip():
-            raise ToolkitError("enter the path of a program directory (one holding manifest.json)")
-        return open_program(Path(self.path.strip()).expanduser())
+            raise ToolkitError(f"enter the path of a program: {PATH_HINT}")
+        where = Path(self.path.strip()).expanduser()
+        if where.is_file() and where.name != "manifest.json" and where.suffix.lower() not in (".pte", ".pt2"):
+            raise ToolkitError(f"{str(where)!r} is not a program: expected {PATH_HINT}")
+        if self.dry_run:  # the model is enough: the .so and blob files need not be here
+            from .sources import read_program_model
+
+            return read_program_model(where)
+        return open_program(where)
+
+    def analysis_device(self, program: "Program") -> str:
+        """Where a dry run places the methods: the chosen device when it is of the kind the
+        program was built for, else that kind (a CUDA program is predicted on cuda, even on a CPU)."""
+        kind = "cuda" if self.device.startswith("cuda") else "cpu"
+        built = "cuda" if program.device == "cuda" else "cpu"
+        return self.device if kind == built else built
+
+    def _load_hint(self, program: "Program", e: BaseException) -> str:
+        """The dry-run suggestion when ``e`` says the program cannot be loaded on this machine."""
+        if isinstance(e, IncompatibleProgramError):
+            return DRY_RUN_HINT
+        if program.device == "cuda" or self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                return DRY_RUN_HINT
+        return ""
 
     def load(self) -> bool:
         """Open or build the program, load it under the policy, verify every method, build the
@@ -299,6 +402,11 @@ class ExplorerState:
         if not self._begin(loading=True):
             return False
         target = self.inputs()
+        if self.dry_run:
+            try:
+                return self._dry_load(target)
+            finally:
+                self._end()
         try:
             what = (f"opening sample {self.sample!r} (a cold cache compiles every method first)"
                     if self.source == "sample" else f"opening {self.path!r}")
@@ -314,7 +422,7 @@ class ExplorerState:
             try:
                 session = loader(program, self.policy, device=self.device)
             except Exception as e:  # noqa: BLE001
-                return self._fail("could not load the program", e)
+                return self._fail("could not load the program", e, hint=self._load_hint(program, e))
             self._step("verify", 0.75, "running every method against its eager reference")
             try:
                 verification = session.verify()
@@ -327,9 +435,10 @@ class ExplorerState:
             wrong = report.wrong_methods
             if session.status != "loaded":
                 self.outcome = "failed"
+                hint = self._load_hint(program, RuntimeError(session.error or ""))
                 self._step("failed", 1.0,
                            f"load of {program.name!r} under {self.policy!r} failed in {session.failed_method!r}: "
-                           f"{session.error}")
+                           f"{session.error}" + (f" ({hint})" if hint else ""))
             else:
                 self.outcome = "wrong" if wrong else "ok"
                 self._step("done", 1.0, f"loaded {program.name!r} under {self.policy!r}: "
@@ -339,6 +448,42 @@ class ExplorerState:
         finally:
             self._end()
 
+    def _dry_load(self, target: tuple) -> bool:
+        """Load's dry run: predict the load (no device, nothing run), verification "not run"."""
+        from .analysis import run_analysis
+
+        what = (f"opening sample {self.sample!r} (a cold cache compiles every method first)"
+                if self.source == "sample" else f"reading {self.path!r}")
+        self._step("open", 0.05, what)
+        try:
+            program = self.open_program()
+        except Exception as e:  # noqa: BLE001 - shown in the widget
+            return self._fail("could not open the program", e)
+        device = self.analysis_device(program)
+        self._step("analyze", 0.5, f"dry run of {program.name!r} under {self.policy!r} on {device}: predicting "
+                   f"every decision (nothing is loaded)")
+        try:
+            session = run_analysis(program, self.policy, device=device).session
+            verification = dry_run_verification(session)
+            report = collision_report(session, verification)
+        except Exception as e:  # noqa: BLE001
+            return self._fail("could not analyze the program", e)
+        self.loading = False
+        self._replace_session(program, session, verification, report, target)
+        d = session.decisions
+        culprit_methods = set(d.loc[culprit_mask(d), "method"]) if len(d) else set()
+        suspects = [m.name for m in program.methods if m.name in culprit_methods]
+        head = f"dry run (a prediction, nothing loaded or run) of {program.name!r} under {self.policy!r} on {device}"
+        if session.status != "loaded":
+            self.outcome = "failed"
+            self._step("failed", 1.0, f"{head}: the load would fail in {session.failed_method!r}: {session.error}")
+        else:
+            self.outcome = "wrong" if suspects else "ok"
+            self._step("done", 1.0, f"{head}: " + (
+                f"predicted WRONG OUTPUT in {', '.join(suspects)} (shared although the content differs)"
+                if suspects else "no constant would be shared with other content; outputs not verified"))
+        return True
+
     def _replace_session(self, program, session, verification, report, inputs) -> None:
         old = self.session
         self.program, self.session, self.verification, self.report = program, session, verification, report
@@ -346,6 +491,7 @@ class ExplorerState:
         if self.comparison is not None and (old is None or old.program.root != program.root):
             self.comparison = self.comparison_memory = None
             self.compared_sessions = {}
+            self.comparison_dry = False
             self._notify("comparison")
         self.filter_method = self.filter_decision = self.filter_reason = ALL
         self.selected = None
@@ -363,7 +509,9 @@ class ExplorerState:
             self.select(first["method"], first["name"])
 
     def compare(self) -> bool:
-        """Load the current program under every policy: the correctness/memory trade-off."""
+        """Load the current program under every policy: the correctness/memory trade-off.
+
+        In a dry run, every policy is dry-run instead (nothing is loaded)."""
         if not self._begin():
             return False
         try:
@@ -373,6 +521,8 @@ class ExplorerState:
                 program = self.program or self.open_program()
             except Exception as e:  # noqa: BLE001
                 return self._fail("could not open the program", e)
+            if self.dry_run:
+                return self._dry_compare(program)
 
             def on_policy(pol: str, i: int, n: int) -> None:
                 self._step("compare", (i + 0.5) / (n + 1), f"loading and verifying under {pol!r} ({i + 1} of {n})")
@@ -384,6 +534,7 @@ class ExplorerState:
             # one load per policy: the frame, the memory per method and the sessions all come from it
             self.comparison, self.comparison_memory = result.frame, result.memory()
             self.compared_sessions = result.sessions
+            self.comparison_dry = False
             self.program = program
             self._notify("comparison")  # results first: "done" means everything is on screen
             self.outcome = "ok"
@@ -391,6 +542,42 @@ class ExplorerState:
             return True
         finally:
             self._end()
+
+    def _dry_compare(self, program: "Program") -> bool:
+        from .analysis import run_analysis
+        from .compare import COMPARE_COLUMNS
+        from .tables import memory_by_policy_frame
+
+        device = self.analysis_device(program)
+        rows, sessions = [], {}
+        try:
+            for i, name in enumerate(POLICIES):
+                self._step("compare", (i + 0.5) / (len(POLICIES) + 1),
+                           f"dry run under {name!r} ({i + 1} of {len(POLICIES)}): nothing is loaded")
+                s = run_analysis(program, name, device=device).session
+                try:
+                    rows.append(_dry_comparison_row(s))
+                finally:
+                    s.close()
+                sessions[name] = s
+        except Exception as e:  # noqa: BLE001
+            return self._fail("could not dry-run the policies", e)
+        self.comparison = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+        self.comparison_memory = memory_by_policy_frame(sessions.values())
+        self.compared_sessions, self.comparison_dry, self.program = sessions, True, program
+        self._notify("comparison")
+        self.outcome = "ok"
+        self._step("done", 1.0, f"dry-ran {len(POLICIES)} policies on {program.name!r} on {device} "
+                   f"(a prediction: nothing was loaded or run)")
+        return True
+
+    @property
+    def comparison_banner(self) -> str:
+        """The sentence saying the comparison is a prediction, when it is a dry run; '' otherwise."""
+        if self.comparison is None or not self.comparison_dry:
+            return ""
+        return ("DRY RUN of every policy: a prediction, nothing was loaded or run. wrong_methods are the methods "
+                "predicted to run on a constant shared although its content differs.")
 
     # ------------------------------------------------------------------ browsing
     def filter_options(self) -> dict[str, list[str]]:
@@ -504,8 +691,9 @@ class ExplorerState:
         sanitised (:func:`safe_file_name`), never a path."""
         if self.session is None:
             return "collision_report.csv"
+        dry = "-dry-run" if self.is_dry_run else ""
         return (f"{safe_file_name(self.session.program.name)}-{safe_file_name(self.session.policy.name.value)}"
-                f"{EXPORT_SUFFIX}")
+                f"{dry}{EXPORT_SUFFIX}")
 
     def default_export_path(self) -> str:
         """Where the report goes when no path is given: :meth:`default_export_name` in
@@ -549,7 +737,8 @@ class ExplorerState:
         except Exception as e:  # noqa: BLE001
             return self._fail(f"could not write {str(target)!r}", e, scope="export")
         self.exported, self.export_ok = target, True
-        self.export_message = f"wrote {len(self.report.frame)} rows to {target}"
+        dry = (f" (a dry run: predicted decisions, verification {DRY_RUN_REASON!r})" if self.is_dry_run else "")
+        self.export_message = f"wrote {len(self.report.frame)} rows to {target}{dry}"
         self._notify("export")
         return True
 
@@ -644,6 +833,8 @@ _CSS = """<style>
 .constshare-error { color: #a00; background: #fdecea; border: 1px solid #f5c2c0; padding: 4px 8px; }
 .constshare-ok { color: #274e13; }
 .constshare-stale-banner { color: #7f6000; background: #fff8e1; border: 1px solid #f1c232; padding: 4px 8px; }
+.constshare-dry-banner { color: #0b3d91; background: #e8f0fe; border: 1px solid #8ab4f8; padding: 4px 8px;
+  font-weight: bold; }
 .constshare-stale { opacity: 0.45; filter: grayscale(60%); }
 .constshare-verdict { padding: 4px 8px; margin: 4px 0; border-radius: 3px; }
 .constshare-verdict-culprit { background: #f4cccc; color: #990000; font-weight: bold; }
@@ -692,12 +883,17 @@ class Explorer:
         self.sample = mk(w.Dropdown, "constshare-sample", options=sample_names(), value=s.sample,
                          description="sample")
         self.path = mk(w.Text, "constshare-path", value=s.path, description="path",
-                       placeholder="a program directory (holding manifest.json)", layout=w.Layout(width="420px"))
+                       placeholder="a program directory, a .pte or a .pt2 file", tooltip=PATH_HINT,
+                       layout=w.Layout(width="420px"))
         self.sample_info = mk(w.HTML, "constshare-sample-info")
         self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), value=s.policy,
                          description="policy")
         self.policy_info = mk(w.HTML, "constshare-policy-info")
         self.device = mk(w.Dropdown, "constshare-device", options=_devices(), value=s.device, description="device")
+        self.dry_run = mk(w.Checkbox, "constshare-dry-run", value=s.dry_run, indent=False,
+                          description="dry run (analyze without loading)",
+                          tooltip="predict every decision from the program's metadata: no device, nothing run "
+                                  "(explore a CUDA .pte or .pt2 on a CPU)")
         self.load_button = mk(w.Button, "constshare-load", description="Load", button_style="primary", icon="play",
                               tooltip="build or open the program, load it under the policy, verify it")
         self.compare_button = mk(w.Button, "constshare-compare", description="Compare all policies",
@@ -708,6 +904,7 @@ class Explorer:
         self.status = mk(w.HTML, "constshare-status", value=html.escape(s.message))
         self.error = mk(w.HTML, "constshare-error-box", value="", layout=w.Layout(display="none"))
         self.stale_banner = mk(w.HTML, "constshare-stale-box", value="", layout=w.Layout(display="none"))
+        self.dry_banner = mk(w.HTML, "constshare-dry-box", value="", layout=w.Layout(display="none"))
         self.summary = mk(w.HTML, "constshare-summary")
         self.verification = mk(w.HTML, "constshare-verification")
         self.matrix = mk(w.Image, "constshare-plot", format="png", layout=picture())
@@ -764,17 +961,19 @@ class Explorer:
             self.tabs.set_title(i, t)
         controls = mk(w.VBox, children=[
             self.source, mk(w.HBox, children=[self.sample, self.path]), self.sample_info,
-            mk(w.HBox, children=[self.policy, self.device]), self.policy_info,
+            mk(w.HBox, children=[self.policy, self.device, self.dry_run]), self.policy_info,
             mk(w.HBox, children=[self.load_button, self.progress, self.status], layout=wide),
             self.error,
         ])
-        self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.stale_banner, self.tabs])
+        self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.stale_banner,
+                                                                     self.dry_banner, self.tabs])
 
         self.source.observe(lambda ch: self._input(source=ch["new"]), names="value")
         self.sample.observe(lambda ch: self._input(sample=ch["new"]), names="value")
         self.path.observe(lambda ch: self._input(path=ch["new"]), names="value")
         self.policy.observe(lambda ch: self._input(policy=ch["new"]), names="value")
         self.device.observe(lambda ch: self._input(device=ch["new"]), names="value")
+        self.dry_run.observe(lambda ch: self._input(dry_run=ch["new"]), names="value")
         for dd, key in ((self.filter_method, "method"), (self.filter_decision, "decision"),
                         (self.filter_reason, "reason")):
             dd.observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
@@ -927,6 +1126,9 @@ class Explorer:
         self._set(self.source, value=s.source)
         self._set(self.sample, value=s.sample)
         self._set(self.policy, value=s.policy)
+        self._set(self.dry_run, value=s.dry_run)
+        if not s.busy:
+            self.load_button.description = "Dry run" if s.dry_run else "Load"
         self.sample.layout.display = None if s.source == "sample" else "none"
         self.sample_info.layout.display = None if s.source == "sample" else "none"
         self.path.layout.display = None if s.source == "path" else "none"
@@ -959,7 +1161,7 @@ class Explorer:
         busy = s.busy
         for b in (self.load_button, self.compare_button, self.export_button):
             b.disabled = busy
-        self.load_button.description = "Working…" if busy else "Load"
+        self.load_button.description = "Working…" if busy else ("Dry run" if s.dry_run else "Load")
         clock = f" ({elapsed:.0f} s)" if busy and elapsed is not None and elapsed >= 1 else ""
         colour = "#a00" if style == "danger" else ("#7f6000" if style == "warning" else "")
         text = html.escape(s.message + clock)
@@ -983,7 +1185,11 @@ class Explorer:
         s = self.state
         if s.session is None:
             return
-        self.summary.value = f"<pre>{html.escape(s.session.summary())}</pre>"
+        banner = s.banner
+        self.dry_banner.value = f"<div class='constshare-dry-banner'>{html.escape(banner)}</div>" if banner else ""
+        self.dry_banner.layout.display = None if banner else "none"
+        self.summary.value = (f"<div class='constshare-dry-banner'>{html.escape(banner)}</div>" if banner else "") \
+            + f"<pre>{html.escape(s.session.summary())}</pre>"
         self.verification.value = "<b>verification</b>" + _verification_html(s.verification, s.session.decisions)
         figs = s.figures()
         self._show_png(self.matrix, figure_png(figs["collision matrix"]))
@@ -1084,7 +1290,9 @@ class Explorer:
         self._show_png(self.memory_policies,
                        figure_png(figs["memory by policy"]) if "memory by policy" in figs else b"")
         # lists (wrong_methods, not_runnable) are shown comma-joined by the renderer
-        self.comparison.value = _table_html(s.comparison, ["policy", "status", "wrong_methods", "not_runnable",
+        banner = s.comparison_banner
+        self.comparison.value = (f"<div class='constshare-dry-banner'>{html.escape(banner)}</div>" if banner
+                                 else "") + _table_html(s.comparison, ["policy", "status", "wrong_methods", "not_runnable",
                                                            "shared", "declined", "device_bytes", "error"],
                                             "no policies")
 
