@@ -3,13 +3,25 @@
 Wraps ``AOTIModelContainerRunnerCpu/Cuda`` (one container per method) and its constants;
 :mod:`toolkit.upload` moves constant bytes from a host blob to the device.
 :class:`AotiRuntime` is the real implementation of :class:`toolkit.runtimes.Runtime`.
+
+Programs of other formats load here too, with no ExecuTorch C++ runtime: an ExecuTorch ``.pte``
+(its ``.so`` is in the ``.pte``'s named data, extracted once to a private cache, torch's
+libraries made global first because ExecuTorch links the ``.so`` without libtorch; weights from
+the ``.ptd``, each constant from its own file, installed user-managed) and a torch ``.pt2``.
+The ``.so`` may take its inputs in another order than the method (``MethodSpec.input_order``):
+:meth:`AotiMethod.run` reorders them.  Such files record no torch version: only the device kind
+is checked.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import os
+import tempfile
+import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -176,6 +188,9 @@ def torch_compatible(built: str, running: str) -> bool:
     return mm(built) == mm(running)
 
 
+UNKNOWN_TORCH = ("unknown",)
+
+
 def check_compatible(program: Program, device_type: str, torch_version: str) -> None:
     # our program directories record this in manifest.json; other formats in the program's files
     where = (program.path("manifest.json") if program.source == "constshare-program" else program.root) \
@@ -184,10 +199,101 @@ def check_compatible(program: Program, device_type: str, torch_version: str) -> 
         raise IncompatibleProgramError(
             f"program was built for {program.device!r} but is being loaded on {device_type!r}; "
             f"rebuild it with device={device_type!r}", path=where, field="device")
-    if not torch_compatible(program.torch_version, torch_version):
+    # a .pte or .pt2 does not record the torch it was built with ("unknown"): only the device kind is checked
+    if program.torch_version not in UNKNOWN_TORCH and not torch_compatible(program.torch_version, torch_version):
         raise IncompatibleProgramError(
             f"program was built with torch {program.torch_version}, this process runs torch {torch_version}; "
             "rebuild it", path=where, field="torch_version")
+
+
+def so_cache_dir() -> Path:
+    """Where ``.so`` files embedded in another file are extracted: ``$CONSTSHARE_CACHE/so``, else
+    ``~/.cache/constshare/so``."""
+    env = os.environ.get("CONSTSHARE_CACHE")
+    return (Path(env) if env else Path.home() / ".cache" / "constshare") / "so"
+
+
+_EXTRACT_LOCK = threading.Lock()
+
+
+def extract_so(path: Path, offset: int, nbytes: int, cache_dir: Path | None = None) -> Path:
+    """The bytes ``[offset, offset + nbytes)`` of ``path`` (a ``.so`` kept inside a ``.pte`` or
+    ``.pt2``) as a file of their own, ``<cache>/<sha256>.so``, for ``dlopen``.
+
+    Written once (to a temporary file in the same folder, then renamed: a concurrent reader
+    never sees half a file); a cached file is reused when its size and sha256 match.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(nbytes)
+    except OSError as e:
+        raise IntegrityError(f"the compiled model cannot be read: {e.strerror or e}", path=path) from None
+    if len(data) != nbytes:
+        raise IntegrityError(f"the compiled model at byte {offset} should have {nbytes} bytes, the file has "
+                             f"{len(data)} there", path=path)
+    digest = hashlib.sha256(data).hexdigest()
+    folder = Path(cache_dir) if cache_dir is not None else so_cache_dir()
+    out = folder / f"{digest}.so"
+    with _EXTRACT_LOCK:
+        try:
+            if out.stat().st_size == nbytes and hashlib.sha256(out.read_bytes()).hexdigest() == digest:
+                return out
+        except OSError:
+            pass
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                if os.path.getsize(tmp) != nbytes:
+                    raise OSError(f"wrote {os.path.getsize(tmp)} bytes of {nbytes}")
+                os.replace(tmp, out)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError as e:
+            raise LoadError(f"cannot extract the compiled model of {path} to {folder}: {e}") from None
+    return out
+
+
+_TORCH_GLOBAL: list[str] = []  # the torch libraries made global in this process (done once)
+
+
+def make_torch_global() -> list[str]:
+    """Load torch's own libraries with RTLD_GLOBAL, once per process.
+
+    ExecuTorch builds its ``.so`` with ``link_libtorch=False``: without torch's symbols in
+    the global namespace ``dlopen`` fails (``undefined symbol: aoti_torch_layout_strided``).
+    """
+    with _EXTRACT_LOCK:
+        if not _TORCH_GLOBAL:
+            lib = Path(torch.__file__).resolve().parent / "lib"
+            for name in ("libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so"):
+                f = lib / name
+                if f.is_file():
+                    ctypes.CDLL(str(f), mode=ctypes.RTLD_GLOBAL)
+                    _TORCH_GLOBAL.append(str(f))
+            if not _TORCH_GLOBAL:
+                _TORCH_GLOBAL.append("")  # nothing found (not a Linux build): tried once
+        return [x for x in _TORCH_GLOBAL if x]
+
+
+def so_inputs(inputs: list, order: "tuple[int, ...] | None") -> list:
+    """The method's inputs in the order its ``.so`` takes them: ``order[i]`` is the method input
+    feeding the ``.so``'s input ``i`` (:attr:`~toolkit.model.MethodSpec.input_order`); None: as given."""
+    if order is None:
+        return list(inputs)
+    bad = [i for i in order if not 0 <= i < len(inputs)]
+    if bad:
+        raise LoadError(f"the compiled model takes method inputs {list(order)}, but {len(inputs)} inputs were given")
+    return [inputs[i] for i in order]
 
 
 _QUERIES = ("AOTInductorModelContainerCreateWithDevice", "AOTInductorModelContainerDelete",
@@ -230,7 +336,9 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
         n = size_t()
         call("AOTInductorModelContainerGetNumConstants", handle, p(n))
         blob = ctypes.c_uint64()
-        call("AOTInductorModelContainerGetConstantsBlobSize", handle, p(blob))
+        # a .so built without mmap'd weights (ExecuTorch's: package_constants_on_disk) has no blob size:
+        # it answers an error ("constant blob size is only available for mmap'd weights"); then unknown
+        blob_known = fns["AOTInductorModelContainerGetConstantsBlobSize"](handle, p(blob)) == 0
         out: dict[str, CompiledConstant] = {}
         offset = 0
         for i in range(n.value):
@@ -248,23 +356,54 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
                 offset += -(-nbytes.value // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT  # (already aligned)
             out[key] = CompiledConstant(key, (fqn.value or b"").decode("utf-8", "replace"),
                                         SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"), nbytes.value, at)
-        return CompiledMethod(out, int(blob.value))
+        return CompiledMethod(out, int(blob.value) if blob_known else None)
     finally:
         fns["AOTInductorModelContainerDelete"](handle)
 
 
 class AotiMethod:
-    """One method on the AOTInductor runtime: its container and the uploads into it."""
+    """One method on the AOTInductor runtime: its container and the uploads into it.
+
+    A method whose ``.so`` lies inside another file (``MethodSpec.so_bytes`` set: a ``.pte``'s
+    named data, a ``.pt2`` member) is extracted first (:func:`extract_so`), with torch's
+    libraries made global (:func:`make_torch_global`).  A format without a dense blob
+    (``blob_offset`` None: ExecuTorch 1.5.x per-FQN storages), or whose blob lies inside
+    another file (``blob_offset`` > 0), has its whole-blob upload emulated: every constant
+    uploaded on its own from its file and installed user-managed, held by this method as AOTI
+    would hold its blob (the same bytes on the device, in one allocation per constant).
+    """
 
     def __init__(self, runtime: "AotiRuntime", program: Program, method: MethodSpec, device: Device):
         self._runtime = runtime
+        self._program = program
+        self._spec = method
         self._blob = program.path(method.blob_file)
         self._blob_bytes: int | None = method.blob_bytes
+        # AOTI's own whole-blob upload reads a file from its first byte: only a blob that is a whole
+        # file (our program directories) goes through it; a blob inside another file (a .ptd or .pt2
+        # member) and a format with no dense blob (per-FQN storages) have that upload emulated
+        self._dense = method.blob_offset == 0
+        self._blob_tensors: dict[str, torch.Tensor] = {}  # the emulated whole blob (no dense blob)
         self.device = to_torch(device)
-        self.container = AotiContainer.create(program.path(method.so_file), self.device)
+        so = program.path(method.so_file)
+        if method.so_bytes is not None:
+            so = extract_so(so, method.so_offset, method.so_bytes)
+            make_torch_global()
+        self.container = AotiContainer.create(so, self.device)
+
+    def _path(self, c: ConstantSpec) -> Path:
+        return self._program.path(c.file or self._spec.blob_file)
 
     def compiled(self) -> CompiledMethod:
         got = read_compiled(self.container.so_path, self.device)
+        if got is not None and self._spec.blob_offset is None:
+            # no dense blob: the .so's blob offsets and size describe nothing that is uploaded
+            return CompiledMethod({n: replace(c, blob_offset=None) for n, c in got.constants.items()}, None)
+        if got is not None and not self._dense:
+            # a dense blob inside another file: the program's offsets are the file's, the .so's the blob's
+            at = self._spec.blob_offset
+            return CompiledMethod({n: replace(c, blob_offset=None if c.blob_offset is None else c.blob_offset + at)
+                                   for n, c in got.constants.items()}, got.blob_bytes)
         if got is not None:
             if got.blob_bytes is not None:  # what upload_blob will make AOTI read
                 self._blob_bytes = max(self._blob_bytes or 0, got.blob_bytes)
@@ -274,6 +413,13 @@ class AotiMethod:
                                for n, fqn in self.container.constant_fqns().items()}, None)
 
     def upload_blob(self) -> None:
+        if not self._dense:
+            tensors = {c.name: t for c, t, _ in self.upload_constants(list(self._spec.constants))}
+            self._blob_tensors = tensors
+            self.container.install(tensors)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return
         # AOTI maps the blob and reads what the .so expects: a shorter file would end the
         # process with SIGBUS, so its real size is checked here, right before.
         need = self._blob_bytes
@@ -289,17 +435,23 @@ class AotiMethod:
             torch.cuda.synchronize(self.device)
 
     def extract(self) -> dict[str, torch.Tensor]:
+        if not self._dense:
+            return dict(self._blob_tensors)
         return self.container.extract()
 
     def upload_constants(self, constants: list[ConstantSpec]) -> Iterator[tuple[ConstantSpec, torch.Tensor, str]]:
         from ..upload import PATH_HOST, PATH_PINNED_EACH, upload_constant
 
         uploader = self._runtime.uploader(self.device) if constants else None
-        if uploader is not None:
-            uploader.prefetch(self._blob, constants)  # maps the blob: pages an earlier load locked are copied from
         try:
+            mapped: Path | None = None
             for c in constants:
-                tensor = upload_constant(self._blob, c, self.device, uploader)
+                path = self._path(c)  # each constant from ITS file
+                if uploader is not None and path != mapped:
+                    # maps the file: pages an earlier load locked are copied from
+                    uploader.prefetch(path, [x for x in constants if self._path(x) == path])
+                    mapped = path
+                tensor = upload_constant(path, c, self.device, uploader)
                 how = uploader.last_path if uploader else (PATH_HOST if self.device.type == "cpu" else PATH_PINNED_EACH)
                 yield c, tensor, how
         finally:
@@ -310,7 +462,8 @@ class AotiMethod:
         self.container.install(dict(tensors))
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        return self.container.run([x.to(self.device) for x in inputs])
+        ordered = so_inputs(list(inputs), self._spec.input_order)
+        return self.container.run([x.to(self.device) for x in ordered])
 
 
 class AotiRuntime:
@@ -332,7 +485,9 @@ class AotiRuntime:
                             "it can be analysed (toolkit.analyze), not loaded")
         check_compatible(program, device.type, torch.__version__)
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise LoadError("the program is for CUDA but torch sees no CUDA device")
+            raise IncompatibleProgramError(
+                f"program was built for {program.device!r} but torch sees no CUDA device here: load it on a "
+                "machine with one, or dry-run it (toolkit.analyze)", path=program.root, field="device")
 
     def create(self, program: Program, method: MethodSpec, device: Device) -> AotiMethod:
         return AotiMethod(self, program, method, device)
