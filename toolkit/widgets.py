@@ -408,13 +408,9 @@ class ExplorerState:
             finally:
                 self._end()
         try:
-            what = (f"opening sample {self.sample!r} (a cold cache compiles every method first)"
-                    if self.source == "sample" else f"opening {self.path!r}")
-            self._step("open", 0.05, what)
-            try:
-                program = self.open_program()
-            except Exception as e:  # noqa: BLE001 - shown in the widget
-                return self._fail("could not open the program", e)
+            program = self._open_step("opening")
+            if program is None:
+                return False
             self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}")
             loader = self._load
             if loader is None:
@@ -448,17 +444,24 @@ class ExplorerState:
         finally:
             self._end()
 
+    def _open_step(self, verb: str) -> "Program | None":
+        """The open step of a load or a dry run, with its progress; None (and :attr:`error`) on failure."""
+        what = (f"opening sample {self.sample!r} (a cold cache compiles every method first)"
+                if self.source == "sample" else f"{verb} {self.path!r}")
+        self._step("open", 0.05, what)
+        try:
+            return self.open_program()
+        except Exception as e:  # noqa: BLE001 - shown in the widget
+            self._fail("could not open the program", e)
+            return None
+
     def _dry_load(self, target: tuple) -> bool:
         """Load's dry run: predict the load (no device, nothing run), verification "not run"."""
         from .analysis import run_analysis
 
-        what = (f"opening sample {self.sample!r} (a cold cache compiles every method first)"
-                if self.source == "sample" else f"reading {self.path!r}")
-        self._step("open", 0.05, what)
-        try:
-            program = self.open_program()
-        except Exception as e:  # noqa: BLE001 - shown in the widget
-            return self._fail("could not open the program", e)
+        program = self._open_step("reading")
+        if program is None:
+            return False
         device = self.analysis_device(program)
         self._step("analyze", 0.5, f"dry run of {program.name!r} under {self.policy!r} on {device}: predicting "
                    f"every decision (nothing is loaded)")
