@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -161,6 +162,76 @@ def _dry_report(prog, a) -> int:
     return 0 if r.status == "loaded" and not len(suspect) else 1
 
 
+SCAN_COLUMNS = ["program", "path", "policy", "status", "method", "method_status", "wrong_data", "error"]
+
+
+def find_programs(root: Path) -> list[Path]:
+    """Program directories (holding manifest.json), .pte and .pt2 files under ``root``, sorted."""
+    from .sources.directory import MANIFEST_FILE
+
+    found = {p.parent for p in root.rglob(MANIFEST_FILE)}
+    found |= {p for p in root.rglob("*") if p.suffix in (".pte", ".pt2") and p.is_file()}
+    return sorted(found)
+
+
+def scan_program(path: str, policies: list[str]) -> list[dict]:
+    """Dry-run one program under each policy (run in a worker process): rows of SCAN_COLUMNS.
+
+    ``wrong_data`` marks a method that would run on a shared constant whose content differs,
+    or an unknown outcome (a program that cannot be read, a refused load)."""
+    from .analysis import run_analysis
+    from .sources import open_program
+
+    rows = []
+    try:
+        program = open_program(path)
+    except ToolkitError as e:
+        return [{"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
+                 "method_status": "", "wrong_data": True, "error": str(e)}]
+    for policy in policies:
+        r = run_analysis(program, policy)
+        d = r.decisions
+        for m in r.methods:
+            rows_m = d[d["method"] == m.method]
+            wrong = bool(((rows_m["decision"] == "shared") & (rows_m["cached_digest"] != "")
+                          & (rows_m["cached_digest"] != rows_m["digest"])).any())
+            rows.append({"program": program.name, "path": path, "policy": policy, "status": str(r.status),
+                         "method": m.method, "method_status": str(m.status), "wrong_data": wrong,
+                         "error": m.error})
+    return rows
+
+
+def cmd_scan(a) -> int:
+    """Dry-run every program under a folder, in parallel worker processes; exit 1 if any method
+    would run on wrong data under a policy asked for (a gate for the CI of a model zoo)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .policies import POLICIES, get_policy
+
+    _check_csv(a.csv, a.force)
+    root = Path(a.folder)
+    if not root.is_dir():
+        raise ToolkitError(f"{a.folder}: not a folder")
+    policies = [get_policy(p).name.value for p in (a.policies.split(",") if a.policies else POLICIES)]
+    paths = [str(p) for p in find_programs(root)]
+    if not paths:
+        raise ToolkitError(f"{a.folder}: no program found (program directories, .pte or .pt2 files)")
+    # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
+    with ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        rows = [r for result in pool.map(scan_program, paths, [policies] * len(paths)) for r in result]
+    frame = pd.DataFrame(rows, columns=SCAN_COLUMNS)
+    _print_frame(frame.drop(columns=["program"]))  # the path says which program
+    if a.csv:
+        frame.to_csv(a.csv, index=False)
+        _out(f"\nscan written to {Path(a.csv).resolve()}")
+    bad = frame[frame["wrong_data"]]
+    _out(f"\n{len(paths)} programs, {len(policies)} policies: "
+         + (f"{len(bad)} method(s) would run on wrong data" if len(bad) else "no method would run on wrong data"))
+    return 1 if len(bad) else 0
+
+
 def cmd_compare(a) -> int:
     from .compare import compare_policies
 
@@ -217,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--csv", help="write the comparison CSV here")
     c.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
     c.set_defaults(fn=cmd_compare)
+    sc = sub.add_parser("scan", help="dry-run every program under a folder; exit 1 if any would run on wrong data")
+    sc.add_argument("folder")
+    sc.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
+    sc.add_argument("--csv", help="one row per program, policy and method")
+    sc.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
+    sc.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
+    sc.set_defaults(fn=cmd_scan)
     s = sub.add_parser("samples", help="list the sample programs")
     s.set_defaults(fn=cmd_samples)
     a = p.parse_args(argv)
