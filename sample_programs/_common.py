@@ -20,3 +20,14 @@ class MatmulConstant(torch.nn.Module):
     def forward(self, x):
         y = x @ self.table
         return self.head(y) if self.head is not None else y
+
+
+class ProjectionWithCache(torch.nn.Module):
+    """A 16x16 projection and a 4x16 buffer ``kv`` that a method can write: the state samples' core."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16, bias=False)
+        with torch.no_grad():
+            self.proj.weight.copy_(randn(16, 16, seed=1))
+        self.register_buffer("kv", torch.zeros(4, 16))

@@ -4,25 +4,16 @@ import torch
 
 from toolkit.samples import Expected
 
-from ._common import randn
+from ._common import ProjectionWithCache, randn
 
 
-class Cached(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = torch.nn.Linear(16, 16, bias=False)
-        with torch.no_grad():
-            self.proj.weight.copy_(randn(16, 16, seed=1))
-        self.register_buffer("kv", torch.zeros(4, 16))
-
-
-class Prefill(Cached):
+class Prefill(ProjectionWithCache):
     def forward(self, x):
         self.kv.copy_(self.proj(x))  # writes its cache
         return self.kv * 2
 
 
-class Decode(Cached):
+class Decode(ProjectionWithCache):
     def forward(self, x):
         return self.proj(x) + self.kv.sum(dim=0)  # reads its own cache
 

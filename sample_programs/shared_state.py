@@ -4,20 +4,11 @@ import torch
 
 from toolkit.samples import Expected
 
-from ._common import randn
-
-
-class Core(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = torch.nn.Linear(16, 16, bias=False)
-        with torch.no_grad():
-            self.proj.weight.copy_(randn(16, 16, seed=1))
-        self.register_buffer("kv", torch.zeros(4, 16))
+from ._common import ProjectionWithCache, randn
 
 
 class Prefill(torch.nn.Module):
-    def __init__(self, core: Core):
+    def __init__(self, core: ProjectionWithCache):
         super().__init__()
         self.core = core
 
@@ -27,7 +18,7 @@ class Prefill(torch.nn.Module):
 
 
 class Decode(torch.nn.Module):
-    def __init__(self, core: Core):
+    def __init__(self, core: ProjectionWithCache):
         super().__init__()
         self.core = core
 
@@ -46,7 +37,7 @@ provenance says it is one buffer (upstream: `share_kv_cache_across_methods`, iss
 
 
 def methods():
-    core = Core()
+    core = ProjectionWithCache()
     return {
         "prefill": (Prefill(core), (randn(4, 16, seed=10),)),
         "decode": (Decode(core), (randn(4, 16, seed=11),)),

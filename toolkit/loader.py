@@ -50,6 +50,9 @@ class MethodResult:
         """Constant bytes this method's load put on its device (accounted, not measured)."""
         return self.blob_bytes + self.own_upload_bytes if self.status is not MethodStatus.FAILED else 0
 
+    def mark_failed(self, error: str) -> None:
+        self.status, self.error, self.runnable = MethodStatus.FAILED, error, False
+
 
 @dataclass
 class LoadedMethod:
@@ -148,8 +151,7 @@ class Session:
     def _fail(self, method: str, e: ToolkitError) -> None:
         self.status = self.load_outcome = SessionStatus.FAILED
         self.error, self.failed_method, self.exception = str(e), method, e
-        r = self.results[method]
-        r.status, r.error, r.runnable = MethodStatus.FAILED, str(e), False
+        self.results[method].mark_failed(str(e))
 
     def load_method(self, name: str) -> LoadedMethod:
         """Load one method; on failure the cache is exactly as before and LoadError is raised.
@@ -173,13 +175,10 @@ class Session:
                 # device) until the garbage collector runs: free their locals now.
                 traceback.clear_frames(e.__traceback__)
                 msg = str(e) if isinstance(e, ToolkitError) else f"{type(e).__name__}: {e}"
-                r = self.results[name]
-                r.status, r.error, r.runnable = MethodStatus.FAILED, msg, False
+                self.results[name].mark_failed(msg)
                 self.log.record(ev.LoadFailed, name, error=msg)
-                if not isinstance(e, Exception):
-                    raise
-                if isinstance(e, ToolkitError):
-                    raise
+                if not isinstance(e, Exception) or isinstance(e, ToolkitError):
+                    raise  # interrupts as they are; toolkit errors already name file and field
                 raise LoadError(f"method {name!r}: {msg}") from e
             self.methods[name] = loaded
             r = self.results[name]
