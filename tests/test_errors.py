@@ -21,7 +21,7 @@ from toolkit.errors import (
     IncompatibleProgramError, IntegrityError, LoadError, ManifestError, ProgramError, ToolkitError,
 )
 from toolkit.loader import Session, load_program, resolve_devices
-from toolkit.integrity import check_files, sha256_file
+from toolkit.integrity import check_files, file_record
 from toolkit.sources.directory import MANIFEST_FILE
 from toolkit.policies import get_policy
 from toolkit.sources import open_program
@@ -66,7 +66,10 @@ def refresh_digests(root: Path) -> Path:
     data = read_json(root)
     for rel, rec in data["files"].items():
         p = root / rel
-        rec["sha256"], rec["bytes"] = sha256_file(p), p.stat().st_size
+        new = file_record(p)
+        rec["sha256"], rec["bytes"] = new.sha256, new.bytes
+        if "sha256_chunks" in rec:
+            rec["chunk_bytes"], rec["sha256_chunks"] = new.chunk_bytes, list(new.chunks)
     for m in data["methods"]:
         m["blob_bytes"] = data["files"][m["blob_file"]]["bytes"]
     write_json(root, data)
@@ -135,7 +138,7 @@ def test_manifest_not_utf8(prog):
 @pytest.mark.parametrize("mutate, field", [
     (lambda d: d.clear(), "format"),
     (lambda d: d.update(format="something-else"), "format"),
-    (lambda d: d.update(format_version=3), "format_version"),
+    (lambda d: d.update(format_version=4), "format_version"),
     (lambda d: d.update(format_version="1"), "format_version"),
     (lambda d: d.pop("methods"), "methods"),
     (lambda d: d.update(methods=[]), "methods"),

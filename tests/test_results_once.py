@@ -16,15 +16,17 @@ pytestmark = pytest.mark.slow  # loads a (cached) sample program
 
 @pytest.fixture
 def hashes(monkeypatch):
-    """Every path sha256_file is called on, in order."""
+    """Every path hashed (whole, or piece by piece), in order."""
     seen: list[str] = []
-    real = integrity.sha256_file
 
-    def counting(path, *a, **kw):
-        seen.append(str(path))
-        return real(path, *a, **kw)
+    def counting(real):
+        def count(path, *a, **kw):
+            seen.append(str(path))
+            return real(path, *a, **kw)
+        return count
 
-    monkeypatch.setattr(integrity, "sha256_file", counting)
+    monkeypatch.setattr(integrity, "sha256_file", counting(integrity.sha256_file))
+    monkeypatch.setattr(integrity, "chunk_sha256s", counting(integrity.chunk_sha256s))
     VERIFIED.clear()
     yield seen
     VERIFIED.clear()

@@ -167,8 +167,13 @@ class StateBuffer:
 
 @dataclass(frozen=True)
 class FileRecord:
+    """A file's size and sha256; ``chunks`` (optional) the sha256 of each ``chunk_bytes`` piece of
+    it, in order, which lets the integrity check hash the pieces on every core at once."""
+
     sha256: str
     bytes: int
+    chunk_bytes: int = 0
+    chunks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

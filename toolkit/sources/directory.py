@@ -32,8 +32,8 @@ from ..model import (
 from ..vocab import ConstantKind
 
 FORMAT_NAME = "constshare-program"
-FORMAT_VERSION = 2  # written; 1 (no provenance, no sequences) is still read
-READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # written; 2 (no chunk digests) and 1 (no provenance, no sequences) are still read
+READ_VERSIONS = (1, 2, 3)
 MANIFEST_FILE = "manifest.json"
 MAX_RANK = 64
 _SHA256 = r"^[0-9a-f]{64}$"
@@ -132,6 +132,8 @@ class MethodDoc(_Doc):
 class FileDoc(_Doc):
     sha256: Sha256
     bytes: Count
+    chunk_bytes: Annotated[int, Field(strict=True, gt=0)] | None = None  # format version 3
+    sha256_chunks: list[Sha256] | None = None  # the sha256 of each chunk_bytes piece, in order
 
 
 class ManifestDoc(_Doc):
@@ -211,7 +213,15 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             _relpath(rel)
         except ValueError as e:
             raise fail(fw, str(e)) from None
-        files[rel] = FileRecord(sha256=rec.sha256, bytes=rec.bytes)
+        if (rec.chunk_bytes is None) != (rec.sha256_chunks is None):
+            raise fail(fw, "chunk_bytes and sha256_chunks come together: one is missing")
+        if rec.chunk_bytes is not None and doc.format_version < 3:
+            raise fail(f"{fw}.sha256_chunks", f"chunk digests need format version 3, not {doc.format_version}")
+        if rec.chunk_bytes is not None and len(rec.sha256_chunks) != -(-rec.bytes // rec.chunk_bytes):
+            raise fail(f"{fw}.sha256_chunks", f"{len(rec.sha256_chunks)} chunk digests for {rec.bytes} bytes in "
+                       f"chunks of {rec.chunk_bytes}: expected {-(-rec.bytes // rec.chunk_bytes)}")
+        files[rel] = FileRecord(sha256=rec.sha256, bytes=rec.bytes, chunk_bytes=rec.chunk_bytes or 0,
+                                chunks=tuple(rec.sha256_chunks or ()))
 
     methods: list[MethodSpec] = []
     seen: set[str] = set()
@@ -350,6 +360,13 @@ def _constant_json(c: ConstantSpec) -> dict:
             "nbytes": c.nbytes, "offset": c.offset, "digest": c.digest, "storage": c.storage}
 
 
+def _file_json(record: FileRecord) -> dict:
+    out: dict = {"sha256": record.sha256, "bytes": record.bytes}
+    if record.chunks:
+        out.update(chunk_bytes=record.chunk_bytes, sha256_chunks=list(record.chunks))
+    return out
+
+
 def manifest_json(program: Program, *, indent: int | None = 2) -> str:
     """The manifest of ``program`` in this format (``indent=None``: compact, for millions of constants).
 
@@ -368,7 +385,7 @@ def manifest_json(program: Program, *, indent: int | None = 2) -> str:
                      "reference_file": m.reference_file, "blob_bytes": m.blob_bytes, "num_inputs": m.num_inputs,
                      "num_outputs": m.num_outputs, "constants": [_constant_json(c) for c in m.constants]}
                     for m in program.methods],
-        "files": {k: {"sha256": v.sha256, "bytes": v.bytes} for k, v in program.files.items()},
+        "files": {k: _file_json(v) for k, v in program.files.items()},
         "sequences": [{"name": q.name, "reference_file": q.reference_file,
                        "steps": [{"method": st.method, "num_inputs": st.num_inputs, "num_outputs": st.num_outputs}
                                  for st in q.steps]} for q in program.sequences],
