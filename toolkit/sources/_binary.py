@@ -26,6 +26,7 @@ import struct
 from pathlib import Path
 
 from ..errors import ProgramError
+from ..integrity import VERIFIED, file_identity
 from ..model import FileRecord
 
 _U8, _U16, _U32, _I32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q", "<q"))
@@ -244,11 +245,13 @@ class MappedFile:
         self.path, self.rel = path, rel
         try:
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+                st = os.fstat(f.fileno())
+                size = st.st_size
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
         except (OSError, ValueError) as e:  # unreadable, a directory, a name the OS refuses, unmappable
             raise ProgramError(f"file cannot be read: {getattr(e, 'strerror', None) or e}", path=path) from None
         self.size = size
+        self._identity = file_identity(st)
         self.bytes = Bytes(self._map if self._map is not None else b"", path)
         self._record: FileRecord | None = None
 
@@ -259,6 +262,12 @@ class MappedFile:
             for at in range(0, len(view), 1 << 24):
                 h.update(view[at:at + (1 << 24)])
             self._record = FileRecord(sha256=h.hexdigest(), bytes=self.size)
+            try:  # the bytes hashed were the file's at this identity: a load need not hash them again
+                unchanged = file_identity(self.path.stat()) == self._identity
+            except OSError:
+                unchanged = False
+            if unchanged:
+                VERIFIED.note(self.path, self._identity, self._record.sha256)
         return self._record
 
     def sha256(self, offset: int, size: int) -> str:
