@@ -14,6 +14,9 @@ first byte read to the last byte on the device and every resource given back:
 * ``toolkit_reload``: the same for a blob whose pages an earlier load left locked (the
   ``HostLockCache``), as when a program is loaded again (another policy, another session):
   every byte copied straight from the locked page cache;
+* ``toolkit_first_load_locked`` / ``_hybrid``: the same first load with
+  ``CONSTSHARE_FIRST_LOAD=locked`` (pages locked piece by piece while earlier pieces copy) /
+  ``hybrid`` (that from the front, pinned staging from the back, at once);
 * ``toolkit_stager``: ``upload_constant`` with a ``HostStager`` (``CONSTSHARE_UPLOAD=staged``);
 * ``toolkit_unstaged``: a fresh pinned buffer per constant (``CONSTSHARE_UPLOAD=unstaged``);
 * ``file_to_pageable_copy``: read into pageable memory, then copy (the naive way);
@@ -113,14 +116,23 @@ def main(argv=None):
     uploaders = {"toolkit_stager": HostStager(dev), "toolkit_unstaged": None}
     kinds = ["plain_pinned_copy", "toolkit_stager", "toolkit_unstaged", "file_to_pageable_copy"]
     first_locks, reload_locks = HostLockCache(1 << 40), HostLockCache(1 << 40)
+    first_mode_locks: dict[str, HostLockCache] = {}
     if upload_path == "mapped":
         uploaders["toolkit_first_load"] = MappedBlobUploader(dev, locks=first_locks)
         uploaders["toolkit_reload"] = MappedBlobUploader(dev, locks=reload_locks)
         kinds[1:1] = ["toolkit_reload", "toolkit_first_load"]
+        for mode in ("locked", "hybrid"):  # first loads that lock pages while they copy (CONSTSHARE_FIRST_LOAD)
+            k = f"toolkit_first_load_{mode}"
+            first_mode_locks[k] = HostLockCache(1 << 40)
+            uploaders[k] = MappedBlobUploader(dev, locks=first_mode_locks[k], first_load=mode)
+            kinds.insert(kinds.index("toolkit_first_load") + 1, k)
     lock_rows = []
 
     def between(k):
         """Outside the timing: a first load starts with nothing locked; a reload with everything."""
+        if k in first_mode_locks:
+            first_mode_locks[k].wait_until_locked()
+            first_mode_locks[k].clear()
         if k == "toolkit_first_load":
             t0 = time.perf_counter()
             first_locks.wait_until_locked()  # the previous pass's background locking
@@ -196,7 +208,7 @@ def main(argv=None):
     for up in uploaders.values():
         if up is not None:
             up.close()
-    for locks in (first_locks, reload_locks):
+    for locks in (first_locks, reload_locks, *first_mode_locks.values()):
         locks.wait_until_locked()
         locks.clear()
     df = pd.DataFrame(rows)
@@ -210,8 +222,8 @@ def main(argv=None):
           f"median of {args.repeats}:")
     for k, v in med.sort_values(ascending=False).items():
         print(f"  {k:>44}: {v:7.2f} GB/s  ratio {v / base:.3f}")
-    for k in ("toolkit_reload", "toolkit_first_load", "toolkit_stager", "loader_fingerprint_reload",
-              "loader_fingerprint_cold"):
+    for k in ("toolkit_reload", "toolkit_first_load", "toolkit_first_load_locked", "toolkit_first_load_hybrid",
+              "toolkit_stager", "loader_fingerprint_reload", "loader_fingerprint_cold"):
         if k in med:
             print(f"ratio {k} / plain_pinned_copy = {med[k] / base:.3f} (target >= 0.8)")
     print(f"written to {path}")

@@ -275,6 +275,51 @@ def test_every_path_delivers_the_exact_bytes(blob, monkeypatch, choice):
     assert _lock_whole_file_again(path) == 0
 
 
+def test_an_unknown_first_load_mode_is_named_in_the_error(monkeypatch):
+    monkeypatch.setenv(upload.FIRST_LOAD_ENV, "telepathy")
+    with pytest.raises(ValueError, match="CONSTSHARE_FIRST_LOAD='telepathy'.*staged, locked, hybrid"):
+        upload.MappedBlobUploader(torch.device("cuda", 0))
+    monkeypatch.setenv(upload.FIRST_LOAD_ENV, "Hybrid")
+    assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load == "hybrid"
+    monkeypatch.delenv(upload.FIRST_LOAD_ENV)
+    assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load == "staged"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["locked", "hybrid"])
+@pytest.mark.parametrize("broken_lock", [False, True])
+def test_a_first_load_that_locks_as_it_copies_delivers_the_exact_bytes(blob, monkeypatch, mode, broken_lock):
+    path, data, specs = blob
+    if broken_lock:
+        monkeypatch.setattr(upload, "_register", lambda ptr, n: 1)  # cudaErrorInvalidValue
+    locks = upload.HostLockCache(1 << 40)
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=locks, first_load=mode, piece_bytes=16 << 20)
+    up.prefetch(path, specs)
+    paths = {}
+    for c in specs:
+        assert _same(up.upload(path, c), data, c), (mode, c.name)
+        paths[c.name] = up.last_path
+    big = [c.name for c in specs if c.nbytes >= (8 << 20)]
+    if broken_lock:
+        assert up.disabled_reason and "failed during a first load" in up.disabled_reason
+        assert locks.locked_bytes == 0
+    else:
+        want = upload.PATH_HYBRID if mode == "hybrid" else upload.PATH_LOCKED_NOW
+        assert all(paths[n] == want for n in big), paths
+        assert locks.locked_bytes >= sum(c.nbytes for c in specs if c.name in big)  # locked as they were copied
+        up.release()
+        locks.wait_until_locked()
+        for c in specs:  # a reload: every page locked
+            assert _same(up.upload(path, c), data, c)
+            if c.nbytes:
+                assert up.last_path == upload.PATH_MAPPED_WARM, c.name
+        assert up.disabled_reason is None
+    up.close()
+    locks.clear()
+    assert locks.locked_bytes == 0 and locks.mapped_files == []
+    assert _lock_whole_file_again(path) == 0
+
+
 @pytest.mark.gpu
 def test_lone_uploads_without_prefetch_are_staged_then_warm(blob):
     path, data, specs = blob

@@ -40,6 +40,10 @@ PATH_STAGED = "pinned staging"
 PATH_PINNED_EACH = "pinned buffer per constant"
 PATH_HOST = "host read"
 UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # "mapped" (default), "staged" or "unstaged"
+FIRST_LOAD_ENV = "CONSTSHARE_FIRST_LOAD"  # the mapped path's first load: "staged", "locked" or "hybrid"
+FIRST_LOAD_MODES = ("staged", "locked", "hybrid")
+PATH_LOCKED_NOW = "page-locked during this load"  # a first load that locked its pages as it copied
+PATH_HYBRID = "page-locked and pinned staging at once"
 LOCK_BUDGET_ENV = "CONSTSHARE_HOST_LOCK_GIB"  # GiB of blob pages kept locked between loads
 
 
@@ -156,13 +160,25 @@ class HostStager:
 
     def upload(self, blob_path: Path, spec: ConstantSpec) -> torch.Tensor:
         """The constant's raw bytes as a uint8 tensor on the device (complete when this returns)."""
-        self._ensure()
         n = spec.nbytes
         dev = torch.empty(n, dtype=torch.uint8, device=self.device)
         if n == 0:
             return dev
-        stream = torch.cuda.current_stream(self.device)
         fd = os.open(blob_path, os.O_RDONLY)
+        try:
+            self.copy_range(fd, dev, spec.offset, blob_path, spec)
+            torch.cuda.current_stream(self.device).synchronize()
+        finally:
+            os.close(fd)
+        return dev
+
+    def copy_range(self, fd: int, dev: torch.Tensor, file_offset: int, blob_path: Path, spec: ConstantSpec) -> None:
+        """Copy the file's bytes at ``file_offset`` into all of ``dev`` (uint8, on the device),
+        chunk by chunk through the pinned slots; the last copy may still run on the current
+        stream when this returns (synchronize it before using ``dev``)."""
+        self._ensure()
+        n = dev.numel()
+        stream = torch.cuda.current_stream(self.device)
         try:
             for i, start in enumerate(range(0, n, self.chunk_bytes)):
                 slot = i % self.slots
@@ -170,17 +186,17 @@ class HostStager:
                     self._events[slot].synchronize()  # the copy out of this slot is done
                 m = min(self.chunk_bytes, n - start)
                 buf = self._bufs[slot][:m]
-                self._read(fd, buf, spec.offset + start, blob_path, spec)
+                self._read(fd, buf, file_offset + start, blob_path, spec)
                 with torch.cuda.device(self.device):
                     dev[start: start + m].copy_(buf, non_blocking=True)
                     ev = torch.cuda.Event()
                     ev.record(stream)
                 self._events[slot] = ev
-            stream.synchronize()
         finally:
-            os.close(fd)
+            for ev in self._events:
+                if ev is not None:
+                    ev.synchronize()  # no slot is reused while a copy out of it may still run
             self._events = [None] * self.slots
-        return dev
 
 
 def page_spans(ranges: list[tuple[int, int]], page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
@@ -278,6 +294,26 @@ class LockedMapping:
                 bisect.insort(self.regions, region)
                 self.futures[region] = pool.submit(_register, self.base + region[0], region[1] - region[0])
             return todo
+
+    def lock_now(self, region: tuple[int, int]) -> bool:
+        """Lock one region in the calling thread (a worker thread: see :func:`_register`), unless
+        it is locked or being locked already (then wait for that).  True when it holds."""
+        with self.guard:
+            f = self.futures.get(region)
+            mine = f is None
+            if mine:
+                if regions_to_lock([region], self.regions, region[1] - region[0]) != [region]:
+                    return False  # overlaps a region locked differently: not ours to lock
+                f = Future()
+                bisect.insort(self.regions, region)
+                self.futures[region] = f
+        if mine:
+            f.set_running_or_notify_cancel()
+            f.set_result(_register(self.base + region[0], region[1] - region[0]))
+        try:
+            return f.result() == 0
+        except (CancelledError, Exception):
+            return False
 
     def forget(self, region: tuple[int, int]) -> None:
         """A region whose lock failed or was cancelled: not locked, may be locked again."""
@@ -456,9 +492,17 @@ class MappedBlobUploader:
     :attr:`disabled_reason` says why and this uploader stops trying: slower, never wrong.
     """
 
-    def __init__(self, device: torch.device, *, region_bytes: int = 256 << 20, locks: HostLockCache | None = None):
+    def __init__(self, device: torch.device, *, region_bytes: int = 256 << 20, locks: HostLockCache | None = None,
+                 first_load: str | None = None, piece_bytes: int = 64 << 20):
         if region_bytes <= 0 or region_bytes % mmap.PAGESIZE:
             raise ValueError(f"region_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
+        if piece_bytes <= 0 or piece_bytes % mmap.PAGESIZE:
+            raise ValueError(f"piece_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
+        mode = (first_load or os.environ.get(FIRST_LOAD_ENV, "") or "staged").strip().lower()
+        if mode not in FIRST_LOAD_MODES:
+            raise ValueError(f"{FIRST_LOAD_ENV}={mode!r}: expected one of {', '.join(FIRST_LOAD_MODES)}")
+        self.first_load = mode
+        self.piece_bytes = int(piece_bytes)
         self.device = device
         self.region_bytes = int(region_bytes)
         self.locks = HOST_LOCKS if locks is None else locks
@@ -530,9 +574,84 @@ class MappedBlobUploader:
                 if err:
                     lm.forget(r)
             self.disabled_reason = f"cudaHostRegister of {blob_path} failed: CUDA error {max(errs)}"
+        elif lm is not None and self.first_load != "staged" and not self.disabled_reason:
+            out = self._first_load(lm, blob_path, spec)
+            if out is not None:
+                return out
         out = self.fallback.upload(blob_path, spec)
         self.last_path = PATH_STAGED
         return out
+
+    def _first_load(self, lm: LockedMapping, blob_path: Path, spec: ConstantSpec) -> torch.Tensor | None:
+        """A first load that locks pages while it copies (``first_load`` "locked" or "hybrid").
+
+        The constant's pages are cut into ``piece_bytes`` pieces.  The locking thread takes
+        pieces from the front: it locks one and issues its device copy straight from the
+        locked pages, then locks the next while that copy runs.  Under "hybrid" this thread
+        takes pieces from the back at the same time and stages them through pinned buffers
+        (the :class:`HostStager`), so the driver's locking and the host's copying both feed
+        the device.  None (the caller stages it all) when part of the constant is locked or
+        being locked already, or locking it would exceed the lock budget.
+        """
+        n, off = spec.nbytes, spec.offset
+        with lm.guard:
+            pieces = regions_to_lock([(off, off + n)], lm.regions, self.piece_bytes)
+        span = page_spans([(off, off + n)])
+        if sum(e - s for s, e in pieces) != sum(e - s for s, e in span):
+            return None  # some page is locked or being locked already: not a first load of it
+        if self.locks.locked_bytes + sum(e - s for s, e in pieces) > self.locks.budget_bytes:
+            return None
+        dev = torch.empty(n, dtype=torch.uint8, device=self.device)
+        claim = threading.Lock()
+        bounds = [0, len(pieces)]  # pieces[bounds[0]:bounds[1]] are unclaimed
+        failed: list[tuple[int, int]] = []
+
+        def take(front: bool) -> tuple[int, int] | None:
+            with claim:
+                if bounds[0] >= bounds[1]:
+                    return None
+                if front:
+                    bounds[0] += 1
+                    return pieces[bounds[0] - 1]
+                bounds[1] -= 1
+                return pieces[bounds[1]]
+
+        def part(piece: tuple[int, int]) -> tuple[int, int]:
+            return max(piece[0], off), min(piece[1], off + n)
+
+        def locker() -> int:
+            done = 0
+            while (piece := take(True)) is not None:
+                a, z = part(piece)
+                if not lm.lock_now(piece):
+                    failed.append(piece)
+                    continue
+                dev[a - off: z - off].copy_(lm.mapped[a:z], non_blocking=True)
+                done += z - a
+            torch.cuda.current_stream(self.device).synchronize()
+            return done
+
+        lock_thread = self._workers().submit(locker)
+        staged = 0
+        fd = os.open(blob_path, os.O_RDONLY)
+        try:
+            if self.first_load == "hybrid":
+                while (piece := take(False)) is not None:
+                    a, z = part(piece)
+                    self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
+                    staged += z - a
+            lock_thread.result()
+            for piece in failed:  # a lock that failed: those bytes are staged instead
+                lm.forget(piece)
+                a, z = part(piece)
+                self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
+            torch.cuda.current_stream(self.device).synchronize()
+        finally:
+            os.close(fd)
+        if failed:
+            self.disabled_reason = f"cudaHostRegister of {blob_path} failed during a first load"
+        self.last_path = PATH_HYBRID if staged else PATH_LOCKED_NOW
+        return dev
 
     def release(self) -> None:
         """The method's uploads are done: lock their pages in the background for the next load
