@@ -7,6 +7,12 @@ apart is pointed at the writer's tensor; the verification is re-run, and the swa
 A swap that makes the verification pass names a culprit.  Evidence says what differs: the
 content digests, the provenance of state, or the slot the guard refused.  Every experiment
 is one ``culprit_tried`` event.
+
+When no single swap fixes it but the wrong output has several causes that only act together
+(a KV cache of one buffer per layer, every one kept apart), all the candidates are swapped at
+once (a consistent set: no slot both given and taken) and, if that fixes it, reduced to a
+minimal set by dropping each member whose swap is not needed; each member of that set is a
+culprit, one row and one event each, its swap saying how many it needs beside it.
 """
 
 from __future__ import annotations
@@ -108,22 +114,76 @@ def blame(session: "Session", sequence: str | None = None) -> pd.DataFrame:
     if not wrong:
         return _frame(rows)
     scope = wrong if sequence is None else list(dict.fromkeys(st.method for st in session.program.sequence(sequence).steps))
-    for m, d, swap, make, evidence in _candidates(session, scope, sequence):
-        lm = session.methods[m]
-        replacement = make()
-        old = _swap(session, lm, d.constant.name, replacement)
-        try:
-            fixes = all(_passes(session, w, None) for w in wrong) if sequence is None else _passes(session, m, sequence)
-        finally:
-            _swap(session, lm, d.constant.name, old)
+
+    def fixed(m: str) -> bool:
+        return all(_passes(session, w, None) for w in wrong) if sequence is None else _passes(session, m, sequence)
+
+    def row(m, d, swap, fixes, evidence) -> None:
         session.log.record(ev.CulpritTried, m, name=d.constant.name, fqn=d.constant.fqn, verification=label,
                            swap=swap, fixes=fixes, evidence=evidence)
         rows.append({"verification": label, "method": m, "name": d.constant.name, "fqn": d.constant.fqn,
                      "decision": d.decision.value,
                      "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}" if d.shared_from else "",
                      "swap": swap, "fixes": fixes, "evidence": evidence})
+
+    candidates = list(_candidates(session, scope, sequence))
+    any_fix = False
+    for m, d, swap, make, evidence in candidates:
+        lm = session.methods[m]
+        replacement = make()
+        old = _swap(session, lm, d.constant.name, replacement)
+        try:
+            fixes = fixed(m)
+        finally:
+            _swap(session, lm, d.constant.name, old)
+        any_fix |= fixes
+        row(m, d, swap, fixes, evidence)
+    if not any_fix and len(candidates) > 1:
+        for (m, d, swap, _make, evidence), _t in _jointly(session, candidates, fixed):
+            row(m, d, f"{swap}, with {len(_t) - 1} more swaps" if len(_t) > 1 else swap, True,
+                f"{evidence} (only together with the {len(_t) - 1} other swaps of this set)" if len(_t) > 1
+                else evidence)
     session.reset_state()
     return _frame(rows)
+
+
+def _jointly(session: "Session", candidates: list[tuple], fixed) -> list[tuple]:
+    """A minimal set of candidates whose swaps, made together, fix the verification ([] when even
+    all of them do not): [(candidate, the set)].  The set is consistent: a slot whose tensor is
+    another member's replacement is not also replaced (two state swaps in opposite directions
+    would only exchange the buffers)."""
+    chosen, given, taken = [], set(), set()
+    for cand in candidates:
+        m, d = cand[0], cand[1]
+        lm = session.methods[m]
+        current = lm.tensors.get(d.constant.name)
+        replacement = cand[3]()
+        if (m, d.constant.name) in {(c[0], c[1].constant.name) for c, _r in chosen} or \
+                id(current) in given or id(replacement) in taken:
+            continue
+        chosen.append((cand, replacement))
+        given.add(id(replacement))
+        taken.add(id(current))
+
+    def passes(members) -> bool:
+        undo = []
+        try:
+            for cand, replacement in members:
+                lm = session.methods[cand[0]]
+                undo.append((lm, cand[1].constant.name, _swap(session, lm, cand[1].constant.name, replacement)))
+            return fixed(members[0][0][0])
+        finally:
+            for lm, name, old in reversed(undo):
+                _swap(session, lm, name, old)
+
+    if len(chosen) < 2 or not passes(chosen):
+        return []
+    needed = list(chosen)
+    for member in list(chosen):
+        rest = [x for x in needed if x is not member]
+        if rest and passes(rest):
+            needed = rest
+    return [(cand, needed) for cand, _r in needed]
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

@@ -169,6 +169,55 @@ def _on_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module
     return module
 
 
+def mutated_buffers(ep: "torch.export.ExportedProgram") -> set[str]:
+    """FQNs of the buffers the exported graph writes, read from the graph as exported.
+
+    ``torch.export.export`` returns a non-functional graph: a buffer written in place
+    (``copy_``, ``index_copy_``, ``x[i] = ...``) appears as an op whose schema marks that
+    argument written, on the buffer's placeholder or on a view of it, and
+    ``graph_signature.buffers_to_mutate`` stays empty until the program is functionalized.
+    Functionalizing (``run_decompositions``) fails on some real models (transformers'
+    ``TorchExportableModuleWithStaticCache`` under torch 2.13: "expected compiled_fn to be
+    GraphModule"), so the writes are found here: every op argument whose alias annotation
+    says written, followed through views (an op returning an alias of its argument) and
+    ``getitem`` of multi-output views.  A signature that already lists mutations (a
+    functional program) is taken as well.  A lifted tensor constant written in place (what
+    that transformers path makes of its cache tensors) is state too and is reported with them.
+    """
+    import operator
+
+    sig = ep.graph_signature
+    found = set(sig.buffers_to_mutate.values())
+    state = {**sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+    alias: dict[torch.fx.Node, str] = {}  # node -> the buffer it is (a view of)
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and node.name in state:
+            alias[node] = state[node.name]
+            continue
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem and node.args and node.args[0] in alias:
+            alias[node] = alias[node.args[0]]
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            continue
+        given = dict(zip((a.name for a in schema.arguments), node.args))
+        given.update(node.kwargs)
+        returned = {a for r in schema.returns if r.alias_info is not None for a in r.alias_info.before_set}
+        for arg in schema.arguments:
+            value = given.get(arg.name)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            for v in values:
+                if not isinstance(v, torch.fx.Node) or v not in alias or arg.alias_info is None:
+                    continue
+                if arg.alias_info.is_write:
+                    found.add(alias[v])
+                if returned & set(arg.alias_info.before_set):
+                    alias[node] = alias[v]  # a view (or the written tensor itself, returned)
+    return found
+
+
 def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch.device, mdir: Path) -> MethodSpec:
     if not isinstance(module, torch.nn.Module):
         raise BuildError(f"method {name!r}: expected a torch.nn.Module, got {type(module).__name__}")
@@ -191,8 +240,7 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
         sig = ep.graph_signature
         kinds = {fqn: ConstantKind.PARAMETER for fqn in sig.parameters}
         kinds.update({fqn: ConstantKind.BUFFER for fqn in sig.buffers})
-        # Mutations only show in the signature of the functionalized program.
-        mutated = set(ep.run_decompositions({}).graph_signature.buffers_to_mutate.values())
+        mutated = mutated_buffers(ep)
         so, blob = _aot_compile(ep.module(), args, device, mdir)
     check_shared_object(so)
     rel = Path("methods") / name

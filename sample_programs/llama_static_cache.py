@@ -1,0 +1,175 @@
+"""A real language model with a real KV cache: transformers' Llama layers over a static cache
+held as mutable buffers of one module instance, exported as ``prefill`` and ``decode``."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+PROMPT_LEN = 8  # prefill: tokens at positions 0..7
+DECODE_STEPS = 4  # the generate sequence: prefill, then 4 greedy decodes (positions 8..11)
+MAX_LEN = 16  # static cache length
+VOCAB = 256
+
+DESCRIPTION = """
+A tiny transformers `LlamaForCausalLM` (hidden 64, 2 layers, 4 query heads / 2 KV heads of
+dim 32, vocab 256, random weights from `torch.manual_seed(0)`, eager attention) run layer by
+layer through transformers' own decoder layers (attention projections, rotary embedding,
+`repeat_kv`, eager attention, MLP, RMSNorm) over a **static KV cache held as buffers of one
+module instance** (`core.k_cache_0`, `core.v_cache_0`, `core.k_cache_1`, `core.v_cache_1`,
+each 1 x 2 x 16 x 32 float32, zeros at first). Each method writes its keys and values into the
+cache at its positions (`index_copy_`) and attends over the whole cache, masked to the
+positions at or before its own. `prefill` takes 8 prompt tokens (positions 0..7), `decode` one
+token and its position (an input); both return the logits and the greedy next token (argmax,
+int64, compared exactly). Both methods wrap the one `core`: every weight and every cache
+buffer is one tensor of the eager program. The sequence `generate` is prefill, then 4 decodes
+whose inputs are eager's greedy tokens at positions 8..11: the loaded program reproduces
+eager's tokens only if decode reads the cache prefill filled.
+
+Each method alone (decode from the initial, empty cache) is right under every policy. In
+sequence: the ExecuTorch policies share every cache buffer by name (one FQN, same shape,
+dtype and zero contents, so every name of `decode` hits and even the metadata checks pass;
+upstream's `share_kv_cache_across_methods`), `fqn-weight-cache` stores each FQN's storage
+once under its key (equal zeros, so no "Duplicate key" refusal), and `fingerprint` /
+`content-dedup` share the cache buffers because provenance says each is one buffer of the
+eager program: decode reads prefill's keys and values and the tokens are eager's.
+`no-sharing` gives decode its own, empty cache: from the first decode on it attends to
+zeros instead of the prompt, and the sequence is wrong. The static cache is written at
+explicit positions, so re-running a method with the same inputs rewrites the same slots:
+repeated runs give identical outputs with or without resetting the state.
+"""
+
+
+def config() -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32,  # inv_freq then has 16 elements: Inductor keeps it a real constant (see llama_prefill_decode)
+        max_position_embeddings=64, tie_word_embeddings=False, use_cache=False, attn_implementation="eager",
+    )
+
+
+class _Cache:
+    """What transformers' attention calls ``cache.update`` on: writes this step's keys and
+    values into the owner's buffers at ``positions`` and returns the whole static cache."""
+
+    def __init__(self, owner: "StaticCacheLlama", positions: torch.Tensor):
+        self.owner, self.positions = owner, positions
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        k = getattr(self.owner, f"k_cache_{layer_idx}")
+        v = getattr(self.owner, f"v_cache_{layer_idx}")
+        k.index_copy_(2, self.positions, key_states)
+        v.index_copy_(2, self.positions, value_states)
+        return k, v
+
+
+class StaticCacheLlama(torch.nn.Module):
+    """transformers' Llama with a static KV cache registered as this module's buffers."""
+
+    def __init__(self, model: LlamaForCausalLM, max_len: int = MAX_LEN):
+        super().__init__()
+        self.model = model
+        cfg = model.config
+        for i in range(cfg.num_hidden_layers):
+            shape = (1, cfg.num_key_value_heads, max_len, cfg.head_dim)
+            self.register_buffer(f"k_cache_{i}", torch.zeros(shape))
+            self.register_buffer(f"v_cache_{i}", torch.zeros(shape))
+        self.max_len = max_len
+
+    def step(self, input_ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens ``input_ids`` (1, T) at ``positions`` (T,) -> (logits (1, T, vocab), next token (1,))."""
+        m = self.model.model
+        h = m.embed_tokens(input_ids)
+        position_ids = positions.unsqueeze(0)
+        cos_sin = m.rotary_emb(h, position_ids=position_ids)
+        key_pos = torch.arange(self.max_len, device=positions.device)
+        allowed = key_pos.unsqueeze(0) <= positions.unsqueeze(1)  # (T, max_len): causal over the static cache
+        mask = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device).masked_fill(
+            ~allowed, torch.finfo(h.dtype).min)[None, None]
+        cache = _Cache(self, positions)
+        for layer in m.layers:
+            h = layer(h, attention_mask=mask, position_embeddings=cos_sin, position_ids=position_ids,
+                      cache=cache, use_cache=True)
+        logits = self.model.lm_head(m.norm(h))
+        return logits, logits[:, -1].argmax(-1)
+
+
+class Prefill(torch.nn.Module):
+    """``PROMPT_LEN`` prompt tokens at positions 0..n-1: fills the cache."""
+
+    def __init__(self, core: StaticCacheLlama):
+        super().__init__()
+        self.core = core
+
+    def forward(self, input_ids: torch.Tensor):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        return self.core.step(input_ids, positions)
+
+
+class Decode(torch.nn.Module):
+    """One token (1, 1) at ``position`` (1,): reads the cache, writes its own slot."""
+
+    def __init__(self, core: StaticCacheLlama):
+        super().__init__()
+        self.core = core
+
+    def forward(self, input_ids: torch.Tensor, position: torch.Tensor):
+        return self.core.step(input_ids, position)
+
+
+def core() -> StaticCacheLlama:
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config()).eval()
+    model.config._attn_implementation = "eager"
+    return StaticCacheLlama(model).eval()
+
+
+def prompt() -> torch.Tensor:
+    # seed 11: greedy tokens 62, 183, 112, 246, 45, each ahead of the runner-up by >= 0.025 in
+    # logit (measured eager, CPU), far above compiled-kernel differences (~1e-6)
+    g = torch.Generator().manual_seed(11)
+    return torch.randint(0, VOCAB, (1, PROMPT_LEN), generator=g, dtype=torch.int64)
+
+
+def methods() -> dict[str, tuple[torch.nn.Module, tuple]]:
+    c = core()
+    token = torch.tensor([[7]], dtype=torch.int64)
+    return {
+        "prefill": (Prefill(c), (prompt(),)),
+        "decode": (Decode(c), (token, torch.tensor([PROMPT_LEN], dtype=torch.int64))),
+    }
+
+
+def greedy(steps: int = DECODE_STEPS) -> list[tuple[str, tuple]]:
+    """Eager greedy generation on a fresh core: [(method, args)] with each decode's input the
+    token the step before chose."""
+    c = core()
+    prefill, decode = Prefill(c), Decode(c)
+    out = [("prefill", (prompt(),))]
+    with torch.no_grad():
+        _, token = prefill(prompt())
+        for i in range(steps):
+            args = (token.view(1, 1).clone(), torch.tensor([PROMPT_LEN + i], dtype=torch.int64))
+            out.append(("decode", args))
+            _, token = decode(*args)
+    return out
+
+
+def sequences():
+    return {"generate": greedy()}
+
+
+def _expected():
+    from toolkit.samples import Expected
+
+    # 21 parameters + rotary inv_freq + 4 cache buffers = 26 constants per method, all one tensor
+    # of the eager program: every sharing policy shares all 26 (the cache by name, key or
+    # provenance) and reproduces the tokens; no-sharing keeps decode's cache empty.
+    shared = {p: Expected.of(min_shared=26, declined=0) for p in (
+        "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup",
+        "blind-share", "fqn-weight-cache")}
+    return {"no-sharing": Expected.of(sequence_wrong={"generate"}), **shared}
+
+
+EXPECTED = _expected()
