@@ -27,16 +27,29 @@ whose inputs are eager's greedy tokens at positions 8..11: the loaded program re
 eager's tokens only if decode reads the cache prefill filled.
 
 Each method alone (decode from the initial, empty cache) is right under every policy. In
-sequence: the ExecuTorch policies share every cache buffer by name (one FQN, same shape,
-dtype and zero contents, so every name of `decode` hits and even the metadata checks pass;
-upstream's `share_kv_cache_across_methods`), `fqn-weight-cache` stores each FQN's storage
-once under its key (equal zeros, so no "Duplicate key" refusal), and `fingerprint` /
-`content-dedup` share the cache buffers because provenance says each is one buffer of the
-eager program: decode reads prefill's keys and values and the tokens are eager's.
-`no-sharing` gives decode its own, empty cache: from the first decode on it attends to
-zeros instead of the prompt, and the sequence is wrong. The static cache is written at
-explicit positions, so re-running a method with the same inputs rewrites the same slots:
-repeated runs give identical outputs with or without resetting the state.
+sequence, per policy (the cache buffers have one FQN, shape, dtype and zero contents in both
+methods, and so does every weight, so every name of `decode` hits the cache):
+- `name-only`, `refuse-on-mismatch`, `decline-on-mismatch`: all-hit, so `decode` shares all
+  26 constants by name, the cache included (upstream's `share_kv_cache_across_methods`):
+  the tokens are eager's.
+- `verify-always`: the all-hit branch re-uploads `decode`'s blob and compares metadata: all
+  equal, so it shares all 26 as well: eager's tokens.
+- `blind-share`: `decode`'s tensors are re-pointed at `prefill`'s, cache included: eager's tokens.
+- `fqn-weight-cache`: one storage per FQN key; the cache's bytes at export are equal zeros, so
+  there is no "Duplicate key" refusal and `decode` binds `prefill`'s storages: eager's tokens.
+- `fingerprint`, `content-dedup`: weights by content digest; the cache buffers because
+  provenance says each is one buffer of the eager program (same storage at build time):
+  eager's tokens.
+- `no-sharing`: `decode` gets its own, empty cache: from the first decode on it attends to
+  zeros instead of the prompt; the sequence is wrong at every decode step (logits; the greedy
+  tokens differ at some steps), and blame needs all four buffers swapped together to fix it.
+The static cache is written at explicit positions, so re-running a method with the same
+inputs rewrites the same slots: repeated runs give identical outputs with or without
+resetting the state (repeatability finds nothing to attribute).
+
+transformers' own `TorchExportableModuleWithStaticCache` is not used: under torch 2.13 its
+export lifts the cache tensors as positional constants (`lifted_tensor_N`), separate from the
+buffers it registers, and functionalizing it fails.
 """
 
 
