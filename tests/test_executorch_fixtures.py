@@ -1,0 +1,308 @@
+"""The programs exported on the H200 by executorch 1.5.1's own CUDA backend (``executorch_fixtures.py``).
+
+CPU only: every exported fixture opens with ``toolkit.open_program`` into a model that agrees
+with what the exporter recorded storing; every policy's dry run gives the decisions stated
+per fixture; for a refused fixture, ``fqn-weight-cache``'s dry run of the program built from
+the same modules predicts the exporter's refusal, message for message.  The script itself is
+tested up to the point where CUDA is needed.  GPU loads: ``test_pte_load.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import toolkit
+from toolkit.analysis import run_analysis
+from toolkit.policies import POLICIES
+from toolkit.vocab import Decision
+
+from executorch_fixtures import (
+    EXPECTED, MANIFEST, OLD_ROOT, POLICY_NAMES, ROOT, RUN_COMMAND, SCRIPT, built_program, old_constant_table,
+    old_exported, exported, manifest, present,
+    refused, result, script, with_so_keys,
+)
+
+
+def wrong_of(analysis) -> set[str]:
+    d = analysis.decisions
+    bad = d[(d["decision"] == Decision.SHARED) & (d["digest"] != d["cached_digest"])]
+    return set(bad["method"])
+
+
+def decisions_by_fqn(analysis, program) -> dict:
+    """(method, FQN) -> decision (the fqn-weight-cache frame shows storage keys in ``fqn``)."""
+    fqn = {(m.name, c.name): c.fqn for m in program.methods for c in m.constants}
+    return {(r.method, fqn[(r.method, r.name)]): r.decision for r in analysis.decisions.itertuples()}
+
+
+# ------------------------------------------------------------------ the set of fixtures
+
+
+def test_the_expectations_cover_every_program_of_the_script():
+    assert set(EXPECTED) == set(script().PROGRAMS)
+    assert set(POLICY_NAMES) == set(POLICIES)
+    for name, pdef in script().PROGRAMS.items():
+        assert EXPECTED[name].status == pdef.expect, name
+
+
+def test_every_expected_fixture_is_present_once_the_manifest_is():
+    listed = manifest()
+    if listed is None:
+        if present():
+            pytest.fail(f"{len(present())} exported fixture folder(s) but no {MANIFEST.name}: "
+                        f"the script writes it at the end; run it again: {RUN_COMMAND}")
+        pytest.skip(f"the 1.5.1 exports are not in the repository yet ({MANIFEST} missing): {RUN_COMMAND}, "
+                    "then commit tests/fixtures/executorch-1.5.1-cuda/")
+    missing = sorted(set(EXPECTED) - set(listed))
+    assert not missing, f"{MANIFEST.name} does not list {missing}: export them ({RUN_COMMAND} --only {','.join(missing)})"
+    absent = sorted(set(listed) - set(present()))
+    assert not absent, f"{MANIFEST.name} lists {absent}, but their folders (with result.json) are not there: " \
+                       "were they committed?"
+    unknown = sorted(set(present()) - set(EXPECTED))
+    assert not unknown, f"fixtures without stated expectations: {unknown} (add them to EXPECTED)"
+
+
+# ------------------------------------------------------------------ every fixture
+
+
+@pytest.mark.parametrize("name", present())
+def test_result_json_says_what_was_attempted_and_what_happened(name):
+    r = result(name)
+    e = EXPECTED[name]
+    assert r["program"] == name and r["schema"] == 1
+    assert r["status"] == e.status, (r["status"], r["message"][:400])
+    assert r["environment"]["executorch"] == "1.5.1" and r["environment"]["gpu"], r["environment"]
+    assert r["environment"]["torch"] and r["date_utc"]
+    assert r["methods"] == list(script().PROGRAMS[name].methods())
+    # every file is the one the script wrote
+    folder = ROOT / name
+    for fname, rec in r["files"].items():
+        data = (folder / fname).read_bytes()
+        assert len(data) == rec["bytes"] and hashlib.sha256(data).hexdigest() == rec["sha256"], fname
+    # the references are the modules' eager outputs, recomputed here
+    refs = script().references(script().PROGRAMS[name].methods())
+    for m, file in r["references"]["methods"].items():
+        saved = load_file(str(folder / file))
+        assert set(saved) == set(refs[m])
+        for k, t in refs[m].items():
+            torch.testing.assert_close(saved[k], t, rtol=1e-5, atol=1e-5)
+    rec = r["exporter_record"]
+    assert rec["available"], rec["note"]
+    assert set(r["processed_order"]) <= set(r["methods"]) and r["processed_order"]
+    if e.status == "exported":
+        assert {"prog.pte", "aoti_cuda_blob.ptd"} <= set(r["files"]) and r["message"] == ""
+        assert sorted(r["processed_order"]) == sorted(r["methods"])  # every method compiled
+    else:
+        assert (folder / "refusal.txt").read_text() == r["message"]
+        assert "prog.pte" not in r["files"]
+
+
+@pytest.mark.parametrize("name", exported())
+def test_an_exported_fixture_opens_and_agrees_with_what_the_exporter_stored(name):
+    p = toolkit.open_program(ROOT / name)
+    r = result(name)
+    assert p.source == "executorch-pte" and p.device == "cuda"
+    assert p.method_names == list(EXPECTED[name].methods), p.method_names
+    for m in p.methods:
+        assert m.reference_file == f"reference_{m.name}.safetensors"
+        ref = load_file(str(ROOT / name / m.reference_file))
+        assert m.num_inputs == sum(k.startswith("input.") for k in ref)
+        assert m.input_order is not None and sorted(m.input_order) == list(range(m.num_inputs)), m.input_order
+    for rm in r["exporter_record"]["methods"]:
+        m = p.method(rm["method"])
+        assert m.so_key == rm["so_key"], m.name
+        by_fqn = {c.fqn: c for c in m.constants}
+        assert set(by_fqn) == {s["fqn"] for s in rm["storages"]}, m.name
+        for s in rm["storages"]:
+            c = by_fqn[s["fqn"]]
+            assert c.storage_key == s["storage_key"], (m.name, c.fqn)
+            assert list(c.shape) == s["sizes"] and list(c.strides) == s["strides"], (m.name, c.fqn)
+            if c.nbytes == s["storage_nbytes"]:
+                assert c.digest == s["sha256"], (m.name, c.fqn)
+            assert not s["outcome"].startswith("refused"), s
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("name", exported())
+def test_every_policys_dry_run_on_an_exported_fixture(name, policy):
+    p = toolkit.open_program(ROOT / name)
+    e = EXPECTED[name]
+    a = run_analysis(p, policy)
+    assert a.status == "loaded", (policy, a.session.error)
+    got = decisions_by_fqn(a, p)
+    for key, want in e.decisions(policy).items():
+        assert got.get(key) == want, (policy, key, got.get(key), want)
+    assert wrong_of(a) == e.wrong(policy), policy
+    if name == "llama_prefill_decode":  # every named weight of the second method is a genuine hit
+        named = [c.fqn for c in p.method("prefill").constants if not c.fqn.startswith("_tensor_constant")]
+        assert len(named) >= 21 and "model.model.embed_tokens.weight" in named
+        assert {got[("prefill", f)] for f in named} == {"private" if policy == "no-sharing" else "shared"}, policy
+
+
+def test_shared_state_keeps_one_storage_for_the_cache():
+    if "shared_state" not in exported():
+        pytest.skip(f"shared_state not exported yet: {RUN_COMMAND}")
+    p = toolkit.open_program(ROOT / "shared_state")
+    d, f = p.method("decode"), p.method("prefill")
+    kv = {m.name: next(c for c in m.constants if c.fqn == "core.kv") for m in (d, f)}
+    assert kv["decode"].storage_key == kv["prefill"].storage_key == "cuda_fqn_weight:cuda:core.kv"
+    assert kv["decode"].offset == kv["prefill"].offset  # one .ptd entry
+
+
+# ------------------------------------------------------------------ refusals: predicted by fqn-weight-cache
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", refused())
+def test_fqn_weight_cache_predicts_the_exporters_refusal(name):
+    """The program built from the same modules (our builder, CPU), methods in the order the
+    exporter processed them, each method's .so key the exporter's (its .so was compiled for
+    CUDA, ours for the CPU): the dry run under fqn-weight-cache on a CUDA device fails at
+    stage "export" with exactly the exporter's message."""
+    r = result(name)
+    message = (ROOT / name / "refusal.txt").read_text()
+    assert message.startswith("Duplicate key cuda_fqn_weight:cuda:") and " with different data." in message
+    if EXPECTED[name].refusal_key is not None:
+        assert message.startswith(f"Duplicate key {EXPECTED[name].refusal_key(r)} with different data.")
+    keys = {m["method"]: m["so_key"] for m in r["exporter_record"]["methods"]}
+    program = built_program(name, r["processed_order"])  # methods the exporter never reached left out
+    assert program.method_names == r["processed_order"]
+    a = run_analysis(with_so_keys(program, keys), "fqn-weight-cache", device="cuda")
+    assert (a.status, a.session.failed_stage) == ("failed", "export"), a.session.error
+    assert a.session.error == message, (a.session.error, message)
+    assert a.session.failed_method == r["processed_order"][-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", refused())
+def test_the_other_policies_on_a_refused_program(name):
+    """What each revision before 1.5 would have done with the program 1.5.1 refuses (dry run of
+    the program built from the same modules, all its methods)."""
+    program = built_program(name)
+    for policy in POLICY_NAMES:
+        a = run_analysis(program, policy, device="cuda")
+        if policy == "fqn-weight-cache":
+            assert a.status == "failed" and a.session.error.startswith("Duplicate key cuda_fqn_weight:cuda:")
+            continue
+        assert a.status == "loaded", (policy, a.session.error)
+        assert wrong_of(a) == EXPECTED[name].wrong(policy), policy
+
+
+# ------------------------------------------------------------------ generation 1: executorch 1.2.0 (optional)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", old_exported())
+def test_a_generation_1_export_opens_and_dry_runs(name):
+    """executorch 1.2.0 exports every one of these programs, the ones 1.5.1 refuses too: each
+    method has its own .so and dense blob under "<method>_so_blob"/"<method>_weights_blob".
+    The constant table of our CPU build of the same modules must lay out the CUDA blob exactly."""
+    r = json.loads((OLD_ROOT / name / "result.json").read_text())
+    assert r["environment"]["executorch"] == "1.2.0" and r["status"] == "exported"
+    p = toolkit.open_program(OLD_ROOT / name, constant_table=old_constant_table(name))
+    for m in p.methods:
+        assert (m.so_key, m.weights_key) == (f"{m.name}_so_blob", f"{m.name}_weights_blob")
+        assert m.blob_offset is not None  # a dense blob
+    e = EXPECTED[name]
+    for policy in POLICY_NAMES:
+        if policy == "fqn-weight-cache":  # 1.5.x's keys: not what a 1.2.0 program was made for
+            continue
+        a = run_analysis(p, policy)
+        assert a.status == "loaded", (policy, a.session.error)
+        assert wrong_of(a) == e.wrong(policy), policy
+        got = decisions_by_fqn(a, p)
+        for key, want in e.decisions(policy).items():
+            assert got.get(key) == want, (policy, key, got.get(key), want)
+
+
+# ------------------------------------------------------------------ the script, on the CPU
+
+
+def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
+    mef = script()
+
+    def refuse(methods, folder, log=print):
+        try:
+            raise ValueError("Duplicate key k with different data. Existing data size: 4 bytes. New data size: 4 bytes.")
+        except ValueError as e:
+            raise RuntimeError("lowering failed") from e
+
+    def write(methods, folder, log=print):
+        (folder / "prog.pte").write_bytes(b"pte")
+        (folder / "aoti_cuda_blob.ptd").write_bytes(b"ptd")
+
+    lines = []
+    ok = mef.run_program(mef.PROGRAMS["shared_state"], tmp_path, export=write, log=lines.append)
+    bad = mef.run_program(mef.PROGRAMS["total_collision"], tmp_path, export=refuse)
+    assert ok["status"] == "exported" and ok["matches_expectation"]
+    assert bad["status"] == "refused" and bad["matches_expectation"]
+    assert bad["message"].startswith("Duplicate key k ") and [c["type"] for c in bad["exception"]["chain"]] == \
+        ["builtins.RuntimeError", "builtins.ValueError"]
+    assert (tmp_path / "total_collision" / "refusal.txt").read_text() == bad["message"]
+    saved = json.loads((tmp_path / "shared_state" / "result.json").read_text())
+    assert saved["references"]["sequences"]["generate"]["steps"] == ["prefill", "decode", "decode"]
+    seq = load_file(str(tmp_path / "shared_state" / "sequence_generate.safetensors"))
+    # decode after prefill reads what prefill wrote: not decode's output from the initial state
+    alone = load_file(str(tmp_path / "shared_state" / "reference_decode.safetensors"))
+    assert not torch.allclose(seq["step.1.output.0"], alone["output.0"])
+    assert set(saved["files"]) == {"prog.pte", "aoti_cuda_blob.ptd", "reference_decode.safetensors",
+                                   "reference_prefill.safetensors", "sequence_generate.safetensors"}
+    assert mef.write_manifest(tmp_path) == ["shared_state", "total_collision"]
+    assert (tmp_path / "MANIFEST").read_text() == "shared_state\ntotal_collision\n"
+    # a rerun replaces what the last one wrote
+    again = mef.run_program(mef.PROGRAMS["total_collision"], tmp_path, export=write)
+    assert again["status"] == "exported" and not (tmp_path / "total_collision" / "refusal.txt").exists()
+
+
+def test_the_script_needs_cuda_and_lists_without(capsys, monkeypatch):
+    mef = script()
+    assert mef.main(["--list"]) == 0
+    assert "bart_encoder_decoder" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert mef.main([]) == 2
+    with pytest.raises(SystemExit):
+        mef.main(["--only", "nope"])
+
+
+def test_the_script_uses_executorchs_api_as_1_5_1_names_it():
+    """The names export_methods() and ExporterRecord use exist in the executorch installed here,
+    checked in a subprocess (importing executorch's CUDA backend patches Inductor for the whole
+    process: our CPU builder then lays blobs out differently, measured).  Not an extra CI installs
+    (the backend needs triton): there it skips, and the H200 run is the real check."""
+    import subprocess
+    import sys
+
+    probe = f"""
+import sys
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+try:
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
+    from executorch.backends.cuda import cuda_weight_collector
+    from executorch.backends.cuda.cuda_backend import CudaBackend
+    from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+except ImportError as e:
+    print("IMPORT", e)
+    sys.exit(0)
+spec = CudaBackend.generate_method_name_compile_spec("decode")
+assert spec.key == "method_name" and spec.value == b"decode", spec
+import make_executorch_fixtures as mef
+rec = mef.ExporterRecord()
+with rec.installed():
+    assert rec.available, rec.note
+    assert CudaBackend.__dict__["_preprocess_with_weight_collector"].__func__.__name__ == "pre"
+    assert cuda_weight_collector.CudaWeightCollector._add_weight.__name__ == "add_weight"
+assert CudaBackend.__dict__["_preprocess_with_weight_collector"].__func__.__name__ == "_preprocess_with_weight_collector"
+print("OK")
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = out.stdout.strip().splitlines()[-1]
+    if last.startswith("IMPORT"):
+        pytest.skip(f"executorch's CUDA backend does not import here: {last[7:]}")
+    assert last == "OK", out.stdout
