@@ -1,8 +1,10 @@
 """Real loads of ExecuTorch 1.5.1 CUDA programs (``.pte`` + ``.ptd``) through torch's AOTInductor
 runtime, no ExecuTorch C++ runtime (issue 10 item 4; ``docs/upstream.md``).
 
-The GPU tests load both real fixtures under every policy and check the outcome against what
-the dry run (:func:`toolkit.analysis.run_analysis`) predicts: the same status, and a method
+The GPU tests load both real fixtures, and every program exported by
+``fixtures/make_executorch_fixtures.py`` (``executorch_fixtures.py``: the folders present),
+under every policy and check the outcome against what the dry run
+(:func:`toolkit.analysis.run_analysis`) predicts: the same status, and a method
 verifies wrong exactly when it runs on a shared constant whose content digest differs from its
 own.  The CPU tests cover what can run without a GPU: extracting the embedded ``.so``, the
 input reorder, the emulated whole-blob upload of a format without a dense blob, and the
@@ -25,6 +27,8 @@ from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import aoti
 from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, so_inputs
 from toolkit.vocab import Decision
+
+import executorch_fixtures as et
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "executorch-1.5.1-cuda"
 FOLDERS = ("shared_ok", "identical")
@@ -267,3 +271,75 @@ def test_real_pte_decisions_match_the_dry_run():
             assert real.astype(str).equals(dry.astype(str)), (policy, real, dry)
         finally:
             s.close()
+
+
+def _wrong_of(decisions) -> set[str]:
+    bad = decisions[(decisions["decision"] == Decision.SHARED) & (decisions["digest"] != decisions["cached_digest"])]
+    return set(bad["method"])
+
+
+def _run_sequence(path: Path, policy: str, info: dict) -> list[bool]:
+    """The eager sequence's steps in a fresh session, in order, state carried: ok per step."""
+    from safetensors.torch import load_file
+
+    from toolkit.verification import compare_outputs
+
+    ref = load_file(str(path.parent / info["file"]))
+    s = toolkit.load_program(path, policy)
+    try:
+        oks = []
+        for i, m in enumerate(info["steps"]):
+            inputs = [ref[f"step.{i}.input.{j}"] for j in range(info["inputs"][i])]
+            n_out = sum(k.startswith(f"step.{i}.output.") for k in ref)
+            expected = [ref[f"step.{i}.output.{j}"] for j in range(n_out)]
+            outputs = [o.detach().cpu() for o in s.run(m, inputs)]
+            oks.append(bool(compare_outputs(outputs, expected)["ok"]))
+        return oks
+    finally:
+        s.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("name", et.exported())
+def test_exported_fixture_loads_and_verifies_as_stated(name, policy):
+    """A program exported by executorch 1.5.1 (the script's): loads under every policy as the
+    dry run predicts, decision for decision; each method alone is wrong exactly where the dry
+    run and the fixture's stated expectation say; each eager sequence (state carried) is right
+    exactly where stated."""
+    path = et.ROOT / name / "prog.pte"
+    dry = run_analysis(path, policy)
+    s = toolkit.load_program(path, policy)
+    try:
+        assert s.status == dry.status == "loaded", s.error
+        cols = ["method", "name", "decision", "source"]
+        assert s.decisions[cols].reset_index(drop=True).astype(str).equals(
+            dry.decisions[cols].reset_index(drop=True).astype(str)), (s.decisions[cols], dry.decisions[cols])
+        v = s.verify().set_index("method")
+        assert bool(v["ran"].all()), v.to_string()
+        wrong = set(v.index[~v["ok"].astype(bool)])
+        assert wrong == _wrong_of(dry.decisions) == et.EXPECTED[name].wrong(policy), v.to_string()
+    finally:
+        s.close()
+    for seq, info in et.result(name)["references"]["sequences"].items():
+        oks = _run_sequence(path, policy, info)
+        assert all(oks) == et.EXPECTED[name].sequence_ok(policy)[seq], (seq, info["steps"], oks)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "fqn-weight-cache"])
+@pytest.mark.parametrize("name", et.old_exported())
+def test_generation_1_export_loads_and_verifies_as_stated(name, policy):
+    """The same programs exported by executorch 1.2.0 (dense blob per method, optional fixtures),
+    the constant table taken from our CPU build of the same modules."""
+    program = toolkit.open_program(et.OLD_ROOT / name, constant_table=et.old_constant_table(name))
+    dry = run_analysis(program, policy)
+    s = toolkit.load_program(program, policy)
+    try:
+        assert s.status == dry.status == "loaded", s.error
+        v = s.verify().set_index("method")
+        assert bool(v["ran"].all()), v.to_string()
+        wrong = set(v.index[~v["ok"].astype(bool)])
+        assert wrong == _wrong_of(dry.decisions) == et.EXPECTED[name].wrong(policy), v.to_string()
+    finally:
+        s.close()
