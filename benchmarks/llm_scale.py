@@ -230,7 +230,7 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--policies", nargs="+", default=list(POLICIES))
+    ap.add_argument("--policies", nargs="+", default=["fingerprint", *[p for p in POLICIES if p != "fingerprint"]])
     ap.add_argument("--out", default=None)
     ap.add_argument("--child-timeout", type=float, default=300)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -246,7 +246,11 @@ def main(argv=None):
     print(f"build: {built['build_seconds']:.1f} s for {len(built['blob_bytes'])} methods of "
           f"{per / GIB:.2f} GiB constants each; peak host RSS {built['peak_host_rss_bytes'] / GIB:.2f} GiB "
           f"= {built['peak_host_rss_bytes'] / per:.2f} x one method's constants", flush=True)
+    out = Path(args.out) if args.out else _common.RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "llm_scale_build.json").write_text(json.dumps(built, indent=1))
     integ = _common.run_child(__file__, ["integrity", *common], timeout=args.child_timeout)
+    (out / "llm_scale_build.json").write_text(json.dumps({**built, **integ}, indent=1))
     print(f"integrity alone: {integ['integrity_bytes'] / GIB:.2f} GiB in {integ['integrity_s']:.2f} s = "
           f"{integ['integrity_GBps']:.1f} GB/s ({integ['hash_threads']} threads)", flush=True)
     rows = []
@@ -261,12 +265,10 @@ def main(argv=None):
               f"= {got['x_M'] or float('nan'):.4f} x M, first load {got.get('first_load_s', float('nan')):.2f} s, "
               f"reload {got.get('reload_s', float('nan')):.2f} s, wrong alone {got.get('wrong_alone')}, "
               f"sequence ok {got.get('sequence_ok')}", flush=True)
-    df = pd.DataFrame(rows)
-    for k, v in {**built, **integ}.items():
-        df[k] = json.dumps(v) if isinstance(v, dict) else v
-    path = _common.write_csv(df, "llm_scale.csv", args.out)
-    out = Path(args.out) if args.out else _common.RESULTS
-    (out / "llm_scale_build.json").write_text(json.dumps({**built, **integ}, indent=1))
+        df = pd.DataFrame(rows)  # written after every policy: a run cut short keeps what it measured
+        for k, v in {**built, **integ}.items():
+            df[k] = json.dumps(v) if isinstance(v, dict) else v
+        path = _common.write_csv(df, "llm_scale.csv", args.out)
     print(f"written to {path}")
     return df
 

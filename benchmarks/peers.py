@@ -119,7 +119,8 @@ def child(args) -> dict:
         got = sum(f.get() for f in futs)
         _sync(dev)
         out.update(seconds=time.perf_counter() - t, bytes=nbytes, read_bytes=got,
-                   compat_mode=str(getattr(kvikio.defaults, "compat_mode", lambda: "?")()))
+                   kvikio=getattr(kvikio, "__version__", "?"),
+                   compat_mode=os.environ.get("KVIKIO_COMPAT_MODE", "auto (the library's default)"))
         for f in files.values():
             f.close()
     else:  # the toolkit: "toolkit <mode> integrity on|off"
@@ -229,7 +230,7 @@ def main(argv=None):
     print(f"\nmedian of {args.repeats}, GB/s and ratio to the pinned copy ({pinned:.2f} GB/s):")
     for k, v in med.sort_values(ascending=False).items():
         print(f"  {k:>32}: {v:7.2f} GB/s  ratio {v / pinned:.3f}")
-    containers = ok[ok["kind"] == "containers alone"]
+    containers = df[df["kind"] == "containers alone"].dropna(subset=["container_s"]) if "container_s" in df else df.iloc[0:0]
     made = statistics.median(containers["container_s"]) if len(containers) else float("nan")
     query = statistics.median(containers["query_s"]) if len(containers) else float("nan")
     print(f"containers alone: {made:.3f} s for {len(prog.methods)} methods; slot-table queries {query:.3f} s")

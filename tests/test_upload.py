@@ -244,6 +244,7 @@ def test_every_path_delivers_the_exact_bytes(blob, monkeypatch, choice):
     path, data, specs = blob
     dev = torch.device("cuda", 0)
     monkeypatch.setenv(upload.UPLOAD_ENV, choice)
+    monkeypatch.setenv(upload.FIRST_LOAD_ENV, "staged")  # the locked first load has its own test
     upload.HOST_LOCKS.clear()
     up = upload.make_uploader(dev)
     try:
@@ -282,7 +283,7 @@ def test_an_unknown_first_load_mode_is_named_in_the_error(monkeypatch):
     monkeypatch.setenv(upload.FIRST_LOAD_ENV, "Hybrid")
     assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load == "hybrid"
     monkeypatch.delenv(upload.FIRST_LOAD_ENV)
-    assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load == "staged"
+    assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load == "locked"  # the default
 
 
 @pytest.mark.gpu
@@ -324,7 +325,7 @@ def test_a_first_load_that_locks_as_it_copies_delivers_the_exact_bytes(blob, mon
 def test_lone_uploads_without_prefetch_are_staged_then_warm(blob):
     path, data, specs = blob
     locks = upload.HostLockCache(1 << 40)
-    up = upload.MappedBlobUploader(torch.device("cuda", 0), region_bytes=16 << 20, locks=locks)
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), region_bytes=16 << 20, locks=locks, first_load="staged")
     for c in specs:  # each upload is its own batch; the previous one is locked in the background
         assert _same(up.upload(path, c), data, c)
     up.release()
@@ -344,7 +345,7 @@ def test_a_failed_lock_falls_back_to_staging_with_the_same_bytes(blob, monkeypat
     path, data, specs = blob
     monkeypatch.setattr(upload, "_register", lambda ptr, n: 1)  # cudaErrorInvalidValue
     locks = upload.HostLockCache(1 << 40)
-    up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=locks)
+    up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=locks, first_load="staged")
     for _ in range(2):  # the first load stages and "locks"; the reload finds the locks failed
         _load_all_staged(up, path, data, specs)
         locks.wait_until_locked()
@@ -397,14 +398,14 @@ def test_a_reload_copies_from_pages_still_locked_and_a_rewritten_blob_is_never_r
     path, data, specs = blob
     dev = torch.device("cuda", 0)
     locks = upload.HostLockCache(1 << 40)
-    first = upload.MappedBlobUploader(dev, locks=locks)
+    first = upload.MappedBlobUploader(dev, locks=locks, first_load="staged")
     first.prefetch(path, specs[:5])
     for c in specs[:5]:
         assert _same(first.upload(path, c), data, c)
     first.close()  # the session ends; locking its pages carries on in the background
     locks.wait_until_locked()
     assert locks.locked_bytes > 0 and locks.mapped_files == [path]
-    second = upload.MappedBlobUploader(dev, locks=locks)  # another session, a superset of constants
+    second = upload.MappedBlobUploader(dev, locks=locks, first_load="staged")  # another session, a superset of constants
     second.prefetch(path, specs)
     for i, c in enumerate(specs):
         assert _same(second.upload(path, c), data, c)
@@ -439,7 +440,7 @@ def test_unused_blobs_over_the_budget_are_unlocked_oldest_first(tmp_path):
         files.append(f)
     c = spec("w", 0, 4 << 20)
     locks = upload.HostLockCache(9 << 20)  # room for two blobs
-    up = upload.MappedBlobUploader(dev, locks=locks)
+    up = upload.MappedBlobUploader(dev, locks=locks, first_load="staged")
     for f in files:
         up.prefetch(f, [c])
         assert int(up.upload(f, c)[0]) == files.index(f)
@@ -484,7 +485,7 @@ def test_the_cuda_paths_survive_short_reads(blob, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_a_cuda_load_stages_and_its_reload_copies_from_locked_pages(built_sample):
+def test_a_cuda_load_locks_as_it_copies_and_its_reload_copies_from_locked_pages(built_sample):
     from toolkit import load_program
 
     prog = built_sample("total_collision", device="cuda")
@@ -499,6 +500,10 @@ def test_a_cuda_load_stages_and_its_reload_copies_from_locked_pages(built_sample
             assert s.verify()["ok"].all()
             s.close()
             upload.HOST_LOCKS.wait_until_locked()
-        assert paths == [{upload.PATH_STAGED}, {upload.PATH_MAPPED_WARM}]
+        # the default first load locks pages as it copies (a constant whose pages the one before it
+        # locked copies from those); the reload finds every page locked
+        assert upload.PATH_LOCKED_NOW in paths[0]
+        assert paths[0] <= {upload.PATH_LOCKED_NOW, upload.PATH_MAPPED, upload.PATH_MAPPED_WARM}
+        assert paths[1] == {upload.PATH_MAPPED_WARM}
     finally:
         upload.HOST_LOCKS.clear()

@@ -498,7 +498,7 @@ class MappedBlobUploader:
             raise ValueError(f"region_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
         if piece_bytes <= 0 or piece_bytes % mmap.PAGESIZE:
             raise ValueError(f"piece_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
-        mode = (first_load or os.environ.get(FIRST_LOAD_ENV, "") or "staged").strip().lower()
+        mode = (first_load or os.environ.get(FIRST_LOAD_ENV, "") or "locked").strip().lower()
         if mode not in FIRST_LOAD_MODES:
             raise ValueError(f"{FIRST_LOAD_ENV}={mode!r}: expected one of {', '.join(FIRST_LOAD_MODES)}")
         self.first_load = mode
@@ -596,11 +596,17 @@ class MappedBlobUploader:
         n, off = spec.nbytes, spec.offset
         with lm.guard:
             pieces = regions_to_lock([(off, off + n)], lm.regions, self.piece_bytes)
-        span = page_spans([(off, off + n)])
-        if sum(e - s for s, e in pieces) != sum(e - s for s, e in span):
-            return None  # some page is locked or being locked already: not a first load of it
-        if self.locks.locked_bytes + sum(e - s for s, e in pieces) > self.locks.budget_bytes:
+        if not pieces or self.locks.locked_bytes + sum(e - s for s, e in pieces) > self.locks.budget_bytes:
             return None
+        # bytes of the constant outside every piece lie in pages locked (or being locked) before:
+        # typically its first page, shared with the constant before it
+        rest, pos = [], off
+        for s_, e_ in pieces:
+            if max(s_, off) > pos:
+                rest.append((pos, max(s_, off)))
+            pos = max(pos, min(e_, off + n))
+        if pos < off + n:
+            rest.append((pos, off + n))
         dev = torch.empty(n, dtype=torch.uint8, device=self.device)
         claim = threading.Lock()
         bounds = [0, len(pieces)]  # pieces[bounds[0]:bounds[1]] are unclaimed
@@ -645,6 +651,17 @@ class MappedBlobUploader:
                 lm.forget(piece)
                 a, z = part(piece)
                 self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
+            for a, z in rest:  # pages locked earlier: copied from them, or staged if their lock failed
+                regions = lm.covering(a, z)
+                with lm.guard:
+                    futs = [lm.futures.get(r) for r in regions or ()]
+                if regions and all(f is not None and not f.cancelled() and f.exception() is None and f.result() == 0
+                                   for f in futs):
+                    for rs, re_ in regions:
+                        x, y = max(rs, a), min(re_, z)
+                        dev[x - off: y - off].copy_(lm.mapped[x:y], non_blocking=True)
+                else:
+                    self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
             torch.cuda.current_stream(self.device).synchronize()
         finally:
             os.close(fd)
