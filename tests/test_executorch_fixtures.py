@@ -144,6 +144,15 @@ def test_every_policys_dry_run_on_an_exported_fixture(name, policy):
         assert {got[("prefill", f)] for f in named} == {"private" if policy == "no-sharing" else "shared"}, policy
 
 
+@pytest.mark.parametrize("name", exported())
+def test_executorchs_own_reader_gives_the_same_model(name):
+    try:
+        import executorch.exir._serialize._program  # noqa: F401  (the extra's reader)
+    except ImportError:
+        pytest.skip("the executorch extra is not installed")
+    assert toolkit.open_program(ROOT / name, reader="executorch") == toolkit.open_program(ROOT / name)
+
+
 def test_shared_state_keeps_one_storage_for_the_cache():
     if "shared_state" not in exported():
         pytest.skip(f"shared_state not exported yet: {RUN_COMMAND}")
@@ -254,6 +263,8 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
                                    "reference_prefill.safetensors", "sequence_generate.safetensors"}
     assert mef.write_manifest(tmp_path) == ["shared_state", "total_collision"]
     assert (tmp_path / "MANIFEST").read_text() == "shared_state\ntotal_collision\n"
+    readme = (tmp_path / "README.md").read_text()
+    assert "| `total_collision` | prefill, decode | refused | refused |" in readme and "Duplicate key k " in readme
     # a rerun replaces what the last one wrote
     again = mef.run_program(mef.PROGRAMS["total_collision"], tmp_path, export=write)
     assert again["status"] == "exported" and not (tmp_path / "total_collision" / "refusal.txt").exists()
