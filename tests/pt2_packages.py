@@ -9,7 +9,10 @@ on-disk constants format (``binary_blob``, ``pickle_weights``):
 * ``prefill_again``: prefill's graph with a third table: AOTInductor compiles the same
   ``.so`` (byte-identical), so ExecuTorch 1.5.x would give both lifted tables one storage key.
 
-The cache key covers this file's source and torch's version; the cache lives under
+For CUDA (:func:`cuda_packages`, on a GPU machine) the archives hold two models, ``prefill``
+and ``decode``, compiled for ``cuda``.
+
+The cache key covers this file's source, the device and torch's version; the cache lives under
 ``CONSTSHARE_CACHE`` (the conftest sets it to the repository's ``.cache/programs``).
 """
 
@@ -25,9 +28,10 @@ from pathlib import Path
 
 FORMATS = ("binary_blob", "pickle_weights")
 MODELS = ("prefill", "decode", "prefill_again")
+CUDA_MODELS = ("prefill", "decode")
 
 
-def _modules():
+def _modules(device: str = "cpu"):
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -50,11 +54,19 @@ def _modules():
             return torch.relu(y) if self.relu else y
 
     x = torch.randn(2, 16, generator=g)
-    return {
+    out = {
         "prefill": (Step(torch.randn(16, 16, generator=g), False), (x,)),
         "decode": (Step(torch.randn(16, 16, generator=g), True), (x,)),
         "prefill_again": (Step(torch.randn(16, 16, generator=g) * 3, False), (x,)),
     }
+    if device == "cpu":
+        return out
+    return {n: (m.to(device), tuple(a.to(device) for a in args)) for n, (m, args) in out.items() if n in CUDA_MODELS}
+
+
+def modules(device: str = "cpu"):
+    """model -> (module, example args) the package was compiled from: ``verify(references=...)``."""
+    return _modules(device)
 
 
 def eager_tensors() -> dict[str, dict[str, "object"]]:
@@ -66,7 +78,7 @@ def eager_tensors() -> dict[str, dict[str, "object"]]:
     return out
 
 
-def _build(out: Path) -> None:
+def _build(out: Path, device: str = "cpu") -> None:
     import torch
     from torch._inductor.package import package_aoti
 
@@ -77,7 +89,7 @@ def _build(out: Path) -> None:
     try:
         for fmt in FORMATS:
             files = {}
-            for name, (module, args) in _modules().items():
+            for name, (module, args) in _modules(device).items():
                 ep = torch.export.export(module, args)
                 got = torch._inductor.aot_compile(ep.module(), args, options={
                     "aot_inductor.package": True, "aot_inductor.package_constants_in_so": False,
@@ -92,20 +104,25 @@ def _build(out: Path) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def packages() -> dict[str, Path]:
+def packages(device: str = "cpu") -> dict[str, Path]:
     """format -> the .pt2 package (built on first use, then read from the cache)."""
     import torch
 
     h = hashlib.sha256(inspect.getsource(_modules).encode() + inspect.getsource(_build).encode()
-                       + torch.__version__.encode()).hexdigest()[:12]
+                       + torch.__version__.encode() + device.encode()).hexdigest()[:12]
     root = Path(os.environ.get("CONSTSHARE_CACHE", Path.home() / ".cache" / "constshare" / "programs"))
-    out = root / f"pt2-packages-{h}"
+    out = root / f"pt2-packages-{'' if device == 'cpu' else device + '-'}{h}"
     paths = {fmt: out / f"{fmt}.pt2" for fmt in FORMATS}
     if not all(p.is_file() for p in paths.values()):
         part = root / f".pt2-packages-{h}.partial-{os.getpid()}"
         shutil.rmtree(part, ignore_errors=True)
         part.mkdir(parents=True)
-        _build(part)
+        _build(part, device)
         shutil.rmtree(out, ignore_errors=True)
         part.rename(out)
     return paths
+
+
+def cuda_packages() -> dict[str, Path]:
+    """format -> a two-model (prefill, decode) .pt2 compiled for CUDA (needs a GPU)."""
+    return packages("cuda")

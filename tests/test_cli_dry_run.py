@@ -55,3 +55,49 @@ def test_scan_refuses_a_missing_folder_and_an_empty_one(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["scan", str(tmp_path / "empty")]) == 2
     assert "no program found" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ compare --dry-run
+
+
+def test_compare_dry_run_of_a_real_pte_predicts_every_policy(tmp_path, capsys):
+    """Every policy's predicted outcome and memory against the floor, no GPU; exit 1 as report
+    --dry-run does: some policy would run prefill on decode's _tensor_constant0."""
+    import toolkit
+
+    csv = tmp_path / "c.csv"
+    assert main(["compare", str(PTE), "--dry-run", "--csv", str(csv)]) == 1
+    out = capsys.readouterr().out
+    floor = toolkit.memory_floor(PTE).total_bytes
+    assert f"memory floor M = {floor:,} bytes" in out
+    assert "5 of 9 policies would fail or run a method on other data" in out
+    f = pd.read_csv(csv, keep_default_na=False).set_index("policy")
+    assert list(f.index) == list(toolkit.POLICIES)
+    assert set(f["status"]) == {"loaded"} and (f["floor_bytes"] == floor).all()
+    wrong = {p for p in f.index if f.loc[p, "runs_on_other_data"] != "[]"}
+    assert wrong == {"name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share"}
+    for p in f.index:  # the same numbers as a dry run of that policy alone
+        a = toolkit.run_analysis(PTE, p)
+        assert f.loc[p, "device_bytes"] == a.device_bytes, p
+        assert f.loc[p, "x_floor"] == round(a.device_bytes / floor, 3), p
+    assert f.loc["fingerprint", "x_floor"] == 1.0
+    # only policies that load right on the right data: a pass
+    assert main(["compare", str(PTE), "--dry-run", "--policies", "fingerprint,fqn-weight-cache,no-sharing"]) == 0
+    assert "no policy would fail" in capsys.readouterr().out
+
+
+def test_compare_dry_run_names_an_export_refusal(built_sample, capsys):
+    """Our program directory total_collision: 1.5.x's exporter refuses it (stage "export")."""
+    prog = built_sample("total_collision")
+    assert main(["compare", str(prog.root), "--dry-run", "--policies", "fqn-weight-cache"]) == 1
+    out = capsys.readouterr().out
+    assert "fqn-weight-cache: fails at stage 'export': Duplicate key cuda_fqn_weight:cpu:" in out
+    assert main(["compare", str(prog.root), "--dry-run", "--policies", "fingerprint"]) == 0
+
+
+def test_compare_dry_run_of_a_sample_name_and_bad_arguments(built_sample, capsys):
+    built_sample("partial_collision_shape")  # the CLI builds a sample by name into the same cache
+    assert main(["compare", "partial_collision_shape", "--dry-run", "--policies", "refuse-on-mismatch"]) == 1
+    assert "fails at stage 'load'" in capsys.readouterr().out
+    assert main(["compare", str(PTE), "--dry-run", "--policies", "nope"]) == 2
+    assert "unknown policy" in capsys.readouterr().err

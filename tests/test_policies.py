@@ -349,7 +349,8 @@ def test_fqn_weight_cache_shares_a_storage_key_and_never_uploads_a_blob():
     d = by_name(out)["lin_weight"]
     assert not plan.upload_whole_blob
     assert d.decision is Decision.LOADED and d.enters_cache and d.source is Source.OWN_UPLOAD
-    assert d.constant.fqn == "cuda_fqn_weight:cpu:lin.weight"  # what the 1.5.x runtime caches it under
+    assert d.key == "cuda_fqn_weight:cpu:lin.weight"  # what the 1.5.x runtime caches it under
+    assert d.constant.fqn == "lin.weight"  # the FQN stays the FQN
     plan, out = run("fqn-weight-cache", view(w), FakeCache(_keyed(w)))
     d = by_name(out)["lin_weight"]
     assert d.decision is Decision.SHARED and d.reason_code is Reason.STORAGE_KEY_HIT and d.source is Source.CACHE
@@ -374,7 +375,7 @@ def test_fqn_weight_cache_lifted_constants_are_namespaced_by_their_so():
     plan, out = run("fqn-weight-cache", view(mine), FakeCache(_keyed(theirs)))
     d = by_name(out)["_tensor_constant0"]
     assert out.failure is None and d.decision is Decision.LOADED and d.enters_cache
-    assert d.constant.fqn == "cuda_fqn_weight:cpu:decode_lib_so_blob:_tensor_constant0"
+    assert d.key == "cuda_fqn_weight:cpu:decode_lib_so_blob:_tensor_constant0"
     # the same .so (one graph compiled twice): one key, other data: the exporter refuses
     same = replace(A_OTHER_DATA, so_key="prefill_lib_so_blob")
     plan, out = run("fqn-weight-cache", view(same), FakeCache(_keyed(theirs)))
@@ -386,7 +387,7 @@ def test_fqn_weight_cache_per_device_and_other_views():
     w = const("w", fqn="w", data="same", kind=ConstantKind.PARAMETER)
     plan, out = run("fqn-weight-cache", view(w, device=("cuda", 1)), FakeCache(_keyed(w, device=("cuda", 0))))
     d = by_name(out)["w"]
-    assert d.decision is Decision.LOADED and d.constant.fqn == "cuda_fqn_weight:cuda:w@cuda:1"
+    assert d.decision is Decision.LOADED and d.key == "cuda_fqn_weight:cuda:w@cuda:1"
     other = replace(w, digest=const("x", data="other").digest)  # the export check spans devices
     plan, out = run("fqn-weight-cache", view(other, device=("cuda", 1)), FakeCache(_keyed(w, device=("cuda", 0))))
     assert out.stage == "export" and out.failure.startswith("Duplicate key cuda_fqn_weight:cuda:w with")
@@ -400,6 +401,41 @@ def test_fqn_weight_cache_per_device_and_other_views():
     plan, out = run("fqn-weight-cache", view(w, w_again, name="prefill"), FakeCache())
     assert [d.decision for d in out.decisions] == [Decision.LOADED, Decision.PRIVATE]
     assert [d.enters_cache for d in out.decisions] == [True, False]
+
+
+def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():
+    """1.5.x's exporter collects every method into one store, in order: the first key met again
+    with other bytes refuses the program; identical bytes under one key are stored once."""
+    pol = get_policy("fqn-weight-cache")
+    w = const("lin_weight", fqn="lin.weight", data="encoder", kind=ConstantKind.PARAMETER)
+    w_other = replace(w, digest=const("x", data="decoder").digest)
+    b = const("lin_bias", fqn="lin.bias", data="b", kind=ConstantKind.PARAMETER)
+    methods = [view(w, b, name="encoder"), view(b, w_other, name="decoder"), view(w, name="third")]
+    refusal = pol.export(methods)
+    assert refusal is not None and refusal.method == "decoder" and refusal.constant.name == "lin_weight"
+    assert refusal.key == "cuda_fqn_weight:cpu:lin.weight" and refusal.first.owner_method == "encoder"
+    assert refusal.message == ("Duplicate key cuda_fqn_weight:cpu:lin.weight with different data. "
+                               "Existing data size: 64 bytes. New data size: 64 bytes.")
+    outcomes = refusal.outcomes(methods)
+    assert [o.method for o in outcomes] == ["encoder", "decoder", "third"]
+    assert all(o.stage == "export" and o.failure == refusal.message for o in outcomes)
+    assert all(d.decision is Decision.REFUSED for o in outcomes for d in o.decisions)
+    culprit = by_name(outcomes[1])["lin_weight"]
+    assert culprit.reason_code is Reason.EXPORT_REFUSED and culprit.shared_from is refusal.first
+    assert not culprit.digest_comparison.equal and culprit.key == refusal.key
+    assert {d.reason_code for o in outcomes for d in o.decisions if d is not culprit} == {Reason.LOAD_REFUSED}
+    # identical bytes under one key (the shared bias), and lifted constants of two .so files: exported
+    t1, t2 = replace(A, so_key="one_so_blob"), replace(A_OTHER_DATA, so_key="two_so_blob")
+    assert pol.export([view(w, b, t1, name="p"), view(b, t2, name="d")]) is None
+    assert pol.export([view(t1, name="p"), view(replace(t2, so_key="one_so_blob"), name="d")]).key == \
+        "cuda_fqn_weight:cpu:one_so_blob:_tensor_constant0"
+    # a key read from an exported .pte names its storage: two views of one storage are one content
+    keyed = replace(w, storage_key="cuda_fqn_weight:cuda:lin.weight", file="a.ptd", offset=128)
+    view2 = replace(keyed, digest=w_other.digest, shape=(2, 4), nbytes=32)
+    assert pol.export([view(keyed, name="p"), view(view2, name="d")]) is None
+    assert pol.export([view(keyed, name="p"), view(replace(view2, offset=256), name="d")]) is not None
+    # no other policy models an export stage
+    assert all(get_policy(p).export(methods) is None for p in POLICIES if p != "fqn-weight-cache")
 
 
 def test_every_policy_says_what_it_reproduces():

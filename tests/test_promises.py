@@ -49,8 +49,11 @@ def test_a_shrunken_constant_is_refused_before_anything_runs(prog, policy):
     _shrink_decode_weight(prog)
     s = load_program(prog, policy)
     assert s.status == "failed" and s.failed_method == "decode", s.error
-    assert isinstance(s.exception, ProgramError) and s.exception.field.endswith(".nbytes")
-    assert "the .so's slot holds 16384 bytes" in s.error
+    if policy == "fqn-weight-cache":  # 1.5.x's exporter refuses total_collision: no .so is even opened
+        assert s.failed_stage == "export" and s.error.startswith("Duplicate key") and s.device_bytes == 0
+    else:
+        assert isinstance(s.exception, ProgramError) and s.exception.field.endswith(".nbytes")
+        assert "the .so's slot holds 16384 bytes" in s.error
     kinds = [e.kind.value for e in s.log if e.method == "decode"]
     assert not {"blob_uploaded", "constant_uploaded", "pairs_installed"} & set(kinds), kinds
     v = s.verify().set_index("method")

@@ -25,7 +25,7 @@ from toolkit.errors import IncompatibleProgramError, LoadError
 from toolkit.policies import POLICIES
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import aoti
-from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, so_inputs
+from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, method_outputs, so_inputs
 from toolkit.vocab import Decision
 
 import executorch_fixtures as et
@@ -230,12 +230,58 @@ def test_run_feeds_the_so_in_its_input_order():
     program = toolkit.open_program(pte("shared_ok"))
     from dataclasses import replace
 
-    m = replace(program.method("decode"), input_order=(1, 0))
+    m = replace(program.method("decode"), input_order=(1, 0), output_order=None)
     h = _cpu_method(program, m)
     x, y = torch.zeros(1), torch.ones(1)
     out = h.run([x, y])
     assert out[0] is y or torch.equal(out[0], y)
     assert torch.equal(out[1], x)
+
+
+def test_outputs_are_reordered_as_the_method_gives_them():
+    a, b, c = object(), object(), object()
+    assert method_outputs([a, b], None) == [a, b]
+    assert method_outputs([a, b], (1, 0)) == [b, a]
+    assert method_outputs([a, b, c], (2, 0, 1)) == [c, a, b]
+    with pytest.raises(LoadError, match="compiled model gave 1"):
+        method_outputs([a], (0, 1))
+
+
+def test_the_fixtures_trace_their_output_order():
+    """The execution plan: the delegate's output value, copied to the host (et_copy::_d2h_copy),
+    is the method's output."""
+    for folder in FOLDERS:
+        for m in toolkit.open_program(pte(folder)).methods:
+            assert m.output_order == (0,), (folder, m.name)
+
+
+def test_an_execution_plan_with_swapped_outputs_maps_them():
+    """A plan whose outputs are the delegate's in another order (and one copied on its way)."""
+    from dataclasses import replace
+
+    from toolkit.sources.executorch import _output_order, _Plan
+
+    ops = ["et_copy::_h2d_copy", "et_copy::_d2h_copy", "aten::add"]
+    calls = [("kernel", 0, [0, 10, 10]), ("kernel", 0, [1, 11, 11]),
+             ("delegate", 0, [10, 11, 20, 21, 22]),  # inputs 10, 11; the .so's outputs 20, 21, 22
+             ("kernel", 1, [21, 31, 31])]
+    plan = _Plan("m", [0, 1], [22, 31, 20], [], calls, ops, "execution_plan[0]")
+    assert _output_order(plan, 0) == (2, 1, 0)
+    assert _output_order(replace(plan, outputs=[22, 99]), 0) is None  # 99 comes from no output of the .so
+    assert _output_order(replace(plan, calls=calls[:2]), 0) is None  # no delegate call
+    # a value that is not a copy of the delegate's output (another kernel computes it) is not traced
+    assert _output_order(replace(plan, calls=calls[:3] + [("kernel", 2, [21, 31, 31])]), 0) is None
+
+
+def test_run_gives_the_outputs_in_the_methods_order():
+    from dataclasses import replace
+
+    program = toolkit.open_program(pte("shared_ok"))
+    m = replace(program.method("decode"), input_order=(0, 1), output_order=(1, 0))
+    h = _cpu_method(program, m)
+    x, y = torch.zeros(1), torch.ones(1)
+    out = h.run([x, y])  # the fake container gives its inputs back as its outputs
+    assert torch.equal(out[0], y) and torch.equal(out[1], x)
 
 
 # ------------------------------------------------------------------ GPU

@@ -243,7 +243,8 @@ def test_policies_on_shared_ok(folder):
         }[policy]
         assert later == expected, (policy, later)
     a, _ = _decisions(p, "fqn-weight-cache")
-    keys = set(a.decisions["fqn"])
+    keys = set(a.decisions["storage_key"])  # the 1.5.x cache key in its own column; fqn stays the FQN
+    assert set(a.decisions["fqn"]) == {"lin.weight", "lin.bias", "_tensor_constant0"}
     d, f = p.methods
     assert keys == {"cuda_fqn_weight:cuda:lin.weight", "cuda_fqn_weight:cuda:lin.bias",
                     f"cuda_fqn_weight:cuda:{d.constants[2].so_key}:_tensor_constant0",

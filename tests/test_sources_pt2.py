@@ -96,11 +96,14 @@ def test_every_policy_on_a_package(pt2, fmt):
             key = f"cuda_fqn_weight:cpu:{p.method('prefill').so_key}:_tensor_constant0"
             assert a.session.error == (f"Duplicate key {key} with different data. Existing data size: 1024 "
                                        "bytes. New data size: 1024 bytes.")
-            assert [d[("decode", n)] for n in ("lin_weight", "lin_bias", "buf", "_tensor_constant0")] == \
-                   ["shared", "shared", "shared", "loaded"]
-            assert {d[("prefill_again", n)] for n in ("lin_weight", "_tensor_constant0")} == {"refused"}
-            refused = a.decisions.query("method == 'prefill_again' and name == '_tensor_constant0'")
-            assert list(refused["reason_code"]) == ["export_refused"]
+            # the exporter refuses the whole program: nothing loads, every constant is refused
+            assert a.session.failed_stage == "export" and a.device_bytes == 0
+            assert set(d.values()) == {"refused"} and len(d) == 12
+            assert {m.status for m in a.methods} == {"failed"}
+            refused = a.decisions[a.decisions["reason_code"] == "export_refused"]
+            assert list(zip(refused["method"], refused["name"], refused["cached_method"])) == [
+                ("prefill_again", "_tensor_constant0", "prefill")]
+            assert list(refused["storage_key"]) == [key] and list(refused["fqn"]) == ["_tensor_constant0"]
             continue
         assert a.status == "loaded", (policy, a.session.error)
         later = [d[("decode", n)] for n in ("lin_weight", "lin_bias", "buf", "_tensor_constant0")]

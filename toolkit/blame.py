@@ -51,9 +51,9 @@ def _passes(session: "Session", method: str, sequence: str | None) -> bool:
     if sequence is None:
         v = verify_session(session)
         row = v[v["method"] == method]
-        return bool(len(row)) and bool(row["ran"].iloc[0]) and bool(row["ok"].iloc[0])
+        return bool(len(row)) and bool(row["ran"].iloc[0]) and row["ok"].iloc[0] is not pd.NA and bool(row["ok"].iloc[0])
     v = verify_sequence(session, sequence)
-    return bool(v["ran"].all() and v["ok"].all())
+    return bool(v["ran"].all() and v["ok"].fillna(False).all())
 
 
 def _swap(session: "Session", lm: "LoadedMethod", name: str, tensor: Any) -> Any:
@@ -110,7 +110,7 @@ def blame(session: "Session", sequence: str | None = None) -> pd.DataFrame:
                                  "decision": d.decision.value, "swap": "", "fixes": False,
                                  "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}"
                                  if d.shared_from else "", "evidence": "slot mismatch (the method is not runnable)"})
-    wrong = list(dict.fromkeys(v[v["ran"] & ~v["ok"]]["method"]))
+    wrong = list(dict.fromkeys(v[v["ran"] & v["ok"].eq(False).fillna(False)]["method"]))
     if not wrong:
         return _frame(rows)
     scope = wrong if sequence is None else list(dict.fromkeys(st.method for st in session.program.sequence(sequence).steps))

@@ -1,13 +1,20 @@
 """Command line: ``python -m toolkit`` or ``constshare``.
 
     constshare build   SOURCE [--device cpu|cuda] [--out DIR]
-    constshare report  PROGRAM [--policy P] [--device D] [--csv FILE]
-    constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE]
+    constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
+    constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--dry-run]
+    constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--jobs N]
     constshare samples
 
 SOURCE is a sample name (see ``samples``) or a Python file / module defining
-``methods()`` like the sample programs do.  PROGRAM is a program directory or a sample
-name, which is built on demand into the cache (CONSTSHARE_CACHE).
+``methods()`` like the sample programs do.  PROGRAM is a program directory, an ExecuTorch
+``.pte`` or a torch ``.pt2``, or a sample name, which is built on demand into the cache
+(CONSTSHARE_CACHE).
+
+Exit codes: 0 every check passed; 1 a load failed, or a method ran wrong (with ``--dry-run``:
+a load would fail, or a method would run on a shared constant whose content differs); 2 bad
+arguments or a program that cannot be read; 3 (``report`` of a real load) nothing wrong was
+found, but some method had no reference to check against (pass ``--reference``).
 """
 
 from __future__ import annotations
@@ -116,11 +123,34 @@ def cmd_build(a) -> int:
     return 0
 
 
+EXIT_NO_REFERENCE = 3
+
+
+def _references(items: list[str] | None) -> dict[str, str] | None:
+    """``--reference METHOD=FILE`` (repeated) -> {method: file}; checked before any work."""
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        method, sep, path = item.partition("=")
+        if not sep or not method or not path:
+            raise ToolkitError(f"--reference {item!r}: give METHOD=FILE.safetensors")
+        if method in out:
+            raise ToolkitError(f"--reference: method {method!r} given twice")
+        if not Path(path).is_file():
+            raise ToolkitError(f"--reference {item}: {path!r} is not a file")
+        out[method] = path
+    return out
+
+
 def cmd_report(a) -> int:
     from .loader import load_program
 
     _check_device(a.device)
     _check_csv(a.csv, a.force)
+    refs = _references(a.reference)
+    if refs and a.dry_run:
+        raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
     prog = _program(a.program, a.device)
     if a.dry_run:
         return _dry_report(prog, a)
@@ -129,7 +159,7 @@ def cmd_report(a) -> int:
     _out()
     _print_frame(s.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
     _out()
-    verdict = s.verify()
+    verdict = s.verify(references=refs)
     _print_frame(verdict)
     if a.csv:
         from .report import to_csv
@@ -137,7 +167,14 @@ def cmd_report(a) -> int:
         to_csv(s, a.csv, verification=verdict)  # verified once, above
         _out(f"\ncollision report written to {Path(a.csv).resolve()}")
     s.close()
-    return 0 if s.load_outcome == "loaded" and verdict["ok"].all() else 1
+    ok = verdict["ok"]
+    if s.load_outcome != "loaded" or ok.eq(False).any():
+        return 1
+    if ok.isna().any():  # nothing wrong found, but not everything was checked: not a pass
+        _out(f"\nnot verified (no reference): {', '.join(verdict[ok.isna()]['method'])}; pass --reference "
+             "METHOD=FILE.safetensors")
+        return EXIT_NO_REFERENCE
+    return 0
 
 
 def _dry_report(prog, a) -> int:
@@ -244,12 +281,38 @@ def cmd_compare(a) -> int:
         for p in policies:
             get_policy(p)  # ValueError naming the choices, before any build or load
     prog = _program(a.program, a.device)
+    if a.dry_run:
+        return _dry_compare(prog, policies, a)
     df = compare_policies(prog, policies, device=a.device, progress=True).frame
     _print_frame(df.drop(columns=["error"]))
     if a.csv:
         df.to_csv(a.csv, index=False)
         _out(f"\ncomparison written to {Path(a.csv).resolve()}")
     return 0
+
+
+def _dry_compare(prog, policies, a) -> int:
+    """Every policy's predicted outcome and memory against the floor, from metadata alone.
+
+    Exits 1 when some policy's load would fail or would run a method on a shared constant
+    whose content differs (as ``report --dry-run`` does for one policy); 0 otherwise."""
+    from .compare import predict_policies
+
+    df = predict_policies(prog, policies, device=a.device).frame
+    floor = int(df["floor_bytes"].iloc[0]) if len(df) else 0
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {len(df)} policies; "
+         f"memory floor M = {floor:,} bytes")
+    _out()
+    _print_frame(df.drop(columns=["error", "floor_bytes"]))
+    for r in df[df["error"] != ""].itertuples():
+        _out(f"\n{r.policy}: fails at stage {r.stage!r}: {r.error}")
+    if a.csv:
+        df.to_csv(a.csv, index=False)
+        _out(f"\ndry-run comparison written to {Path(a.csv).resolve()}")
+    bad = df[(df["status"] != "loaded") | df["runs_on_other_data"].map(bool)]
+    _out("\n" + (f"{len(bad)} of {len(df)} policies would fail or run a method on other data: "
+                 + ", ".join(bad["policy"]) if len(bad) else "no policy would fail or run a method on other data"))
+    return 1 if len(bad) else 0
 
 
 def cmd_samples(a) -> int:
@@ -280,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
     r.add_argument("--dry-run", action="store_true",
                    help="predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)")
+    r.add_argument("--reference", action="append", metavar="METHOD=FILE",
+                   help="a method's reference (safetensors: input.N, output.N); repeat per method")
     r.set_defaults(fn=cmd_report)
     c = sub.add_parser("compare", help="load under every policy and tabulate")
     c.add_argument("program")
@@ -287,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--device")
     c.add_argument("--csv", help="write the comparison CSV here")
     c.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
+    c.add_argument("--dry-run", action="store_true",
+                   help="predict every policy's outcome and memory from the metadata alone (no GPU)")
     c.set_defaults(fn=cmd_compare)
     sc = sub.add_parser("scan", help="dry-run every program under a folder; exit 1 if any would run on wrong data")
     sc.add_argument("folder")

@@ -18,8 +18,13 @@ from .policies import POLICIES, get_policy
 from .sources import open_program
 
 COMPARE_COLUMNS = [
-    "policy", "loaded", "status", "error", "wrong_methods", "wrong_sequences", "not_runnable", "shared", "declined",
-    "loaded_constants", "private", "refused", "device_bytes", "load_seconds",
+    "policy", "loaded", "status", "error", "wrong_methods", "wrong_sequences", "no_reference", "not_runnable",
+    "shared", "declined", "loaded_constants", "private", "refused", "device_bytes", "load_seconds",
+]
+# a dry run of every policy (predict_policies): nothing runs, so "wrong" is what the metadata shows
+PREDICT_COLUMNS = [
+    "policy", "status", "stage", "error", "runs_on_other_data", "not_runnable", "shared", "declined",
+    "loaded_constants", "private", "refused", "device_bytes", "floor_bytes", "x_floor",
 ]
 
 
@@ -60,8 +65,11 @@ def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
     return {
         "policy": s.policy.name.value, "loaded": s.status == "loaded", "status": str(s.status),
         "error": s.error or "",
-        "wrong_methods": verification[(verification["ran"]) & (~verification["ok"])]["method"].tolist(),
+        "wrong_methods": verification[verification["ran"] & verification["ok"].eq(False).fillna(False)
+                                      ]["method"].tolist(),
         "wrong_sequences": wrong_sequences,
+        # not run: nothing to compare against (pd.NA in the verification), neither ok nor wrong
+        "no_reference": verification[verification["ok"].isna()]["method"].tolist(),
         "not_runnable": [r.method for r in s.results.values() if r.status in ("loaded", "unloaded")
                          and not r.runnable],
         "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
@@ -95,3 +103,50 @@ def compare_policies(program: "Program | str", policies: Iterable[str] | None = 
             s.close()
         sessions[name] = s
     return PolicyComparison(pd.DataFrame(rows, columns=COMPARE_COLUMNS), sessions)
+
+
+def suspect_methods(decisions: pd.DataFrame) -> list[str]:
+    """Methods a load would run on a shared constant whose content digest differs from their own
+    (what a dry run can see of a silent corruption), in the order they appear."""
+    if not len(decisions):
+        return []
+    d = decisions
+    bad = d[(d["decision"] == "shared") & (d["cached_digest"] != "") & (d["cached_digest"] != d["digest"])]
+    return list(dict.fromkeys(bad["method"]))
+
+
+def predict_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
+                     device: "str | Mapping[str, str] | None" = None) -> PolicyComparison:
+    """Every policy's dry run of ``program`` (no GPU, nothing loaded or run): one row per policy.
+
+    ``status`` / ``stage`` / ``error``: the predicted outcome ("failed" at stage "load", or at
+    "export" where the modelled exporter refuses the program); ``runs_on_other_data``: methods
+    that would run on a shared constant whose content differs; the decision counts;
+    ``device_bytes`` the constant bytes the load would hold; ``floor_bytes`` the memory floor
+    M (:func:`toolkit.memory_floor`) and ``x_floor`` their ratio (NaN when nothing loads).
+    :attr:`PolicyComparison.sessions` holds the dry-run sessions (their tables).
+    """
+    from .analysis import memory_floor, run_analysis
+    from .sources import read_program_model
+
+    prog = read_program_model(program)
+    names = [get_policy(p).name.value for p in (policies or POLICIES)]
+    floor = memory_floor(prog, device=device).total_bytes
+    rows, sessions = [], {}
+    for name in names:
+        a = run_analysis(prog, name, device=device)
+        s = a.session
+        d = s.decisions
+        counts = d["decision"].value_counts() if len(d) else pd.Series(dtype=int)
+        loaded = s.status == "loaded"
+        rows.append({
+            "policy": name, "status": str(s.status), "stage": s.failed_stage or "", "error": s.error or "",
+            "runs_on_other_data": suspect_methods(d),
+            "not_runnable": [r.method for r in s.results.values() if r.status == "loaded" and not r.runnable],
+            "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
+            "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
+            "refused": int(counts.get("refused", 0)), "device_bytes": s.device_bytes, "floor_bytes": floor,
+            "x_floor": round(s.device_bytes / floor, 3) if loaded and floor else float("nan"),
+        })
+        sessions[name] = s
+    return PolicyComparison(pd.DataFrame(rows, columns=PREDICT_COLUMNS), sessions)

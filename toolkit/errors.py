@@ -38,6 +38,12 @@ class IncompatibleProgramError(ProgramError):
     """The program was built for another device kind or an incompatible torch version."""
 
 
+class ReferenceDataError(ProgramError):
+    """References given to ``verify()`` do not fit the program: an unknown method, a wrong
+    number of inputs or outputs, a value that is not a tensor, a shape or dtype the compiled
+    method does not take.  ``field`` says which (``references[decode].inputs[1].shape``)."""
+
+
 class BuildError(ToolkitError):
     """Building a program failed (export, compile, or the check of the produced .so)."""
 

@@ -61,6 +61,7 @@ class CacheLookup(Event):
     fqn: str
     result: Lookup
     cached_owner: str  # method whose tensor the cache holds; "" on a miss
+    storage_key: str = ""  # the key looked up when it is not the FQN (fqn-weight-cache), else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +134,7 @@ class Decided(Event):
     cached_strides: str
     cached_digest: str
     slot_problem: str  # why the installed tensor cannot fill the slot (the out-of-bounds guard), else ""
+    storage_key: str = ""  # the key it is cached under when not its FQN (fqn-weight-cache: its storage key)
 
 
 @dataclass(frozen=True, slots=True)

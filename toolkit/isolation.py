@@ -109,8 +109,11 @@ class IsolatedLoad:
             counts = d["decision"].value_counts()
             lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         if len(self.verification):
-            bad = self.verification[~self.verification["ok"].astype(bool)]["method"].tolist()
-            lines.append(f"  verified: {len(self.verification) - len(bad)} ok" + (f", not ok: {bad}" if bad else ""))
+            ok = self.verification["ok"].astype("boolean")  # pd.NA: no reference, neither ok nor wrong
+            bad = self.verification[ok.eq(False).fillna(False)]["method"].tolist()
+            unknown = int(ok.isna().sum())
+            lines.append(f"  verified: {int(ok.eq(True).sum())} ok" + (f", not ok: {bad}" if bad else "")
+                         + (f", {unknown} with no reference" if unknown else ""))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -192,6 +195,8 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
                             failed_method=stage[1] if stage else None, **base)
     v = result.get("verification")
     verification = pd.DataFrame(v["data"], columns=v["columns"]) if v else pd.DataFrame(columns=_VERIFY_COLUMNS)
+    if len(verification):
+        verification["ok"] = verification["ok"].astype("boolean")  # null: no reference (pd.NA)
     return IsolatedLoad(status=result["status"], error=result.get("error"), error_type=result.get("error_type"),
                         error_path=result.get("error_path"), error_field=result.get("error_field"),
                         failed_method=result.get("failed_method"), verification=verification, **base)
@@ -233,6 +238,8 @@ def _read_progress(path: Path) -> tuple[list[dict[str, Any]], tuple[str, str] | 
 
 
 def _jsonable(v: Any) -> Any:
+    if v is pd.NA:  # a method with no reference: neither ok nor wrong
+        return None
     if hasattr(v, "item"):  # numpy scalars
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):

@@ -22,7 +22,7 @@ from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
 from .model import MethodSpec, Program, TensorMeta, shown
-from .policies import ConstantDecision, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
+from .policies import ExportRefusal, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
 from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes, default_runtime
 from .sources import open_program
 from .vocab import Decision, MethodStatus, SessionStatus, Source
@@ -103,6 +103,10 @@ class Session:
         self.error: str | None = None
         self.failed_method: str | None = None
         self.exception: ToolkitError | None = None  # what made the load fail, with its type
+        # where the failure lies: "load" (a method's load) or "export" (the modelled exporter refuses
+        # the program, fqn-weight-cache: nothing of it exists, nothing is loaded); None while none
+        self.failed_stage: str | None = None
+        self._export_refusal: tuple[ExportRefusal | None] | None = None  # asked once per session
         self.load_seconds: float = 0.0
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
@@ -124,6 +128,10 @@ class Session:
         specs = [m for m in self.program.methods if m.name not in self.methods]
         bar = tqdm(specs, desc=f"loading ({self.policy.name})", unit="method", disable=not progress)
         try:
+            refusal = self.export_refusal()
+            if refusal is not None:  # no program was written: nothing is checked, opened or uploaded
+                self._refuse_export(refusal)
+                return self
             if self.check_integrity:
                 # Opening a .so runs its code: check every file of every method before the
                 # first .so is opened, so a tampered later method stops the whole load.
@@ -148,10 +156,39 @@ class Session:
             self.load_seconds = time.perf_counter() - t0
         return self
 
-    def _fail(self, method: str, e: ToolkitError) -> None:
+    def _fail(self, method: str, e: ToolkitError, stage: str = "load") -> None:
         self.status = self.load_outcome = SessionStatus.FAILED
-        self.error, self.failed_method, self.exception = str(e), method, e
+        self.error, self.failed_method, self.exception, self.failed_stage = str(e), method, e, stage
         self.results[method].mark_failed(str(e))
+
+    def _views(self) -> list[MethodView]:
+        return [MethodView(m.name, self.devices[m.name].type, self.devices[m.name].index, m.constants)
+                for m in self.program.methods]
+
+    def export_refusal(self) -> ExportRefusal | None:
+        """The modelled exporter's refusal of this program (:meth:`Policy.export`), or None.
+
+        Asked once per session, before anything is loaded: under ``fqn-weight-cache`` a program
+        ExecuTorch 1.5.x would refuse to export never reaches a runtime."""
+        if self._export_refusal is None:
+            self._export_refusal = (self.policy.export(self._views()),)
+        return self._export_refusal[0]
+
+    def _refuse_export(self, refusal: ExportRefusal) -> None:
+        """Record the refusal: every constant of every method refused, the offending one with
+        what its key held; every method failed; nothing checked, opened, uploaded or sampled."""
+        views = self._views()
+        for view, outcome in zip(views, refusal.outcomes(views)):
+            for d in outcome.decisions:
+                if d.digest_comparison is not None:
+                    dc = d.digest_comparison
+                    self.log.record(ev.DigestCompared, view.name, name=d.constant.name, fqn=d.constant.fqn,
+                                    cached=dc.cached, new=dc.new, equal=dc.equal)
+            self._record_decisions(view.name, self.devices[view.name], outcome, Plan(view, (), False, ""), {})
+        self.log.record(ev.LoadFailed, refusal.method, error=refusal.message)
+        for name in self.program.method_names:
+            self.results[name].mark_failed(refusal.message)
+        self._fail(refusal.method, LoadError(refusal.message), stage="export")
 
     def load_method(self, name: str) -> LoadedMethod:
         """Load one method; on failure the cache is exactly as before and LoadError is raised.
@@ -162,6 +199,11 @@ class Session:
         device = self.devices[name]
         if self.status is SessionStatus.CLOSED:
             raise LoadError(f"method {name!r}: the session is closed")
+        refusal = self.export_refusal()
+        if refusal is not None:  # the program does not exist: no method of it can be loaded
+            self.results[name].mark_failed(refusal.message)
+            self.log.record(ev.LoadFailed, name, error=refusal.message)
+            raise LoadError(refusal.message)
         with self.cache.lock:
             # checked under the lock: two threads loading one method must not both pass
             if name in self.methods:
@@ -232,7 +274,7 @@ class Session:
         plan = self.policy.plan(view, self.cache)
         for lr in plan.lookups:
             self.log.record(ev.CacheLookup, m, name=lr.constant.name, fqn=lr.constant.fqn, result=lr.result,
-                         cached_owner=lr.entry.owner_method if lr.entry else "")
+                            cached_owner=lr.entry.owner_method if lr.entry else "", storage_key=lr.key)
 
         loaded = LoadedMethod(spec, device, handle, outcome=Outcome(m, ()))
         extracted: Mapping[str, Any] = {}
@@ -305,7 +347,7 @@ class Session:
                     tensor, keep = extracted[d.constant.name], handle
                 else:
                     tensor, keep = loaded.own_tensors[d.constant.name], None
-                entry = CacheEntry(fqn=d.constant.fqn, name=d.constant.name, owner_method=m,
+                entry = CacheEntry(fqn=d.cache_key, name=d.constant.name, owner_method=m,
                                    meta=self.runtime.facts(tensor)[0], digest=d.constant.digest,
                                    nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m},
                                    mutated=d.constant.mutated, storage=d.constant.storage)
@@ -377,7 +419,7 @@ class Session:
                 cached_method=ref.owner_method if ref else "",
                 cached_dtype=ref.meta.dtype if ref else "", cached_shape=shown(ref.meta.shape) if ref else "",
                 cached_strides=shown(ref.meta.strides) if ref else "", cached_digest=ref.digest if ref else "",
-                slot_problem=problems.get(c.name, ""),
+                slot_problem=problems.get(c.name, ""), storage_key=d.key,
             )
 
     # ------------------------------------------------------------------ running
@@ -425,21 +467,39 @@ class Session:
 
         return blame(self, sequence)
 
-    def verify(self, sequence: str | None = None) -> "pd.DataFrame":
+    def verify(self, sequence: str | None = None, references: "Mapping[str, Any] | None" = None) -> "pd.DataFrame":
         """Run the program against the eager reference and compare outputs.
 
         Without ``sequence``: every loaded method alone on its reference inputs, state reset to
         its initial contents before each.  With ``sequence``: that sequence's steps in order,
         from the initial state, state carried between steps as the loaded program carries it
-        (one row per step).  Computed once per set of loaded methods: asking again returns the
-        same frame (a copy).  A closed session answers with its last verification.
+        (one row per step).  Computed once per set of loaded methods (and references given):
+        asking again returns the same frame (a copy).  A closed session answers with its last
+        verification.
+
+        ``references`` (methods alone): ``{method: reference}``, each ``{"inputs": [...],
+        "outputs": [...]}`` or ``(inputs, outputs)`` in the method's own input order, a
+        safetensors file (``input.N``, ``output.N``), or ``(module, example_args)`` to compute
+        it from (:func:`toolkit.verification.resolve_references`); they replace the program's
+        own.  A method with no reference at all is not run: ``ok`` is ``pd.NA``, reason
+        ``no reference`` (neither ok nor wrong).  References that do not fit the method raise
+        :class:`~toolkit.errors.ReferenceDataError` naming the method and field.
         """
         from .verification import verify_sequence, verify_session
 
         if sequence is not None:
             self.program.sequence(sequence)  # KeyError naming the sequences there are
+            if references is not None:
+                raise ValueError("references= applies to methods run alone; a sequence is checked against the "
+                                 "eager sequence the program stores")
         key = (sequence, tuple(sorted((n, id(lm)) for n, lm in self.methods.items())))
         hit = self._verifications.get(sequence)
+        if references is not None:  # checked and run every time: the caller may change them in place
+            if self.status is SessionStatus.CLOSED:
+                raise LoadError("the session is closed: verify with references before close()")
+            hit = (key + ("references",), verify_session(self, references))
+            self._verifications[sequence] = hit
+            return hit[1].copy()
         if self.status is SessionStatus.CLOSED and hit is not None:
             return hit[1].copy()
         if hit is None or hit[0] != key:

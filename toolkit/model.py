@@ -130,12 +130,14 @@ class MethodSpec:
     weights_key: str = ""  # the key the format stores the whole blob under ("" when none)
     payload: str = ""  # what the format said about this method's payload (e.g. "ETCUDAFQN3"; "" for our directories)
     input_order: tuple[int, ...] | None = None  # for each input of the .so, the index of the method input feeding it
+    output_order: tuple[int, ...] | None = None  # for each method output, the index of the .so output giving it
 
     @property
     def files(self) -> tuple[str, ...]:
-        """Every program file this method's load reads: .so, blob, reference, constants' files."""
-        extra = {c.file for c in self.constants if c.file} - {self.so_file, self.blob_file, self.reference_file}
-        return (self.so_file, self.blob_file, self.reference_file, *sorted(extra))
+        """Every program file this method's load reads: .so, blob, reference (if any), constants' files."""
+        own = tuple(f for f in (self.so_file, self.blob_file, self.reference_file) if f)
+        extra = {c.file for c in self.constants if c.file} - set(own)
+        return tuple(dict.fromkeys(own)) + tuple(sorted(extra))
 
 
 @dataclass(frozen=True)

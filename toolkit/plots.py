@@ -72,7 +72,7 @@ def _wrong_from(verification: pd.DataFrame | None) -> set[str]:
     if verification is None or not len(verification):
         return set()
     v = verification
-    return set(v[v["ran"].astype(bool) & ~v["ok"].astype(bool)]["method"])
+    return set(v[v["ran"].astype(bool) & ~v["ok"].fillna(False).astype(bool)]["method"])  # NA: no reference
 
 
 # ------------------------------------------------------------------ collision matrix

@@ -86,6 +86,11 @@ class LookupResult:
     constant: ConstantSpec
     result: Lookup
     entry: CachedView | None
+    key: str = ""  # what the cache was asked for, when not the FQN (fqn-weight-cache: the storage key)
+
+    @property
+    def cache_key(self) -> str:
+        return self.key or self.constant.fqn
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,11 @@ class ConstantDecision:
     comparisons: tuple[FieldComparison, ...] = ()
     digest_comparison: DigestComparison | None = None
     enters_cache: bool = False
+    key: str = ""  # the cache key it is looked up / cached under when not its FQN (fqn-weight-cache)
+
+    @property
+    def cache_key(self) -> str:
+        return self.key or self.constant.fqn
 
     @property
     def installed_user_managed(self) -> bool:
@@ -135,6 +145,53 @@ class Outcome:
     @property
     def install(self) -> tuple[ConstantDecision, ...]:
         return tuple(d for d in self.decisions if d.installed_user_managed)
+
+
+@dataclass(frozen=True)
+class StoredConstant:
+    """What an exporter stored under a key first (a :class:`CachedView`: decision rows show it
+    as the entry the refused constant was checked against)."""
+
+    fqn: str  # the storage key
+    name: str
+    owner_method: str
+    meta: TensorMeta
+    digest: str
+    mutated: bool
+    storage: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class ExportRefusal:
+    """The exporter refuses the program (stage "export"): nothing of it exists to load."""
+
+    method: str  # the method whose constant the exporter raised on
+    constant: ConstantSpec
+    key: str  # the storage key met twice with different data
+    message: str  # upstream's exact message
+    first: StoredConstant  # what the key held already
+
+    def outcomes(self, methods: Sequence[MethodView]) -> tuple[Outcome, ...]:
+        """Every constant of every method, refused: the refusing one with its reason, the rest
+        because no program was written.  One :class:`Outcome` per method, stage "export"."""
+        out = []
+        for m in methods:
+            ds = []
+            for c in m.constants:
+                if m.name == self.method and c.name == self.constant.name:
+                    ds.append(ConstantDecision(c, None, Decision.REFUSED, Reason.EXPORT_REFUSED,
+                                               f"export refuses the program: {self.message}", Source.OWN_UPLOAD,
+                                               self.first, digest_comparison=DigestComparison(self.first.digest,
+                                                                                              c.digest),
+                                               key=self.key))
+                else:
+                    ds.append(ConstantDecision(c, None, Decision.REFUSED, Reason.LOAD_REFUSED,
+                                               f"the exporter refuses the program ({self.method!r}, key "
+                                               f"{self.key!r}): nothing of it is loaded", Source.OWN_UPLOAD,
+                                               key=fqn_weight_key(c, m.name, m.device_type) if c.fqn else ""))
+            out.append(Outcome(m.name, tuple(ds), self.message, stage="export"))
+        return tuple(out)
 
 
 # ------------------------------------------------------------------ helpers
@@ -211,6 +268,14 @@ class Policy(abc.ABC):
 
     @abc.abstractmethod
     def plan(self, method: MethodView, cache: CacheView) -> Plan: ...
+
+    def export(self, methods: Sequence[MethodView]) -> "ExportRefusal | None":
+        """What the modelled revision's exporter says of the whole program, before any load.
+
+        None: it writes the program (every revision before 1.5.x has no export-time check).
+        An :class:`ExportRefusal` means no program exists: nothing of it can be loaded.
+        """
+        return None
 
     @abc.abstractmethod
     def decide(self, plan: Plan, new_meta: Mapping[str, TensorMeta] | None, cache: CacheView) -> Outcome: ...
@@ -571,10 +636,11 @@ class FqnWeightCache(Policy):
     method's weights are collected into one store under :func:`fqn_weight_key`.  Identical
     bytes under one key are stored once; different bytes under one key make the exporter
     raise ``ValueError("Duplicate key <key> with different data. ...")``: no program exists.
-    Modelled as the policy failing the load, with exactly that message and
-    ``Outcome.stage == "export"``, at the first method (in load order) whose constant meets
-    a key an earlier method put in the cache with other bytes (the exporter collects the
-    methods in order and raises on the first such entry).
+    Modelled by :meth:`export`, which the session asks before anything is checked, opened or
+    uploaded: the load fails at stage "export" with exactly that message, naming the first
+    method (in load order) whose constant meets a key an earlier constant holds with other
+    bytes (the exporter collects the methods in order and raises on the first such entry);
+    every constant of every method is refused and nothing is loaded.
 
     Runtime (the ETCUDAFQN3-era ``backends/cuda/runtime/cuda_weight_cache.cpp`` in the search
     index, the version that parses a ``CudaFqnWeightManifest``): each method's manifest entry
@@ -591,8 +657,8 @@ class FqnWeightCache(Policy):
 
     Here the session's cache is the program's scope; the first holder of a storage key is
     cached under the key itself, holders on other devices under ``<key>@<device>``.  Under
-    this policy a decision's ``fqn`` column shows that cache key, not the FQN: it is what the
-    1.5.x runtime looks up.
+    this policy a decision's ``storage_key`` column (:attr:`ConstantDecision.key`) shows that
+    cache key, what the 1.5.x runtime looks up; ``fqn`` stays the FQN.
 
     Not established, or approximated: the exporter compares whole storages, the toolkit the
     bytes a slot reads (equal for every constant that is not a view into a larger storage);
@@ -630,10 +696,34 @@ class FqnWeightCache(Policy):
             if not c.fqn:
                 continue
             _, ckey, entry = self._key(c, method, cache)
-            keyed = replace(c, fqn=ckey)
-            lookups.append(LookupResult(keyed, Lookup.HIT if entry is not None else Lookup.MISS, entry))
+            lookups.append(LookupResult(c, Lookup.HIT if entry is not None else Lookup.MISS, entry, key=ckey))
         return Plan(method, tuple(lookups), False,
                     "per-FQN storages: only storages not cached for this device are uploaded")
+
+    def export(self, methods: Sequence[MethodView]) -> "ExportRefusal | None":
+        """The 1.5.x exporter over the whole program: every method's weights go into one store
+        under :func:`fqn_weight_key`, in load order; the first key met again with other bytes
+        raises upstream's ``ValueError`` and no program is written.  Identical bytes under one
+        key are stored once.  A constant whose key came from its file (an exported ``.pte``)
+        is identified by the storage it points at: that program was exported, so its keys hold
+        one content each."""
+        stored: dict[str, tuple[tuple, ConstantSpec, str]] = {}
+        for m in methods:
+            for c in m.constants:
+                if not c.fqn:
+                    continue
+                key = fqn_weight_key(c, m.name, m.device_type)
+                content = ((c.file, c.offset) if c.storage_key.startswith(FQN_WEIGHT_PREFIX + ":")
+                           else (c.digest,))
+                first = stored.get(key)
+                if first is None:
+                    stored[key] = (content, c, m.name)
+                elif first[0] != content:
+                    held, owner = first[1], first[2]
+                    return ExportRefusal(m.name, c, key, duplicate_key_message(key, held.nbytes, c.nbytes),
+                                         StoredConstant(key, held.name, owner, m.meta(held), held.digest,
+                                                        held.mutated, held.storage, held.nbytes))
+        return None
 
     def decide(self, plan, new_meta, cache):
         m = plan.method
@@ -647,55 +737,57 @@ class FqnWeightCache(Policy):
                                             "no original FQN: no storage key; uploaded on its own",
                                             Source.OWN_UPLOAD))
                 continue
-            kc = lr.constant
             skey, ckey, entry = self._key(c, m, cache)
             holder = cache.get(skey)  # the first holder of this storage key (any device)
             other = loaded_here.get(ckey)
+            # The session asks export() first, so a program the exporter refuses never gets
+            # here; this guards a cache filled otherwise (one method loaded on its own).
             if holder is not None and holder.digest != c.digest:
                 failure = duplicate_key_message(skey, _cached_bytes(holder), c.nbytes)
             elif holder is None and other is not None and other.digest != c.digest:
                 failure = duplicate_key_message(skey, other.nbytes, c.nbytes)
             if failure is not None:
                 dig = DigestComparison((holder or other).digest, c.digest)
-                out.append(ConstantDecision(kc, lr.result, Decision.REFUSED, Reason.EXPORT_REFUSED,
+                out.append(ConstantDecision(c, lr.result, Decision.REFUSED, Reason.EXPORT_REFUSED,
                                             f"export refuses the program: {failure}", Source.OWN_UPLOAD, holder,
-                                            digest_comparison=dig))
+                                            digest_comparison=dig, key=ckey))
                 break
             if entry is None and other is None:
                 loaded_here[ckey] = c
-                out.append(ConstantDecision(kc, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
+                out.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                             f"first method with storage key {skey!r} on this device: that storage "
-                                            "is uploaded and cached", Source.OWN_UPLOAD, enters_cache=True))
+                                            "is uploaded and cached", Source.OWN_UPLOAD, enters_cache=True, key=ckey))
             elif entry is None:
-                out.append(ConstantDecision(kc, Lookup.MISS, Decision.PRIVATE, Reason.SAME_KEY_IN_METHOD,
+                out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.SAME_KEY_IN_METHOD,
                                             f"another constant of this method loads storage key {skey!r}: own "
-                                            "upload (upstream binds both names to one storage)", Source.OWN_UPLOAD))
+                                            "upload (upstream binds both names to one storage)", Source.OWN_UPLOAD,
+                                            key=ckey))
             else:
                 comps = compare_metadata(entry.meta, m.meta(c))
                 dig = DigestComparison(entry.digest, c.digest)
                 if all(x.equal for x in comps):
-                    out.append(ConstantDecision(kc, Lookup.HIT, Decision.SHARED, Reason.STORAGE_KEY_HIT,
+                    out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.STORAGE_KEY_HIT,
                                                 f"storage key {skey!r} cached for this device: its storage is "
                                                 "reused (one key, one content: the exporter checked)",
-                                                Source.CACHE, entry, comps, dig))
+                                                Source.CACHE, entry, comps, dig, key=ckey))
                 else:
-                    out.append(ConstantDecision(kc, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
+                    out.append(ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
                                                 f"{_mismatch_text(comps)}: the same storage viewed otherwise; "
                                                 "upstream builds a view on the shared storage, here it is "
-                                                "uploaded on its own", Source.OWN_UPLOAD, entry, comps, dig))
+                                                "uploaded on its own", Source.OWN_UPLOAD, entry, comps, dig, key=ckey))
         if failure is None:
             return Outcome(m.name, tuple(out))
         decided = {d.constant.name for d in out}
         out = [d if d.decision is Decision.REFUSED else
                ConstantDecision(d.constant, d.lookup, Decision.REFUSED, Reason.LOAD_REFUSED,
-                                f"the exporter refuses the program: {failure}", Source.OWN_UPLOAD)
+                                f"the exporter refuses the program: {failure}", Source.OWN_UPLOAD, key=d.key)
                for d in out]
         for c in m.constants:
             if c.name not in decided:
                 lr = plan.lookup(c.name)
-                out.append(ConstantDecision(lr.constant if lr else c, lr.result if lr else None, Decision.REFUSED,
+                out.append(ConstantDecision(c, lr.result if lr else None, Decision.REFUSED,
                                             Reason.LOAD_REFUSED, f"the exporter refuses the program: {failure}",
-                                            Source.OWN_UPLOAD))
+                                            Source.OWN_UPLOAD, key=lr.key if lr else ""))
         return Outcome(m.name, tuple(out), failure, stage="export")
 
 

@@ -226,7 +226,7 @@ def equal_colour(text: str) -> str:
     return WRONG_COLOUR if text in ("False", "NO", "no") else ""
 
 
-_OUTCOME_RE = re.compile(r"ok|WRONG\b.*|not run|load refused|refused|failed|")
+_OUTCOME_RE = re.compile(r"ok|WRONG\b.*|not run|no reference|load refused|refused|failed|")
 
 
 def outcome_colour(text: str) -> str:
@@ -235,7 +235,7 @@ def outcome_colour(text: str) -> str:
         return OK_COLOUR
     if text.startswith("WRONG"):
         return WRONG_COLOUR
-    if text in ("not run", "load refused", "refused", "failed"):
+    if text in ("not run", "no reference", "load refused", "refused", "failed"):
         return NOT_RUN_COLOUR
     return ""
 
@@ -453,6 +453,8 @@ def _result(row: Mapping[str, Any]) -> str:
     ok, ran = row.get("ok"), row.get("ran")
     if not _is_missing(ok) and bool(ok):
         return "ok"
+    if _is_missing(ok) and cell_text(row.get("reason")).startswith("no reference"):
+        return "no reference"  # nothing to compare against: neither ok nor wrong
     return "WRONG" if (not _is_missing(ran) and bool(ran)) else "not run"
 
 
@@ -465,7 +467,7 @@ def _number(v: Any, spec: str) -> str:
         return cell_text(v)
 
 
-RESULT_COLOURS = {"ok": OK_COLOUR, "WRONG": WRONG_COLOUR, "not run": NOT_RUN_COLOUR}
+RESULT_COLOURS = {"ok": OK_COLOUR, "WRONG": WRONG_COLOUR, "not run": NOT_RUN_COLOUR, "no reference": NOT_RUN_COLOUR}
 SUSPECTS_COLUMN = "shared although content differs"
 
 

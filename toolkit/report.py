@@ -17,6 +17,8 @@ load_order                int    position of the method in the program's load or
 method                    str    method name
 name                      str    AOTInductor internal constant name (``_tensor_constant0``)
 fqn                       str    original FQN, the key the shared cache is looked up by
+storage_key               str    the key it is looked up by instead, when not the FQN (under
+                                 ``fqn-weight-cache``: ExecuTorch 1.5.x's storage key); else empty
 constant_kind             str    parameter / buffer / lifted_constant
 mutated                   bool   the method's graph writes this buffer
 collision                 bool   the FQN was already in the cache when this method loaded
@@ -40,7 +42,8 @@ cached_digest             str    ... content digest
 same_metadata             bool   dtype, shape and strides equal on both sides (empty: no entry)
 same_content              bool   digests equal on both sides (empty: no entry)
 method_ran                bool   the method ran on its reference inputs
-method_ok                 bool   its outputs matched the eager reference within tolerance
+method_ok                 bool   its outputs matched the eager reference within tolerance; empty
+                                 when it has no reference (neither ok nor wrong)
 max_abs_err               float  largest absolute output error (empty when it did not run)
 verify_reason             str    why verification failed, if it did
 culprit                   str    verifications this decision breaks, as ``session.blame()``
@@ -80,12 +83,12 @@ PathOrHandle = Union[str, "os.PathLike[str]", IO[str]]
 # column -> kind; the dict's order IS the CSV's column order.
 REPORT_SCHEMA: dict[str, str] = {
     "program": "str", "policy": "str", "load_order": "int", "method": "str", "name": "str", "fqn": "str",
-    "constant_kind": "str", "mutated": "bool", "collision": "bool", "lookup": "str", "decision": "str",
+    "storage_key": "str", "constant_kind": "str", "mutated": "bool", "collision": "bool", "lookup": "str", "decision": "str",
     "reason_code": "str", "reason": "str", "source": "str", "shared_from": "str", "nbytes": "int",
     "new_dtype": "str", "new_shape": "str", "new_strides": "str", "new_digest": "str",
     "cached_method": "str", "cached_dtype": "str", "cached_shape": "str", "cached_strides": "str",
     "cached_digest": "str", "same_metadata": "optional_bool", "same_content": "optional_bool",
-    "method_ran": "bool", "method_ok": "bool", "max_abs_err": "float", "verify_reason": "str",
+    "method_ran": "bool", "method_ok": "optional_bool", "max_abs_err": "float", "verify_reason": "str",
     "culprit": "str",
 }
 REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
@@ -136,6 +139,8 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
     for order, spec in enumerate(session.program.methods):
         v = ver.get(spec.name, {})
         ran = bool(v.get("ran", False))
+        ok = v.get("ok", False)  # missing (None / NA): no reference
+        ok = pd.NA if ok is None or ok is pd.NA else ok
         err = v.get("max_abs_err", math.nan)
         for c in spec.constants:
             d = decided.get((spec.name, c.name))
@@ -144,17 +149,19 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                 "fqn": c.fqn, "constant_kind": _str(c.kind), "mutated": bool(c.mutated), "nbytes": int(c.nbytes),
                 "new_dtype": c.dtype, "new_shape": shown(c.shape), "new_strides": shown(c.strides),
                 "new_digest": c.digest,
-                "method_ran": ran, "method_ok": bool(v.get("ok", False)),
+                "method_ran": ran, "method_ok": pd.NA if ok is pd.NA else bool(ok),
                 "max_abs_err": float(err) if ran and err is not None else math.nan,
                 "verify_reason": _str(v.get("reason", "")),
             }
             if d is None:
-                row.update(collision=False, lookup="", decision="", reason_code="", reason=not_reached, source="",
+                row.update(storage_key="", collision=False, lookup="", decision="", reason_code="", reason=not_reached,
+                           source="",
                            shared_from="", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
                            cached_digest="", same_metadata=pd.NA, same_content=pd.NA, culprit="")
             else:
                 has_entry = bool(_str(d["cached_method"]))
                 row.update(
+                    storage_key=_str(d.get("storage_key", "")),
                     collision=_str(d["lookup"]) == "hit", lookup=_str(d["lookup"]), decision=_str(d["decision"]),
                     reason_code=_str(d["reason_code"]), reason=_str(d["reason"]), source=_str(d["source"]),
                     shared_from=_str(d["shared_from"]), cached_method=_str(d["cached_method"]),
@@ -206,7 +213,13 @@ class CollisionReport:
     @property
     def wrong_methods(self) -> list[str]:
         f = self.frame
-        return sorted(set(f[f["method_ran"] & ~f["method_ok"]]["method"]))
+        return sorted(set(f[f["method_ran"] & f["method_ok"].eq(False).fillna(False)]["method"]))
+
+    @property
+    def unverified_methods(self) -> list[str]:
+        """Methods with no reference to check against (``method_ok`` empty)."""
+        f = self.frame
+        return sorted(set(f[f["method_ok"].isna()]["method"]))
 
     def to_csv(self, path_or_handle: PathOrHandle) -> None:
         write_csv(self.frame, path_or_handle)
@@ -229,6 +242,9 @@ class CollisionReport:
                          + ", ".join(f"{m}/{n}" for m, n in zip(silent["method"], silent["name"])))
         wrong = self.wrong_methods
         lines.append("  wrong outputs: " + (", ".join(wrong) if wrong else "none"))
+        unverified = self.unverified_methods
+        if unverified:
+            lines.append("  no reference (not verified, neither ok nor wrong): " + ", ".join(unverified))
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -16,10 +16,10 @@ from .events import (
     CacheLookup, CulpritTried, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled,
 )
 
-LOOKUP_COLUMNS = ["seq", "method", "name", "fqn", "result", "cached_owner"]
+LOOKUP_COLUMNS = ["seq", "method", "name", "fqn", "storage_key", "result", "cached_owner"]
 COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", "equal"]
 DECISION_COLUMNS = [
-    "seq", "method", "device", "name", "fqn", "constant_kind", "mutated", "lookup", "decision", "reason_code",
+    "seq", "method", "device", "name", "fqn", "storage_key", "constant_kind", "mutated", "lookup", "decision", "reason_code",
     "reason", "source", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
     "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "culprit",
 ]

@@ -1,14 +1,27 @@
-"""Verification: every loaded method run on its eager reference inputs, outputs compared."""
+"""Verification: every loaded method run on its eager reference inputs, outputs compared.
+
+References come from the program (our directories store them at build time; a ``.pte``
+may have ``reference_<method>.safetensors`` beside it) or from the caller
+(``session.verify(references={...})``, see :func:`resolve_references`): a mapping of
+inputs and outputs, a safetensors file, or the original module and its inputs to compute
+them from.  A method with neither is reported ``no reference``: not run, ``ok`` missing
+(``pd.NA``), neither right nor wrong.
+"""
 
 from __future__ import annotations
 
+import copy
 import math
-from typing import TYPE_CHECKING, Any
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 import torch
 
-from .errors import ProgramError, ToolkitError
+from .errors import ProgramError, ReferenceDataError, ToolkitError
 from .model import MethodSpec, Program
 
 if TYPE_CHECKING:
@@ -16,6 +29,8 @@ if TYPE_CHECKING:
 
 VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]
 SEQUENCE_COLUMNS = ["sequence", "step", *VERIFY_COLUMNS]
+# the reason of a method nothing can be checked against; its ``ok`` is pd.NA (neither ok nor wrong)
+NO_REFERENCE = "no reference"
 
 
 def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -51,8 +66,14 @@ def read_reference(program: Program, spec: MethodSpec, *, check_integrity: bool 
 
     The file is checked against its recorded digest first, as the load checks its files
     (free when it is unchanged since): a reference copied over another after the load
-    would make a correct method look wrong.
+    would make a correct method look wrong.  A method whose program holds no reference
+    (a ``.pt2``, a ``.pte`` without ``reference_<method>.safetensors``) raises
+    :class:`~toolkit.errors.ReferenceDataError`: pass ``references=`` to ``verify()``.
     """
+    if not spec.reference_file:
+        raise ReferenceDataError(f"method {spec.name!r} has no reference in the program: pass "
+                                 "session.verify(references={...})", path=program.root,
+                                 field=f"methods[{spec.name}].reference_file")
     data, path = _read_checked(program, spec.reference_file, check_integrity)
     try:
         inputs = [data[f"input.{i}"] for i in range(spec.num_inputs)]
@@ -82,31 +103,238 @@ def compare_outputs(outputs: list[torch.Tensor], expected: list[torch.Tensor]) -
     return {"max_abs_err": err, "atol": atol, "rtol": rtol, "ok": ok and not math.isnan(err)}
 
 
-def verify_session(session: "Session") -> pd.DataFrame:
-    """One row per method of the program: did it run, how far from the eager reference, ok?"""
+# ------------------------------------------------------------------ supplied references
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One method's reference: its inputs in the method's own order, and the outputs eager gave."""
+
+    inputs: tuple[torch.Tensor, ...]
+    outputs: tuple[torch.Tensor, ...]
+    source: str  # where it came from: "the program's file ...", "supplied", "safetensors file ...", "computed"
+    supplied: bool = True  # given by the caller (not the program's own file)
+
+
+def _field(method: str, *parts: str) -> str:
+    return f"references[{method}]" + "".join(parts)
+
+
+def _tensors(values: Any, method: str, what: str, path: Any = None) -> tuple[torch.Tensor, ...]:
+    if isinstance(values, torch.Tensor):
+        values = [values]
+    if not isinstance(values, (list, tuple)):
+        raise ReferenceDataError(f"{what} of method {method!r} must be a list of tensors, got "
+                                 f"{type(values).__name__}", path=path, field=_field(method, f".{what}"))
+    for i, t in enumerate(values):
+        if not isinstance(t, torch.Tensor):
+            raise ReferenceDataError(f"{what}[{i}] of method {method!r} is a {type(t).__name__}, not a tensor",
+                                     path=path, field=_field(method, f".{what}[{i}]"))
+    return tuple(t.detach() for t in values)
+
+
+def _from_file(method: str, path: "str | os.PathLike[str]") -> Reference:
+    """``input.N`` / ``output.N`` tensors of a safetensors file (never pickle), as the builder writes them."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if not p.is_file():
+        raise ReferenceDataError(f"reference file of method {method!r} is not a readable file", path=p,
+                                 field=_field(method))
+    try:
+        data = load_file(str(p))
+    except Exception as e:
+        raise ReferenceDataError(f"reference tensors cannot be read: {e}", path=p, field=_field(method)) from None
+    pat = re.compile(r"(input|output)\.(\d+)")
+    found: dict[str, dict[int, torch.Tensor]] = {"input": {}, "output": {}}
+    for k, t in data.items():
+        m = pat.fullmatch(k)
+        if m is None:
+            raise ReferenceDataError(f"tensor {k!r} is neither input.N nor output.N", path=p, field=_field(method))
+        found[m.group(1)][int(m.group(2))] = t
+    out = {}
+    for kind, got in found.items():
+        missing = [i for i in range(len(got)) if i not in got]
+        if missing:
+            raise ReferenceDataError(f"{kind}.{missing[0]} is missing (the file has {sorted(got)})", path=p,
+                                     field=_field(method, f".{kind}s[{missing[0]}]"))
+        out[kind] = tuple(got[i] for i in range(len(got)))
+    return Reference(out["input"], out["output"], f"safetensors file {p}")
+
+
+def _from_module(method: str, module: Any, args: Any) -> Reference:
+    """Run the original module (a copy: state it writes stays as it was) on ``args``, as the builder does."""
+    from torch.utils import _pytree as pytree
+
+    if not isinstance(args, tuple):
+        raise ReferenceDataError(f"the inputs given with the module of method {method!r} must be a tuple, got "
+                                 f"{type(args).__name__}", field=_field(method, ".inputs"))
+    inputs = _tensors(pytree.tree_flatten(args)[0], method, "inputs")
+    mod = copy.deepcopy(module)
+    if isinstance(mod, torch.nn.Module):
+        mod.eval()
+    try:
+        with torch.no_grad():
+            result = mod(*copy.deepcopy(args))
+    except Exception as e:
+        raise ReferenceDataError(f"running the module of method {method!r} failed: {type(e).__name__}: {e}",
+                                 field=_field(method)) from None
+    outputs = _tensors(pytree.tree_flatten(result)[0], method, "outputs")
+    return Reference(inputs, tuple(o.cpu() for o in outputs), "computed from the module given")
+
+
+def _one(method: str, value: Any) -> Reference:
+    if isinstance(value, Reference):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return _from_file(method, value)
+    if isinstance(value, Mapping):
+        extra = set(value) - {"inputs", "outputs"}
+        if extra or not {"inputs", "outputs"} <= set(value):
+            raise ReferenceDataError(f"a reference mapping has the keys 'inputs' and 'outputs', got {sorted(value)}",
+                                     field=_field(method))
+        return Reference(_tensors(value["inputs"], method, "inputs"), _tensors(value["outputs"], method, "outputs"),
+                         "supplied")
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        first, second = value
+        if callable(first) and not isinstance(first, torch.Tensor):
+            return _from_module(method, first, second)
+        return Reference(_tensors(first, method, "inputs"), _tensors(second, method, "outputs"), "supplied")
+    raise ReferenceDataError(
+        f"a reference is {{'inputs': [...], 'outputs': [...]}}, (inputs, outputs), a safetensors file or "
+        f"(module, example_args); got {type(value).__name__}", field=_field(method))
+
+
+def resolve_references(session: "Session", references: "Mapping[str, Any] | None") -> dict[str, Reference | None]:
+    """method -> its reference (None: no reference), the supplied ones checked first.
+
+    ``references`` maps a method name to one of: ``{"inputs": [...], "outputs": [...]}`` or
+    ``(inputs, outputs)`` (tensors, in the method's own input order); a safetensors file
+    (``input.N``, ``output.N``); or ``(module, example_args)``, run here (on a copy) to
+    compute the outputs.  A supplied reference replaces the program's own file.  Refused
+    with :class:`~toolkit.errors.ReferenceDataError` naming the method and field: an
+    unknown method, a number of inputs or outputs the method does not have, a value that
+    is not a tensor, or an input whose dtype or shape differs from the program's own
+    reference.  (The compiled model checks shapes too when it runs: see :func:`verify_session`.)
+    """
+    program = session.program
+    given = dict(references or {})
+    unknown = [m for m in given if m not in program.method_names]
+    if unknown:
+        raise ReferenceDataError(f"references name method {unknown[0]!r}, which the program does not have; it has "
+                                 f"{program.method_names}", path=program.root, field=_field(str(unknown[0])))
+    out: dict[str, Reference | None] = {}
+    for spec in program.methods:
+        m = spec.name
+        own = None
+        if spec.reference_file:
+            inputs, outputs = read_reference(program, spec, check_integrity=session.check_integrity)
+            own = Reference(tuple(inputs), tuple(outputs), f"the program's file {spec.reference_file}", supplied=False)
+        if m not in given:
+            out[m] = own
+            continue
+        ref = _one(m, given[m])
+        for what, got, want in (("inputs", ref.inputs, spec.num_inputs), ("outputs", ref.outputs, spec.num_outputs)):
+            if len(got) != want:
+                raise ReferenceDataError(f"{len(got)} {what} given for method {m!r}, which has {want}",
+                                         path=program.root, field=_field(m, f".{what}"))
+        if own is not None:  # the program's own reference says what the method takes
+            for i, (t, o) in enumerate(zip(ref.inputs, own.inputs)):
+                if t.dtype != o.dtype:
+                    raise ReferenceDataError(f"input {i} of method {m!r} is {t.dtype}, the method takes {o.dtype}",
+                                             path=program.root, field=_field(m, f".inputs[{i}].dtype"))
+                if tuple(t.shape) != tuple(o.shape):
+                    raise ReferenceDataError(f"input {i} of method {m!r} has shape {tuple(t.shape)}, the method "
+                                             f"takes {tuple(o.shape)}", path=program.root,
+                                             field=_field(m, f".inputs[{i}].shape"))
+        out[m] = ref
+    return out
+
+
+# AOTInductor's own input check (the .so's check_input_N, on when AOTI_RUNTIME_CHECK_INPUTS is set,
+# which the AOTI runtime of this toolkit sets): "input_handles[0]: unmatched dim value at 1, ..."
+_SO_INPUT_CHECK = re.compile(r"input_handles\[(\d+)\]: unmatched (dtype|dim value|stride value|device type)")
+_CHECK_FIELD = {"dtype": "dtype", "dim value": "shape", "stride value": "strides", "device type": "device"}
+
+
+def _so_input_problem(e: RuntimeError, spec: MethodSpec, method: str) -> ReferenceDataError | None:
+    """The compiled model refused an input: which method input, which field."""
+    m = _SO_INPUT_CHECK.search(str(e))
+    if m is None:
+        return None
+    i = int(m.group(1))
+    j = spec.input_order[i] if spec.input_order is not None and i < len(spec.input_order) else i
+    first = str(e).strip().splitlines()[0]
+    return ReferenceDataError(f"the compiled model of {method!r} refuses input {j}: {first}",
+                              field=_field(method, f".inputs[{j}].{_CHECK_FIELD[m.group(2)]}"))
+
+
+def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None) -> pd.DataFrame:
+    """One row per method of the program: did it run, how far from the eager reference, ok?
+
+    ``ok`` is a nullable boolean: True (matches), False (differs, or could not run), or
+    ``pd.NA`` with reason ``no reference`` for a method with nothing to compare against:
+    not run, neither ok nor wrong.  ``references``: see :func:`resolve_references` (checked
+    before anything runs).  A supplied reference the compiled model refuses (another input
+    shape or dtype), or whose outputs have another shape or dtype than the method's, raises
+    :class:`~toolkit.errors.ReferenceDataError`: it does not belong to this method.
+    """
+    refs = resolve_references(session, references) if references else None
     rows = []
     for spec in session.program.methods:
         row: dict[str, Any] = {"method": spec.name, "ran": False, "max_abs_err": math.nan,
                                "atol": math.nan, "rtol": math.nan, "ok": False, "reason": ""}
         lm = session.methods.get(spec.name)
+        ref: Reference | None = None
+        if refs is not None:
+            ref = refs[spec.name]
+        elif spec.reference_file:
+            ref = Reference((), (), "", supplied=False)  # read below (errors become the row's reason)
         if lm is None:
             row["reason"] = "not loaded" + (f": {session.error}" if session.failed_method == spec.name else "")
         elif not lm.runnable:
             row["reason"] = "not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems)
+        elif ref is None:
+            row["ok"] = pd.NA
+            row["reason"] = (f"{NO_REFERENCE}: the program holds none for {spec.name!r}; pass "
+                             "verify(references={...})")
         else:
             try:
-                inputs, expected = session.reference(spec.name)
+                if ref.source:
+                    inputs, expected = list(ref.inputs), list(ref.outputs)
+                else:
+                    inputs, expected = session.reference(spec.name)
                 session.reset_state()  # each method alone, from the initial state
-                outputs = [o.detach().cpu() for o in session.run(spec.name, inputs)]
+                try:
+                    raw = session.run(spec.name, [x.contiguous() for x in inputs] if ref.supplied else inputs)
+                except RuntimeError as e:
+                    problem = _so_input_problem(e, spec, spec.name) if ref.supplied else None
+                    if problem is not None:
+                        raise problem from None
+                    raise
+                outputs = [o.detach().cpu() for o in raw]
+                if ref.supplied:
+                    for k, (o, x) in enumerate(zip(outputs, expected)):
+                        if o.dtype != x.dtype or o.shape != x.shape:
+                            raise ReferenceDataError(
+                                f"output {k} of method {spec.name!r} is {o.dtype} {tuple(o.shape)}, the reference "
+                                f"given is {x.dtype} {tuple(x.shape)}: not this method's output",
+                                field=_field(spec.name, f".outputs[{k}]"))
                 row["ran"] = True
-                row.update(compare_outputs(outputs, expected))
+                row.update(compare_outputs(outputs, [x.cpu() for x in expected]))
                 row["reason"] = "" if row["ok"] else "output differs from the eager reference"
+            except ReferenceDataError as e:
+                if ref.supplied:
+                    raise
+                row["reason"] = str(e)
             except ToolkitError as e:
                 row["reason"] = str(e)
             except RuntimeError as e:
                 row["reason"] = f"run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
         rows.append(row)
-    return pd.DataFrame(rows, columns=VERIFY_COLUMNS)
+    frame = pd.DataFrame(rows, columns=VERIFY_COLUMNS)
+    frame["ok"] = frame["ok"].astype("boolean")
+    return frame
 
 
 def read_sequence_reference(program: Program, name: str, *, check_integrity: bool = True
@@ -148,7 +376,9 @@ def verify_sequence(session: "Session", name: str) -> pd.DataFrame:
                 row["reason"] = f"run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
                 broken = f"not run: step {i} ({method}) failed"
         rows.append(row)
-    return pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
+    frame = pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
+    frame["ok"] = frame["ok"].astype("boolean")
+    return frame
 
 
 REPEATABILITY_COLUMNS = ["method", "runs", "changes_with_reset", "changes_without_reset", "cause", "buffers"]
@@ -176,7 +406,7 @@ def repeatability(session: "Session", runs: int = 3) -> pd.DataFrame:
     rows = []
     for spec in session.program.methods:
         lm = session.methods.get(spec.name)
-        if lm is None or not lm.runnable:
+        if lm is None or not lm.runnable or not spec.reference_file:  # no reference: no inputs to run on
             continue
         inputs, _ = session.reference(spec.name)
         with_reset = []

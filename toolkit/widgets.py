@@ -126,7 +126,7 @@ def _dry_comparison_row(session: "Session") -> dict:
         "policy": session.policy.name.value, "loaded": session.status == "loaded", "status": str(session.status),
         "error": session.error or "",
         "wrong_methods": [m.name for m in session.program.methods if m.name in suspects],
-        "wrong_sequences": [],
+        "wrong_sequences": [], "no_reference": [],
         "not_runnable": [r.method for r in session.results.values() if r.status in ("loaded", "unloaded")
                          and not r.runnable],
         "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),

@@ -8,9 +8,15 @@ Programs of other formats load here too, with no ExecuTorch C++ runtime: an Exec
 (its ``.so`` is in the ``.pte``'s named data, extracted once to a private cache, torch's
 libraries made global first because ExecuTorch links the ``.so`` without libtorch; weights from
 the ``.ptd``, each constant from its own file, installed user-managed) and a torch ``.pt2``.
-The ``.so`` may take its inputs in another order than the method (``MethodSpec.input_order``):
-:meth:`AotiMethod.run` reorders them.  Such files record no torch version: only the device kind
-is checked.
+The ``.so`` may take its inputs, and give its outputs, in another order than the method
+(``MethodSpec.input_order``, ``MethodSpec.output_order``, traced through a ``.pte``'s execution
+plan): :meth:`AotiMethod.run` maps both (:func:`so_inputs`, :func:`method_outputs`).  Such files
+record no torch version: only the device kind is checked.
+
+Every compiled model loaded here checks its inputs' dtype, sizes, strides and device when it
+runs (AOTInductor's generated ``check_input_N``, on when ``AOTI_RUNTIME_CHECK_INPUTS`` is set,
+read once per ``.so`` at its first run; set here unless the caller set it): without it a
+wrongly shaped input is read out of bounds.
 """
 
 from __future__ import annotations
@@ -296,6 +302,26 @@ def so_inputs(inputs: list, order: "tuple[int, ...] | None") -> list:
     return [inputs[i] for i in order]
 
 
+def method_outputs(outputs: list, order: "tuple[int, ...] | None") -> list:
+    """The ``.so``'s outputs in the method's order: ``order[j]`` is the ``.so`` output giving the
+    method's output ``j`` (:attr:`~toolkit.model.MethodSpec.output_order`); None: as they come."""
+    if order is None:
+        return list(outputs)
+    bad = [k for k in order if not 0 <= k < len(outputs)]
+    if bad:
+        raise LoadError(f"the method's outputs come from compiled outputs {list(order)}, but the compiled model "
+                        f"gave {len(outputs)}")
+    return [outputs[k] for k in order]
+
+
+CHECK_INPUTS_ENV = "AOTI_RUNTIME_CHECK_INPUTS"
+
+
+def check_inputs_when_run() -> None:
+    """Make every ``.so`` opened from now on check its inputs when run (unless the caller chose)."""
+    os.environ.setdefault(CHECK_INPUTS_ENV, "1")
+
+
 _QUERIES = ("AOTInductorModelContainerCreateWithDevice", "AOTInductorModelContainerDelete",
             "AOTInductorModelContainerGetNumConstants", "AOTInductorModelContainerGetConstantName",
             "AOTInductorModelContainerGetConstantOriginalFQN", "AOTInductorModelContainerGetConstantDtype",
@@ -386,6 +412,7 @@ class AotiMethod:
         self._blob_tensors: dict[str, torch.Tensor] = {}  # the emulated whole blob (no dense blob)
         self.device = to_torch(device)
         so = program.path(method.so_file)
+        check_inputs_when_run()  # before the container's first run: the .so reads it once
         if method.so_bytes is not None:
             so = extract_so(so, method.so_offset, method.so_bytes)
             make_torch_global()
@@ -463,7 +490,7 @@ class AotiMethod:
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         ordered = so_inputs(list(inputs), self._spec.input_order)
-        return self.container.run([x.to(self.device) for x in ordered])
+        return method_outputs(self.container.run([x.to(self.device) for x in ordered]), self._spec.output_order)
 
 
 class AotiRuntime:

@@ -49,7 +49,8 @@ The program model (:mod:`toolkit.model`), and where it differs from a program di
   (what a dense-blob revision of the runtime would upload).  ``reference_file`` is
   ``reference_<method>.safetensors`` beside the ``.pte`` when there is one (the convention of
   our fixtures), else "".  ``input_order`` says which method input feeds each input of the
-  ``.so`` (traced through the execution plan's copy kernels; None when it cannot be traced).
+  ``.so`` (traced through the execution plan's copy kernels; None when it cannot be traced),
+  ``output_order`` which output of the ``.so`` gives each method output (likewise).
 * Every constant has its FQN, an internal name derived as AOTInductor derives it
   (``normalize_name``: non-alphanumerics become ``_``; a leading digit gets ``constant_``;
   the loader checks these against the ``.so``'s own table), dtype, shape, strides, storage
@@ -500,6 +501,35 @@ def _input_order(plan: _Plan, delegate: int) -> tuple[int, ...] | None:
     return None
 
 
+def _output_order(plan: _Plan, delegate: int) -> tuple[int, ...] | None:
+    """For each output of the method, which output of the delegate's ``.so`` gives it: the
+    delegate call's arguments after its traced inputs are its outputs, followed through the
+    copy kernels after it (``et_copy::_d2h_copy``) to the plan's outputs.  None when an output
+    cannot be traced (then the ``.so``'s order is taken as the method's)."""
+    src = {v: i for i, v in enumerate(plan.inputs)}
+    made: dict[int, int] = {}  # value -> index of the .so output it holds
+    seen = False
+    for kind, idx, args in plan.calls:
+        if kind == "kernel":
+            op = plan.operators[idx] if 0 <= idx < len(plan.operators) else ""
+            if COPY_OPS.match(op) and len(args) >= 2:
+                if args[0] in src:
+                    src[args[-1]] = src[args[0]]
+                if args[0] in made:
+                    made[args[-1]] = made[args[0]]
+        elif idx == delegate and not seen:
+            traced = [a in src for a in args]
+            n = sum(traced)
+            if n == 0 or not all(traced[:n]):
+                return None
+            made.update({a: k for k, a in enumerate(args[n:])})
+            seen = True
+    order = [made.get(v) for v in plan.outputs]
+    if not seen or any(k is None for k in order):
+        return None
+    return tuple(order)  # type: ignore[arg-type]
+
+
 class _Builder:
     def __init__(self, pte: Path, data: Sequence[Path], reader: str, constant_table):
         self.root = pte.parent
@@ -609,7 +639,8 @@ class _Builder:
             name=plan.name, so_file=so.file, blob_file=blob_file, reference_file=ref, blob_bytes=blob_bytes,
             num_inputs=len(plan.inputs), num_outputs=len(plan.outputs), constants=tuple(constants),
             so_offset=so.offset, so_bytes=so.size, so_key=payload.so_keys[0], blob_offset=blob_offset,
-            weights_key=payload.weights_key, payload=label, input_order=_input_order(plan, d.index))
+            weights_key=payload.weights_key, payload=label, input_order=_input_order(plan, d.index),
+            output_order=_output_order(plan, d.index))
 
     def _fqn_constants(self, plan: _Plan, payload: _Payload):
         names = aoti_internal_names(e["fqn"] for e in payload.entries)
