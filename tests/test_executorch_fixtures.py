@@ -265,6 +265,15 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
     assert (tmp_path / "MANIFEST").read_text() == "shared_state\ntotal_collision\n"
     readme = (tmp_path / "README.md").read_text()
     assert "| `total_collision` | prefill, decode | refused | refused |" in readme and "Duplicate key k " in readme
+    # packed as the device machine returns files: few parts, unpacked with cat | tar
+    import io
+    import tarfile
+
+    parts = mef.pack(tmp_path, tmp_path.parent / f"{tmp_path.name}-out", part_bytes=2000)
+    assert len(parts) > 1 and all(p.stat().st_size <= 2000 for p in parts)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
+        names = set(tar.getnames())
+    assert f"{tmp_path.name}/total_collision/refusal.txt" in names and f"{tmp_path.name}/MANIFEST" in names
     # a rerun replaces what the last one wrote
     again = mef.run_program(mef.PROGRAMS["total_collision"], tmp_path, export=write)
     assert again["status"] == "exported" and not (tmp_path / "total_collision" / "refusal.txt").exists()
