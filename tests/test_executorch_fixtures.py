@@ -84,13 +84,21 @@ def test_result_json_says_what_was_attempted_and_what_happened(name):
     for fname, rec in r["files"].items():
         data = (folder / fname).read_bytes()
         assert len(data) == rec["bytes"] and hashlib.sha256(data).hexdigest() == rec["sha256"], fname
-    # the references are the modules' eager outputs, recomputed here
+    # the references are the modules' eager outputs, recomputed here; a transformers model's random
+    # initialisation (seeded) may change between transformers releases: values are compared only
+    # under the release that exported it
+    import transformers
+
     refs = script().references(script().PROGRAMS[name].methods())
+    same_init = name not in ("bart_encoder_decoder", "llama_prefill_decode") or \
+        r["environment"]["transformers"] == transformers.__version__
     for m, file in r["references"]["methods"].items():
         saved = load_file(str(folder / file))
         assert set(saved) == set(refs[m])
         for k, t in refs[m].items():
-            torch.testing.assert_close(saved[k], t, rtol=1e-5, atol=1e-5)
+            assert (saved[k].shape, saved[k].dtype) == (t.shape, t.dtype), (m, k)
+            if same_init:
+                torch.testing.assert_close(saved[k], t, rtol=1e-5, atol=1e-5)
     rec = r["exporter_record"]
     assert rec["available"], rec["note"]
     assert set(r["processed_order"]) <= set(r["methods"]) and r["processed_order"]
