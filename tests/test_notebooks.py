@@ -24,7 +24,7 @@ CELL_TIMEOUT_S = 900
 def test_there_are_notebooks():
     names = {p.name for p in NOTEBOOKS}
     assert {"01_how_constant_aliasing_goes_wrong.ipynb", "02_diagnose_your_program.ipynb",
-            "03_policy_tradeoffs.ipynb", "explorer.ipynb"} <= names
+            "03_policy_tradeoffs.ipynb", "04_executorch_today.ipynb", "explorer.ipynb"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

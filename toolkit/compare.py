@@ -121,7 +121,8 @@ def predict_policies(program: "Program | str", policies: Iterable[str] | None = 
 
     ``status`` / ``stage`` / ``error``: the predicted outcome ("failed" at stage "load", or at
     "export" where the modelled exporter refuses the program); ``runs_on_other_data``: methods
-    that would run on a shared constant whose content differs; the decision counts;
+    that would run on a shared constant whose content differs (``not_runnable`` ones, which the
+    out-of-bounds guard keeps from running, left out); the decision counts;
     ``device_bytes`` the constant bytes the load would hold; ``floor_bytes`` the memory floor
     M (:func:`toolkit.memory_floor`) and ``x_floor`` their ratio (NaN when nothing loads).
     :attr:`PolicyComparison.sessions` holds the dry-run sessions (their tables).
@@ -139,10 +140,12 @@ def predict_policies(program: "Program | str", policies: Iterable[str] | None = 
         d = s.decisions
         counts = d["decision"].value_counts() if len(d) else pd.Series(dtype=int)
         loaded = s.status == "loaded"
+        blocked = [r.method for r in s.results.values() if r.status == "loaded" and not r.runnable]
         rows.append({
             "policy": name, "status": str(s.status), "stage": s.failed_stage or "", "error": s.error or "",
-            "runs_on_other_data": suspect_methods(d),
-            "not_runnable": [r.method for r in s.results.values() if r.status == "loaded" and not r.runnable],
+            # a method the out-of-bounds guard blocks does not run at all
+            "runs_on_other_data": [m for m in suspect_methods(d) if m not in blocked],
+            "not_runnable": blocked,
             "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
             "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
             "refused": int(counts.get("refused", 0)), "device_bytes": s.device_bytes, "floor_bytes": floor,
