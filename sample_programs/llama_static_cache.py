@@ -1,5 +1,5 @@
 """A real language model with a real KV cache: transformers' Llama layers over a static cache
-held as mutable buffers of one module instance, exported as ``prefill`` and ``decode``."""
+held as mutable buffers of one module instance, exported as ``prefill``, ``decode`` and ``decode_next``."""
 
 from __future__ import annotations
 
@@ -17,35 +17,41 @@ dim 32, vocab 256, random weights from `torch.manual_seed(0)`, eager attention) 
 layer through transformers' own decoder layers (attention projections, rotary embedding,
 `repeat_kv`, eager attention, MLP, RMSNorm) over a **static KV cache held as buffers of one
 module instance** (`core.k_cache_0`, `core.v_cache_0`, `core.k_cache_1`, `core.v_cache_1`,
-each 1 x 2 x 16 x 32 float32, zeros at first). Each method writes its keys and values into the
-cache at its positions (`index_copy_`) and attends over the whole cache, masked to the
-positions at or before its own. `prefill` takes 8 prompt tokens (positions 0..7), `decode` one
-token and its position (an input); both return the logits and the greedy next token (argmax,
-int64, compared exactly). Both methods wrap the one `core`: every weight and every cache
-buffer is one tensor of the eager program. The sequence `generate` is prefill, then 4 decodes
-whose inputs are eager's greedy tokens at positions 8..11: the loaded program reproduces
-eager's tokens only if decode reads the cache prefill filled.
+each 1 x 2 x 16 x 32 float32, zeros at first) and a counter `core.length` (int64: positions held, tokens decoded).
+Each method writes its keys and values into the cache at its positions (`index_copy_`) and
+attends over the whole cache, masked to the positions at or before its own. `prefill` takes 8
+prompt tokens (positions 0..7), `decode` one token and its position (an input), `decode_next`
+one token at the counter's position (the counter-driven API; it advances the counter, which
+prefill and decode also set). Each returns the logits and the greedy next token (argmax,
+int64, compared exactly). All three wrap the one `core`: every weight and every state buffer
+is one tensor of the eager program. The sequence `generate` is prefill, then 4 decodes whose
+inputs are eager's greedy tokens at positions 8..11; `generate_next` the same with
+`decode_next`: the loaded program reproduces eager's tokens only if the decodes read the
+cache prefill filled.
 
-Each method alone (decode from the initial, empty cache) is right under every policy. In
-sequence, per policy (the cache buffers have one FQN, shape, dtype and zero contents in both
-methods, and so does every weight, so every name of `decode` hits the cache):
-- `name-only`, `refuse-on-mismatch`, `decline-on-mismatch`: all-hit, so `decode` shares all
-  26 constants by name, the cache included (upstream's `share_kv_cache_across_methods`):
+Each method alone (a decode from the initial, empty cache) is right under every policy. In
+sequence, per policy (every state buffer has one FQN, shape, dtype and zero contents in all
+three methods, and so does every weight, so every name of `decode` and `decode_next` hits):
+- `name-only`, `refuse-on-mismatch`, `decline-on-mismatch`: all-hit, so each decode shares
+  all 27 constants by name, the state included (upstream's `share_kv_cache_across_methods`):
   the tokens are eager's.
-- `verify-always`: the all-hit branch re-uploads `decode`'s blob and compares metadata: all
-  equal, so it shares all 26 as well: eager's tokens.
-- `blind-share`: `decode`'s tensors are re-pointed at `prefill`'s, cache included: eager's tokens.
-- `fqn-weight-cache`: one storage per FQN key; the cache's bytes at export are equal zeros, so
-  there is no "Duplicate key" refusal and `decode` binds `prefill`'s storages: eager's tokens.
-- `fingerprint`, `content-dedup`: weights by content digest; the cache buffers because
+- `verify-always`: the all-hit branch re-uploads the decode's blob and compares metadata: all
+  equal, so it shares all 27 as well: eager's tokens.
+- `blind-share`: the decodes' tensors are re-pointed at `prefill`'s, state included: eager's tokens.
+- `fqn-weight-cache`: one storage per FQN key; the state's bytes at export are equal zeros, so
+  there is no "Duplicate key" refusal and the decodes bind `prefill`'s storages: eager's tokens.
+- `fingerprint`, `content-dedup`: weights by content digest; the state buffers because
   provenance says each is one buffer of the eager program (same storage at build time):
   eager's tokens.
-- `no-sharing`: `decode` gets its own, empty cache: from the first decode on it attends to
-  zeros instead of the prompt; the sequence is wrong at every decode step (logits; the greedy
-  tokens differ at some steps), and blame needs all four buffers swapped together to fix it.
-The static cache is written at explicit positions, so re-running a method with the same
-inputs rewrites the same slots: repeated runs give identical outputs with or without
-resetting the state (repeatability finds nothing to attribute).
+- `no-sharing`: each decode gets its own, empty cache (and `decode_next` its own counter, 0):
+  from the first decode on it attends to zeros instead of the prompt; both sequences are wrong
+  at every decode step (logits; the greedy tokens differ at some steps). No single buffer
+  fixes it: blame swaps them together and names the four cache buffers of `decode` (in
+  `generate`) and the four and the counter of `decode_next` (in `generate_next`).
+Repeatability: `prefill` and `decode` write at explicit positions, so re-running one with the
+same inputs rewrites the same slots and its outputs repeat with or without resets;
+`decode_next` moves along the cache each run, so its outputs change unless the state is
+reset: state carried in the cache buffers and the counter.
 
 transformers' own `TorchExportableModuleWithStaticCache` is not used: under torch 2.13 its
 export lifts the cache tensors as positional constants (`lifted_tensor_N`), separate from the
@@ -88,6 +94,10 @@ class StaticCacheLlama(torch.nn.Module):
             shape = (1, cfg.num_key_value_heads, max_len, cfg.head_dim)
             self.register_buffer(f"k_cache_{i}", torch.zeros(shape))
             self.register_buffer(f"v_cache_{i}", torch.zeros(shape))
+        # [positions the cache holds (decode_next's next position), tokens decoded since prefill]:
+        # state too.  Two elements, not one: AOTInductor (torch 2.13, measured on CPU) compiles
+        # reads of a one-element buffer as its initial value even when the graph writes it.
+        self.register_buffer("length", torch.zeros(2, dtype=torch.int64))
         self.max_len = max_len
 
     def step(self, input_ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +127,10 @@ class Prefill(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        return self.core.step(input_ids, positions)
+        out = self.core.step(input_ids, positions)
+        self.core.length[0] = input_ids.shape[1]
+        self.core.length[1] = 0
+        return out
 
 
 class Decode(torch.nn.Module):
@@ -128,7 +141,26 @@ class Decode(torch.nn.Module):
         self.core = core
 
     def forward(self, input_ids: torch.Tensor, position: torch.Tensor):
-        return self.core.step(input_ids, position)
+        out = self.core.step(input_ids, position)
+        self.core.length[0:1].copy_(position + 1)
+        self.core.length[1:2].add_(1)
+        return out
+
+
+class DecodeNext(torch.nn.Module):
+    """One token (1, 1) at the cache's own next position (``core.length``), which it advances:
+    the counter-driven API (transformers' StaticCache keeps such a counter too).  Its output
+    depends on how often it ran: repeated without a reset, it moves along the cache."""
+
+    def __init__(self, core: StaticCacheLlama):
+        super().__init__()
+        self.core = core
+
+    def forward(self, input_ids: torch.Tensor):
+        position = self.core.length[0:1].clone()
+        out = self.core.step(input_ids, position)
+        self.core.length.add_(1)
+        return out
 
 
 def core() -> StaticCacheLlama:
@@ -151,38 +183,43 @@ def methods() -> dict[str, tuple[torch.nn.Module, tuple]]:
     return {
         "prefill": (Prefill(c), (prompt(),)),
         "decode": (Decode(c), (token, torch.tensor([PROMPT_LEN], dtype=torch.int64))),
+        "decode_next": (DecodeNext(c), (token,)),
     }
 
 
-def greedy(steps: int = DECODE_STEPS) -> list[tuple[str, tuple]]:
-    """Eager greedy generation on a fresh core: [(method, args)] with each decode's input the
+def greedy(steps: int = DECODE_STEPS, method: str = "decode") -> list[tuple[str, tuple]]:
+    """Eager greedy generation on a fresh core: [(method, args)], prefill then ``steps`` decodes
+    (``decode``: token and position; ``decode_next``: token only), each decode's input the
     token the step before chose."""
     c = core()
-    prefill, decode = Prefill(c), Decode(c)
+    prefill, decode = Prefill(c), {"decode": Decode, "decode_next": DecodeNext}[method](c)
     out = [("prefill", (prompt(),))]
     with torch.no_grad():
         _, token = prefill(prompt())
         for i in range(steps):
-            args = (token.view(1, 1).clone(), torch.tensor([PROMPT_LEN + i], dtype=torch.int64))
-            out.append(("decode", args))
+            args = (token.view(1, 1).clone(),)
+            if method == "decode":
+                args += (torch.tensor([PROMPT_LEN + i], dtype=torch.int64),)
+            out.append((method, args))
             _, token = decode(*args)
     return out
 
 
 def sequences():
-    return {"generate": greedy()}
+    return {"generate": greedy(), "generate_next": greedy(method="decode_next")}
 
 
 def _expected():
     from toolkit.samples import Expected
 
-    # 21 parameters + rotary inv_freq + 4 cache buffers = 26 constants per method, all one tensor
-    # of the eager program: every sharing policy shares all 26 (the cache by name, key or
-    # provenance) and reproduces the tokens; no-sharing keeps decode's cache empty.
-    shared = {p: Expected.of(min_shared=26, declined=0) for p in (
+    # 21 parameters + rotary inv_freq + 4 cache buffers + the counter = 27 constants per method, all
+    # one tensor of the eager program: every sharing policy shares all 27 of decode and of
+    # decode_next (the state by name, key or provenance) and reproduces the tokens; no-sharing
+    # keeps each decode's cache empty.
+    shared = {p: Expected.of(min_shared=2 * 27, declined=0) for p in (
         "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup",
         "blind-share", "fqn-weight-cache")}
-    return {"no-sharing": Expected.of(sequence_wrong={"generate"}), **shared}
+    return {"no-sharing": Expected.of(sequence_wrong={"generate", "generate_next"}), **shared}
 
 
 EXPECTED = _expected()

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.slow  # builds (once, cached) and loads the sample
 
 SAMPLE = "llama_static_cache"
 CACHE = {"core.k_cache_0", "core.v_cache_0", "core.k_cache_1", "core.v_cache_1"}
+STATE = CACHE | {"core.length"}  # and the counter decode_next reads
+SEQUENCES = {"generate": "decode", "generate_next": "decode_next"}  # sequence -> its decode method
 SHARING = [p for p in toolkit.POLICIES if p != "no-sharing"]
 
 
@@ -36,12 +38,13 @@ def _export(module, args=(), kwargs=None):
 
 # -- the model itself ------------------------------------------------------------------------
 
-def test_the_static_cache_gives_transformers_own_logits(llm):
+@pytest.mark.parametrize("method", ["decode", "decode_next"])
+def test_the_static_cache_gives_transformers_own_logits(llm, method):
     """Prefill + decodes through the cache equal one uncached transformers forward over the
     whole sequence: the cache really carries the keys and values (not a stub)."""
-    steps = llm.greedy()
+    steps = llm.greedy(method=method)
     core = llm.core()
-    run = {"prefill": llm.Prefill(core), "decode": llm.Decode(core)}
+    run = {"prefill": llm.Prefill(core), "decode": llm.Decode(core), "decode_next": llm.DecodeNext(core)}
     with torch.no_grad():
         outs = [run[m](*args) for m, args in steps]
         tokens = torch.cat([steps[0][1][0]] + [args[0] for _m, args in steps[1:]], dim=1)
@@ -52,10 +55,14 @@ def test_the_static_cache_gives_transformers_own_logits(llm):
     chosen = [int(t) for _l, t in outs]
     assert [int(args[0]) for _m, args in steps[1:]] == chosen[:-1]
     assert len(set(chosen)) > 1  # a generation, not one repeated token
+    assert core.length.tolist() == [llm.PROMPT_LEN + llm.DECODE_STEPS, llm.DECODE_STEPS]
+    again = llm.greedy(method=method)  # seeded: the same steps every time
+    assert [m for m, _a in again] == [m for m, _a in steps]
+    assert all(torch.equal(x, y) for (_m, a1), (_n, a2) in zip(steps, again) for x, y in zip(a1, a2))
     # without the cache a decode sees nothing of the prompt: another answer
     empty = llm.core()
     with torch.no_grad():
-        logits, _ = llm.Decode(empty)(*steps[1][1])
+        logits, _ = {"decode": llm.Decode, "decode_next": llm.DecodeNext}[method](empty)(*steps[1][1])
     assert not torch.allclose(logits, outs[1][0], atol=1e-3)
 
 
@@ -118,21 +125,22 @@ def test_transformers_exportable_static_cache_is_found_where_functionalizing_fai
 def test_provenance_makes_the_cache_one_state_of_both_methods(built_sample):
     p = built_sample(SAMPLE)
     by = {m.name: {c.fqn: c for c in m.constants} for m in p.methods}
-    assert set(by["prefill"]) == set(by["decode"]) and len(by["prefill"]) == 26
-    for fqn, c in by["prefill"].items():  # every weight and every cache buffer: one eager tensor
-        assert c.storage and c.storage == by["decode"][fqn].storage, fqn
-    assert {f for f, c in by["prefill"].items() if c.mutated} == CACHE
-    assert {f for f, c in by["decode"].items() if c.mutated} == CACHE
+    assert set(by) == {"prefill", "decode", "decode_next"}
+    assert set(by["prefill"]) == set(by["decode"]) == set(by["decode_next"]) and len(by["prefill"]) == 27
+    for fqn, c in by["prefill"].items():  # every weight and every state buffer: one eager tensor
+        assert c.storage and c.storage == by["decode"][fqn].storage == by["decode_next"][fqn].storage, fqn
+    for m in by:
+        assert {f for f, c in by[m].items() if c.mutated} == STATE, m
     state = p.state_buffers()
-    assert {b.fqn for b in state} == CACHE
-    assert all(b.writers == ("prefill", "decode") for b in state)
-    [seq] = p.sequences
-    assert [st.method for st in seq.steps] == ["prefill"] + ["decode"] * 4
+    assert {b.fqn for b in state} == STATE
+    assert all(b.writers == ("prefill", "decode", "decode_next") for b in state)
+    assert {q.name: [st.method for st in q.steps] for q in p.sequences} == \
+        {seq: ["prefill"] + [m] * 4 for seq, m in SEQUENCES.items()}
 
 
-def _tokens(session, program) -> tuple[list[int], list[int]]:
-    """(tokens the loaded program chose, eager's) at every step of ``generate``, from the initial state."""
-    steps = read_sequence_reference(program, "generate")
+def _tokens(session, program, sequence: str) -> tuple[list[int], list[int]]:
+    """(tokens the loaded program chose, eager's) at every step of ``sequence``, from the initial state."""
+    steps = read_sequence_reference(program, sequence)
     session.reset_state()
     got = [int(session.run(m, inputs)[1].reshape(-1)[0]) for m, inputs, _ref in steps]
     want = [int(ref[1].reshape(-1)[0]) for _m, _i, ref in steps]
@@ -146,18 +154,19 @@ def check_policy(program, policy: str, device=None):
         assert s.status == "loaded", s.error
         alone = s.verify()
         assert alone["ok"].all(), alone  # each method alone, from the empty cache
-        seq = s.verify(sequence="generate")
-        got, want = _tokens(s, program)
         d = s.decisions.set_index(["method", "fqn"])
-        decode_cache = d.loc[[("decode", f) for f in sorted(CACHE)], "decision"]
-        if policy == "no-sharing":
-            assert (decode_cache == "private").all()
-            assert list(seq["ok"]) == [True, False, False, False, False], seq
-            assert got[0] == want[0] and got != want  # prefill alone is right; decode answers from an empty cache
-        else:
-            assert (decode_cache == "shared").all(), decode_cache
-            assert seq["ok"].all(), seq
-            assert got == want  # eager's greedy tokens, exactly
+        for sequence, decode in SEQUENCES.items():
+            seq = s.verify(sequence=sequence)
+            got, want = _tokens(s, program, sequence)
+            state = d.loc[[(decode, f) for f in sorted(STATE)], "decision"]
+            if policy == "no-sharing":
+                assert (state == "private").all()
+                assert list(seq["ok"]) == [True, False, False, False, False], seq
+                assert got[0] == want[0] and got != want  # prefill alone is right; the decodes see an empty cache
+            else:
+                assert (state == "shared").all(), state
+                assert seq["ok"].all(), seq
+                assert got == want  # eager's greedy tokens, exactly
         return s.decisions
     finally:
         s.close()
@@ -166,55 +175,72 @@ def check_policy(program, policy: str, device=None):
 @pytest.mark.parametrize("policy", toolkit.POLICIES)
 def test_generation_under_every_policy(built_sample, policy, llm):
     assert set(llm.EXPECTED) == set(toolkit.POLICIES)
-    assert llm.EXPECTED[policy].sequence_wrong == ({"generate"} if policy == "no-sharing" else frozenset())
+    assert llm.EXPECTED[policy].sequence_wrong == (set(SEQUENCES) if policy == "no-sharing" else frozenset())
     check_policy(built_sample(SAMPLE), policy)
 
 
 def test_fingerprint_shares_the_cache_because_of_provenance(built_sample):
     s = toolkit.load_program(built_sample(SAMPLE), "fingerprint")
     d = s.decisions.set_index(["method", "fqn"])
-    for fqn in CACHE:
-        assert d.loc[("decode", fqn), "reason_code"] == "same_state", d.loc[("decode", fqn)]
-        assert d.loc[("decode", fqn), "shared_from"].startswith("prefill/")
+    for m in ("decode", "decode_next"):
+        for fqn in STATE:
+            assert d.loc[(m, fqn), "reason_code"] == "same_state", d.loc[(m, fqn)]
+            assert d.loc[(m, fqn), "shared_from"].startswith("prefill/")
     s.close()
 
 
-@pytest.mark.parametrize("policy", ["no-sharing", "fingerprint", "name-only", "fqn-weight-cache"])
-def test_blame_names_the_cache_only_where_decode_is_wrong(built_sample, policy):
-    s = toolkit.load_program(built_sample(SAMPLE), policy)
-    b = s.blame("generate")
+# the culprits where the sequence is wrong: decode needs the four cache buffers of prefill (its
+# position is an input, so the counter is not among them); decode_next also needs the counter
+CULPRITS = {"generate": {("decode", f) for f in CACHE}, "generate_next": {("decode_next", f) for f in STATE}}
+
+
+def check_blame(s, policy: str, sequence: str) -> None:
+    b = s.blame(sequence)
     culprits = set(zip(b[b["fixes"]]["method"], b[b["fixes"]]["fqn"]))
-    if policy == "no-sharing":
-        # no single buffer fixes it (every layer's keys and values are apart): the four together do
-        assert culprits == {("decode", f) for f in CACHE}, b
-        assert not b[~b["fixes"]].empty and (b[~b["fixes"]]["swap"].str.startswith("the writer's tensor")).all()
-        fix = b[b["fixes"]]
-        assert fix["swap"].str.endswith("with 3 more swaps").all(), fix["swap"]
-        assert fix["evidence"].str.contains("is not shared").all()
-        tried = [e for e in s.log if e.kind.value == "culprit_tried"]
-        assert len(tried) == len(b)
-        dec = s.decisions.set_index(["method", "fqn"])
-        assert set(dec[dec["culprit"] == "generate"].index) == culprits
-        assert s.verify(sequence="generate")["ok"].tolist() == [True, False, False, False, False]  # undone
-    else:
+    if policy != "no-sharing":
         assert culprits == set() and b.empty, b
+        return
+    # no single buffer fixes it (every buffer kept apart): they fix it together, and only those needed
+    assert culprits == CULPRITS[sequence], b
+    single = b[~b["fixes"]]
+    assert len(single) and single["swap"].str.startswith("the writer's tensor").all()
+    fix = b[b["fixes"]]
+    assert fix["swap"].str.endswith(f"with {len(culprits) - 1} more swaps").all(), fix["swap"]
+    assert fix["evidence"].str.contains("is not shared").all()
+    tried = [e for e in s.log if e.kind.value == "culprit_tried" and e.verification == sequence]
+    assert len(tried) == len(b)
+    dec = s.decisions.set_index(["method", "fqn"])
+    assert set(dec[dec["culprit"].map(lambda c: sequence in c.split(", "))].index) == culprits
+    assert s.verify(sequence=sequence)["ok"].tolist() == [True, False, False, False, False]  # swaps undone
+
+
+@pytest.mark.parametrize("policy", ["no-sharing", "fingerprint", "name-only", "fqn-weight-cache"])
+def test_blame_names_the_state_only_where_a_decode_is_wrong(built_sample, policy):
+    s = toolkit.load_program(built_sample(SAMPLE), policy)
+    for sequence in SEQUENCES:
+        check_blame(s, policy, sequence)
     assert s.blame().empty  # standalone, nothing is wrong under any policy
     s.close()
 
 
 @pytest.mark.parametrize("policy", ["fingerprint", "no-sharing"])
-def test_repeatability_names_the_cache_and_finds_it_idempotent(built_sample, policy):
-    """The cache is written at explicit positions: re-running a method rewrites the same slots,
-    so outputs repeat bit for bit with or without resets, and the cache is named as the state
-    each method runs on."""
+def test_repeatability_attributes_decode_next_to_the_state(built_sample, policy):
+    """prefill and decode write at explicit positions: re-running one rewrites the same slots and
+    its outputs repeat bit for bit, with or without resets.  decode_next moves along the cache
+    every run: its outputs change unless the state is reset, and the cause names the cache
+    buffers and the counter."""
     s = toolkit.load_program(built_sample(SAMPLE), policy)
     r = s.repeatability(runs=3).set_index("method")
-    assert set(r.index) == {"prefill", "decode"}
+    assert set(r.index) == {"prefill", "decode", "decode_next"}
     for m in r.index:
-        assert set(r.loc[m, "buffers"].split(", ")) == CACHE
-        assert not r.loc[m, "changes_with_reset"] and not r.loc[m, "changes_without_reset"]
-        assert r.loc[m, "cause"] == ""
-    # the state does carry between methods: decode after prefill is not decode from the empty cache
+        assert set(r.loc[m, "buffers"].split(", ")) == STATE
+        assert not r.loc[m, "changes_with_reset"]
+    for m in ("prefill", "decode"):
+        assert not r.loc[m, "changes_without_reset"] and r.loc[m, "cause"] == ""
+    assert r.loc["decode_next", "changes_without_reset"]
+    cause = r.loc["decode_next", "cause"]
+    assert cause.startswith("state carried in mutated buffers") and all(f in cause for f in STATE), cause
+    # the state carries between methods too: decode after prefill is not decode from the empty cache
     steps = read_sequence_reference(s.program, "generate")
     s.reset_state()
     alone = s.run("decode", steps[1][1])[0].clone()
@@ -222,6 +248,25 @@ def test_repeatability_names_the_cache_and_finds_it_idempotent(built_sample, pol
     after = s.run("decode", steps[1][1])[0].clone()
     assert torch.equal(alone, after) == (policy == "no-sharing")
     s.close()
+
+
+def test_a_one_element_written_buffer_is_warned_about(tmp_path):
+    """Why the sample's counter has two elements: the builder warns about a written buffer of one."""
+
+    class Counter(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(n, dtype=torch.int64))
+
+        def forward(self, x):
+            out = x + self.count[:1]
+            self.count.add_(1)
+            return out
+
+    x = torch.zeros(1, dtype=torch.int64)
+    with pytest.warns(UserWarning, match="buffer 'count' is written and has one element") as rec:
+        toolkit.build_program({"one": (Counter(1), (x,)), "two": (Counter(2), (x,))}, tmp_path / "p", progress=False)
+    assert [str(w.message).split(":")[0] for w in rec if "one element" in str(w.message)] == ["method 'one'"]
 
 
 # -- on the GPU --------------------------------------------------------------------------------
@@ -236,9 +281,17 @@ def test_generation_under_every_policy_on_cuda(built_sample, policy):
 @pytest.mark.parametrize("policy", ["no-sharing", "fingerprint"])
 def test_blame_on_cuda(built_sample, policy):
     s = toolkit.load_program(built_sample(SAMPLE, "cuda"), policy)
-    b = s.blame("generate")
-    culprits = set(zip(b[b["fixes"]]["method"], b[b["fixes"]]["fqn"]))
-    assert culprits == ({("decode", f) for f in CACHE} if policy == "no-sharing" else set()), b
+    for sequence in SEQUENCES:
+        check_blame(s, policy, sequence)
+    s.close()
+
+
+@pytest.mark.gpu
+def test_repeatability_attributes_decode_next_to_the_state_on_cuda(built_sample):
+    s = toolkit.load_program(built_sample(SAMPLE, "cuda"), "fingerprint")
+    r = s.repeatability(runs=3).set_index("method")
+    assert not r["changes_with_reset"].any(), r
+    assert list(r.index[r["changes_without_reset"]]) == ["decode_next"], r
     s.close()
 
 

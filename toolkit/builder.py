@@ -218,6 +218,18 @@ def mutated_buffers(ep: "torch.export.ExportedProgram") -> set[str]:
     return found
 
 
+def _warn_single_element_state(method: str, ep: "torch.export.ExportedProgram", mutated: set[str]) -> None:
+    """Warn about written buffers of one element: AOTInductor (torch 2.13, measured on CPU) compiles
+    their reads as their initial value although the method writes them, so a counter held in one
+    element never advances for the compiled method (eager's does); two elements are read as data."""
+    for fqn in sorted(mutated):
+        t = ep.state_dict.get(fqn, ep.constants.get(fqn))
+        if isinstance(t, torch.Tensor) and t.numel() == 1:
+            warnings.warn(f"method {method!r}: buffer {fqn!r} is written and has one element; AOTInductor may "
+                          "compile its reads as its initial value (measured with torch 2.13), so what the method "
+                          "wrote is never read back. Hold it in at least two elements.", stacklevel=3)
+
+
 def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch.device, mdir: Path) -> MethodSpec:
     if not isinstance(module, torch.nn.Module):
         raise BuildError(f"method {name!r}: expected a torch.nn.Module, got {type(module).__name__}")
@@ -242,6 +254,7 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
         kinds.update({fqn: ConstantKind.BUFFER for fqn in sig.buffers})
         mutated = mutated_buffers(ep)
         so, blob = _aot_compile(ep.module(), args, device, mdir)
+    _warn_single_element_state(name, ep, mutated)
     check_shared_object(so)
     rel = Path("methods") / name
     constants = _describe_constants(so, blob, device, kinds, mutated, str(rel / blob.name))
