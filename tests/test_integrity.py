@@ -89,6 +89,14 @@ def test_load_method_alone_checks_its_files_first(base, tmp_path, opened, policy
     flip_byte(root / "methods/decode/weights.blob")
     program = open_program(root)
     s = Session(program, get_policy(policy), resolve_devices(program, None))
+    if policy == "fqn-weight-cache":  # 1.5.x's exporter refuses this program: no method of it exists
+        from toolkit.errors import LoadError
+
+        for m in ("prefill", "decode"):
+            with pytest.raises(LoadError, match="Duplicate key"):
+                s.load_method(m)
+        assert opened == [] and not s.methods
+        return
     s.load_method("prefill")
     opened.clear()
     with pytest.raises(IntegrityError, match="sha256 does not match"):
