@@ -334,3 +334,78 @@ print("OK")
     if last.startswith("IMPORT"):
         pytest.skip(f"executorch's CUDA backend does not import here: {last[7:]}")
     assert last == "OK", out.stdout
+
+
+_COLLECTOR_PROBE = r"""
+import json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+try:
+    from executorch.backends.cuda.cuda_weight_collector import (CudaWeightArtifact, CudaWeightCollector,
+                                                              CudaWeightEntry, _storage_key)
+    from executorch.exir._serialize._cord import FileBackedData
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+    from executorch.exir.backend.backend_details import PreprocessResult
+except ImportError as e:
+    print(json.dumps({"import_error": str(e)}))
+    sys.exit(0)
+import make_executorch_fixtures as mef
+methods = json.load(sys.stdin)
+tmp = tempfile.mkdtemp()
+collector, rec = CudaWeightCollector(), mef.ExporterRecord()
+out = {"message": None}
+with rec.installed():
+    try:
+        for m in methods:
+            rec.methods.append({"method": m["name"], "so_key": None, "storages": []})
+            store = NamedDataStore()
+            store.add_named_data(m["so_key"], b"so", 1, None)
+            entries, storages = [], {}
+            for i, c in enumerate(m["constants"]):
+                path = os.path.join(tmp, f"{m['name']}.{i}")
+                with open(c["file"], "rb") as f:
+                    f.seek(c["offset"])
+                    data = f.read(c["nbytes"])
+                with open(path, "wb") as f:
+                    f.write(data)
+                key = _storage_key(c["fqn"], 1)
+                entries.append(CudaWeightEntry(c["fqn"], key, len(data), 6, 1, 0, tuple(c["shape"]), tuple(c["strides"])))
+                storages[key] = FileBackedData(path)
+            result = PreprocessResult(processed_bytes=(m["so_key"] + "\n" + "w_weights_blob").encode(),
+                                      debug_handle_map={}, data_store_output=store.get_named_data_store_output())
+            collector.add_preprocess_result(result, CudaWeightArtifact(entries, storages), "cuda")
+    except ValueError as e:
+        out["message"] = str(e)
+out["record"] = rec.methods
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n, e in EXPECTED.items() if e.status == "refused"])
+def test_executorchs_own_collector_refuses_what_fqn_weight_cache_predicts(name):
+    """Without a GPU: the constants of our CPU build of the same modules, fed method by method to
+    executorch 1.5.1's own CudaWeightCollector (its add_preprocess_result, as the exporter calls
+    it after each method's compile, with the same .so key for every method of one graph), raise
+    exactly the message fqn-weight-cache's dry run predicts.  Where the executorch extra is not
+    installed (CI) this skips; the H200 export is then the check."""
+    import subprocess
+    import sys
+
+    program = built_program(name)
+    # the exporter's .so key is the sha256 of the CUDA .so; one graph, one .so: one key per distinct graph
+    so_keys = {m.name: f"{program.files[m.so_file].sha256}_so_blob" for m in program.methods}
+    payload = [{"name": m.name, "so_key": so_keys[m.name], "constants": [
+        {"fqn": c.fqn, "file": str(program.path(c.file)), "offset": c.offset, "nbytes": c.nbytes,
+         "shape": list(c.shape), "strides": list(c.strides)} for c in m.constants]} for m in program.methods]
+    run = subprocess.run([sys.executable, "-c", _COLLECTOR_PROBE, str(SCRIPT.parent)], input=json.dumps(payload),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    if "import_error" in got:
+        pytest.skip(f"executorch's CUDA backend does not import here: {got['import_error']}")
+    a = run_analysis(with_so_keys(program, so_keys), "fqn-weight-cache", device="cuda")
+    assert got["message"] is not None, got["record"]
+    assert (a.status, a.session.failed_stage) == ("failed", "export")
+    assert a.session.error == got["message"]
+    refused_at = [m["method"] for m in got["record"] if any(s["outcome"].startswith("refused") for s in m["storages"])]
+    assert refused_at == [a.session.failed_method]
