@@ -408,3 +408,112 @@ def test_collision_matrix_of_thousands_of_names_is_capped_culprits_first():
     assert len(labels) == plots.MAX_MATRIX_COLUMNS and set(culprits) <= set(labels)
     assert labels == sorted(labels, key=lambda k: int(k[1:]))  # load order kept
     assert "120 of 3,000 names: the culprits first" in ax.get_title()
+
+
+# ------------------------------------------------------------------ issue 12 item 6: the interactive matrix
+
+
+def _plotly():
+    return require("plotly", extra="notebook")
+
+
+def _content_rows(n_names: int, bad_every: int = 0) -> pd.DataFrame:
+    rows = []
+    for i in range(n_names):
+        rows.append({"method": "encoder", "name": f"c{i}", "fqn": f"layers.{i}.w", "decision": "loaded",
+                     "reason_code": "first_seen", "reason": "first time this name is seen", "digest": "a" * 64,
+                     "cached_digest": ""})
+        bad = bool(bad_every) and i % bad_every == 1
+        rows.append({"method": "decoder", "name": f"c{i}", "fqn": f"layers.{i}.w", "decision": "shared",
+                     "reason_code": "name_hit_unchecked", "reason": "the name is in the cache: shared unchecked",
+                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64})
+    rows.append({"method": "encoder", "name": "solo", "fqn": "only.in.the.encoder", "decision": "loaded",
+                 "reason_code": "first_seen", "reason": "first time", "digest": "c" * 64, "cached_digest": ""})
+    return pd.DataFrame(rows)
+
+
+def test_interactive_matrix_hover_gives_decision_and_reason():
+    _plotly()
+    d = _content_rows(3, bad_every=2)
+    fig = plots.interactive_collision_matrix(d, wrong_methods=["decoder"])
+    heat = fig.data[0]
+    assert list(heat.y) == ["encoder", "decoder"] and list(heat.x) == ["layers.0.w", "layers.1.w", "layers.2.w",
+                                                                       "only.in.the.encoder"]
+    hover = heat.customdata
+    assert "decision: <b>loaded</b>" in hover[0][0] and "reason: <b>first_seen</b>" in hover[0][0]
+    assert "first time this name is seen" in hover[0][0]
+    assert "decision: <b>shared</b> \u2717 <b>content differs</b>" in hover[1][1]  # c1: the culprit
+    assert "same content as the cached tensor: <b>NO</b>" in hover[1][1]
+    assert "content differs" not in hover[1][0] and "same content as the cached tensor: yes" in hover[1][0]
+    assert "has no constant of this name" in hover[1][3]  # the decoder has no only.in.the.encoder
+    assert "output is WRONG" in hover[1][0]
+    assert heat.hovertemplate == "%{customdata}<extra></extra>"
+
+
+def test_interactive_matrix_marks_culprits_red_like_the_png():
+    _plotly()
+    d = _content_rows(3, bad_every=2)
+    fig = plots.interactive_collision_matrix(d, wrong_methods=["decoder"])
+    heat = fig.data[0]
+    # the colour of a cell: its category's band of the discrete colour scale
+    scale = [c for _pos, c in heat.colorscale]
+    colour = [[scale[2 * int(v)] for v in row] for row in heat.z]
+    assert colour[1][1] == plots.CULPRIT_FACE and colour[1][0] == plots.DECISION_COLOURS["shared"]
+    assert colour[0][0] == plots.DECISION_COLOURS["loaded"] and colour[1][3] == "#ffffff"
+    assert heat.text[1][1] == "S\u2717" and heat.text[1][0] == "S"
+    # the PNG's culprits are the same cells
+    assert plots.culprit_cells(d) == {("decoder", "layers.1.w")}
+    assert "S\u2717 shared, content differs" in [t.name for t in fig.data[1:]]  # in the legend
+    ticks = fig.layout.yaxis.ticktext
+    assert "wrong" in ticks[1] and plots.WRONG_COLOUR in ticks[1] and "wrong" not in ticks[0]
+    assert any(s.line.color == plots.WRONG_COLOUR for s in fig.layout.shapes)  # the wrong row outlined
+
+
+def test_interactive_matrix_large_programs_show_only_the_colliding_names():
+    _plotly()
+    big = _content_rows(60)  # 61 names, 60 of them in both methods
+    fig = plots.interactive_collision_matrix(big)
+    assert len(fig.data[0].x) == 60 and "only.in.the.encoder" not in fig.data[0].x
+    assert "60 of 61 names" in fig.layout.title.text
+    assert len(plots.interactive_collision_matrix(big, only_colliding=False).data[0].x) == 61
+    # the same selection as the matplotlib matrix
+    png_labels = [t.get_text() for t in plots.collision_matrix(big).axes[0].get_xticklabels()]
+    assert png_labels == list(fig.data[0].x)
+
+
+def test_interactive_matrix_of_thousands_of_names_is_capped_culprits_first():
+    _plotly()
+    import time
+
+    t0 = time.perf_counter()
+    fig = plots.interactive_collision_matrix(_content_rows(5000, bad_every=97))
+    bundle = plots.plotly_bundle(fig)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 20, elapsed
+    xs = list(fig.data[0].x)
+    assert len(xs) == plots.MAX_MATRIX_COLUMNS
+    assert {f"layers.{i}.w" for i in range(5000) if i % 97 == 1} <= set(xs)
+    assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH <= 1000  # a notebook output area at 1440 px: 1008 px
+    import json
+
+    json.dumps(bundle)  # plain JSON: what the Output widget sends
+
+
+def test_interactive_matrix_shows_names_as_typed():
+    _plotly()
+    d = decisions([("m<b>", "<i>x</i>", "$x$", "loaded"), ("m2", "<i>x</i>", "$x$", "shared")])
+    fig = plots.interactive_collision_matrix(d, title="<script>alert(1)</script>")
+    assert "<script>" not in fig.layout.title.text and "&lt;script&gt;" in fig.layout.title.text
+    assert fig.data[0].customdata[0][0].startswith("<b>m&lt;b&gt; / ")
+    assert "&lt;i&gt;x&lt;/i&gt;" in fig.data[0].customdata[0][0]
+    assert not fig.data[0].x[0].startswith("$")  # a label between dollars would be typeset
+    assert plots.plotly_text("$x$") == "\u200b$x$"
+
+
+@pytest.mark.slow
+def test_interactive_matrix_of_a_session(sessions):
+    _plotly()
+    s = sessions["name-only"]
+    fig = plots.interactive_collision_matrix(s, verification=s.verify())
+    assert s.program.name in fig.layout.title.text and "name-only" in fig.layout.title.text
+    assert "reason: <b>name_hit_unchecked</b>" in fig.data[0].customdata[1][0]

@@ -188,6 +188,13 @@ def test_compare_loads_each_policy_once(state, monkeypatch):
 # ------------------------------------------------------------------ the ipywidgets view
 
 
+def _matrix_figure(ex) -> dict:
+    """The plotly figure the Overview's Output widget shows (plotly's mime type, plain JSON)."""
+    (out,) = ex.matrix.outputs
+    assert out["output_type"] == "display_data"
+    return out["data"]["application/vnd.plotly.v1+json"]
+
+
 def _grid_text(ex) -> str:
     """Every cell of the Decisions grid (itables' frame of HTML cells), one string."""
     return " ".join(ex.grid.df.astype(str).to_numpy().ravel().tolist())
@@ -216,7 +223,8 @@ def test_view_load_renders_table_plots_and_summary(explorer):
     assert "_tensor_constant0" in cells and ">shared \u2717<" in cells  # decode's share: the culprit
     assert "2 of 2 decisions" in ex.decisions.value
     assert "WRONG" in ex.verification.value
-    assert bytes(ex.matrix.value).startswith(b"\x89PNG") and bytes(ex.timeline.value).startswith(b"\x89PNG")
+    assert _matrix_figure(ex)["data"][0]["type"] == "heatmap" and bytes(ex.timeline.value).startswith(b"\x89PNG")
+    assert "data:image/png;base64," in ex.matrix_png.value  # the matplotlib matrix, for PNG export
     assert "WRONG OUTPUT in decode" in ex.status.value and ex.progress.value == 1.0
     assert ex.constant.value == ("decode", "_tensor_constant0")
     assert "cached vs new" in ex.constant_detail.value
@@ -553,11 +561,13 @@ def test_view_export_result_replaced_and_absolute(explorer, tmp_path):
 
 def test_view_has_no_broken_images(explorer):
     ex = explorer
-    images = [ex.matrix, ex.timeline, ex.memory, ex.tradeoff, ex.memory_policies]
+    images = [ex.timeline, ex.memory, ex.tradeoff, ex.memory_policies]
     assert all(im.layout.display == "none" and not bytes(im.value) for im in images)
+    assert ex.matrix.layout.display == "none" and not ex.matrix.outputs and not ex.matrix_png.value
     ex.load_button.click()
-    for im in (ex.matrix, ex.timeline, ex.memory):
+    for im in (ex.timeline, ex.memory):
         assert im.layout.display is None and bytes(im.value).startswith(b"\x89PNG")
+    assert ex.matrix.layout.display is None and len(ex.matrix.outputs) == 1
     assert ex.tradeoff.layout.display == "none" and ex.memory_policies.layout.display == "none"
 
 
@@ -692,7 +702,7 @@ def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
         assert ex.dry_banner.layout.display is None and "DRY RUN: a prediction" in ex.dry_banner.value
         assert "DRY RUN" in ex.summary.value
         assert "not run (dry run)" in ex.verification.value and "WRONG" not in ex.verification.value
-        assert bytes(ex.matrix.value).startswith(b"\x89PNG") and bytes(ex.timeline.value).startswith(b"\x89PNG")
+        assert _matrix_figure(ex)["data"][0]["type"] == "heatmap" and bytes(ex.timeline.value).startswith(b"\x89PNG")
         assert bytes(ex.memory.value).startswith(b"\x89PNG")
         ex.compare_button.click()
         assert no_real_load == ["dry run"] * (1 + len(POLICIES))
@@ -704,3 +714,75 @@ def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
         assert ex.load_button.description == "Load" and ex.state.stale
     finally:
         ex.close()
+
+
+# ------------------------------------------------------------------ issue 12: blame and the interactive matrix
+
+
+def test_load_blames_the_wrong_method_and_names_its_culprit(state):
+    assert state.load()
+    b = state.blame
+    assert b is not None and list(b.loc[b["fixes"], "name"]) == ["_tensor_constant0"]
+    assert state.blamed() == {("decode", "_tensor_constant0"): b.loc[b["fixes"], "evidence"].iloc[0]}
+    assert state.blamed()[("decode", "_tensor_constant0")].startswith("content differs")
+    assert "blame: _tensor_constant0" in state.message
+    # the decisions carry blame's verdict (session.blame() fills the culprit column)
+    rows = state.filtered_decisions().set_index(["method", "name"])
+    assert rows.loc[("decode", "_tensor_constant0"), "culprit"] == "standalone"
+    assert rows.loc[("prefill", "_tensor_constant0"), "culprit"] == ""
+
+
+def test_a_right_load_runs_no_blame(state):
+    state.set(policy="fingerprint")
+    assert state.load()
+    assert state.blame is None and state.blamed() == {} and "blame" not in state.message
+
+
+def test_verification_row_of_the_wrong_method_names_its_culprit_with_evidence(state):
+    from toolkit.rendering import BLAME_COLUMN, blamed_by_method
+    from toolkit.widgets import _verification_html
+
+    assert state.load()
+    by_method = blamed_by_method(state.blame)
+    assert list(by_method) == ["decode"] and by_method["decode"][0].startswith("_tensor_constant0 (content differs")
+    out = _verification_html(state.verification, state.session.decisions, state.blame)
+    assert BLAME_COLUMN in out
+    wrong_row = next(r for r in out.split("<tr") if ">decode<" in r)
+    right_row = next(r for r in out.split("<tr") if ">prefill<" in r)
+    assert "_tensor_constant0 (content differs: cached" in wrong_row and "WRONG" in wrong_row
+    assert "_tensor_constant0" not in right_row
+
+
+def test_view_marks_blamed_rows_and_says_why(explorer):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    assert "culprits (blame)" in ex.verification.value and "_tensor_constant0 (content differs" in ex.verification.value
+    assert "1 culprit found by blame" in ex.decisions.value
+    df = ex.grid.df
+    col = df["culprit (blame)"].tolist()
+    assert "breaks standalone" in col[1] and "cs-culprit" in col[1] and "undoing this share fixes" in col[1]
+    assert "breaks" not in col[0]  # prefill's own constant is no culprit
+    ex.state.select("decode", "_tensor_constant0")
+    assert "culprit: undoing this share fixes standalone" in ex.constant_detail.value
+    ex.state.select("prefill", "_tensor_constant0")
+    assert "culprit:" not in ex.constant_detail.value
+    # an honest load: no blame column at all
+    ex.policy.value = "fingerprint"
+    ex.load_button.click()
+    assert "culprit (blame)" not in ex.grid.df.columns and "culprits (blame)" not in ex.verification.value
+
+
+def test_view_matrix_hover_says_decision_and_reason(explorer):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    fig = _matrix_figure(ex)
+    heat = fig["data"][0]
+    assert heat["y"] == ["prefill", "decode"] and heat["x"] == ["_tensor_constant0"]
+    decode = heat["customdata"][1][0]
+    assert "decision: <b>shared</b>" in decode and "content differs" in decode
+    assert "reason: <b>name_hit_unchecked</b>" in decode and "blame: sharing it breaks <b>standalone</b>" in decode
+    assert "first_seen" in heat["customdata"][0][0]
+    assert heat["text"] == [["L"], ["S\u2717"]]  # the culprit marked in the cell, as in the PNG
+    assert heat["hovertemplate"] == "%{customdata}<extra></extra>"

@@ -14,7 +14,9 @@ points and of the minimum marker.
 
 from __future__ import annotations
 
+import html
 import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import pandas as pd
@@ -110,21 +112,27 @@ def culprit_cells(decisions: pd.DataFrame) -> set[tuple[str, str]]:
     return {(cell_text(r["method"]), _key(r)) for r in rows.to_dict("records")}
 
 
-def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verification: pd.DataFrame | None = None,
-                     wrong_methods: Iterable[str] = (), only_colliding: bool | None = None,
-                     ax: "Axes | None" = None, title: str | None = None) -> "Figure":
-    """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
+@dataclass
+class MatrixView:
+    """What a collision matrix shows (matplotlib's and plotly's alike): the grid of decisions
+    (methods x constant keys, "" where absent) after the large-program selection, the culprit
+    cells, the wrong methods, the default title, and each shown cell's decision row."""
 
-    A cell **shared although its content differs** (decision shared, the cached and the new
-    content digests disagree: the culprit of a wrong output) is drawn red with a cross.
-    Methods whose output was wrong (``verification`` rows that ran and failed, plus
-    ``wrong_methods``) are labelled in red with a cross.  An empty cell: the method has no
-    constant of that name (or its load never got there).  ``only_colliding`` keeps only the
-    names that more than one method holds (the only ones sharing can touch); by default
-    (None) that happens when there are more than :data:`LARGE_MATRIX` names.
-    """
-    from matplotlib.patches import Patch, Rectangle
+    grid: pd.DataFrame
+    culprits: set[tuple[str, str]]
+    wrong: set[str]
+    title: str
+    total: int  # constant keys before the selection
+    rows: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
+
+def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
+                          verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
+                          only_colliding: bool | None = None) -> MatrixView:
+    """The selection both collision matrices draw: with more than :data:`LARGE_MATRIX` names
+    (or ``only_colliding=True``) only the names more than one method holds; past
+    :data:`MAX_MATRIX_COLUMNS` of those, the culprits first, then the collisions not shared as
+    equal, then the rest, in load order within each group."""
     if isinstance(session_or_decisions, pd.DataFrame):
         decisions, order, default_title = session_or_decisions, None, "constant decisions"
     else:
@@ -150,6 +158,37 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
                           f"collisions not shared as equal; every decision is in session.decisions)")
     elif grid.shape[1] < total:
         default_title += f" ({grid.shape[1]} of {total} names: those more than one method holds)"
+    shown = set(grid.columns)
+    rows = {}
+    if len(decisions):
+        checked = content_check(decisions) if "digest" in decisions.columns else decisions
+        for r in checked.to_dict("records"):
+            k = _key(r)
+            if k in shown:
+                rows[(cell_text(r["method"]), k)] = r
+    return MatrixView(grid, culprits, wrong, default_title, total, rows)
+
+
+def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verification: pd.DataFrame | None = None,
+                     wrong_methods: Iterable[str] = (), only_colliding: bool | None = None,
+                     ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+    """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
+
+    A cell **shared although its content differs** (decision shared, the cached and the new
+    content digests disagree: the culprit of a wrong output) is drawn red with a cross.
+    Methods whose output was wrong (``verification`` rows that ran and failed, plus
+    ``wrong_methods``) are labelled in red with a cross.  An empty cell: the method has no
+    constant of that name (or its load never got there).  ``only_colliding`` keeps only the
+    names that more than one method holds (the only ones sharing can touch); by default
+    (None) that happens when there are more than :data:`LARGE_MATRIX` names.
+    (:func:`interactive_collision_matrix` draws the same cells with plotly, each cell's
+    decision and reason on hover; this one is for PNG export and print.)
+    """
+    from matplotlib.patches import Patch, Rectangle
+
+    view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
+                                 only_colliding=only_colliding)
+    grid, culprits, wrong, default_title = view.grid, view.culprits, view.wrong, view.title
     n_rows, n_cols = grid.shape
     longest = max([len(_short(k)) for k in grid.columns] or [1])
     vertical = n_cols > 8
@@ -213,6 +252,183 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
 
 def _short(key: str, width: int = 48) -> str:
     return key if len(key) <= width else "\u2026" + key[-(width - 1):]
+
+
+# ------------------------------------------------------------------ the interactive matrix (plotly)
+
+_ABSENT = "absent"
+_CULPRIT = "culprit"
+_CATEGORIES = [_ABSENT] + _DECISION_ORDER + [_CULPRIT]
+_CATEGORY_FACE = {_ABSENT: "#ffffff", **DECISION_COLOURS, _CULPRIT: CULPRIT_FACE}
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+MAX_PLOTLY_WIDTH = 980  # px: fits a notebook output area (1008 px at a 1440 px window) and the explorer
+_HOVER_WIDTH = 72  # characters per line of a hover label
+
+
+def plotly_text(text: Any) -> str:
+    """``text`` as plotly should draw it literally: ``&``, ``<`` and ``>`` as entities (plotly
+    reads a subset of HTML in labels and hover text), and a leading ``$`` kept from being
+    typeset as LaTeX (plotly typesets a label that begins and ends with ``$``)."""
+    out = html.escape(cell_text(text), quote=False)
+    return "\u200b" + out if out.startswith("$") else out
+
+
+def _hover_lines(text: str, prefix: str) -> list[str]:
+    import textwrap
+
+    lines = textwrap.wrap(cell_text(text), _HOVER_WIDTH - len(prefix)) or [""]
+    return [plotly_text(prefix) + plotly_text(lines[0])] + ["&nbsp;&nbsp;" + plotly_text(x) for x in lines[1:]]
+
+
+def _cell_hover(method: str, key: str, row: Mapping[str, Any] | None, culprit: bool, wrong: bool) -> str:
+    """The hover text of one matrix cell: which constant, its decision, and why."""
+    head = f"<b>{plotly_text(method)} / {plotly_text(_short(key, _HOVER_WIDTH))}</b>"
+    if row is None:
+        return head + f"<br>{plotly_text(method)} has no constant of this name"
+    decision = cell_text(row.get("decision"))
+    lines = [head]
+    name = cell_text(row.get("name"))
+    if name and name != key:
+        lines.append("internal name: " + plotly_text(name))
+    lines.append("decision: <b>" + plotly_text(decision) + "</b>"
+                 + (" \u2717 <b>content differs</b>: the culprit of a wrong output" if culprit else ""))
+    code, reason = cell_text(row.get("reason_code")), cell_text(row.get("reason"))
+    if code:
+        lines.append("reason: <b>" + plotly_text(code) + "</b>")
+    if reason and reason != code:
+        lines += _hover_lines(reason, "")
+    same = row.get("same_content")
+    if same is not None and same is not pd.NA and not (isinstance(same, float) and same != same):
+        lines.append("same content as the cached tensor: " + ("yes" if bool(same) else "<b>NO</b>"))
+    if cell_text(row.get("shared_from")):
+        lines += _hover_lines(row.get("shared_from"), "runs on: ")
+    blamed = cell_text(row.get("culprit"))
+    if blamed:
+        lines.append("blame: sharing it breaks <b>" + plotly_text(blamed) + "</b>")
+    if wrong:
+        lines.append("<b>this method's output is WRONG</b>")
+    return "<br>".join(lines)
+
+
+def _unique_labels(keys: Sequence[str]) -> list[str]:
+    """Shortened keys as axis categories, made unique (plotly merges equal categories)."""
+    out, seen = [], set()
+    for k in keys:
+        label, n = _short(k), 1
+        while label in seen:
+            n += 1
+            label = f"{_short(k, 44)} ({n})"
+        seen.add(label)
+        out.append(label)
+    return out
+
+
+def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame", *,
+                                 verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
+                                 only_colliding: bool | None = None, title: str | None = None):
+    """The collision matrix as a plotly figure: the same cells as :func:`collision_matrix`
+    (same colours, culprits red with a cross, wrong methods labelled red, only the colliding
+    names of a large program), and **hovering a cell shows its decision and reason** (with the
+    content check, what it runs on and blame's verdict where known).
+
+    Returns a ``plotly.graph_objects.Figure``: a notebook shows it through plotly's JupyterLab
+    renderer (shipped in the plotly wheel, no server extension); :func:`plotly_bundle` gives
+    the display data the explorer puts in its Output widget.  For a PNG, use
+    :func:`collision_matrix` (matplotlib).
+    """
+    import plotly.graph_objects as go
+
+    view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
+                                 only_colliding=only_colliding)
+    grid = view.grid
+    methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
+    labels = [plotly_text(x) for x in _unique_labels(keys)]  # categories are drawn as plotly text: escaped
+    n_rows, n_cols = len(methods), len(keys)
+    letters = n_cols <= 24
+    longest = max([len(x) for x in labels] or [1])
+    vertical = n_cols > 8 or longest * n_cols > 90
+    cell = max(6.0, min(48.0, (MAX_PLOTLY_WIDTH - 200) / max(n_cols, 1)))
+    marks = letters or cell >= 14  # room for the culprit's cross in its cell
+    index = {c: i for i, c in enumerate(_CATEGORIES)}
+    z, text, hover = [], [], []
+    used: set[str] = set()
+    for i, m in enumerate(methods):
+        zr, tr, hr = [], [], []
+        for j, k in enumerate(keys):
+            d = grid.iat[i, j]
+            bad = (m, k) in view.culprits
+            cat = _CULPRIT if bad else (d if d in index else _ABSENT)
+            used.add(cat)
+            zr.append(index[cat])
+            tr.append((_DECISION_LETTER.get(d, d[:1].upper()) + "\u2717" if bad else
+                       _DECISION_LETTER.get(d, d[:1].upper())) if d and (letters or (bad and marks)) else "")
+            hr.append(_cell_hover(m, k, view.rows.get((m, k)), bad, m in view.wrong))
+        z.append(zr), text.append(tr), hover.append(hr)
+    n = len(_CATEGORIES)
+    scale = []
+    for i, c in enumerate(_CATEGORIES):
+        scale += [[i / n, _CATEGORY_FACE[c]], [(i + 1) / n, _CATEGORY_FACE[c]]]
+    fig = go.Figure()
+    if n_cols:
+        fig.add_trace(go.Heatmap(z=z, x=labels, y=methods, text=text, texttemplate="%{text}",
+                                 textfont={"size": 11 if letters else 9, "color": "#222222"},
+                                 customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+                                 colorscale=scale, zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1, ygap=1,
+                                 hoverongaps=False, name="decisions", showlegend=False))
+    legend = {_CULPRIT: "S\u2717 shared, content differs", _ABSENT: "no such constant"}
+    for c in _CATEGORIES:
+        if c in used and c != _ABSENT:
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", showlegend=True,
+                                     name=legend.get(c, f"{_DECISION_LETTER.get(c, '')} {c}".strip()),
+                                     marker={"symbol": "square", "size": 13, "color": _CATEGORY_FACE[c],
+                                             "line": {"color": WRONG_COLOUR if c == _CULPRIT else "#888888",
+                                                      "width": 1.5 if c == _CULPRIT else 0.8}}))
+    for i, m in enumerate(methods):
+        if m in view.wrong and n_cols:
+            fig.add_shape(type="rect", x0=-0.5, x1=n_cols - 0.5, y0=i - 0.5, y1=i + 0.5, xref="x", yref="y",
+                          line={"color": WRONG_COLOUR, "width": 2.5}, fillcolor="rgba(0,0,0,0)", layer="above")
+    ticktext = [f"<span style='color:{WRONG_COLOUR}'><b>\u2717 {plotly_text(m)} (wrong)</b></span>"
+                if m in view.wrong else plotly_text(m) for m in methods]
+    label_px = (min(longest, 48) * 6.2 + 10) if vertical else 24
+    longest_method = max([len(m) + (10 if m in view.wrong else 0) for m in methods] or [1])
+    width = int(min(max(cell * max(n_cols, 1) + 7.5 * longest_method + 40, 460), MAX_PLOTLY_WIDTH))
+    shown_title = title if title is not None else view.title
+    title_lines = _wrap(cell_text(shown_title), max(40, (width - 40) // 7))
+    top = 34 + 17 * len(title_lines) + 26  # the title, then the legend in one row above the cells
+    height = int(top + 34 * max(n_rows, 1) + label_px + 20)
+    fig.update_layout(
+        title={"text": "<br>".join(plotly_text(x) for x in title_lines), "font": {"size": 13}, "x": 0.01,
+               "xanchor": "left", "y": 1.0, "yanchor": "top", "pad": {"t": 8}},
+        width=width, height=height, plot_bgcolor="#ffffff", paper_bgcolor="#ffffff", template="none",
+        margin={"l": 10, "r": 10, "t": top, "b": 10},
+        legend={"orientation": "h", "x": 0.0, "y": 1.0, "xanchor": "left", "yanchor": "bottom",
+                "font": {"size": 11}},
+        hoverlabel={"bgcolor": "#ffffff", "font": {"size": 12, "color": "#222222"}, "align": "left"},
+        xaxis={"type": "category", "tickangle": -90 if vertical else 0, "automargin": True, "showgrid": False,
+               "ticks": "",
+               "tickfont": {"size": 10}, "categoryorder": "array", "categoryarray": labels, "zeroline": False},
+        yaxis={"type": "category", "autorange": "reversed", "automargin": True, "showgrid": False, "ticks": "",
+               "tickmode": "array", "tickvals": methods, "ticktext": ticktext, "tickfont": {"size": 12},
+               "zeroline": False},
+    )
+    if not n_cols:
+        fig.add_annotation(text="no constants decided", x=0.5, y=0.5, xref="paper", yref="paper",
+                           showarrow=False)
+    return fig
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width) or [""]
+
+
+def plotly_bundle(fig) -> dict[str, Any]:
+    """A plotly figure as notebook display data (plotly's own mime type, plain JSON, a text
+    fallback): what an ipywidgets ``Output`` shows through plotly's JupyterLab renderer."""
+    import json
+
+    return {PLOTLY_MIME: json.loads(fig.to_json()), "text/plain": f"<plotly figure: {fig.layout.title.text or ''}>"}
 
 
 # ------------------------------------------------------------------ memory

@@ -65,7 +65,7 @@ VERIFICATION_BOOL_COLUMNS = ("ok", "method_ok", "correct")
 # prose: wraps at a capped width; every other column stays on one line
 TEXT_COLUMNS = frozenset({"reason", "error", "verify_reason", "problems", "slot_problem", "what it does", "summary",
                           "reproduces", "message", "description", "note", "why",
-                          "shared although content differs"})
+                          "shared although content differs", "culprits (blame)", "evidence", "value"})
 # byte counts: shown as "16 KiB", the exact number on hover
 BYTES_COLUMNS = frozenset({"nbytes", "device_bytes", "blob_bytes", "own_upload_bytes", "bytes_in_use", "blob bytes",
                            "bytes", "total_bytes", "shareable_bytes", "private_bytes", "naive_bytes",
@@ -261,6 +261,8 @@ def default_colourers(columns: Iterable[Any]) -> dict[Any, Colourer]:
             out[c] = equal_colour
         elif c in ("result", "outcome"):
             out[c] = outcome_colour
+        elif c == "culprit":  # blame's verdict: the verifications this share breaks
+            out[c] = lambda text: WRONG_COLOUR if text else ""
     return out
 
 
@@ -482,15 +484,68 @@ def suspects_by_method(decisions: pd.DataFrame | None) -> dict[str, list[str]]:
     return out
 
 
+BLAME_COLUMN = "culprits (blame)"
+NO_CULPRIT = "no single share explains it"
+MAX_NAMED = 8  # constants named in one verification cell; the rest counted (every one is in the decisions)
+
+
+def _named(items: list[str], limit: int = MAX_NAMED) -> str:
+    """Up to ``limit`` items, comma-joined, then "... and N more" (a cell stays readable at 10,000 constants)."""
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f" ... and {len(items) - limit:,} more (every one is in the decisions)"
+
+
+def blamed_by_method(blame: pd.DataFrame | None, verification: str = "standalone") -> dict[str, list[str]]:
+    """method -> "name: evidence" of each share whose undoing made that method pass
+    (``session.blame()``'s rows with ``fixes``, of the given verification)."""
+    if blame is None or not len(blame):
+        return {}
+    hit = blame[blame["fixes"].astype(bool) & (blame["verification"].map(cell_text) == verification)]
+    out: dict[str, list[str]] = {}
+    for m, n, e in zip(hit["method"].tolist(), hit["name"].tolist(), hit["evidence"].tolist()):
+        out.setdefault(cell_text(m), []).append(f"{cell_text(n)} ({cell_text(e)})" if cell_text(e) else cell_text(n))
+    return out
+
+
+def _named_evidence(items: list[str]) -> str:
+    """Blame's culprits with their evidence, "; "-joined; past :data:`MAX_NAMED`, counted."""
+    if len(items) <= MAX_NAMED:
+        return "; ".join(items)
+    return "; ".join(items[:MAX_NAMED]) + f" ... and {len(items) - MAX_NAMED:,} more (every one is in the decisions)"
+
+
 def verification_html(frame: pd.DataFrame | None, *, empty: str = "no methods",
-                      decisions: pd.DataFrame | None = None) -> str:
+                      decisions: pd.DataFrame | None = None, blame: pd.DataFrame | None = None) -> str:
     """The verification frame (``Session.verify()``: method, ran, max_abs_err, atol, rtol,
     ok, reason) as a table of method, result (ok green / WRONG red / not run grey), max abs
     err, atol, rtol and reason; every value escaped.  With the load's ``decisions``, a
     column names each method's constants shared although their content differs (the
-    content digests disagree): the suspects of a wrong output."""
+    content digests disagree): the suspects of a wrong output.  With ``blame``
+    (``session.blame()``), a wrong method's row names instead its **culprits**: the shares
+    whose undoing made it pass, each with blame's evidence (or says that no single share
+    explains it)."""
     if frame is None or not len(frame):
         return _note(_escape(empty))
+    if blame is not None:
+        culprits = blamed_by_method(blame)
+        rows = []
+        for r in frame.to_dict("records"):
+            m = cell_text(r.get("method"))
+            result = _result(r)
+            rows.append({"method": m, "result": result, "max abs err": _number(r.get("max_abs_err"), ".3g"),
+                         "atol": _number(r.get("atol"), "g"), "rtol": _number(r.get("rtol"), "g"),
+                         "reason": cell_text(r.get("reason")),
+                         BLAME_COLUMN: _named_evidence(culprits.get(m, []))
+                         or (NO_CULPRIT if result == "WRONG" else "")})
+        table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason",
+                                            BLAME_COLUMN])
+        if "rtol" not in frame.columns:
+            table = table.drop(columns="rtol")
+        return html_table(table, max_rows=len(table), empty=empty,
+                          colours={"result": lambda text: RESULT_COLOURS.get(text, ""),
+                                   BLAME_COLUMN: lambda text: WRONG_COLOUR if text and text != NO_CULPRIT
+                                   else (CAUGHT_COLOUR if text else "")})
     suspects = suspects_by_method(decisions)
     rows = []
     for r in frame.to_dict("records"):
@@ -498,7 +553,7 @@ def verification_html(frame: pd.DataFrame | None, *, empty: str = "no methods",
                      "max abs err": _number(r.get("max_abs_err"), ".3g"),
                      "atol": _number(r.get("atol"), "g"), "rtol": _number(r.get("rtol"), "g"),
                      "reason": cell_text(r.get("reason")),
-                     SUSPECTS_COLUMN: ", ".join(suspects.get(cell_text(r.get("method")), []))})
+                     SUSPECTS_COLUMN: _named(suspects.get(cell_text(r.get("method")), []))})
     table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason", SUSPECTS_COLUMN])
     if "rtol" not in frame.columns:
         table = table.drop(columns="rtol")
@@ -659,9 +714,12 @@ def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
         if len(hits):
             parts.append(f"<p><b>collisions</b>: {len(hits):,} name{'s' if len(hits) != 1 else ''} already in the "
                          f"cache when {'their' if len(hits) != 1 else 'its'} method loaded</p>")
-            # every one of them is a cache hit: no lookup column here
-            parts.append(html_table(hits, [c for c in SESSION_TABLE_COLUMNS if c != "lookup"], max_rows=max_rows,
-                                    more_hint="see session.decisions"))
+            blamed = "culprit" in hits.columns and bool((hits["culprit"].map(cell_text) != "").any())
+            # every one of them is a cache hit (no lookup column); the reason is on hover over its
+            # code (a 50-row BART program's table then fits a notebook at 1440 px)
+            parts.append(html_table(hits, [c for c in SESSION_TABLE_COLUMNS if c not in ("lookup", "reason")]
+                                    + (["culprit"] if blamed else []), max_rows=max_rows,
+                                    more_hint="see session.decisions (the full reason is on hover over its code)"))
         else:
             parts.append(_note("no collisions: no name was already in the cache when its method loaded"))
         every = html_table(content_check(d), SESSION_TABLE_COLUMNS, max_rows=SESSION_ALL_ROWS,

@@ -70,8 +70,8 @@ if TYPE_CHECKING:
 
 SOURCES = ("sample", "path")
 ALL = ""  # filter value meaning "no filter"
-DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
-                          "shared_from")
+DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "culprit", "reason_code",
+                          "reason", "shared_from")
 PATH_HINT = ("a program directory (holding manifest.json), an ExecuTorch .pte (its .ptd beside it) "
              "or a torch .pt2 file")
 DRY_RUN_REASON = "not run (dry run)"
@@ -172,6 +172,8 @@ class ExplorerState:
         self.program: Program | None = None
         self.verification: pd.DataFrame | None = None
         self.report: CollisionReport | None = None
+        self.blame: pd.DataFrame | None = None  # session.blame() of the load on screen (None: not run)
+        self.blame_note = ""
         self.comparison: pd.DataFrame | None = None
         self.comparison_memory: pd.DataFrame | None = None
         self.compared_sessions: dict[str, Session] = {}  # closed sessions of the last comparison
@@ -422,12 +424,17 @@ class ExplorerState:
             self._step("verify", 0.75, "running every method against its eager reference")
             try:
                 verification = session.verify()
+            except Exception as e:  # noqa: BLE001
+                session.close()
+                return self._fail("could not verify the program", e)
+            blamed = self._blame_step(session, verification)
+            try:
                 report = collision_report(session, verification)
             except Exception as e:  # noqa: BLE001
                 session.close()
                 return self._fail("could not verify the program", e)
             self.loading = False
-            self._replace_session(program, session, verification, report, target)
+            self._replace_session(program, session, verification, report, target, blame=blamed)
             wrong = report.wrong_methods
             if session.status != "loaded":
                 self.outcome = "failed"
@@ -437,12 +444,44 @@ class ExplorerState:
                            f"{session.error}" + (f" ({hint})" if hint else ""))
             else:
                 self.outcome = "wrong" if wrong else "ok"
+                culprits = list(dict.fromkeys(n for _m, n in self.blamed()))
                 self._step("done", 1.0, f"loaded {program.name!r} under {self.policy!r}: "
                            + (f"WRONG OUTPUT in {', '.join(wrong)}" if wrong
-                              else "every loaded method matches its reference"))
+                              else f"not verified, no reference: {', '.join(report.unverified_methods)}"
+                              if report.unverified_methods else "every loaded method matches its reference")
+                           + (f" (blame: {', '.join(culprits[:5])}{' ...' if len(culprits) > 5 else ''})"
+                              if culprits else "") + (f" ({self.blame_note})" if self.blame_note else ""))
             return True
         finally:
             self._end()
+
+    def _blame_step(self, session: "Session", verification: pd.DataFrame) -> pd.DataFrame | None:
+        """``session.blame()`` when a method that ran is wrong: which shares make it wrong, by
+        experiment (each suspect swapped for the method's own copy, the method re-run).  None
+        when every method is right; a failed blame is a note in :attr:`blame_note`, not a
+        failed load."""
+        self.blame_note = ""
+        v = verification
+        wrong = v[v["ran"].astype(bool) & ~v["ok"].astype("boolean").fillna(False).astype(bool)] if len(v) else v
+        if session.status != "loaded" or not len(wrong):
+            return None
+        names = ", ".join(dict.fromkeys(wrong["method"]))
+        self._step("blame", 0.85, f"finding the culprits of {names}: each shared constant swapped for the "
+                   f"method's own copy, the method re-run")
+        try:
+            return session.blame()
+        except Exception as e:  # noqa: BLE001 - the load and its verification still stand
+            self.blame_note = f"blame could not run: {_one_line(e)}"
+            return None
+
+    def blamed(self) -> dict[tuple[str, str], str]:
+        """(method, constant) -> blame's evidence, for every share whose undoing fixed its method."""
+        b = self.blame
+        if b is None or not len(b):
+            return {}
+        hit = b[b["fixes"].astype(bool)]
+        return {(cell_text(m), cell_text(n)): cell_text(e) for m, n, e in zip(hit["method"], hit["name"],
+                                                                              hit["evidence"])}
 
     def _open_step(self, verb: str) -> "Program | None":
         """The open step of a load or a dry run, with its progress; None (and :attr:`error`) on failure."""
@@ -487,9 +526,10 @@ class ExplorerState:
                 if suspects else "no constant would be shared with other content; outputs not verified"))
         return True
 
-    def _replace_session(self, program, session, verification, report, inputs) -> None:
+    def _replace_session(self, program, session, verification, report, inputs, *, blame=None) -> None:
         old = self.session
         self.program, self.session, self.verification, self.report = program, session, verification, report
+        self.blame = blame
         self.shown_inputs = inputs
         if self.comparison is not None and (old is None or old.program.root != program.root):
             self.comparison = self.comparison_memory = None
@@ -689,6 +729,19 @@ class ExplorerState:
                     title=f"{self.program.name}: device memory per method and policy")
         return figs
 
+    def interactive_matrix(self):
+        """The collision matrix of the current results as a plotly figure (hover: each cell's
+        decision, reason and blame's verdict), or None before a load or without plotly."""
+        if self.session is None:
+            return None
+        try:
+            import plotly  # noqa: F401
+        except ImportError:
+            return None
+        from . import plots
+
+        return plots.interactive_collision_matrix(self.session, verification=self.verification)
+
     def default_export_name(self) -> str:
         """A plain file name for the report of the current load: program and policy names
         sanitised (:func:`safe_file_name`), never a path."""
@@ -777,12 +830,14 @@ def _table_html(frame: pd.DataFrame, columns, empty: str) -> str:
                       more_hint="narrow the filters to see them")
 
 
-def _verification_html(v: pd.DataFrame | None, decisions: pd.DataFrame | None = None) -> str:
-    return verification_html(v, empty="no methods", decisions=decisions)
+def _verification_html(v: pd.DataFrame | None, decisions: pd.DataFrame | None = None,
+                       blame: pd.DataFrame | None = None) -> str:
+    return verification_html(v, empty="no methods", decisions=decisions, blame=blame)
 
 
 # what decides first (the decision, whether the content differs, why), then the identifiers
 GRID_COLUMNS = ("method", "name", "decision", "same content", "reason", "lookup", "bytes", "shared from", "fqn")
+BLAME_GRID_COLUMN = "culprit (blame)"  # shown when blame found one: which verification the share breaks
 
 
 def _span(text: str, cls: str = "", title: str = "") -> str:
@@ -792,13 +847,20 @@ def _span(text: str, cls: str = "", title: str = "") -> str:
     return f"<span{attrs}>{html.escape(text, quote=True)}</span>"
 
 
-def grid_frame(rows: pd.DataFrame) -> pd.DataFrame:
+def grid_frame(rows: pd.DataFrame, evidence: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
     """The Decisions grid's cells: escaped HTML, one row per decision (same order as
     ``rows``), decision coloured by class, culprits (shared, content differs) marked, the
-    full reason on hover over its code."""
+    full reason on hover over its code.  When blame named culprits (the ``culprit`` column of
+    the decisions, ``evidence`` by (method, name)), a "culprit (blame)" column marks them,
+    the evidence on hover."""
     culprit = culprit_mask(rows).tolist() if len(rows) else []
+    blamed = [cell_text(x) for x in rows["culprit"]] if "culprit" in rows.columns and len(rows) else []
+    with_blame = any(blamed)
+    evidence = evidence or {}
     out = []
-    for r, bad in zip(rows.to_dict("records"), culprit):
+    for k, (r, bad) in enumerate(zip(rows.to_dict("records"), culprit)):
+        blame_text = blamed[k] if with_blame else ""
+        bad = bad or bool(blame_text)
         decision = cell_text(r.get("decision"))
         same = r.get("same_content")
         same_text = "" if same is None or same is pd.NA or (isinstance(same, float) and same != same) else (
@@ -818,7 +880,15 @@ def grid_frame(rows: pd.DataFrame) -> pd.DataFrame:
                            title=f"{int(nbytes):,} bytes" if isinstance(nbytes, (int, float)) and nbytes == nbytes
                            else ""),
         })
-    return pd.DataFrame(out, columns=list(GRID_COLUMNS))
+        if with_blame:
+            key = (cell_text(r.get("method")), cell_text(r.get("name")))
+            out[-1][BLAME_GRID_COLUMN] = _span(
+                f"\u2717 breaks {blame_text}" if blame_text else "", "cs-tag cs-culprit" if blame_text else "",
+                f"undoing this share fixes {blame_text}: {evidence.get(key, '')}" if blame_text else "")
+    columns = list(GRID_COLUMNS)
+    if with_blame:
+        columns.insert(columns.index("same content") + 1, BLAME_GRID_COLUMN)
+    return pd.DataFrame(out, columns=columns)
 
 
 _CSS = """<style>
@@ -839,7 +909,8 @@ _CSS = """<style>
 .constshare-dry-banner { color: #0b3d91; background: #e8f0fe; border: 1px solid #8ab4f8; padding: 4px 8px;
   font-weight: bold; }
 .constshare-stale { opacity: 0.45; filter: grayscale(60%); }
-.constshare-verdict { padding: 4px 8px; margin: 4px 0; border-radius: 3px; }
+.constshare-verdict { padding: 4px 8px; margin: 4px 0; border-radius: 3px; overflow-wrap: anywhere; }
+.constshare-explorer .constshare-detail-panel { overflow-x: auto; }
 .constshare-verdict-culprit { background: #f4cccc; color: #990000; font-weight: bold; }
 .constshare-verdict-caught { background: #fff2cc; }
 .constshare-verdict-same { background: #d9ead3; }
@@ -910,7 +981,10 @@ class Explorer:
         self.dry_banner = mk(w.HTML, "constshare-dry-box", value="", layout=w.Layout(display="none"))
         self.summary = mk(w.HTML, "constshare-summary")
         self.verification = mk(w.HTML, "constshare-verification")
-        self.matrix = mk(w.Image, "constshare-plot", format="png", layout=picture())
+        # the collision matrix: plotly (hover a cell: its decision and reason) in an Output widget,
+        # shown by plotly's JupyterLab renderer; the matplotlib one as a PNG download beside it
+        self.matrix = mk(w.Output, "constshare-matrix", layout=w.Layout(display="none", max_width="100%"))
+        self.matrix_png = mk(w.HTML, "constshare-matrix-png")
         self.filter_method = mk(w.Dropdown, "constshare-filter-method", options=[("all", ALL)], value=ALL,
                                 description="method")
         self.filter_decision = mk(w.Dropdown, "constshare-filter-decision", options=[("all", ALL)], value=ALL,
@@ -943,7 +1017,9 @@ class Explorer:
                                 layout=w.Layout(width="auto"))
         self.export_result = mk(w.HTML, "constshare-export-result")
 
-        overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]), self.matrix],
+        overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]),
+                                        mk(w.VBox, children=[self.matrix, self.matrix_png],
+                                           layout=w.Layout(max_width="100%"))],
                       layout=w.Layout(flex_flow="row wrap", align_items="flex-start", grid_gap="16px"))
         left = mk(w.VBox, children=[self.decisions] + ([self.grid] if self.grid is not None else []),
                   layout=w.Layout(flex="1 1 640px", min_width="0", max_width="100%"))
@@ -1193,13 +1269,35 @@ class Explorer:
         self.dry_banner.layout.display = None if banner else "none"
         self.summary.value = (f"<div class='constshare-dry-banner'>{html.escape(banner)}</div>" if banner else "") \
             + f"<pre>{html.escape(s.session.summary())}</pre>"
-        self.verification.value = "<b>verification</b>" + _verification_html(s.verification, s.session.decisions)
+        self.verification.value = "<b>verification</b>" + _verification_html(s.verification, s.session.decisions,
+                                                                              s.blame)
         figs = s.figures()
-        self._show_png(self.matrix, figure_png(figs["collision matrix"]))
+        self._render_matrix(figure_png(figs["collision matrix"]))
         self._show_png(self.timeline, figure_png(figs["timeline"]))
         self._show_png(self.memory, figure_png(figs["memory"]))
         self._render_filters()
         self._render_export()
+
+    def _render_matrix(self, png: bytes) -> None:
+        """The interactive matrix (plotly), and the matplotlib PNG as a download link; without
+        plotly, the PNG itself."""
+        s = self.state
+        fig = s.interactive_matrix()
+        name = html.escape(s.default_export_name().replace(EXPORT_SUFFIX, "-collision-matrix.png"), quote=True)
+        data = base64.b64encode(png).decode("ascii")
+        if fig is None:
+            self.matrix.outputs = ()
+            self.matrix.layout.display = "none"
+            self.matrix_png.value = (f"<img class='constshare-plot' style='max-width: 100%' "
+                                     f"src='data:image/png;base64,{data}'>")
+            return
+        from .plots import plotly_bundle
+
+        self.matrix.outputs = ({"output_type": "display_data", "data": plotly_bundle(fig), "metadata": {}},)
+        self.matrix.layout.display = None
+        self.matrix_png.value = (f"<div style='font-size: 12px'>hover a cell for its decision and reason · "
+                                 f"<a download=\"{name}\" href=\"data:image/png;base64,{data}\">download as PNG</a>"
+                                 f"</div>")
 
     def _render_filters(self) -> None:
         s = self.state
@@ -1217,6 +1315,10 @@ class Explorer:
         if culprits:
             head += (f" · <span style='{CULPRIT_STYLE}; padding: 0 5px'>{culprits} shared although the content "
                      f"differs</span>")
+        n_blamed = int((rows["culprit"].map(cell_text) != "").sum()) if "culprit" in rows.columns and len(rows) else 0
+        if n_blamed:
+            head += (f" · <span style='{CULPRIT_STYLE}; padding: 0 5px'>{n_blamed} culprit"
+                     f"{'s' if n_blamed != 1 else ''} found by blame</span> (undoing the share fixes the method)")
         head += " · click a row to see that constant</p>" if self.grid is not None and len(rows) else "</p>"
         keys = list(zip(rows["method"], rows["name"]))
         self._grid_keys = keys
@@ -1226,7 +1328,7 @@ class Explorer:
             self._updating = True
             try:
                 # every option again: itables' update() forgets those not given (allow_html among them)
-                self.grid.update(grid_frame(rows), selected_rows=selected, **self._grid_options())
+                self.grid.update(grid_frame(rows, s.blamed()), selected_rows=selected, **self._grid_options())
             finally:
                 self._updating = False
         else:  # no itables: the renderer's table, scrolling inside a bounded box
@@ -1250,6 +1352,8 @@ class Explorer:
             self.constant_detail.value = ""
             return
         kind, sentence = s.content_verdict()
+        if s.blamed().get((d["method"], d["name"])) is not None:
+            kind = "culprit"
         verdict = (f"<div class='constshare-verdict constshare-verdict-{kind}'>{html.escape(sentence)}</div>"
                    if sentence else "")
         facts = [("decision", d["decision"]), ("reason", d["reason"]), ("lookup", d["lookup"] or "not looked up"),
@@ -1257,18 +1361,21 @@ class Explorer:
                  ("cached", f"{d['cached_method']}" if d["cached_method"] else "no cache entry")]
         if d.get("shared_from"):
             facts.append(("runs on", d["shared_from"]))
+        blamed = s.blamed().get((d["method"], d["name"]))
+        if blamed is not None:
+            facts.append(("blame", f"culprit: undoing this share fixes {cell_text(d.get('culprit'))} ({blamed})"))
         head = html_table(pd.DataFrame(facts, columns=["fact", "value"]), max_rows=len(facts),
-                          colours={"value": lambda text: WRONG_COLOUR if kind == "culprit" and text == "shared"
-                                   else ""})
+                          colours={"value": lambda text: WRONG_COLOUR if kind == "culprit" and (
+                                   text == "shared" or text.startswith("culprit:")) else ""})
         new, cached = cell_text(d["digest"]), cell_text(d["cached_digest"])
         differs = bool(new and cached and new != cached)
-        digests = pd.DataFrame([{"": "content digest", f"this constant ({d['method']})": new,
-                                 f"cached ({d['cached_method'] or 'none'})": cached or "",
-                                 "equal": ("NO" if differs else "yes") if new and cached else ""}])
-        digest_html = html_table(digests, max_rows=1, colours={
-            "equal": lambda text: WRONG_COLOUR if text == "NO" else "",
-            f"this constant ({d['method']})": lambda text: WRONG_COLOUR if differs and text else "",
-            f"cached ({d['cached_method'] or 'none'})": lambda text: WRONG_COLOUR if differs and text else ""})
+        # one row per side (a narrow table: the detail panel is narrow), the digests shortened
+        digests = pd.DataFrame([["this constant (" + cell_text(d["method"]) + ")", new],
+                                ["cached (" + (cell_text(d["cached_method"]) or "none") + ")", cached or ""],
+                                ["equal", ("NO" if differs else "yes") if new and cached else ""]],
+                               columns=["content digest", "value"])
+        digest_html = html_table(digests, max_rows=3, colours={
+            "value": lambda text: WRONG_COLOUR if differs and text else ""})
         comp = s.selected_comparison()
         if len(comp):
             shown = comp.assign(equal=["yes" if e else "NO" for e in comp["equal"]])
