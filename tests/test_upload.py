@@ -305,8 +305,9 @@ def test_a_first_load_that_locks_as_it_copies_delivers_the_exact_bytes(blob, mon
         assert up.disabled_reason and "failed during a first load" in up.disabled_reason
         assert locks.locked_bytes == 0
     else:
-        want = upload.PATH_HYBRID if mode == "hybrid" else upload.PATH_LOCKED_NOW
-        assert all(paths[n] == want for n in big), paths
+        # under hybrid a constant of one piece goes whichever way took it first
+        want = {upload.PATH_HYBRID, upload.PATH_LOCKED_NOW} if mode == "hybrid" else {upload.PATH_LOCKED_NOW}
+        assert all(paths[n] in want for n in big), paths
         assert locks.locked_bytes >= sum(c.nbytes for c in specs if c.name in big)  # locked as they were copied
         up.release()
         locks.wait_until_locked()
