@@ -182,6 +182,8 @@ def child_policy(args) -> dict:
     if s.status == "loaded":
         v = s.verify()
         out["wrong_alone"] = sorted(v.loc[v["ok"] == False, "method"])  # noqa: E712 (numpy bools)
+        out["max_abs_err_alone"] = {r["method"]: float(r["max_abs_err"]) for _, r in v.iterrows()}
+        out["atol_rtol"] = [float(v["atol"].iloc[0]), float(v["rtol"].iloc[0])]
         q = s.verify(sequence="generate")
         out["sequence_ok"] = bool(q["ok"].all())
     s.close()
@@ -233,6 +235,8 @@ def main(argv=None):
     ap.add_argument("--policies", nargs="+", default=["fingerprint", *[p for p in POLICIES if p != "fingerprint"]])
     ap.add_argument("--out", default=None)
     ap.add_argument("--child-timeout", type=float, default=300)
+    ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
+    ap.add_argument("--csv-name", default="llm_scale.csv")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     common = ["--program-dir", args.program_dir, "--layers", str(args.layers), "--hidden", str(args.hidden),
@@ -241,7 +245,10 @@ def main(argv=None):
         fn = {"build": child_build, "integrity": child_integrity}.get(args.child, child_policy)
         print(json.dumps(fn(args)))
         return None
-    built = _common.run_child(__file__, ["build", *common], timeout=args.child_timeout * 3)
+    if args.reuse and (Path(args.program_dir) / "manifest.json").is_file():
+        built = json.loads((Path(args.out or _common.RESULTS) / "llm_scale_build.json").read_text())
+    else:
+        built = _common.run_child(__file__, ["build", *common], timeout=args.child_timeout * 3)
     per = max(built["method_constant_bytes"].values())
     print(f"build: {built['build_seconds']:.1f} s for {len(built['blob_bytes'])} methods of "
           f"{per / GIB:.2f} GiB constants each; peak host RSS {built['peak_host_rss_bytes'] / GIB:.2f} GiB "
@@ -268,7 +275,7 @@ def main(argv=None):
         df = pd.DataFrame(rows)  # written after every policy: a run cut short keeps what it measured
         for k, v in {**built, **integ}.items():
             df[k] = json.dumps(v) if isinstance(v, dict) else v
-        path = _common.write_csv(df, "llm_scale.csv", args.out)
+        path = _common.write_csv(df, args.csv_name, args.out)
     print(f"written to {path}")
     return df
 
