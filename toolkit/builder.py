@@ -11,11 +11,13 @@ import copy
 import dataclasses
 import datetime as _dt
 import hashlib
+import mmap
 import os
 import shutil
 import subprocess
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -24,9 +26,9 @@ from safetensors.torch import save_file
 from torch.utils import _pytree as pytree
 
 from .errors import BuildError
-from .integrity import sha256_file
+from .integrity import file_record, hash_threads
 from .model import (
-    METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
+    METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
 )
 from .runtimes.aoti import AotiContainer, dtype_name, parse_device
 from .sources.directory import MANIFEST_FILE, manifest_json
@@ -48,6 +50,7 @@ AOTI_CUDA_OPTIONS = {"aot_inductor.embed_kernel_binary": True}
 # segfaults in std::regex/locale code when its container is created.  The system g++
 # matches the libstdc++ torch itself loaded.
 SYSTEM_CXX = "/usr/bin/g++"
+MOVE_BLOB_BYTES = 1 << 30  # blobs at least this large are moved out of AOTI's output, not copied
 
 
 def _compiler() -> str | None:
@@ -104,7 +107,12 @@ def _aot_compile(module: torch.nn.Module, args: tuple, device: torch.device, wor
     # same compile-cache entry and overwrites these paths.
     so_out, blob_out = workdir / "model.so", workdir / "weights.blob"
     shutil.copyfile(so[0], so_out)
-    if blob:
+    if blob and os.path.getsize(blob[0]) >= MOVE_BLOB_BYTES:
+        # a large blob is moved, not copied: two copies of a 16 GiB blob would fill the disk.  AOTI
+        # writes the blob anew on every compile (cache hit or not), and the constants are then
+        # checked against the module's own tensors (_describe_constants), so nothing is lost.
+        shutil.move(blob[0], blob_out)
+    elif blob:
         shutil.copyfile(blob[0], blob_out)
     else:  # no constants at all: an empty blob keeps every method uniform
         blob_out.write_bytes(b"")
@@ -126,28 +134,52 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
     container.upload_blob(blob)
     tensors = container.extract()
     base = min(t.untyped_storage().data_ptr() for t in tensors.values())
-    blob_bytes = blob.read_bytes()
-    specs = []
-    for name in sorted(fqns, key=lambda n: tensors[n].untyped_storage().data_ptr() if n in tensors else 0):
-        if name not in tensors:
-            raise BuildError(f"{so}: constant {name!r} is not in the extracted constants map")
-        t = tensors[name]
-        offset = t.untyped_storage().data_ptr() - base
-        dt = dtype_name(t.dtype)
-        nbytes = required_nbytes(dt, t.shape, t.stride(), t.storage_offset())
-        raw = blob_bytes[offset: offset + nbytes]
-        expected = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        view = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        got = (view.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset()).contiguous()
-               .view(torch.uint8).numpy().tobytes()) if t.numel() else b""
-        if len(raw) != nbytes or got != expected:
-            raise BuildError(f"{blob}: constant {name!r} not found at derived offset {offset}")
-        fqn = fqns[name]
-        specs.append(ConstantSpec(
-            name=name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
-            dtype=dt, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
-            nbytes=nbytes, offset=offset, digest=hashlib.sha256(raw).hexdigest(), file=blob_file,
-        ))
+    # The blob is read through a private mapping, never whole into memory: a constant's bytes are
+    # compared where they lie (on the device the constant is on) and hashed on every core at once.
+    size = blob.stat().st_size
+    with open(blob, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            whole = torch.frombuffer(mm, dtype=torch.uint8) if mm is not None else torch.empty(0, dtype=torch.uint8)
+        found = []
+        for name in sorted(fqns, key=lambda n: tensors[n].untyped_storage().data_ptr() if n in tensors else 0):
+            if name not in tensors:
+                raise BuildError(f"{so}: constant {name!r} is not in the extracted constants map")
+            t = tensors[name]
+            offset = t.untyped_storage().data_ptr() - base
+            dt = dtype_name(t.dtype)
+            nbytes = required_nbytes(dt, t.shape, t.stride(), t.storage_offset())
+            if offset < 0 or offset + nbytes > size:
+                raise BuildError(f"{blob}: constant {name!r} not found at derived offset {offset}")
+            if t.numel():
+                raw = whole[offset: offset + nbytes].to(t.device, copy=True)  # own storage: as_strided offsets are absolute
+                got = raw.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+                same = torch.equal(got.contiguous().reshape(-1).view(torch.uint8),
+                                   t.detach().contiguous().reshape(-1).view(torch.uint8))
+                del raw, got
+                if not same:
+                    raise BuildError(f"{blob}: constant {name!r} not found at derived offset {offset}")
+            found.append((name, t, offset, dt, nbytes))
+        with ThreadPoolExecutor(hash_threads(), thread_name_prefix="constshare-digest") as pool:
+            digests = list(pool.map(lambda x: hashlib.sha256(memoryview(mm)[x[2]: x[2] + x[4]] if mm is not None
+                                                             else b"").hexdigest(), found))
+        specs = []
+        for (name, t, offset, dt, nbytes), digest in zip(found, digests):
+            fqn = fqns[name]
+            specs.append(ConstantSpec(
+                name=name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
+                dtype=dt, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
+                nbytes=nbytes, offset=offset, digest=digest, file=blob_file,
+            ))
+    finally:
+        del whole
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view is still alive: the mapping closes when it dies
+                pass
     del tensors, container
     return specs
 
@@ -385,7 +417,7 @@ def build_program(
         files = {}
         for p in sorted(stage.rglob("*")):
             if p.is_file():
-                files[str(p.relative_to(stage))] = FileRecord(sha256=sha256_file(p), bytes=p.stat().st_size)
+                files[str(p.relative_to(stage))] = file_record(p)
         program = Program(
             name=name or out.name, description=description, device=dev.type,
             torch_version=torch.__version__, created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -135,13 +135,17 @@ class Session:
             if self.check_integrity:
                 # Opening a .so runs its code: check every file of every method before the
                 # first .so is opened, so a tampered later method stops the whole load.
-                for spec in specs:
-                    try:
-                        check_files(self.program.root, self.program.files, spec.files)
-                    except ToolkitError as e:
-                        self.log.record(ev.LoadFailed, spec.name, error=str(e))
-                        self._fail(spec.name, e)
-                        return self
+                # Every method's files at once (one file shared by two methods is checked once); a
+                # failure is the first method's, in load order, that uses the failing file.
+                try:
+                    check_files(self.program.root, self.program.files, [r for spec in specs for r in spec.files])
+                except ToolkitError as e:
+                    bad = getattr(e, "path", None)
+                    spec = next((sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)),
+                                specs[0])
+                    self.log.record(ev.LoadFailed, spec.name, error=str(e))
+                    self._fail(spec.name, e)
+                    return self
             for spec in bar:
                 bar.set_postfix_str(spec.name)
                 try:
