@@ -65,6 +65,9 @@ def test_without_references_a_pt2_method_is_neither_ok_nor_wrong(pt2, tmp_path):
         assert all(r.startswith(NO_REFERENCE) for r in v["reason"])
         row = compare_policies(pt2["binary_blob"], ["fingerprint"]).frame.iloc[0]
         assert row["wrong_methods"] == [] and row["no_reference"] == ["prefill", "decode", "prefill_again"]
+        with_refs = compare_policies(pt2["binary_blob"], ["fingerprint", "name-only"], references=modules()).frame
+        assert list(with_refs["no_reference"]) == [[], []]
+        assert list(with_refs["wrong_methods"]) == [[], ["decode", "prefill_again"]]
         report = collision_report(s, v)
         assert report.wrong_methods == [] and report.unverified_methods == ["decode", "prefill", "prefill_again"]
         assert "no reference" in report.summary()
@@ -90,6 +93,12 @@ def test_the_cli_does_not_call_an_unverified_load_a_pass(pt2, tmp_path, capsys):
     assert main(["report", str(pt2["binary_blob"]), "--policy", "fingerprint", *files]) == 0
     assert main(["report", str(pt2["binary_blob"]), "--policy", "name-only", *files]) == 1
     capsys.readouterr()
+    csv = tmp_path / "c.csv"
+    assert main(["compare", str(pt2["binary_blob"]), "--policies", "fingerprint,name-only", *files,
+                 "--csv", str(csv)]) == 0
+    f = pd.read_csv(csv, keep_default_na=False).set_index("policy")
+    assert f.loc["name-only", "wrong_methods"] == "['decode', 'prefill_again']"
+    assert f.loc["fingerprint", "no_reference"] == "[]"
     assert main(["report", str(pt2["binary_blob"]), "--reference", "prefill"]) == 2
     assert "METHOD=FILE" in capsys.readouterr().err
 

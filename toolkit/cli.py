@@ -2,7 +2,7 @@
 
     constshare build   SOURCE [--device cpu|cuda] [--out DIR]
     constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
-    constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--dry-run]
+    constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
     constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--jobs N]
     constshare samples
 
@@ -280,10 +280,13 @@ def cmd_compare(a) -> int:
 
         for p in policies:
             get_policy(p)  # ValueError naming the choices, before any build or load
+    refs = _references(a.reference)
+    if refs and a.dry_run:
+        raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
     prog = _program(a.program, a.device)
     if a.dry_run:
         return _dry_compare(prog, policies, a)
-    df = compare_policies(prog, policies, device=a.device, progress=True).frame
+    df = compare_policies(prog, policies, device=a.device, progress=True, references=refs).frame
     _print_frame(df.drop(columns=["error"]))
     if a.csv:
         df.to_csv(a.csv, index=False)
@@ -354,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
     c.add_argument("--dry-run", action="store_true",
                    help="predict every policy's outcome and memory from the metadata alone (no GPU)")
+    c.add_argument("--reference", action="append", metavar="METHOD=FILE",
+                   help="a method's reference (safetensors: input.N, output.N); repeat per method")
     c.set_defaults(fn=cmd_compare)
     sc = sub.add_parser("scan", help="dry-run every program under a folder; exit 1 if any would run on wrong data")
     sc.add_argument("folder")

@@ -8,7 +8,7 @@ the CLI can show any policy's decisions without loading it again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
@@ -81,12 +81,14 @@ def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
 
 def compare_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
                      device: "str | Mapping[str, str] | None" = None, progress: bool = False,
-                     on_policy: Callable[[str, int, int], None] | None = None) -> PolicyComparison:
+                     on_policy: Callable[[str, int, int], None] | None = None,
+                     references: "Mapping[str, Any] | None" = None) -> PolicyComparison:
     """Load and verify ``program`` once under each policy; one row per policy.
 
     ``wrong_methods`` lists methods that ran and disagreed with the eager reference;
-    ``not_runnable`` those blocked by the out-of-bounds guard.  ``on_policy(name, i, n)`` is
-    called before each load (for progress displays).
+    ``not_runnable`` those blocked by the out-of-bounds guard; ``no_reference`` those with
+    nothing to compare against (``references``: as for :meth:`Session.verify`, used for every
+    policy).  ``on_policy(name, i, n)`` is called before each load (for progress displays).
     """
     from tqdm.auto import tqdm
 
@@ -98,7 +100,7 @@ def compare_policies(program: "Program | str", policies: Iterable[str] | None = 
             on_policy(name, i, len(names))
         s = load_program(prog, name, device=device)
         try:
-            rows.append(comparison_row(s, s.verify()))
+            rows.append(comparison_row(s, s.verify(references=references)))
         finally:
             s.close()
         sessions[name] = s
