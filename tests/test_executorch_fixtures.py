@@ -391,6 +391,10 @@ def test_executorchs_own_collector_refuses_what_fqn_weight_cache_predicts(name):
     import subprocess
     import sys
 
+    check = subprocess.run([sys.executable, "-c", "import executorch.backends.cuda.cuda_weight_collector"],
+                           capture_output=True, text=True, timeout=300)
+    if check.returncode != 0:  # before building anything
+        pytest.skip(f"executorch's CUDA backend does not import here: {check.stderr.strip().splitlines()[-1]}")
     program = built_program(name)
     # the exporter's .so key is the sha256 of the CUDA .so; one graph, one .so: one key per distinct graph
     so_keys = {m.name: f"{program.files[m.so_file].sha256}_so_blob" for m in program.methods}
