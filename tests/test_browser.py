@@ -518,8 +518,11 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
         .map(el => el.textContent).filter(t => t.includes('Warning')).map(t => t.slice(0, 300))""")
     wide = pg.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
         .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.scrollWidth + '>' + el.clientWidth)""")
+    # tables wider than the page scroll sideways inside their own box (never the page): which ones
     inner = pg.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .constshare-scroll')]
-        .filter(el => el.scrollWidth > el.clientWidth + 1).length""")
+        .filter(el => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
+        .map(el => el.scrollWidth + '>' + el.clientWidth + ' px: ' +
+             [...el.querySelectorAll('th')].slice(0, 6).map(th => th.textContent).join(' | '))""")
     plots = pg.locator(".jp-Notebook .js-plotly-plot").count()
     pages = _page_through(pg, stem)
     record = {"notebook": notebook, "run_all_s": round(seconds, 1), "code_cells": state["total"],

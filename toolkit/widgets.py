@@ -858,7 +858,10 @@ def grid_frame(rows: pd.DataFrame, evidence: dict[tuple[str, str], str] | None =
     with_blame = any(blamed)
     evidence = evidence or {}
     out = []
-    for k, (r, bad) in enumerate(zip(rows.to_dict("records"), culprit)):
+    wanted = [c for c in ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
+                          "shared_from", "nbytes") if c in rows.columns]
+    records = rows[wanted].to_dict("records") if len(rows) else []  # only what the cells show
+    for k, (r, bad) in enumerate(zip(records, culprit)):
         blame_text = blamed[k] if with_blame else ""
         bad = bad or bool(blame_text)
         decision = cell_text(r.get("decision"))
@@ -1275,8 +1278,8 @@ class Explorer:
         self._render_matrix(figure_png(figs["collision matrix"]))
         self._show_png(self.timeline, figure_png(figs["timeline"]))
         self._show_png(self.memory, figure_png(figs["memory"]))
-        self._render_filters()
-        self._render_export()
+        # the grid and the export box follow on their own notifications ("filters", "export"), sent
+        # right after "session": rendering them here too would draw 10,000 rows twice
 
     def _render_matrix(self, png: bytes) -> None:
         """The interactive matrix (plotly), and the matplotlib PNG as a download link; without
