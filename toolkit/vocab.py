@@ -29,7 +29,8 @@ class SessionStatus(enum.StrEnum):
 
     NOT_LOADED = "not loaded"  # constructed; load() not called, or interrupted before it ended
     LOADED = "loaded"  # every method loaded (some may be not runnable)
-    FAILED = "failed"  # a method failed; the methods before it stay loaded
+    FAILED = "failed"  # a method failed (the methods before it stay loaded), or the modelled exporter
+    #                    refused the program (Session.failed_stage == "export": nothing is loaded)
     CLOSED = "closed"  # close() released every method; the results stay readable
 
 

@@ -304,7 +304,12 @@ def so_inputs(inputs: list, order: "tuple[int, ...] | None") -> list:
 
 def method_outputs(outputs: list, order: "tuple[int, ...] | None") -> list:
     """The ``.so``'s outputs in the method's order: ``order[j]`` is the ``.so`` output giving the
-    method's output ``j`` (:attr:`~toolkit.model.MethodSpec.output_order`); None: as they come."""
+    method's output ``j`` (:attr:`~toolkit.model.MethodSpec.output_order`); None: as they come.
+
+    The order comes from the ``.pte``'s execution plan, not from the ``.so``'s output names
+    (``AOTInductorModelContainerGetOutputName``): AOTInductor names outputs by position
+    (``outputs_info_[0].name = "output0"`` in the generated wrapper, torch 2.13), so they say
+    nothing about which method output each one is."""
     if order is None:
         return list(outputs)
     bad = [k for k in order if not 0 <= k < len(outputs)]
