@@ -70,7 +70,7 @@ def test_compare_dry_run_of_a_real_pte_predicts_every_policy(tmp_path, capsys):
     out = capsys.readouterr().out
     floor = toolkit.memory_floor(PTE).total_bytes
     assert f"memory floor M = {floor:,} bytes" in out
-    assert "5 of 9 policies would fail or run a method on other data" in out
+    assert "5 of 9 policies would fail, run a method on other data or leave one not runnable" in out
     f = pd.read_csv(csv, keep_default_na=False).set_index("policy")
     assert list(f.index) == list(toolkit.POLICIES)
     assert set(f["status"]) == {"loaded"} and (f["floor_bytes"] == floor).all()
@@ -99,5 +99,13 @@ def test_compare_dry_run_of_a_sample_name_and_bad_arguments(built_sample, capsys
     built_sample("partial_collision_shape")  # the CLI builds a sample by name into the same cache
     assert main(["compare", "partial_collision_shape", "--dry-run", "--policies", "refuse-on-mismatch"]) == 1
     assert "fails at stage 'load'" in capsys.readouterr().out
+    # name-only shares a tensor of another shape: the guard keeps decode from running (upstream
+    # would read out of bounds): not "other data", but not a pass either
+    assert main(["compare", "partial_collision_shape", "--dry-run", "--policies", "name-only"]) == 1
+    out = capsys.readouterr().out
+    assert "1 of 1 policies would fail" in out and "[decode]" in out
+    assert main(["report", "partial_collision_shape", "--dry-run", "--policy", "name-only"]) == 1
+    assert "not runnable (an installed tensor cannot fill its slot" in capsys.readouterr().out
+    assert main(["compare", "partial_collision_shape", "--dry-run", "--policies", "decline-on-mismatch"]) == 0
     assert main(["compare", str(PTE), "--dry-run", "--policies", "nope"]) == 2
     assert "unknown policy" in capsys.readouterr().err

@@ -89,7 +89,10 @@ def analyze(program: "Program | str | Path", policy: "str | Policy" = "fingerpri
     table (``slot_problem`` is what its out-of-bounds guard would say) without ``seq``, plus
     ``policy``, ``whole_blob`` (the method would upload its whole weights blob) and
     ``method_status``.  A policy that fails a method's load stops there, as the loader does:
-    later methods have no rows.
+    later methods have no rows.  A program the modelled exporter refuses (``fqn-weight-cache``:
+    one storage key with two contents) has every constant of every method refused, the
+    offending one with reason ``export_refused`` (``run_analysis(...).session.failed_stage``
+    is "export"), and nothing loaded.
     """
     return run_analysis(program, policy, device=device).decisions
 

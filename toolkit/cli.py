@@ -180,8 +180,9 @@ def cmd_report(a) -> int:
 def _dry_report(prog, a) -> int:
     """Every decision a load would take, from the program's metadata alone (no GPU, nothing run).
 
-    Exits 1 when the load would fail or some method would run on a shared constant whose
-    content differs (the silent corruption a dry run can see); 0 otherwise."""
+    Exits 1 when the load would fail, some method would run on a shared constant whose content
+    differs (the silent corruption a dry run can see), or a method would be not runnable (an
+    installed tensor cannot fill its slot: upstream reads out of bounds); 0 otherwise."""
     from .analysis import run_analysis
 
     r = run_analysis(prog, a.policy, device=a.device)
@@ -189,14 +190,19 @@ def _dry_report(prog, a) -> int:
     _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {a.policy!r}: {r.status}")
     _out()
     _print_frame(d[["method", "name", "fqn", "lookup", "decision", "reason"]])
-    suspect = d[(d["decision"] == "shared") & (d["cached_digest"] != "") & (d["cached_digest"] != d["digest"])]
+    blocked = {m.method for m in r.methods if str(m.status) == "loaded" and not m.runnable}  # never run
+    suspect = d[(d["decision"] == "shared") & (d["cached_digest"] != "") & (d["cached_digest"] != d["digest"])
+                & ~d["method"].isin(blocked)]
     if len(suspect):
         _out(f"\n{len(suspect)} shared although the content differs: "
              + ", ".join(f"{m}/{n}" for m, n in zip(suspect["method"], suspect["name"])))
+    if blocked:
+        _out(f"\nnot runnable (an installed tensor cannot fill its slot; upstream would read out of bounds): "
+             + ", ".join(sorted(blocked)))
     if a.csv:
         d.to_csv(a.csv, index=False)
         _out(f"\ndry-run decisions written to {Path(a.csv).resolve()}")
-    return 0 if r.status == "loaded" and not len(suspect) else 1
+    return 0 if r.status == "loaded" and not len(suspect) and not blocked else 1
 
 
 SCAN_COLUMNS = ["program", "path", "policy", "status", "method", "method_status", "wrong_data", "error"]
@@ -230,8 +236,10 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
         d = r.decisions
         for m in r.methods:
             rows_m = d[d["method"] == m.method]
-            wrong = bool(((rows_m["decision"] == "shared") & (rows_m["cached_digest"] != "")
-                          & (rows_m["cached_digest"] != rows_m["digest"])).any())
+            # a method the toolkit's guard blocks would, upstream, read a tensor that cannot fill its slot
+            blocked = str(m.status) == "loaded" and not m.runnable
+            wrong = blocked or bool(((rows_m["decision"] == "shared") & (rows_m["cached_digest"] != "")
+                                     & (rows_m["cached_digest"] != rows_m["digest"])).any())
             rows.append({"program": program.name, "path": path, "policy": policy, "status": str(r.status),
                          "method": m.method, "method_status": str(m.status), "wrong_data": wrong,
                          "error": m.error})
@@ -297,8 +305,9 @@ def cmd_compare(a) -> int:
 def _dry_compare(prog, policies, a) -> int:
     """Every policy's predicted outcome and memory against the floor, from metadata alone.
 
-    Exits 1 when some policy's load would fail or would run a method on a shared constant
-    whose content differs (as ``report --dry-run`` does for one policy); 0 otherwise."""
+    Exits 1 when some policy's load would fail, would run a method on a shared constant whose
+    content differs, or would leave a method not runnable (as ``report --dry-run`` does for one
+    policy); 0 otherwise."""
     from .compare import predict_policies
 
     df = predict_policies(prog, policies, device=a.device).frame
@@ -312,9 +321,12 @@ def _dry_compare(prog, policies, a) -> int:
     if a.csv:
         df.to_csv(a.csv, index=False)
         _out(f"\ndry-run comparison written to {Path(a.csv).resolve()}")
-    bad = df[(df["status"] != "loaded") | df["runs_on_other_data"].map(bool)]
-    _out("\n" + (f"{len(bad)} of {len(df)} policies would fail or run a method on other data: "
-                 + ", ".join(bad["policy"]) if len(bad) else "no policy would fail or run a method on other data"))
+    bad = df[(df["status"] != "loaded") | df["runs_on_other_data"].map(bool) | df["not_runnable"].map(bool)]
+    what = "fail, run a method on other data or leave one not runnable"
+    _out("\n" + (f"{len(bad)} of {len(df)} policies would {what}: " + ", ".join(bad["policy"]) if len(bad)
+                 else f"no policy would {what}"))
+    if df["not_runnable"].map(bool).any():
+        _out("(not runnable: an installed tensor cannot fill its slot; upstream would read out of bounds)")
     return 1 if len(bad) else 0
 
 
