@@ -318,3 +318,16 @@ def test_a_cuda_pt2_loads_and_verifies_under_every_policy_as_the_dry_run_predict
             assert not math.isnan(v["max_abs_err"].max())
         finally:
             s.close()
+
+
+def test_an_isolated_load_carries_no_reference_and_the_export_stage(pt2, built_sample):
+    """In a worker process too: a .pt2's methods are "no reference" (NA survives the trip), and
+    a program 1.5.x refuses fails at stage "export" with nothing loaded."""
+    iso = toolkit.load_isolated(pt2["binary_blob"], "fingerprint")
+    assert iso.status == "loaded", iso.worker_log
+    assert iso.verification["ok"].isna().all() and not iso.verification["ran"].any()
+    assert "3 with no reference" in iso.summary() and "not ok" not in iso.summary()
+    refused = toolkit.load_isolated(built_sample("total_collision"), "fqn-weight-cache")
+    assert (refused.status, refused.failed_stage, refused.failed_method) == ("failed", "export", "decode")
+    assert refused.error.startswith("Duplicate key cuda_fqn_weight:cpu:")
+    assert set(refused.decisions["decision"]) == {"refused"}

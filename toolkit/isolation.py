@@ -58,6 +58,7 @@ class IsolatedLoad:
     error_path: str | None = None
     error_field: str | None = None
     failed_method: str | None = None
+    failed_stage: str | None = None  # "load", or "export" (the modelled exporter refused the program)
     event_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     verification: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=_VERIFY_COLUMNS))
     returncode: int | None = None
@@ -146,7 +147,7 @@ def load_isolated(program_or_path: "Program | str | Path", policy: str = "finger
     for kind in {d.type for d in resolve_devices(program, device).values()}:
         check_compatible(program, kind, torch.__version__)
     request = {
-        "program": str(Path(program.root).resolve()),
+        "program": _reopenable(program_or_path, program),
         "policy": pol,
         "device": dict(device) if isinstance(device, Mapping) else device,
         "verify": verify,
@@ -154,6 +155,18 @@ def load_isolated(program_or_path: "Program | str | Path", policy: str = "finger
     }
     with tempfile.TemporaryDirectory(prefix="constshare-worker-") as tmp:
         return _run_worker(Path(tmp), request, program.name, pol, timeout_s)
+
+
+def _reopenable(given: Any, program: "Program") -> str:
+    """What the worker opens: the path given, else the program's folder (our directories) or its
+    ``.pte`` / ``.pt2`` file (other formats keep several programs' files in one folder)."""
+    if isinstance(given, (str, os.PathLike)):
+        return str(Path(given).resolve())
+    if program.source != "constshare-program":
+        own = [rel for rel in program.files if Path(rel).suffix in (".pte", ".pt2")]
+        if len(own) == 1:
+            return str((Path(program.root) / own[0]).resolve())
+    return str(Path(program.root).resolve())
 
 
 def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeout_s: float) -> IsolatedLoad:
@@ -199,7 +212,8 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
         verification["ok"] = verification["ok"].astype("boolean")  # null: no reference (pd.NA)
     return IsolatedLoad(status=result["status"], error=result.get("error"), error_type=result.get("error_type"),
                         error_path=result.get("error_path"), error_field=result.get("error_field"),
-                        failed_method=result.get("failed_method"), verification=verification, **base)
+                        failed_method=result.get("failed_method"), failed_stage=result.get("failed_stage"),
+                        verification=verification, **base)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -293,7 +307,8 @@ def _worker(tmp: Path) -> int:
                                 check_integrity=req["check_integrity"], runtime=runtime)
         session.log = StreamingLog()
         session.load()
-        result.update(status=session.status, error=session.error, failed_method=session.failed_method)
+        result.update(status=session.status, error=session.error, failed_method=session.failed_method,
+                      failed_stage=session.failed_stage)
         e = session.exception
         if session.status == _STATUS_FAILED and e is not None:
             result.update(error_type=type(e).__name__, error_path=getattr(e, "path", None),
