@@ -513,6 +513,9 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
         _shot(pg, f"{stem}-failed.png")
         pytest.fail(f"{notebook}: Run All did not finish cleanly in {seconds:.0f} s: {state}")
     pg.wait_for_timeout(1500)  # plotly and the widgets draw after the kernel is idle
+    # measured as shot: the side panels closed, the notebook as wide as a 1440 px window allows
+    pg.evaluate("""() => { const app = window.jupyterapp; app.shell.collapseLeft(); app.shell.collapseRight(); }""")
+    pg.wait_for_timeout(500)
     # what a reader sees: no warning walls, no output area wider than the page
     warned = pg.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
         .map(el => el.textContent).filter(t => t.includes('Warning')).map(t => t.slice(0, 300))""")

@@ -896,7 +896,8 @@ def grid_frame(rows: pd.DataFrame, evidence: dict[tuple[str, str], str] | None =
 
 _CSS = """<style>
 .constshare-explorer table { border-collapse: collapse; font-size: 12px; }
-.constshare-explorer th, .constshare-explorer td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
+.constshare-explorer th, .constshare-explorer td { border: 1px solid #ccc; padding: 2px 6px; text-align: left;
+  line-height: 1.4; }
 .constshare-explorer th { background: #f3f3f3; }
 .constshare-explorer .constshare-grid table.dataTable td, .constshare-explorer .constshare-grid table.dataTable th {
   border: none; border-bottom: 1px solid #e4e4e4; white-space: nowrap; text-align: left; }
