@@ -68,6 +68,24 @@ def config() -> LlamaConfig:
     )
 
 
+def _cache_kwarg() -> str:
+    """The name a decoder layer takes its cache under: ``cache`` from transformers 5.2x on,
+    ``past_key_values`` before (5.17, the H200 image's); the other name would be swallowed by
+    ``**kwargs`` and the cache silently not written."""
+    import inspect
+
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    params = inspect.signature(LlamaDecoderLayer.forward).parameters
+    for name in ("cache", "past_key_values", "past_key_value"):
+        if name in params:
+            return name
+    raise RuntimeError("this transformers' LlamaDecoderLayer.forward takes no cache argument")
+
+
+_CACHE_KWARG = _cache_kwarg()
+
+
 class _Cache:
     """What transformers' attention calls ``cache.update`` on: writes this step's keys and
     values into the owner's buffers at ``positions`` and returns the whole static cache."""
@@ -110,10 +128,10 @@ class StaticCacheLlama(torch.nn.Module):
         allowed = key_pos.unsqueeze(0) <= positions.unsqueeze(1)  # (T, max_len): causal over the static cache
         mask = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device).masked_fill(
             ~allowed, torch.finfo(h.dtype).min)[None, None]
-        cache = _Cache(self, positions)
+        cache = {_CACHE_KWARG: _Cache(self, positions)}
         for layer in m.layers:
             h = layer(h, attention_mask=mask, position_embeddings=cos_sin, position_ids=position_ids,
-                      cache=cache, use_cache=True)
+                      use_cache=True, **cache)
         logits = self.model.lm_head(m.norm(h))
         return logits, logits[:, -1].argmax(-1)
 

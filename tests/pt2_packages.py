@@ -61,7 +61,13 @@ def _modules(device: str = "cpu"):
     }
     if device == "cpu":
         return out
-    return {n: (m.to(device), tuple(a.to(device) for a in args)) for n, (m, args) in out.items() if n in CUDA_MODELS}
+    moved = {}
+    for n, (m, args) in out.items():
+        if n in CUDA_MODELS:
+            m = m.to(device)
+            m.table = m.table.to(device)  # a plain tensor attribute: Module.to leaves it behind
+            moved[n] = (m, tuple(a.to(device) for a in args))
+    return moved
 
 
 def modules(device: str = "cpu"):
