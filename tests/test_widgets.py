@@ -786,3 +786,26 @@ def test_view_matrix_hover_says_decision_and_reason(explorer):
     assert "first_seen" in heat["customdata"][0][0]
     assert heat["text"] == [["L"], ["S\u2717"]]  # the culprit marked in the cell, as in the PNG
     assert heat["hovertemplate"] == "%{customdata}<extra></extra>"
+
+
+def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest():
+    from toolkit.rendering import BLAME_COLUMN, MAX_NAMED, NO_CULPRIT, verification_html
+
+    v = pd.DataFrame([{"method": "a", "ran": True, "max_abs_err": 0.0, "atol": 1e-3, "rtol": 1e-3, "ok": True,
+                       "reason": ""},
+                      {"method": "b", "ran": True, "max_abs_err": 9.0, "atol": 1e-3, "rtol": 1e-3, "ok": False,
+                       "reason": "output differs"},
+                      {"method": "c", "ran": True, "max_abs_err": 9.0, "atol": 1e-3, "rtol": 1e-3, "ok": False,
+                       "reason": "output differs"}])
+    blame = pd.DataFrame([{"verification": "standalone", "method": "b", "name": f"w{i}", "fqn": f"w{i}",
+                           "decision": "shared", "shared_from": f"a/w{i}", "swap": "own copy", "fixes": True,
+                           "evidence": "content differs"} for i in range(40)])
+    out = verification_html(v, blame=blame)
+    row_b = next(r for r in out.split("<tr") if ">b<" in r)
+    assert f"... and {40 - MAX_NAMED:,} more" in row_b and "w0 (content differs)" in row_b and "w39" not in row_b
+    row_c = next(r for r in out.split("<tr") if ">c<" in r)
+    assert NO_CULPRIT in row_c and BLAME_COLUMN in out  # wrong, and no single share explains it
+    # without blame: the digest suspects, capped the same way
+    d = pd.DataFrame([{"method": "b", "name": f"w{i}", "decision": "shared", "digest": "b" * 64,
+                       "cached_digest": "a" * 64} for i in range(40)])
+    assert f"... and {40 - MAX_NAMED:,} more" in verification_html(v, decisions=d)
