@@ -475,17 +475,22 @@ def _device_thread(device: torch.device, name: str) -> ThreadPoolExecutor:
 class MappedBlobUploader:
     """Uploads constants from a blob; a reload copies straight out of the page cache.
 
-    A blob's first load stages its constants through pinned buffers (the
-    :class:`HostStager`, :data:`PATH_STAGED`).  When the method's uploads are done,
-    :meth:`release` page-locks those constants' pages in place, in the background
-    (``cudaHostRegister``, read-only, on a read-only mapping kept in ``locks``, a
-    :class:`HostLockCache`), and a later load of the same blob (another policy, another
-    session, the explorer) copies straight from the locked pages at the device's copy speed
+    A blob's first load in a process, by ``first_load`` (``CONSTSHARE_FIRST_LOAD``):
+
+    * ``locked`` (the default): :meth:`_first_load` page-locks the constant's pages in place
+      (``cudaHostRegister``, read-only, on a read-only mapping kept in ``locks``, a
+      :class:`HostLockCache`) piece by piece on one thread, each piece's device copy running
+      while the next is locked (:data:`PATH_LOCKED_NOW`);
+    * ``staged``: through pinned buffers (the :class:`HostStager`, :data:`PATH_STAGED`); when the
+      method's uploads are done, :meth:`release` locks those pages in the background;
+    * ``hybrid``: ``locked`` from the front of the constant and ``staged`` from its back at once.
+
+    Either way the pages stay locked, and a later load of the same blob (another policy,
+    another session, the explorer) copies straight from them at the device's copy speed
     (:data:`PATH_MAPPED_WARM`; :data:`PATH_MAPPED` if it had to wait for locking still
-    running).  Locking during the first load does not pay: the driver locks at about the
-    copy speed and does not overlap locking with this process's copies, so a load that locks
-    first ran at 0.21-0.45 of a pinned copy against the stager's 0.39
-    (``benchmarks/host_paths.py``, ``upload_throughput.py``, H200, 2026-12-01).
+    running).  Measured on the H200, 2026-12-01 (``benchmarks/upload_throughput.py``,
+    ``peers.py``): a first load at 0.49-0.51 of a pinned copy locked, 0.39-0.44 staged (0.20
+    inside a whole load), hybrid 0.57 alone but 0.20 inside a load; a reload at 0.96.
 
     Budget 0 (``CONSTSHARE_HOST_LOCK_GIB=0``) locks nothing: every load stages.  If mapping
     or locking fails (a filesystem without mmap, a driver without read-only registration),
