@@ -84,3 +84,18 @@ def test_out_of_bounds_alias_is_recorded_and_never_run(built_sample):
     assert "not runnable" in v.loc["decode", "reason"]
     with pytest.raises(toolkit.LoadError, match="not runnable"):
         s.run("decode")
+
+
+def test_a_samples_cache_key_covers_the_shared_sample_code(monkeypatch):
+    """An edit to sample_programs/_common.py alone rebuilds the samples that use it."""
+    from pathlib import Path
+
+    from toolkit.samples import _cache_key, sample_module
+
+    mod = sample_module("shared_state")
+    before = _cache_key(mod, "cpu")
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes",
+                        lambda self: real(self) + b"# edited" if self.name == "_common.py" else real(self))
+    assert _cache_key(mod, "cpu") != before
+    assert _cache_key(mod, "cuda") != _cache_key(mod, "cpu")

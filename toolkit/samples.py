@@ -67,11 +67,18 @@ def cache_root() -> Path:
 
 
 def _cache_key(mod, device: str) -> str:
-    from . import builder
+    """What a built sample depends on: its own source and the shared sample code, the builder and
+    what writes the program (manifest, file records, constant metadata), torch, the device."""
+    from . import builder, integrity, model
+    from .sources import directory
 
     h = hashlib.sha256()
     h.update(inspect.getsource(mod).encode())
-    h.update(inspect.getsource(builder).encode())
+    common = Path(inspect.getfile(mod)).with_name("_common.py")
+    if common.is_file():
+        h.update(common.read_bytes())
+    for dep in (builder, directory, integrity, model):
+        h.update(inspect.getsource(dep).encode())
     h.update(torch.__version__.encode())
     h.update(device.encode())
     return h.hexdigest()[:12]
