@@ -350,27 +350,26 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--out")
     b.add_argument("--rebuild", action="store_true", help="ignore a cached sample build")
     b.set_defaults(fn=cmd_build)
+    def load_args(parser: argparse.ArgumentParser, csv_help: str, dry_help: str) -> None:
+        """What report and compare both take: the program, a device, the CSV, a dry run, references."""
+        parser.add_argument("--device")
+        parser.add_argument("--csv", help=csv_help)
+        parser.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
+        parser.add_argument("--dry-run", action="store_true", help=dry_help)
+        parser.add_argument("--reference", action="append", metavar="METHOD=FILE",
+                            help="a method's reference (safetensors: input.N, output.N); repeat per method")
+
     r = sub.add_parser("report", help="load under one policy: decision table and verification")
     r.add_argument("program")
     r.add_argument("--policy", default="fingerprint", choices=POLICIES)
-    r.add_argument("--device")
-    r.add_argument("--csv", help="write the collision report CSV here")
-    r.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
-    r.add_argument("--dry-run", action="store_true",
-                   help="predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)")
-    r.add_argument("--reference", action="append", metavar="METHOD=FILE",
-                   help="a method's reference (safetensors: input.N, output.N); repeat per method")
+    load_args(r, "write the collision report CSV here",
+              "predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)")
     r.set_defaults(fn=cmd_report)
     c = sub.add_parser("compare", help="load under every policy and tabulate")
     c.add_argument("program")
     c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
-    c.add_argument("--device")
-    c.add_argument("--csv", help="write the comparison CSV here")
-    c.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
-    c.add_argument("--dry-run", action="store_true",
-                   help="predict every policy's outcome and memory from the metadata alone (no GPU)")
-    c.add_argument("--reference", action="append", metavar="METHOD=FILE",
-                   help="a method's reference (safetensors: input.N, output.N); repeat per method")
+    load_args(c, "write the comparison CSV here",
+              "predict every policy's outcome and memory from the metadata alone (no GPU)")
     c.set_defaults(fn=cmd_compare)
     sc = sub.add_parser("scan", help="dry-run every program under a folder; exit 1 if any would run on wrong data")
     sc.add_argument("folder")
