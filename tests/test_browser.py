@@ -491,8 +491,9 @@ def _page_through(pg, stem: str) -> list[str]:
 @pytest.mark.parametrize("notebook", TEACHING)
 def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
     """Run All in the real JupyterLab: no cell fails, no warning wall, no output wider than the
-    page at 1440 px; every page of the result is saved as an artifact (and 02's explorer on its
-    50-decision BART program is loaded, hovered and shot too)."""
+    page and no table wider than its box (none scrolls sideways) at 1440 px; every page of the
+    result is saved as an artifact (and 02's explorer on its 50-decision BART program is loaded,
+    hovered and shot too)."""
     pg = page
     pg.evaluate("async () => { await window.jupyterapp?.serviceManager.sessions.shutdownAll(); }")
     pg.goto(f"{lab['base']}/lab/tree/notebooks/{notebook}?reset&token={lab['token']}")
@@ -521,16 +522,26 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
         .map(el => el.textContent).filter(t => t.includes('Warning')).map(t => t.slice(0, 300))""")
     wide = pg.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
         .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.scrollWidth + '>' + el.clientWidth)""")
-    # tables wider than the page scroll sideways inside their own box (never the page): which ones
-    inner = pg.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .constshare-scroll')]
-        .filter(el => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
-        .map(el => el.scrollWidth + '>' + el.clientWidth + ' px: ' +
-             [...el.querySelectorAll('th')].slice(0, 6).map(th => th.textContent).join(' | '))""")
+    # a table wider than the page would scroll sideways inside its own box (never the page): none may,
+    # those inside a collapsed box ("show all 50 decisions") included: opened to measure, closed again
+    inner, widest = pg.evaluate("""() => {
+        const closed = [...document.querySelectorAll('.jp-Notebook details:not([open])')];
+        closed.forEach(d => { d.open = true; });
+        const boxes = [...document.querySelectorAll('.jp-Notebook .constshare-scroll')]
+            .filter(el => el.offsetParent !== null);
+        const out = boxes.filter(el => el.scrollWidth > el.clientWidth + 1)
+            .map(el => el.scrollWidth + '>' + el.clientWidth + ' px: ' +
+                 [...el.querySelectorAll('th')].slice(0, 6).map(th => th.textContent).join(' | '));
+        const width = el => el.querySelector('table') ? el.querySelector('table').offsetWidth : 0;
+        const w = boxes.reduce((m, el) => width(el) > m[0] ? [width(el), el.clientWidth] : m, [0, 0]);
+        closed.forEach(d => { d.open = false; });
+        return [out, w]; }""")
     plots = pg.locator(".jp-Notebook .js-plotly-plot").count()
     pages = _page_through(pg, stem)
     record = {"notebook": notebook, "run_all_s": round(seconds, 1), "code_cells": state["total"],
               "pages": len(pages), "plotly_figures": plots, "outputs_wider_than_page": wide,
-              "tables_scrolling_sideways_in_their_box": inner, "stderr_warnings": warned}
+              "tables_scrolling_sideways_in_their_box": inner, "widest_table_and_its_box_px": widest,
+              "stderr_warnings": warned}
     if notebook.startswith("01") or notebook.startswith("02"):
         assert plots >= 2, f"{notebook}: the interactive collision matrices did not render ({plots})"
         tip = _matrix_hover(pg, ".jp-Notebook", 1, 2, 0, 1) if notebook.startswith("01") \
@@ -540,6 +551,16 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
             _shot(pg, f"{stem}-matrix-hover.png")
             pg.mouse.move(5, 5)
     if notebook.startswith("02"):
+        # the collapsed "show all 50 decisions" box, opened: it fits the page too (measured above)
+        box = pg.locator(".jp-Notebook details.constshare-all").first
+        box.scroll_into_view_if_needed()
+        box.locator("summary").click()
+        pg.wait_for_timeout(300)
+        box.screenshot(path=str(ARTIFACTS / f"{stem}-all-decisions.png"))
+        record["all_decisions_box_px"] = box.evaluate(
+            "el => { const s = el.querySelector('.constshare-scroll'); "
+            "return [s.querySelector('table').offsetWidth, s.clientWidth]; }")
+        box.locator("summary").click()
         record["explorer"] = _bart_explorer(pg, stem)
     measured = ARTIFACTS / "notebooks-measurements.json"
     data = json.loads(measured.read_text()) if measured.exists() else {}
@@ -548,6 +569,8 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
     print(f"{notebook}: Run All {seconds:.0f} s, {len(pages)} pages")
     assert not warned, warned
     assert not wide, f"{notebook}: outputs wider than the page: {wide}"
+    # every table fits the notebook's width at 1440 px (fewer or capped columns, long text wrapped or on hover)
+    assert not inner, f"{notebook}: tables wider than their box at 1440 px (they scroll sideways): {inner}"
     pg.evaluate("async () => { await window.jupyterapp.serviceManager.sessions.shutdownAll(); }")
 
 

@@ -25,7 +25,8 @@ report's, the explorer's tables, the notebooks' tables through :func:`table`) go
   digest in the same row that shares a long prefix, the place where the two part; the
   full digest is the cell's hover title.  Byte counts (:data:`BYTES_COLUMNS`) show as
   ``16 KiB`` with the exact count on hover; ``reason_code`` shows the full ``reason`` on
-  hover;
+  hover; a column the caller caps (``capped``: long names, a payload) stays on one line at
+  that width, cut with an ellipsis, its whole text on hover;
 - show None / NaN / ``pd.NA`` as an empty cell, an Enum member by its ``.value`` and a
   list, tuple or set as comma-joined text.
 
@@ -80,6 +81,7 @@ Colourer = Callable[[str], str]  # display text -> CSS colour ("" for none)
 _TABLE_STYLE = "table-layout: auto; width: auto; margin-left: 0; margin-right: auto; border-collapse: collapse"
 _TEXT_CSS = "white-space: normal; min-width: 16em; max-width: 34em; overflow-wrap: break-word"
 _LINE_CSS = "white-space: nowrap"
+CAPPED_EM = 22  # width of a capped column (:func:`html_table`'s ``capped``): cut with an ellipsis, all on hover
 
 
 # ------------------------------------------------------------------ cell text
@@ -139,6 +141,12 @@ def format_bytes(n: Any) -> str:
 def is_digest(text: str) -> bool:
     """Whether ``text`` is a sha256 hex digest (64 lowercase hex characters)."""
     return bool(DIGEST_RE.fullmatch(text))
+
+
+def shorten_digests(text: str, width: int = DIGEST_SHOWN) -> str:
+    """``text`` with every sha256 digest inside it (a storage key, a blob name) cut to its
+    first ``width`` characters and an ellipsis."""
+    return DIGEST_RE.sub(lambda m: m.group(0)[:width] + "\u2026", text)
 
 
 def short_digest(digest: str, other: str | None = None, width: int = DIGEST_SHOWN) -> str:
@@ -289,7 +297,8 @@ def _numeric(series: pd.Series) -> bool:
 
 
 def _render(display: pd.DataFrame, labels: list[str], *, css: pd.DataFrame, titles: pd.DataFrame,
-            right: Iterable[int], text: Iterable[int], caption: str) -> str:
+            right: Iterable[int], text: Iterable[int], caption: str,
+            capped: Mapping[int, float] | None = None) -> str:
     """``display`` (text cells only, columns 0..n-1, RangeIndex) through the Styler, with
     ``labels`` (unescaped text) as the column headers, ``css`` the style of each cell ('' for
     none) and ``titles`` its hover text ('' for none)."""
@@ -309,12 +318,16 @@ def _render(display: pd.DataFrame, labels: list[str], *, css: pd.DataFrame, titl
               .set_table_attributes(f'class="{TABLE_CLASS}" style="{_TABLE_STYLE}"')
               .set_table_styles([{"selector": "th", "props": f"text-align: left; padding: 2px 8px; {_LINE_CSS}"},
                                  {"selector": "td", "props": "text-align: left; vertical-align: top; padding: 2px 8px; "
-                                                             f"{_LINE_CSS}"}]))
+                                                             f"{_LINE_CSS}"},
+                                 {"selector": "caption", "props": "text-align: left; padding: 2px 8px"}]))
     per_column: dict[int, list[dict[str, str]]] = {}
     for i in right:
         per_column.setdefault(i, []).append({"selector": "td", "props": "text-align: right"})
     for i in text:
         per_column.setdefault(i, []).append({"selector": "td", "props": _TEXT_CSS})
+    for i, em in (capped or {}).items():
+        per_column.setdefault(i, []).append({"selector": "td", "props": f"max-width: {em:g}em; overflow: hidden; "
+                                                                         f"text-overflow: ellipsis; {_LINE_CSS}"})
     if per_column:
         styler = styler.set_table_styles(per_column, overwrite=False)
     if (css != "").to_numpy().any():
@@ -335,10 +348,11 @@ def _render(display: pd.DataFrame, labels: list[str], *, css: pd.DataFrame, titl
         return styler.to_html(max_rows=n_rows + 1, max_columns=n_cols + 1)
 
 
-def _display(shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[Any] = BYTES_COLUMNS
-             ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _display(shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[Any] = BYTES_COLUMNS,
+             decimals: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The display text and the hover title of every shown cell (``source``: the rows shown,
-    every column, for titles that come from columns not shown, e.g. ``reason``)."""
+    every column, for titles that come from columns not shown, e.g. ``reason``; ``decimals``:
+    of every float column, when given)."""
     cols = list(shown.columns)
     texts = [[cell_text(v) for v in shown.iloc[:, i].tolist()] for i in range(len(cols))]
     titles = [[""] * len(shown) for _ in cols]
@@ -353,6 +367,9 @@ def _display(shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[
                     titles[i][r] = f"{int(v):,} bytes" if float(v) == int(v) else f"{v} bytes"
         elif c == "reason_code" and reasons is not None:
             titles[i] = reasons
+        elif decimals is not None and pd.api.types.is_float_dtype(shown.iloc[:, i].dtype):
+            raw = shown.iloc[:, i].tolist()
+            texts[i] = [t if _is_missing(v) else f"{v:.{decimals}f}" for v, t in zip(raw, texts[i])]
     # digests: shortened, each against the other digests of its row
     digest_cols = [i for i in range(len(cols)) if any(is_digest(t) for t in texts[i])]
     for r in range(len(shown)):
@@ -390,7 +407,9 @@ def _cell_css(display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colour
 
 def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max_rows: int = DEFAULT_MAX_ROWS,
                caption: str = "", empty: str = "no rows", more_hint: str = "",
-               colours: Mapping[Any, Colourer] | None = None, bytes_columns: Iterable[Any] = ()) -> str:
+               colours: Mapping[Any, Colourer] | None = None, bytes_columns: Iterable[Any] = (),
+               wrap: Iterable[Any] = (), capped: Iterable[Any] | Mapping[Any, float] = (),
+               decimals: int | None = None) -> str:
     """``frame`` as an HTML table (see the module docstring), every value escaped.
 
     ``columns``: which columns, in which order (those the frame lacks are skipped; all when
@@ -400,6 +419,12 @@ def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max
     ``colours`` replaces the default colour rules (column -> function of the cell's text
     giving a CSS colour or ''); the culprit marking of ``decision`` / ``same_content`` stays.
     ``bytes_columns``: more columns of byte counts, besides :data:`BYTES_COLUMNS`.
+    ``wrap``: more prose columns, besides :data:`TEXT_COLUMNS`, wrapped at a capped width.
+    ``capped``: columns (or column -> width in em; :data:`CAPPED_EM` by default) kept on one
+    line at most that wide, cut with an ellipsis; a cut cell's full text is its hover title
+    (unless it has one already, e.g. a digest's).  Together they keep a table with long
+    names inside a notebook's width.  ``decimals``: float columns shown with that many
+    decimals (e.g. ``1.00`` beside ``1.44``).
     """
     positions = _select(frame, columns)
     if not len(frame) or not positions:
@@ -408,11 +433,19 @@ def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max
     source = frame.iloc[:max_rows]
     shown = source.iloc[:, positions]
     cols = list(shown.columns)
-    display, titles = _display(shown, source, BYTES_COLUMNS | set(bytes_columns))
+    display, titles = _display(shown, source, BYTES_COLUMNS | set(bytes_columns), decimals)
     rules = default_colourers(cols) if colours is None else dict(colours)
+    widths = dict(capped) if isinstance(capped, Mapping) else {c: CAPPED_EM for c in capped}
+    capped_at = {i: float(widths[c]) for i, c in enumerate(cols) if c in widths}
+    for i, em in capped_at.items():
+        # under two characters an em: a text that long may be cut, so it carries itself on hover
+        long = display[i].map(lambda t: len(t) > 1.6 * em) & (titles[i] == "")
+        titles.loc[long, i] = display.loc[long, i]
+    prose = TEXT_COLUMNS | set(wrap)
     out = _render(display, [cell_text(c) for c in cols], css=_cell_css(display, cols, rules), titles=titles,
                   right=[i for i in range(len(cols)) if _numeric(shown.iloc[:, i])],
-                  text=[i for i, c in enumerate(cols) if c in TEXT_COLUMNS], caption=caption)
+                  text=[i for i, c in enumerate(cols) if c in prose and i not in capped_at], caption=caption,
+                  capped=capped_at)
     out = f'<div class="constshare-scroll" style="overflow-x: auto; max-width: 100%">{out}</div>'
     hidden = len(frame) - len(shown)
     if hidden > 0:
@@ -623,6 +656,10 @@ def markdown_text(text: str) -> str:
 
 SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
                          "shared_from")
+# names and FQNs at a capped width, whole on hover: the collisions, and every decision (two more
+# columns, so narrower: a 50-decision BART program's box then fits a notebook at 1440 px)
+SESSION_CAPPED = {"name": CAPPED_EM, "fqn": CAPPED_EM, "shared_from": CAPPED_EM}
+SESSION_ALL_CAPPED = {"name": 16, "fqn": 16, "shared_from": 16}
 SESSION_ALL_ROWS = 2000  # rows inside the "every decision" box; past that, session.decisions
 
 
@@ -718,12 +755,14 @@ def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
             # every one of them is a cache hit (no lookup column); the reason is on hover over its
             # code (a 50-row BART program's table then fits a notebook at 1440 px)
             parts.append(html_table(hits, [c for c in SESSION_TABLE_COLUMNS if c not in ("lookup", "reason")]
-                                    + (["culprit"] if blamed else []), max_rows=max_rows,
+                                    + (["culprit"] if blamed else []), max_rows=max_rows, capped=SESSION_CAPPED,
                                     more_hint="see session.decisions (the full reason is on hover over its code)"))
         else:
             parts.append(_note("no collisions: no name was already in the cache when its method loaded"))
-        every = html_table(content_check(d), SESSION_TABLE_COLUMNS, max_rows=SESSION_ALL_ROWS,
-                           more_hint="see session.decisions")
+        # as the collisions: the reason on hover over its code, long names cut (whole on hover)
+        every = html_table(content_check(d), [c for c in SESSION_TABLE_COLUMNS if c != "reason"],
+                           max_rows=SESSION_ALL_ROWS, capped=SESSION_ALL_CAPPED,
+                           more_hint="see session.decisions (the full reason is on hover over its code)")
         parts.append(f"<details class=\"constshare-all\"><summary>show all {len(d):,} decisions</summary>"
                      f"<div style=\"max-height: 32em; overflow: auto\">{every}</div></details>")
     return f"<div class=\"constshare-session\">{''.join(parts)}</div>"
