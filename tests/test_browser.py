@@ -474,6 +474,13 @@ def _page_through(pg, stem: str) -> list[str]:
         return [n, ...n.querySelectorAll('*')].find(el => el.scrollHeight > el.clientHeight + 10 &&
             ['auto', 'scroll'].includes(getComputedStyle(el).overflowY)) || n; }"""
     height, view = pg.evaluate(f"() => {{ const s = ({scroller})(); return [s.scrollHeight, s.clientHeight]; }}")
+    # where the last cell ends, in the scroller's coordinates (JupyterLab scrolls past the end of a
+    # notebook: past that there is only blank space, no page to shoot)
+    end = f"""() => {{ const s = ({scroller})(), cells = window.jupyterapp.shell.currentWidget.content.widgets;
+        const last = cells[cells.length - 1].node;
+        return last.getBoundingClientRect().bottom - s.getBoundingClientRect().top + s.scrollTop; }}"""
+    for old in ARTIFACTS.glob(f"{stem}-p[0-9][0-9].png"):  # a longer earlier run's pages
+        old.unlink()
     names = []
     top = 0
     for k in range(MAX_NOTEBOOK_PAGES):
@@ -482,6 +489,8 @@ def _page_through(pg, stem: str) -> list[str]:
         name = f"{stem}-p{k + 1:02d}.png"
         _shot(pg, name)
         names.append(name)
+        if top + view >= pg.evaluate(end) - 10:  # this page shows the end of the last cell
+            break
         top += max(view - 80, 200)  # a little overlap: nothing falls between two pages
         if top >= height - 10:
             break

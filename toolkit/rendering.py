@@ -656,9 +656,10 @@ def markdown_text(text: str) -> str:
 
 SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
                          "shared_from")
-# names and FQNs at a capped width, whole on hover: the collisions, and every decision (two more
-# columns, so narrower: a 50-decision BART program's box then fits a notebook at 1440 px)
-SESSION_CAPPED = {"name": CAPPED_EM, "fqn": CAPPED_EM, "shared_from": CAPPED_EM}
+# names and FQNs at a capped width, whole on hover: the collisions (where the share came from
+# narrower), and every decision (two more columns, so all narrower): a 50-decision BART
+# program's tables then fit a notebook at 1440 px with room to spare
+SESSION_CAPPED = {"name": CAPPED_EM, "fqn": CAPPED_EM, "shared_from": 16}
 SESSION_ALL_CAPPED = {"name": 16, "fqn": 16, "shared_from": 16}
 SESSION_ALL_ROWS = 2000  # rows inside the "every decision" box; past that, session.decisions
 
