@@ -1,7 +1,8 @@
 """Language-model scale: a Llama-8B-shaped prefill/decode program, every policy in fresh processes.
 
     python benchmarks/llm_scale.py [--program-dir DIR] [--layers 32] [--hidden 4096] [--ffn 14336]
-                                   [--vocab 128256] [--dtype bfloat16] [--device cuda] [--out DIR]
+                                   [--vocab 128256] [--dtype bfloat16] [--compute weights|float32]
+                                   [--device cuda] [--out DIR]
 
 The program: one ``Core`` module (token embedding, ``--layers`` blocks of q/k/v/o projections
 and a SwiGLU MLP with Llama-3-8B's shapes, a final norm and the LM head; 8.0e9 parameters at
@@ -44,8 +45,9 @@ PROMPT = 16
 
 
 class Block(torch.nn.Module):
-    def __init__(self, hidden: int, ffn: int, dtype, device, gen):
+    def __init__(self, hidden: int, ffn: int, dtype, device, gen, compute=None):
         super().__init__()
+        self.compute = compute  # None: compute in the weights' dtype; torch.float32: upcast every weight
 
         def w(rows, cols):
             return torch.nn.Parameter((torch.randn(rows, cols, generator=gen, device=device) * cols ** -0.5)
@@ -55,24 +57,28 @@ class Block(torch.nn.Module):
         self.norm = torch.nn.Parameter(torch.ones(hidden, dtype=dtype, device=device), requires_grad=False)
 
     def forward(self, h):
-        x = h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(h.dtype) * self.norm
-        h = h + (x @ self.wq.T + x @ self.wk.T + x @ self.wv.T) @ self.wo.T  # attention's weights, no attention
-        return h + (torch.nn.functional.silu(x @ self.w1.T) * (x @ self.w3.T)) @ self.w2.T
+        c = (lambda t: t.to(self.compute)) if self.compute is not None else (lambda t: t)
+        x = h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(h.dtype) * c(self.norm)
+        h = h + (x @ c(self.wq).T + x @ c(self.wk).T + x @ c(self.wv).T) @ c(self.wo).T  # no attention itself
+        return h + (torch.nn.functional.silu(x @ c(self.w1).T) * (x @ c(self.w3).T)) @ c(self.w2).T
 
 
 class Core(torch.nn.Module):
-    def __init__(self, layers: int, hidden: int, ffn: int, vocab: int, dtype, device):
+    def __init__(self, layers: int, hidden: int, ffn: int, vocab: int, dtype, device, compute=None):
         super().__init__()
+        self.compute = compute
         gen = torch.Generator(device=device).manual_seed(0)
         self.embed = torch.nn.Parameter((torch.randn(vocab, hidden, generator=gen, device=device) * 0.02).to(dtype),
                                         requires_grad=False)
-        self.blocks = torch.nn.ModuleList([Block(hidden, ffn, dtype, device, gen) for _ in range(layers)])
+        self.blocks = torch.nn.ModuleList([Block(hidden, ffn, dtype, device, gen, compute) for _ in range(layers)])
         self.head = torch.nn.Parameter((torch.randn(vocab, hidden, generator=gen, device=device) * hidden ** -0.5)
                                        .to(dtype), requires_grad=False)
         self.register_buffer("cache", torch.zeros(PROMPT, hidden, dtype=dtype, device=device))
 
     def trunk(self, ids):
         h = self.embed[ids]
+        if self.compute is not None:
+            h = h.to(self.compute)
         for b in self.blocks:
             h = b(h)
         return h
@@ -86,7 +92,7 @@ class Prefill(torch.nn.Module):
     def forward(self, ids):
         h = self.core.trunk(ids)
         self.core.cache.copy_(h)  # prefill fills the state decode reads
-        return h[-1:] @ self.core.head.T
+        return h[-1:] @ self.core.head.to(h.dtype).T
 
 
 class Decode(torch.nn.Module):
@@ -95,14 +101,15 @@ class Decode(torch.nn.Module):
         self.core = core
 
     def forward(self, ids):
-        h = self.core.trunk(ids) + self.core.cache[-1:]
-        return h @ self.core.head.T
+        h = self.core.trunk(ids) + self.core.cache[-1:].to(self.core.compute or self.core.cache.dtype)
+        return h @ self.core.head.to(h.dtype).T
 
 
 def methods(args) -> tuple[dict, dict]:
     dev = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    core = Core(args.layers, args.hidden, args.ffn, args.vocab, dtype, dev)
+    compute = None if args.compute == "weights" else getattr(torch, args.compute)
+    core = Core(args.layers, args.hidden, args.ffn, args.vocab, dtype, dev, compute)
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, args.vocab, (PROMPT,), generator=g).to(dev)
     token = torch.randint(0, args.vocab, (1,), generator=g).to(dev)
@@ -231,6 +238,9 @@ def main(argv=None):
     ap.add_argument("--ffn", type=int, default=14336)
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--compute", default="weights", choices=["weights", "float32"],
+                    help="float32: upcast every weight in the graph, so verification compares float32 kernels "
+                         "(bf16 kernels differ from eager's by a rounding step: every method 'wrong' at 8B)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--policies", nargs="+", default=["fingerprint", *[p for p in POLICIES if p != "fingerprint"]])
     ap.add_argument("--out", default=None)
@@ -240,7 +250,7 @@ def main(argv=None):
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     common = ["--program-dir", args.program_dir, "--layers", str(args.layers), "--hidden", str(args.hidden),
-              "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--dtype", args.dtype, "--device", args.device]
+              "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--dtype", args.dtype, "--device", args.device, "--compute", args.compute]
     if args.child:
         fn = {"build": child_build, "integrity": child_integrity}.get(args.child, child_policy)
         print(json.dumps(fn(args)))
