@@ -515,3 +515,68 @@ def test_a_cuda_load_locks_as_it_copies_and_its_reload_copies_from_locked_pages(
         assert paths[1] == {upload.PATH_MAPPED_WARM}
     finally:
         upload.HOST_LOCKS.clear()
+
+
+# ------------------------------------------------- the first load's logic, CUDA calls stubbed
+@pytest.fixture
+def cuda_stubbed(monkeypatch):
+    """CPU stand-ins for the few CUDA calls of a first load (locking, streams, events, pinned
+    buffers), so that the piece, neighbour-page and fallback logic runs in CI byte for byte."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    class _Sync:
+        def synchronize(self):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+    class _NoDevice:
+        def __init__(self, device):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    registered: list[tuple[int, int]] = []
+    monkeypatch.setattr(upload, "_register", lambda ptr, n: registered.append((ptr, n)) or 0)
+    monkeypatch.setattr(upload, "_device_thread", lambda device, name: ThreadPoolExecutor(1))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _Sync())
+    monkeypatch.setattr(torch.cuda, "Event", _Sync)
+    monkeypatch.setattr(torch.cuda, "device", _NoDevice)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+    return registered
+
+
+@pytest.mark.parametrize("mode", ["locked", "hybrid"])
+@pytest.mark.parametrize("fail_every", [0, 3])
+def test_the_first_load_logic_delivers_every_byte(blob, cuda_stubbed, monkeypatch, mode, fail_every):
+    path, data, specs = blob
+    if fail_every:  # every third lock fails: those bytes are staged, and the uploader stops locking
+        calls = []
+        monkeypatch.setattr(upload, "_register", lambda ptr, n: calls.append(n) or (1 if len(calls) % fail_every == 0 else 0))
+    locks = upload.HostLockCache(1 << 40)
+    up = upload.MappedBlobUploader(torch.device("cpu"), locks=locks, first_load=mode, piece_bytes=16 << 20)
+    up.prefetch(path, specs)
+    paths = {}
+    for c in specs:
+        assert _same(up.upload(path, c), data, c), (mode, fail_every, c.name, up.last_path)
+        paths[c.name] = up.last_path
+    if fail_every:
+        assert up.disabled_reason and "failed during a first load" in up.disabled_reason
+    else:
+        assert up.disabled_reason is None
+        assert paths[specs[5].name] in (upload.PATH_LOCKED_NOW, upload.PATH_HYBRID)  # the 128 MiB one
+        # locked: every byte of every non-empty constant lies in a region locked now
+        if mode == "locked":
+            lm = locks.acquire(path)
+            assert all(lm.covering(c.offset, c.offset + c.nbytes) for c in specs if c.nbytes)
+            locks.release(lm, up._unlocker())
+        # pieces are whole pages and never overlap
+        regions = sorted((ptr, ptr + n) for ptr, n in cuda_stubbed)
+        assert all(n % PAGE == 0 for _, n in cuda_stubbed)
+        assert all(a[1] <= b[0] for a, b in zip(regions, regions[1:]))

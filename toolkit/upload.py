@@ -295,15 +295,17 @@ class LockedMapping:
                 self.futures[region] = pool.submit(_register, self.base + region[0], region[1] - region[0])
             return todo
 
-    def lock_now(self, region: tuple[int, int]) -> bool:
+    def lock_now(self, region: tuple[int, int]) -> bool | None:
         """Lock one region in the calling thread (a worker thread: see :func:`_register`), unless
-        it is locked or being locked already (then wait for that).  True when it holds."""
+        it is locked or being locked already (then wait for that).  True when it holds, False
+        when locking failed, None when another load locked part of it differently meanwhile
+        (its bytes are then copied from those regions, or staged)."""
         with self.guard:
             f = self.futures.get(region)
             mine = f is None
             if mine:
                 if regions_to_lock([region], self.regions, region[1] - region[0]) != [region]:
-                    return False  # overlaps a region locked differently: not ours to lock
+                    return None  # overlaps a region locked differently: not ours to lock
                 f = Future()
                 bisect.insort(self.regions, region)
                 self.futures[region] = f
@@ -634,7 +636,11 @@ class MappedBlobUploader:
             done = 0
             while (piece := take(True)) is not None:
                 a, z = part(piece)
-                if not lm.lock_now(piece):
+                held = lm.lock_now(piece)
+                if held is None:  # another load locked it differently meanwhile: copied as the rest is
+                    rest.append((a, z))
+                    continue
+                if not held:
                     failed.append(piece)
                     continue
                 dev[a - off: z - off].copy_(lm.mapped[a:z], non_blocking=True)
