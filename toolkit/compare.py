@@ -56,20 +56,15 @@ class PolicyComparison:
         return html_table(self.frame, max_rows=len(self.frame))
 
 
-def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
-    """One policy's row; ``wrong_sequences``: the program's sequences that diverge from eager."""
+def policy_row(s: Session, *, wrong_methods: list[str], wrong_sequences: list[str],
+               no_reference: list[str]) -> dict:
+    """One policy's row from a session and what its outputs were found (or predicted) to be."""
     d = s.decisions
-    wrong_sequences = [q.name for q in s.program.sequences
-                       if s.load_outcome == "loaded" and not s.verify(sequence=q.name)["ok"].all()]
-    counts = d["decision"].value_counts() if len(d) else pd.Series(dtype=int)
-    return {
+    counts = d["decision"].astype(str).value_counts() if len(d) else pd.Series(dtype=int)
+    row = {
         "policy": s.policy.name.value, "loaded": s.status == "loaded", "status": str(s.status),
-        "error": s.error or "",
-        "wrong_methods": verification[verification["ran"] & verification["ok"].eq(False).fillna(False)
-                                      ]["method"].tolist(),
-        "wrong_sequences": wrong_sequences,
-        # not run: nothing to compare against (pd.NA in the verification), neither ok nor wrong
-        "no_reference": verification[verification["ok"].isna()]["method"].tolist(),
+        "error": s.error or "", "wrong_methods": wrong_methods, "wrong_sequences": wrong_sequences,
+        "no_reference": no_reference,
         "not_runnable": [r.method for r in s.results.values() if r.status in ("loaded", "unloaded")
                          and not r.runnable],
         "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
@@ -77,6 +72,18 @@ def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
         "refused": int(counts.get("refused", 0)), "device_bytes": s.device_bytes,
         "load_seconds": round(s.load_seconds, 4),
     }
+    return {k: row[k] for k in COMPARE_COLUMNS}
+
+
+def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
+    """One policy's row; ``wrong_sequences``: the program's sequences that diverge from eager."""
+    return policy_row(
+        s, wrong_methods=verification[verification["ran"] & verification["ok"].eq(False).fillna(False)
+                                      ]["method"].tolist(),
+        wrong_sequences=[q.name for q in s.program.sequences
+                         if s.load_outcome == "loaded" and not s.verify(sequence=q.name)["ok"].all()],
+        # not run: nothing to compare against (pd.NA in the verification), neither ok nor wrong
+        no_reference=verification[verification["ok"].isna()]["method"].tolist())
 
 
 def compare_policies(program: "Program | str", policies: Iterable[str] | None = None, *,

@@ -116,25 +116,12 @@ def is_dry_session(session: "Session | None") -> bool:
 def _dry_comparison_row(session: "Session") -> dict:
     """One policy's comparison row from a dry run: ``wrong_methods`` are the methods predicted
     to run on a shared constant whose content differs (nothing ran)."""
-    from .compare import COMPARE_COLUMNS
+    from .compare import policy_row
     from .rendering import suspects_by_method
 
-    d = session.decisions
-    counts = d["decision"].astype(str).value_counts() if len(d) else pd.Series(dtype=int)
-    suspects = suspects_by_method(d)
-    row = {
-        "policy": session.policy.name.value, "loaded": session.status == "loaded", "status": str(session.status),
-        "error": session.error or "",
-        "wrong_methods": [m.name for m in session.program.methods if m.name in suspects],
-        "wrong_sequences": [], "no_reference": [],
-        "not_runnable": [r.method for r in session.results.values() if r.status in ("loaded", "unloaded")
-                         and not r.runnable],
-        "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
-        "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
-        "refused": int(counts.get("refused", 0)), "device_bytes": session.device_bytes,
-        "load_seconds": round(session.load_seconds, 4),
-    }
-    return {k: row[k] for k in COMPARE_COLUMNS}
+    suspects = suspects_by_method(session.decisions)
+    return policy_row(session, wrong_methods=[m.name for m in session.program.methods if m.name in suspects],
+                      wrong_sequences=[], no_reference=[])
 
 
 def safe_file_name(text: str, *, fallback: str = "program", max_len: int = 80) -> str:
