@@ -24,7 +24,7 @@ import mmap
 import os
 import threading
 import warnings
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +251,16 @@ def _register(ptr: int, nbytes: int) -> int:
 def _lock_failed(f: Future) -> bool:
     """A lock that will never hold: cancelled, raised, or returned a CUDA error."""
     return f.cancelled() or (f.done() and (f.exception() is not None or f.result() != 0))
+
+
+def _copy_locked(lm: "LockedMapping", regions: list[tuple[int, int]], dev: torch.Tensor, dev_at: int,
+                 start: int, end: int) -> None:
+    """Queue the device copy of the file's bytes [start, end) out of ``lm``'s locked ``regions``
+    (which cover them) into ``dev``, whose byte 0 is the file's byte ``dev_at``: one copy per
+    region, since a copy may not span two registrations."""
+    for s, e in regions:
+        a, z = max(s, start), min(e, end)
+        dev[a - dev_at: z - dev_at].copy_(lm.mapped[a:z], non_blocking=True)
 
 
 def _file_key(path: Path) -> tuple[int, int, int, int]:
@@ -571,9 +581,7 @@ class MappedBlobUploader:
             if not any(errs):
                 dev = torch.empty(n, dtype=torch.uint8, device=self.device)
                 with torch.cuda.device(self.device):
-                    for s, e in regions:  # one copy per locked region: a copy may not span two registrations
-                        a, z = max(s, off), min(e, off + n)
-                        dev[a - off: z - off].copy_(lm.mapped[a:z], non_blocking=True)
+                    _copy_locked(lm, regions, dev, off, off, off + n)
                     torch.cuda.current_stream(self.device).synchronize()
                 self.last_path = PATH_MAPPED if waited else PATH_MAPPED_WARM
                 return dev
@@ -666,11 +674,9 @@ class MappedBlobUploader:
                 regions = lm.covering(a, z)
                 with lm.guard:
                     futs = [lm.futures.get(r) for r in regions or ()]
-                if regions and all(f is not None and not f.cancelled() and f.exception() is None and f.result() == 0
-                                   for f in futs):
-                    for rs, re_ in regions:
-                        x, y = max(rs, a), min(re_, z)
-                        dev[x - off: y - off].copy_(lm.mapped[x:y], non_blocking=True)
+                wait([f for f in futs if f is not None])
+                if regions and all(f is not None and not _lock_failed(f) for f in futs):
+                    _copy_locked(lm, regions, dev, off, a, z)
                 else:
                     self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
             torch.cuda.current_stream(self.device).synchronize()
