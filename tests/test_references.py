@@ -331,3 +331,21 @@ def test_an_isolated_load_carries_no_reference_and_the_export_stage(pt2, built_s
     assert (refused.status, refused.failed_stage, refused.failed_method) == ("failed", "export", "decode")
     assert refused.error.startswith("Duplicate key cuda_fqn_weight:cpu:")
     assert set(refused.decisions["decision"]) == {"refused"}
+
+
+def test_reset_state_rewrites_every_constant_of_a_program_that_does_not_record_mutation(pt2):
+    """A .pt2 (like a .pte) does not say which constants its methods write: resetting state puts
+    every constant back to its file's bytes, each shared tensor once."""
+    path = pt2[FORMATS[0]]
+    s = toolkit.load_program(path, "name-only")
+    try:
+        assert s.program.records_mutation is False
+        tensors = {id(t): t for lm in s.methods.values() for t in lm.tensors.values()}
+        before = {k: t.clone() for k, t in tensors.items()}
+        with torch.no_grad():
+            for t in tensors.values():
+                t.add_(1)
+        assert s.reset_state() == len(tensors)
+        assert all(torch.equal(tensors[k], before[k]) for k in tensors)
+    finally:
+        s.close()

@@ -267,3 +267,55 @@ def test_policies_on_identical():
     assert floor == 33024
     assert run_analysis(p, "fingerprint").device_bytes == floor
     assert run_analysis(p, "blind-share").device_bytes == 2 * 33024
+
+
+def _copy_shared_ok(tmp_path: Path) -> Path:
+    dst = tmp_path / "prog"
+    shutil.copytree(FIXTURES / "executorch-1.5.1-cuda" / "shared_ok", dst)
+    return dst
+
+
+def _sequence_file(folder: Path, name: str, metadata: dict | None) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    p = folder / f"sequence_{name}.safetensors"
+    save_file({"step.0.input.0": torch.ones(2), "step.0.output.0": torch.zeros(2)}, str(p), metadata=metadata)
+    return p
+
+
+def test_a_sequence_file_beside_the_pte_is_the_programs_sequence(tmp_path):
+    d = _copy_shared_ok(tmp_path)
+    steps = [{"method": "prefill", "num_inputs": 1, "num_outputs": 1},
+             {"method": "decode", "num_inputs": 2, "num_outputs": 1}]
+    _sequence_file(d, "generate", {"steps": json.dumps(steps)})
+    _sequence_file(d, "other", None)  # no steps in its header: not ours, left out
+    prog = open_program(d / "prog.pte")
+    assert [q.name for q in prog.sequences] == ["generate"]
+    seq = prog.sequence("generate")
+    assert [(st.method, st.num_inputs, st.num_outputs) for st in seq.steps] == [("prefill", 1, 1), ("decode", 2, 1)]
+    assert seq.reference_file in prog.files and "sequence_other.safetensors" not in prog.files
+    assert prog.files[seq.reference_file].sha256 == hashlib.sha256((d / seq.reference_file).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("steps, says", [
+    ("[{\"method\": \"nope\", \"num_inputs\": 1, \"num_outputs\": 1}]", "methods the .pte does not have: ['nope']"),
+    ("[{\"method\": \"decode\"}]", "steps must be a JSON list"),
+    ("not json", "steps must be a JSON list"),
+    ("[]", "steps name no method"),
+])
+def test_a_malformed_sequence_file_names_the_file_and_field(tmp_path, steps, says):
+    d = _copy_shared_ok(tmp_path)
+    p = _sequence_file(d, "generate", {"steps": steps})
+    with pytest.raises(ProgramError) as e:
+        open_program(d / "prog.pte")
+    assert says in str(e.value) and str(p) in str(e.value) and "__metadata__.steps" in str(e.value)
+
+
+def test_a_truncated_sequence_file_is_refused_naming_it(tmp_path):
+    d = _copy_shared_ok(tmp_path)
+    p = _sequence_file(d, "generate", {"steps": "[]"})
+    p.write_bytes(p.read_bytes()[:20])
+    with pytest.raises(ProgramError) as e:
+        open_program(d / "prog.pte")
+    assert str(p) in str(e.value)

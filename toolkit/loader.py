@@ -448,13 +448,17 @@ class Session:
     def reset_state(self) -> int:
         """Put every mutated buffer of every loaded method back to its initial contents.
 
-        A buffer two methods share is one tensor, reset once.  Returns how many were reset.
+        A buffer two methods share is one tensor, reset once.  A program whose source does not
+        record which constants are written (a ``.pte``, a ``.pt2``: ``records_mutation`` False)
+        gets every constant rewritten from its file, so that any state is back where it began.
+        Returns how many tensors were reset.
         """
         done: set[int] = set()
+        every = not self.program.records_mutation
         for lm in self.methods.values():
             for c in lm.spec.constants:
                 tensor = lm.tensors.get(c.name)
-                if c.mutated and tensor is not None and id(tensor) not in done:
+                if (c.mutated or every) and tensor is not None and id(tensor) not in done:
                     done.add(id(tensor))
                     self.runtime.write_initial(tensor, self.program, c)
         return len(done)

@@ -198,6 +198,9 @@ class Program:
     root: Path | None = field(default=None, compare=False)  # where it lies is not what it is
     source: str = "constshare-program"
     sequences: tuple[SequenceSpec, ...] = ()
+    # whether ``mutated`` says which constants a method writes (our builder records it; a .pte or
+    # .pt2 does not): when False, resetting state rewrites every constant from its file
+    records_mutation: bool = True
 
     def sequence(self, name: str) -> SequenceSpec:
         for q in self.sequences:

@@ -48,7 +48,9 @@ The program model (:mod:`toolkit.model`), and where it differs from a program di
   and ``blob_bytes`` is the size AOTInductor's ``binary_blob`` of those storages would have
   (what a dense-blob revision of the runtime would upload).  ``reference_file`` is
   ``reference_<method>.safetensors`` beside the ``.pte`` when there is one (the convention of
-  our fixtures), else "".  ``input_order`` says which method input feeds each input of the
+  our fixtures), else "".  A ``sequence_<name>.safetensors`` beside it whose header metadata
+  ``steps`` names the steps is the program's sequence ``<name>`` (our fixture script writes
+  them).  ``input_order`` says which method input feeds each input of the
   ``.so`` (traced through the execution plan's copy kernels; None when it cannot be traced),
   ``output_order`` which output of the ``.so`` gives each method output (likewise).
 * Every constant has its FQN, an internal name derived as AOTInductor derives it
@@ -76,6 +78,7 @@ same model; the tests compare the two where the extra is installed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -84,7 +87,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import ProgramError, ToolkitError
 from ..model import (
-    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, required_nbytes,
+    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
 )
 from ..vocab import ConstantKind
 from ._binary import Bytes, Cursor, MappedFile, Table, root
@@ -599,13 +602,51 @@ class _Builder:
         for m in methods:  # references: our fixtures' convention, not the format's
             if m.reference_file:
                 self._open(self.root / m.reference_file)
+        sequences = self._sequences({m.name for m in methods})
         files = {rel: f.record() for rel, f in self.files.items()}
         gens = sorted({m.payload for m in methods})
         desc = f"ExecuTorch {CUDA_BACKEND_ID} program ({'; '.join(gens)})"
         if skipped:
             desc += f"; execution plans without a {CUDA_BACKEND_ID} delegate, not modelled: {', '.join(skipped)}"
         return Program(name=self.pte_path.stem, description=desc, device=device, torch_version="unknown",
-                       created_utc="", methods=tuple(methods), files=files, root=self.root, source=SOURCE_NAME)
+                       created_utc="", methods=tuple(methods), files=files, root=self.root, source=SOURCE_NAME,
+                       sequences=sequences, records_mutation=False)
+
+    def _sequences(self, methods: set[str]) -> tuple[SequenceSpec, ...]:
+        """``sequence_<name>.safetensors`` beside the ``.pte`` whose header metadata ``steps`` lists
+        the steps (``[{"method", "num_inputs", "num_outputs"}, ...]``, as our fixture script writes
+        it): the eager sequence, state carried, as the builder records one.  A file without that
+        key is not ours and is left alone."""
+        out = []
+        for path in sorted(self.root.glob("sequence_*.safetensors")):
+            f = self._open(path)
+            where = "__metadata__.steps"
+            b = f.bytes
+            n = b.u64(0, "(safetensors header length)")
+            if n > len(b) - 8:
+                raise ProgramError(f"safetensors header of {n} bytes runs past the end of the file ({len(b)} bytes)",
+                                   path=path, field="(header length)")
+            try:
+                header = json.loads(b.raw(8, n, "(safetensors header)"))
+                raw = (header.get("__metadata__") or {}).get("steps")
+            except (ValueError, AttributeError) as e:
+                raise ProgramError(f"safetensors header is not a JSON object: {e}", path=path,
+                                   field="(header)") from None
+            if raw is None:
+                self.files.pop(f.rel).close()
+                continue
+            try:
+                steps = tuple(SequenceStep(str(st["method"]), int(st["num_inputs"]), int(st["num_outputs"]))
+                              for st in json.loads(raw))
+            except (ValueError, TypeError, KeyError) as e:
+                raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}}: {e!r}",
+                                   path=path, field=where) from None
+            unknown = sorted({st.method for st in steps} - methods)
+            if not steps or unknown:
+                raise ProgramError(f"steps name no method or methods the .pte does not have: {unknown}",
+                                   path=path, field=where)
+            out.append(SequenceSpec(path.stem.removeprefix("sequence_"), steps, f.rel))
+        return tuple(out)
 
     def _find(self, key: str, field: str) -> Region:
         reg = self.named.get(key)

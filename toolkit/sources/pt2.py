@@ -272,7 +272,8 @@ class _Reader:
         formats = sorted({m.payload for m in methods})
         return Program(name=self.path.stem, description=f"torch AOTInductor package ({', '.join(formats)})",
                        device=devices.pop(), torch_version="unknown", created_utc="", methods=tuple(methods),
-                       files={self.rel: self.file.record()}, root=self.root, source=SOURCE_NAME)
+                       files={self.rel: self.file.record()}, root=self.root, source=SOURCE_NAME,
+                       records_mutation=False)
 
     def _text(self, mem: _Member, field: str) -> str:
         _need_stored(self.b, mem, field)
