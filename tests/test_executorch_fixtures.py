@@ -56,8 +56,8 @@ def test_every_expected_fixture_is_present_once_the_manifest_is():
         if present():
             pytest.fail(f"{len(present())} exported fixture folder(s) but no {MANIFEST.name}: "
                         f"the script writes it at the end; run it again: {RUN_COMMAND}")
-        pytest.skip(f"the 1.5.1 exports are not in the repository yet ({MANIFEST} missing): {RUN_COMMAND}, "
-                    "then commit tests/fixtures/executorch-1.5.1-cuda/")
+        pytest.fail(f"the 1.5.1 exports are missing ({MANIFEST}): the repository holds them as "
+                    f"tests/fixtures/executorch-1.5.1-cuda-exports.tgz (written by {RUN_COMMAND} --pack DIR)")
     missing = sorted(set(EXPECTED) - set(listed))
     assert not missing, f"{MANIFEST.name} does not list {missing}: export them ({RUN_COMMAND} --only {','.join(missing)})"
     absent = sorted(set(listed) - set(present()))
@@ -196,6 +196,21 @@ def test_fqn_weight_cache_predicts_the_exporters_refusal(name):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", exported())
+def test_fqn_weight_cache_predicts_that_the_exporter_accepts(name):
+    """The other half of "exactly the refusals": every program 1.5.1 exported, built from the same
+    modules with the exporter's .so keys, passes fqn-weight-cache's export check (total_collision
+    among them: its two CUDA .so files differ, so its lifted constants' keys do)."""
+    r = result(name)
+    keys = {m["method"]: m["so_key"] for m in r["exporter_record"]["methods"]}
+    program = built_program(name, r["processed_order"])
+    a = run_analysis(with_so_keys(program, keys), "fqn-weight-cache", device="cuda")
+    assert a.status == "loaded", a.session.error
+    if len(set(keys.values())) == 1 and name == "total_collision":  # one key would have been refused
+        pytest.fail("total_collision's .so keys are equal: the exporter would have refused it")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", refused())
 def test_the_other_policies_on_a_refused_program(name):
     """What each revision before 1.5 would have done with the program 1.5.1 refuses (dry run of
@@ -255,12 +270,12 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
 
     lines = []
     ok = mef.run_program(mef.PROGRAMS["shared_state"], tmp_path, export=write, log=lines.append)
-    bad = mef.run_program(mef.PROGRAMS["total_collision"], tmp_path, export=refuse)
+    bad = mef.run_program(mef.PROGRAMS["three_methods"], tmp_path, export=refuse)
     assert ok["status"] == "exported" and ok["matches_expectation"]
     assert bad["status"] == "refused" and bad["matches_expectation"]
     assert bad["message"].startswith("Duplicate key k ") and [c["type"] for c in bad["exception"]["chain"]] == \
         ["builtins.RuntimeError", "builtins.ValueError"]
-    assert (tmp_path / "total_collision" / "refusal.txt").read_text() == bad["message"]
+    assert (tmp_path / "three_methods" / "refusal.txt").read_text() == bad["message"]
     saved = json.loads((tmp_path / "shared_state" / "result.json").read_text())
     assert saved["references"]["sequences"]["generate"]["steps"] == ["prefill", "decode", "decode"]
     seq = load_file(str(tmp_path / "shared_state" / "sequence_generate.safetensors"))
@@ -269,10 +284,10 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
     assert not torch.allclose(seq["step.1.output.0"], alone["output.0"])
     assert set(saved["files"]) == {"prog.pte", "aoti_cuda_blob.ptd", "reference_decode.safetensors",
                                    "reference_prefill.safetensors", "sequence_generate.safetensors"}
-    assert mef.write_manifest(tmp_path) == ["shared_state", "total_collision"]
-    assert (tmp_path / "MANIFEST").read_text() == "shared_state\ntotal_collision\n"
+    assert mef.write_manifest(tmp_path) == ["shared_state", "three_methods"]
+    assert (tmp_path / "MANIFEST").read_text() == "shared_state\nthree_methods\n"
     readme = (tmp_path / "README.md").read_text()
-    assert "| `total_collision` | prefill, decode | refused | refused |" in readme and "Duplicate key k " in readme
+    assert "| `three_methods` | encode, probe, encode_again | refused | refused |" in readme and "Duplicate key k " in readme
     # packed as the device machine returns files: few parts, unpacked with cat | tar
     import io
     import tarfile
@@ -281,10 +296,10 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
     assert len(parts) > 1 and all(p.stat().st_size <= 2000 for p in parts)
     with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
         names = set(tar.getnames())
-    assert f"{tmp_path.name}/total_collision/refusal.txt" in names and f"{tmp_path.name}/MANIFEST" in names
+    assert f"{tmp_path.name}/three_methods/refusal.txt" in names and f"{tmp_path.name}/MANIFEST" in names
     # a rerun replaces what the last one wrote
-    again = mef.run_program(mef.PROGRAMS["total_collision"], tmp_path, export=write)
-    assert again["status"] == "exported" and not (tmp_path / "total_collision" / "refusal.txt").exists()
+    again = mef.run_program(mef.PROGRAMS["three_methods"], tmp_path, export=write)
+    assert again["status"] == "exported" and not (tmp_path / "three_methods" / "refusal.txt").exists()
 
 
 def test_the_script_needs_cuda_and_lists_without(capsys, monkeypatch):
