@@ -72,9 +72,6 @@ def unpacked(version: str) -> Path:
 ROOT = Path(os.environ.get("CONSTSHARE_ET_FIXTURES") or unpacked("1.5.1"))
 SCRIPT = HERE / "fixtures" / "make_executorch_fixtures.py"
 MANIFEST = ROOT / "MANIFEST"
-# the same script run with executorch 1.2.0 installed (payload generation 1: "<method>_so_blob" keys, a
-# dense weights blob per method, the constant table only inside each .so); optional, see the script
-OLD_ROOT = Path(os.environ.get("CONSTSHARE_ET_OLD_FIXTURES") or unpacked("1.2.0"))
 RUN_COMMAND = "python tests/fixtures/make_executorch_fixtures.py   (on the H200, executorch 1.5.1 installed)"
 
 POLICY_NAMES = ("no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always",
@@ -110,20 +107,6 @@ def manifest() -> list[str] | None:
 
 def result(name: str) -> dict:
     return json.loads((ROOT / name / "result.json").read_text())
-
-
-def old_exported() -> list[str]:
-    """Programs exported by executorch 1.2.0 (generation 1), if that run's folder is there."""
-    if not OLD_ROOT.is_dir():
-        return []
-    return sorted(p.name for p in OLD_ROOT.iterdir() if (p / "result.json").is_file() and p.name in EXPECTED
-                  and json.loads((p / "result.json").read_text()).get("status") == "exported")
-
-
-def old_constant_table(name: str) -> dict:
-    """Generation 1 keeps the constant table inside the .so: take it from the program built from
-    the same modules (our CPU build), as ``open_program(..., constant_table=)`` accepts."""
-    return {m.name: list(m.constants) for m in built_program(name).methods}
 
 
 def exported() -> list[str]:

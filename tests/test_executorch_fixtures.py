@@ -22,8 +22,7 @@ from toolkit.policies import POLICIES
 from toolkit.vocab import Decision
 
 from executorch_fixtures import (
-    EXPECTED, MANIFEST, OLD_ROOT, POLICY_NAMES, ROOT, RUN_COMMAND, SCRIPT, built_program, old_constant_table,
-    old_exported, exported, manifest, present,
+    EXPECTED, MANIFEST, POLICY_NAMES, ROOT, RUN_COMMAND, SCRIPT, built_program, exported, manifest, present,
     refused, result, script, with_so_keys,
 )
 
@@ -223,33 +222,6 @@ def test_the_other_policies_on_a_refused_program(name):
             continue
         assert a.status == "loaded", (policy, a.session.error)
         assert wrong_of(a) == EXPECTED[name].wrong(policy), policy
-
-
-# ------------------------------------------------------------------ generation 1: executorch 1.2.0 (optional)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", old_exported())
-def test_a_generation_1_export_opens_and_dry_runs(name):
-    """executorch 1.2.0 exports every one of these programs, the ones 1.5.1 refuses too: each
-    method has its own .so and dense blob under "<method>_so_blob"/"<method>_weights_blob".
-    The constant table of our CPU build of the same modules must lay out the CUDA blob exactly."""
-    r = json.loads((OLD_ROOT / name / "result.json").read_text())
-    assert r["environment"]["executorch"] == "1.2.0" and r["status"] == "exported"
-    p = toolkit.open_program(OLD_ROOT / name, constant_table=old_constant_table(name))
-    for m in p.methods:
-        assert (m.so_key, m.weights_key) == (f"{m.name}_so_blob", f"{m.name}_weights_blob")
-        assert m.blob_offset is not None  # a dense blob
-    e = EXPECTED[name]
-    for policy in POLICY_NAMES:
-        if policy == "fqn-weight-cache":  # 1.5.x's keys: not what a 1.2.0 program was made for
-            continue
-        a = run_analysis(p, policy)
-        assert a.status == "loaded", (policy, a.session.error)
-        assert wrong_of(a) == e.wrong(policy), policy
-        got = decisions_by_fqn(a, p)
-        for key, want in e.decisions(policy).items():
-            assert got.get(key) == want, (policy, key, got.get(key), want)
 
 
 # ------------------------------------------------------------------ the script, on the CPU

@@ -378,12 +378,3 @@ def _loads_and_verifies_as_predicted(program, policy: str, name: str, *, same_de
     finally:
         s.close()
 
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "fqn-weight-cache"])
-@pytest.mark.parametrize("name", et.old_exported())
-def test_generation_1_export_loads_and_verifies_as_stated(name, policy):
-    """The same programs exported by executorch 1.2.0 (dense blob per method, optional fixtures),
-    the constant table taken from our CPU build of the same modules."""
-    program = toolkit.open_program(et.OLD_ROOT / name, constant_table=et.old_constant_table(name))
-    _loads_and_verifies_as_predicted(program, policy, name, same_decisions=False)

@@ -133,7 +133,11 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
         return []
     container.upload_blob(blob)
     tensors = container.extract()
-    base = min(t.untyped_storage().data_ptr() for t in tensors.values())
+    # one allocation per device: a constant's offset is its pointer minus its device's lowest
+    bases: dict[torch.device, int] = {}
+    for t in tensors.values():
+        ptr = t.untyped_storage().data_ptr()
+        bases[t.device] = min(bases.get(t.device, ptr), ptr)
     # The blob is read through a private mapping, never whole into memory: a constant's bytes are
     # compared where they lie (on the device the constant is on) and hashed on every core at once.
     size = blob.stat().st_size
@@ -144,24 +148,34 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
             warnings.simplefilter("ignore", UserWarning)
             whole = torch.frombuffer(mm, dtype=torch.uint8) if mm is not None else torch.empty(0, dtype=torch.uint8)
         found = []
-        for name in sorted(fqns, key=lambda n: tensors[n].untyped_storage().data_ptr() if n in tensors else 0):
+        end = 0  # where the previous constant's bytes ended (the search for a misplaced one starts there)
+        for name in sorted(fqns, key=lambda n: (str(tensors[n].device), tensors[n].untyped_storage().data_ptr())
+                           if n in tensors else ("", 0)):
             if name not in tensors:
                 raise BuildError(f"{so}: constant {name!r} is not in the extracted constants map")
             t = tensors[name]
-            offset = t.untyped_storage().data_ptr() - base
+            offset = t.untyped_storage().data_ptr() - bases[t.device]
             dt = dtype_name(t.dtype)
             nbytes = required_nbytes(dt, t.shape, t.stride(), t.storage_offset())
-            if offset < 0 or offset + nbytes > size:
-                raise BuildError(f"{blob}: constant {name!r} not found at derived offset {offset}")
-            if t.numel():
-                raw = whole[offset: offset + nbytes].to(t.device, copy=True)  # own storage: as_strided offsets are absolute
-                got = raw.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-                same = torch.equal(got.contiguous().reshape(-1).view(torch.uint8),
-                                   t.detach().contiguous().reshape(-1).view(torch.uint8))
-                del raw, got
-                if not same:
-                    raise BuildError(f"{blob}: constant {name!r} not found at derived offset {offset}")
-            found.append((name, t, offset, dt, nbytes))
+            at = offset  # where the file holds its bytes: where the .so reads them, normally
+            if not _bytes_at(whole, offset, nbytes, t):
+                # not where the .so reads it: AOTInductor (torch 2.11, CUDA) writes the blob of an
+                # all-CUDA program unpadded while the .so reads each constant 64-byte aligned, so
+                # every constant after one whose size is not a multiple of 64 lies earlier in the
+                # file (measured on the H200: a 16-byte counter, the next constant 48 bytes early).
+                # Found by its bytes, from where the previous one ended; the blob is rewritten below
+                at = _search_blob(mm, t, nbytes, end)
+                if at is None:
+                    raise BuildError(
+                        f"{blob}: constant {name!r} ({dt}{list(t.shape)}, {nbytes} bytes, on {t.device}) is neither "
+                        f"at its derived offset {offset} nor anywhere in the {size}-byte blob; devices of the "
+                        f"constants: {sorted({str(x.device) for x in tensors.values()})}")
+            end = max(end, at + nbytes)
+            found.append((name, t, offset, dt, nbytes, at))
+        if any(x[2] != x[5] for x in found):  # lay the file out as the .so reads it
+            mm = _rewrite_blob(blob, mm, found)
+            whole = None
+        found = [x[:5] for x in found]
         with ThreadPoolExecutor(hash_threads(), thread_name_prefix="constshare-digest") as pool:
             digests = list(pool.map(lambda x: hashlib.sha256(memoryview(mm)[x[2]: x[2] + x[4]] if mm is not None
                                                              else b"").hexdigest(), found))
@@ -182,6 +196,54 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
                 pass
     del tensors, container
     return specs
+
+
+def _rewrite_blob(blob: Path, mm, found: list) -> "mmap.mmap":
+    """Rewrite ``blob`` so that every constant's bytes lie where the .so reads them (``found``:
+    (name, tensor, .so offset, dtype, nbytes, offset in the file)); the gaps are zeros.
+    Returns a private mapping of the new file."""
+    total = max(x[2] + x[4] for x in found)
+    tmp = blob.with_name(blob.name + ".relaid")
+    with open(tmp, "wb") as f:
+        f.truncate(total)
+        for _name, _t, offset, _dt, nbytes, at in found:
+            f.seek(offset)
+            f.write(memoryview(mm)[at: at + nbytes])
+    try:
+        mm.close()
+    except BufferError:
+        pass
+    os.replace(tmp, blob)
+    with open(blob, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+
+
+def _bytes_at(whole: torch.Tensor, offset: int, nbytes: int, t: torch.Tensor) -> bool:
+    """Whether the blob holds ``t``'s bytes at ``offset`` (compared on ``t``'s device)."""
+    if offset < 0 or offset + nbytes > whole.numel():
+        return False
+    if not t.numel():
+        return True
+    raw = whole[offset: offset + nbytes].to(t.device, copy=True)  # own storage: as_strided offsets are absolute
+    got = raw.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+    return torch.equal(got.contiguous().reshape(-1).view(torch.uint8),
+                       t.detach().contiguous().reshape(-1).view(torch.uint8))
+
+
+def _search_blob(mm, t: torch.Tensor, nbytes: int, start: int) -> int | None:
+    """The offset of ``t``'s storage bytes (``nbytes`` from its storage start) in the blob, searched
+    from ``start``, then from the beginning; None when they are not there."""
+    if mm is None:
+        return None
+    if not nbytes:
+        return start
+    flat = t.detach().as_strided((nbytes // t.element_size(),), (1,), 0)  # its storage from the start
+    needle = flat.contiguous().view(torch.uint8).cpu().numpy().tobytes()
+    for at in (start, 0):
+        hit = mm.find(needle, at)
+        if hit >= 0:
+            return hit
+    return None
 
 
 def _on_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:

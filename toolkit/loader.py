@@ -396,9 +396,11 @@ class Session:
             if slot.dtype != "?" and slot.dtype != c.dtype:
                 raise ProgramError(f"constant {c.name!r}: .so was compiled for {slot.dtype}, manifest says {c.dtype}",
                                    path=so, field=f"{where}.dtype")
-            # the .so reports the slot's size rounded to its 64-byte alignment (aligned_slot_bytes):
-            # a lie inside the last 63 bytes of a slot cannot be told from it, anything larger can
-            if slot.nbytes is not None and slot.nbytes != aligned_slot_bytes(c.nbytes):
+            # the .so reports the slot's size rounded to its 64-byte alignment (aligned_slot_bytes), or
+            # unrounded where AOTInductor packs the blob without padding (every constant on CUDA: a
+            # 16-byte counter's slot is 16 bytes, measured on the H200): a lie inside the last 63
+            # bytes of a slot cannot be told from it, anything larger can
+            if slot.nbytes is not None and slot.nbytes not in (c.nbytes, aligned_slot_bytes(c.nbytes)):
                 raise ProgramError(f"constant {c.name!r}: the .so's slot holds {slot.nbytes} bytes, the manifest's "
                                    f"dtype/shape/strides {c.nbytes}", path=so, field=f"{where}.nbytes")
             if slot.blob_offset is not None and compiled.blob_bytes is not None and slot.blob_offset != c.offset:
