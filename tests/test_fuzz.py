@@ -31,7 +31,9 @@ Mutation families (counts in ``FAMILIES``; the total is asserted to be >= 300):
   its headers, the CUDA delegate's payload, the zip directory and headers, the generated
   constant table, the weights config, the nested pickles) and at their data: opening must
   give the model or a ProgramError naming one of the program's files, and a model that
-  opens must hold the digests of the bytes it points at and give a dry run under any policy.
+  opens must hold the digests of the bytes it points at and give a dry run under any policy;
+  ``pte-sequence``: the same damage to the ``sequence_<name>.safetensors`` beside our 1.5.1
+  export of ``shared_state`` (its header, mostly, where the steps are), or its steps rewritten.
 
 A correct load means: status "loaded", cache entries owned and used only by loaded
 methods, verify() produces a row per method without raising, close() empties the cache.
@@ -67,7 +69,7 @@ FAMILIES = {  # family -> number of cases
     "blob-bytes": 20, "blob-length": 12, "so-bytes": 16, "so-length": 8, "file-swap": 16,
     "blob-consistent": 12, "reference-consistent": 6,
     "layout-lie": 120, "blob-resize-consistent": 48, "blob-truncated-unchecked": 24,
-    "pte-bytes": 80, "pte-payload": 60, "ptd-bytes": 50, "pt2-bytes": 80,
+    "pte-bytes": 80, "pte-payload": 60, "ptd-bytes": 50, "pt2-bytes": 80, "pte-sequence": 30,
 }
 # "interrupt" cases are not drawn: every event of a clean load of every sample under every
 # policy is one case (KeyboardInterrupt raised right after that event is recorded).
@@ -703,8 +705,12 @@ def test_layout_lie_runs_isolated(bases, workdir, policy):
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# our 1.5.1 exports (unpacked from the committed archive): absolute paths, FIXTURES / p is p
+from executorch_fixtures import ROOT as EXPORTS  # noqa: E402
+
 PTE_FIXTURES = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical", "synthetic-gen1",
-                "synthetic-gen2", "synthetic-fqn4", "synthetic-fqn5"]
+                "synthetic-gen2", "synthetic-fqn4", "synthetic-fqn5", str(EXPORTS / "three_shared"),
+                str(EXPORTS / "no_constants")]
 EXTREMES = [0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, 0xFFFF, 64, 4096]
 
 
@@ -829,6 +835,30 @@ def test_damaged_ptd_is_refused_by_name_or_opens_consistently(workdir, i, seed):
     note = f"{folder}/aoti_cuda_blob.ptd: " + _damage(rng, raw, 0, hi)
     p.write_bytes(bytes(raw))
     _open_damaged("ptd-bytes", root, note, {p, root / "prog.pte"}, **kw)
+
+
+@pytest.mark.parametrize("i, seed", _cases("pte-sequence"))
+def test_a_damaged_sequence_file_is_refused_by_name_or_opens_consistently(workdir, i, seed):
+    rng = random.Random(seed)
+    root, kw = _pte_case(workdir, str(EXPORTS / "shared_state"))
+    p = root / "sequence_generate.safetensors"
+    raw = bytearray(p.read_bytes())
+    header_end = 8 + int.from_bytes(raw[:8], "little")
+    if rng.random() < 0.3:  # steps that parse but say something else
+        steps = rng.choice(['[]', '[{"method": "prefill"}]', '[{"method": "encode", "num_inputs": 1, "num_outputs": 1}]',
+                            '{"method": "prefill"}', '[{"method": "prefill", "num_inputs": "x", "num_outputs": 1}]',
+                            '[{"method": "decode", "num_inputs": 1, "num_outputs": 2}]'])
+        text = raw[8:header_end].decode()
+        start = text.index('"steps":"') + len('"steps":"')
+        end = text.index('"', text.index("]", start) if "]" in text[start:] else start)
+        new_text = (text[:start] + steps.replace('"', '\\"') + text[end:]).encode()
+        raw = bytearray(len(new_text).to_bytes(8, "little") + new_text + raw[header_end:])
+        note = f"sequence_generate.safetensors: steps {steps}"
+    else:
+        hi = header_end if rng.random() < 0.8 else len(raw)
+        note = "sequence_generate.safetensors: " + _damage(rng, raw, 0, hi)
+    p.write_bytes(bytes(raw))
+    _open_damaged("pte-sequence", root, note, {p, root / "prog.pte", root / "aoti_cuda_blob.ptd"}, **kw)
 
 
 @pytest.fixture(scope="module")
