@@ -33,6 +33,7 @@ import pandas as pd
 import toolkit
 from toolkit.analysis import run_analysis
 from toolkit.compare import suspect_methods
+from toolkit.tables import wrong_methods
 
 DEFAULT_ROOT = REPO / "tests" / "fixtures" / "executorch-1.5.1-cuda"
 COLUMNS = ["program", "policy", "exporter", "dry_status", "predicted_wrong", "status", "wrong_alone",
@@ -79,7 +80,7 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
                 dry.decisions[cols].reset_index(drop=True).astype(str)))
             if s.status == "loaded":
                 v = s.verify()
-                row["wrong_alone"] = _names(v[v["ran"] & v["ok"].eq(False).fillna(False)]["method"])
+                row["wrong_alone"] = _names(wrong_methods(v))
         finally:
             s.close()
         seqs = []

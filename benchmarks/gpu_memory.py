@@ -34,6 +34,7 @@ import torch
 import _program
 from toolkit import POLICIES, load_program
 from toolkit.analysis import memory_floor, run_analysis
+from toolkit.tables import wrong_methods
 from toolkit.vocab import EventKind
 
 GIB = _common.GIB
@@ -122,7 +123,7 @@ def measure_policy(prog, policy: str, dev: torch.device, floor, label: str | Non
         after, base, polled_peak = s.device_bytes, 0, loader_peak
     peak = max(polled_peak, loader_peak if mem.cuda else 0)
     v = s.verify()
-    wrong = v[v["ran"] & ~v["ok"]]["method"].tolist()
+    wrong = wrong_methods(v)
     not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
     pred = run_analysis(prog, policy, device=str(dev))
     label = label or policy

@@ -23,6 +23,7 @@ import torch
 import _program
 from toolkit import POLICIES, load_program
 from toolkit.analysis import memory_floor, run_analysis
+from toolkit.tables import wrong_methods
 
 
 def _in_use(d) -> int:
@@ -44,7 +45,7 @@ def measure(prog, policy: str, devs, placement: dict[str, str], floor, upload_pa
     s = load_program(prog, policy, device=placement, check_integrity=False)
     after = {str(d): _in_use(d) for d in devs}
     v = s.verify()
-    wrong = v[v["ran"] & ~v["ok"]]["method"].tolist()
+    wrong = wrong_methods(v)
     not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
     d = s.decisions
     second = d[d["method"] == names[1]]

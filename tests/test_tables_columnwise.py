@@ -99,3 +99,14 @@ def test_dry_runs_under_every_policy(policy):
     d = tables.decisions_frame(s.log)
     rows = tables.rows_frame([e.row() for e in s.log], kind="decided", columns=tables.DECISION_COLUMNS[:-1])
     _same(d.drop(columns="culprit"), rows)
+
+
+def test_wrong_methods_are_the_ones_that_ran_and_disagree():
+    import pandas as pd
+
+    from toolkit.tables import wrong_methods
+
+    v = pd.DataFrame({"method": ["a", "b", "c", "d"], "ran": [True, True, False, False],
+                      "ok": pd.array([False, True, pd.NA, False], dtype="boolean")})
+    assert wrong_methods(v) == ["a"]  # c: no reference (NA), d: did not run
+    assert wrong_methods(v.iloc[:0]) == [] and wrong_methods(None) == []

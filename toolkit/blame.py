@@ -23,6 +23,7 @@ import pandas as pd
 
 from . import events as ev
 from .errors import LoadError
+from .tables import wrong_methods
 from .vocab import Decision
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def blame(session: "Session", sequence: str | None = None) -> pd.DataFrame:
                                  "decision": d.decision.value, "swap": "", "fixes": False,
                                  "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}"
                                  if d.shared_from else "", "evidence": "slot mismatch (the method is not runnable)"})
-    wrong = list(dict.fromkeys(v[v["ran"] & v["ok"].eq(False).fillna(False)]["method"]))
+    wrong = wrong_methods(v)
     if not wrong:
         return _frame(rows)
     scope = wrong if sequence is None else list(dict.fromkeys(st.method for st in session.program.sequence(sequence).steps))

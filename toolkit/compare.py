@@ -16,6 +16,7 @@ from .loader import Session, load_program
 from .model import Program
 from .policies import POLICIES, get_policy
 from .sources import open_program
+from .tables import decision_counts, wrong_methods
 
 COMPARE_COLUMNS = [
     "policy", "loaded", "status", "error", "wrong_methods", "wrong_sequences", "no_reference", "not_runnable",
@@ -56,21 +57,24 @@ class PolicyComparison:
         return html_table(self.frame, max_rows=len(self.frame))
 
 
+def decision_columns(decisions: pd.DataFrame) -> dict[str, int]:
+    """The decision counts a comparison row shows (``loaded_constants``: decisions "loaded")."""
+    counts = decision_counts(decisions)
+    return {"shared": counts.get("shared", 0), "declined": counts.get("declined", 0),
+            "loaded_constants": counts.get("loaded", 0), "private": counts.get("private", 0),
+            "refused": counts.get("refused", 0)}
+
+
 def policy_row(s: Session, *, wrong_methods: list[str], wrong_sequences: list[str],
                no_reference: list[str]) -> dict:
     """One policy's row from a session and what its outputs were found (or predicted) to be."""
-    d = s.decisions
-    counts = d["decision"].astype(str).value_counts() if len(d) else pd.Series(dtype=int)
     row = {
         "policy": s.policy.name.value, "loaded": s.status == "loaded", "status": str(s.status),
         "error": s.error or "", "wrong_methods": wrong_methods, "wrong_sequences": wrong_sequences,
         "no_reference": no_reference,
         "not_runnable": [r.method for r in s.results.values() if r.status in ("loaded", "unloaded")
                          and not r.runnable],
-        "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
-        "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
-        "refused": int(counts.get("refused", 0)), "device_bytes": s.device_bytes,
-        "load_seconds": round(s.load_seconds, 4),
+        **decision_columns(s.decisions), "device_bytes": s.device_bytes, "load_seconds": round(s.load_seconds, 4),
     }
     return {k: row[k] for k in COMPARE_COLUMNS}
 
@@ -78,8 +82,7 @@ def policy_row(s: Session, *, wrong_methods: list[str], wrong_sequences: list[st
 def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
     """One policy's row; ``wrong_sequences``: the program's sequences that diverge from eager."""
     return policy_row(
-        s, wrong_methods=verification[verification["ran"] & verification["ok"].eq(False).fillna(False)
-                                      ]["method"].tolist(),
+        s, wrong_methods=wrong_methods(verification),
         wrong_sequences=[q.name for q in s.program.sequences
                          if s.load_outcome == "loaded" and not s.verify(sequence=q.name)["ok"].all()],
         # not run: nothing to compare against (pd.NA in the verification), neither ok nor wrong
@@ -147,17 +150,13 @@ def predict_policies(program: "Program | str", policies: Iterable[str] | None = 
         a = run_analysis(prog, name, device=device)
         s = a.session
         d = s.decisions
-        counts = d["decision"].value_counts() if len(d) else pd.Series(dtype=int)
         loaded = s.status == "loaded"
         blocked = [r.method for r in s.results.values() if r.status == "loaded" and not r.runnable]
         rows.append({
             "policy": name, "status": str(s.status), "stage": s.failed_stage or "", "error": s.error or "",
             # a method the out-of-bounds guard blocks does not run at all
             "runs_on_other_data": [m for m in suspect_methods(d) if m not in blocked],
-            "not_runnable": blocked,
-            "shared": int(counts.get("shared", 0)), "declined": int(counts.get("declined", 0)),
-            "loaded_constants": int(counts.get("loaded", 0)), "private": int(counts.get("private", 0)),
-            "refused": int(counts.get("refused", 0)), "device_bytes": s.device_bytes, "floor_bytes": floor,
+            "not_runnable": blocked, **decision_columns(d), "device_bytes": s.device_bytes, "floor_bytes": floor,
             "x_floor": round(s.device_bytes / floor, 3) if loaded and floor else float("nan"),
         })
         sessions[name] = s

@@ -31,6 +31,7 @@ import pandas as pd
 from . import errors as _errors
 from .errors import ToolkitError, WorkerCrashedError
 from .model import Program
+from .tables import decision_counts
 from .vocab import SessionStatus
 
 _STATUS_FAILED = SessionStatus.FAILED.value
@@ -107,8 +108,7 @@ class IsolatedLoad:
             lines.append(f"  {self.error_type} in {self.failed_method!r}: {self.error}")
         d = self.decisions
         if len(d):
-            counts = d["decision"].value_counts()
-            lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+            lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(decision_counts(d).items())))
         if len(self.verification):
             ok = self.verification["ok"].astype("boolean")  # pd.NA: no reference, neither ok nor wrong
             bad = self.verification[ok.eq(False).fillna(False)]["method"].tolist()

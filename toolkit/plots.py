@@ -24,6 +24,7 @@ import pandas as pd
 
 from .rendering import DECISION_COLOURS, cell_text, content_check, culprit_mask
 from .rendering import format_bytes as _format_bytes
+from .tables import wrong_methods
 from .vocab import Decision
 
 if TYPE_CHECKING:
@@ -72,10 +73,7 @@ def format_bytes(n: float) -> str:
 
 
 def _wrong_from(verification: pd.DataFrame | None) -> set[str]:
-    if verification is None or not len(verification):
-        return set()
-    v = verification
-    return set(v[v["ran"].astype(bool) & ~v["ok"].fillna(False).astype(bool)]["method"])  # NA: no reference
+    return set(wrong_methods(verification))
 
 
 # ------------------------------------------------------------------ collision matrix

@@ -216,3 +216,13 @@ def memory_by_policy_frame(sessions: Iterable[Any]) -> pd.DataFrame:
 
 def decision_counts(decisions: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in decisions["decision"].value_counts().items()} if len(decisions) else {}
+
+
+def wrong_methods(verification: "pd.DataFrame | None") -> list[str]:
+    """Methods a verification frame says ran and disagreed with their reference, in its order, once
+    each.  ``ok`` missing (``pd.NA``: no reference, not run) is not wrong."""
+    if verification is None or not len(verification):
+        return []
+    v = verification
+    bad = v["ran"].astype(bool) & v["ok"].astype("boolean").eq(False).fillna(False)
+    return list(dict.fromkeys(v[bad]["method"]))

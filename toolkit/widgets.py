@@ -62,6 +62,7 @@ from .rendering import (
 )
 from .report import CollisionReport, collision_report
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
+from .tables import wrong_methods
 from .vocab import PolicyName, parse
 
 if TYPE_CHECKING:
@@ -448,11 +449,10 @@ class ExplorerState:
         when every method is right; a failed blame is a note in :attr:`blame_note`, not a
         failed load."""
         self.blame_note = ""
-        v = verification
-        wrong = v[v["ran"].astype(bool) & ~v["ok"].astype("boolean").fillna(False).astype(bool)] if len(v) else v
-        if session.status != "loaded" or not len(wrong):
+        wrong = wrong_methods(verification)
+        if session.status != "loaded" or not wrong:
             return None
-        names = ", ".join(dict.fromkeys(wrong["method"]))
+        names = ", ".join(wrong)
         self._step("blame", 0.85, f"finding the culprits of {names}: each shared constant swapped for the "
                    f"method's own copy, the method re-run")
         try:
