@@ -12,7 +12,7 @@ import mmap
 
 import torch
 
-from toolkit.builder import _bytes_at, _rewrite_blob, _search_blob
+from toolkit.builder import _Placed, _bytes_at, _rewrite_blob, _search_blob
 
 
 def _mapped(path):
@@ -30,7 +30,7 @@ def test_a_constant_written_early_is_found_and_the_blob_laid_out_as_the_so_reads
     assert _bytes_at(whole, 0, 16, counter) and not _bytes_at(whole, 64, 48, freq)  # not where the .so reads it
     at = _search_blob(mm, freq, 48, 16)
     assert at == 16
-    found = [("counter", counter, 0, "int64", 16, 0), ("freq", freq, 64, "float32", 48, at)]
+    found = [_Placed("counter", counter, 0, "int64", 16, 0), _Placed("freq", freq, 64, "float32", 48, at)]
     mm = _rewrite_blob(blob, mm, found)
     data = blob.read_bytes()
     assert len(data) == 64 + 48 and data[16:64] == bytes(48)

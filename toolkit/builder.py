@@ -19,7 +19,7 @@ import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 import torch
 from safetensors.torch import save_file
@@ -171,21 +171,20 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
                         f"at its derived offset {offset} nor anywhere in the {size}-byte blob; devices of the "
                         f"constants: {sorted({str(x.device) for x in tensors.values()})}")
             end = max(end, at + nbytes)
-            found.append((name, t, offset, dt, nbytes, at))
-        if any(x[2] != x[5] for x in found):  # lay the file out as the .so reads it
+            found.append(_Placed(name, t, offset, dt, nbytes, at))
+        if any(x.offset != x.at for x in found):  # lay the file out as the .so reads it
+            whole = None  # (its view of the old mapping goes first, so that the mapping can close)
             mm = _rewrite_blob(blob, mm, found)
-            whole = None
-        found = [x[:5] for x in found]
         with ThreadPoolExecutor(hash_threads(), thread_name_prefix="constshare-digest") as pool:
-            digests = list(pool.map(lambda x: hashlib.sha256(memoryview(mm)[x[2]: x[2] + x[4]] if mm is not None
-                                                             else b"").hexdigest(), found))
+            digests = list(pool.map(lambda x: hashlib.sha256(memoryview(mm)[x.offset: x.offset + x.nbytes]
+                                                             if mm is not None else b"").hexdigest(), found))
         specs = []
-        for (name, t, offset, dt, nbytes), digest in zip(found, digests):
-            fqn = fqns[name]
+        for x, digest in zip(found, digests):
+            fqn, t = fqns[x.name], x.tensor
             specs.append(ConstantSpec(
-                name=name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
-                dtype=dt, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
-                nbytes=nbytes, offset=offset, digest=digest, file=blob_file,
+                name=x.name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
+                dtype=x.dtype, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
+                nbytes=x.nbytes, offset=x.offset, digest=digest, file=blob_file,
             ))
     finally:
         del whole
@@ -198,17 +197,27 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
     return specs
 
 
-def _rewrite_blob(blob: Path, mm, found: list) -> "mmap.mmap":
-    """Rewrite ``blob`` so that every constant's bytes lie where the .so reads them (``found``:
-    (name, tensor, .so offset, dtype, nbytes, offset in the file)); the gaps are zeros.
-    Returns a private mapping of the new file."""
-    total = max(x[2] + x[4] for x in found)
+class _Placed(NamedTuple):
+    """One constant of a blob: where its .so reads it (``offset``) and where the file holds it (``at``)."""
+
+    name: str
+    tensor: torch.Tensor
+    offset: int
+    dtype: str
+    nbytes: int
+    at: int
+
+
+def _rewrite_blob(blob: Path, mm, found: list[_Placed]) -> "mmap.mmap":
+    """Rewrite ``blob`` so that every constant's bytes lie where the .so reads them; the gaps are
+    zeros.  Returns a private mapping of the new file."""
+    total = max(x.offset + x.nbytes for x in found)
     tmp = blob.with_name(blob.name + ".relaid")
     with open(tmp, "wb") as f:
         f.truncate(total)
-        for _name, _t, offset, _dt, nbytes, at in found:
-            f.seek(offset)
-            f.write(memoryview(mm)[at: at + nbytes])
+        for x in found:
+            f.seek(x.offset)
+            f.write(memoryview(mm)[x.at: x.at + x.nbytes])
     try:
         mm.close()
     except BufferError:

@@ -621,13 +621,10 @@ class _Builder:
         for path in sorted(self.root.glob("sequence_*.safetensors")):
             f = self._open(path)
             where = "__metadata__.steps"
-            b = f.bytes
-            n = b.u64(0, "(safetensors header length)")
-            if n > len(b) - 8:
-                raise ProgramError(f"safetensors header of {n} bytes runs past the end of the file ({len(b)} bytes)",
-                                   path=path, field="(header length)")
+            n = f.bytes.u64(0, "(safetensors header length)")
+            text = f.bytes.text(8, n, "(safetensors header)")  # a ProgramError naming the file when cut short
             try:
-                header = json.loads(b.raw(8, n, "(safetensors header)"))
+                header = json.loads(text)
                 raw = (header.get("__metadata__") or {}).get("steps")
             except (ValueError, AttributeError) as e:
                 raise ProgramError(f"safetensors header is not a JSON object: {e}", path=path,
