@@ -103,7 +103,9 @@ def _build(out: Path, device: str = "cpu") -> None:
                 # copy at once: graphs that differ only in constants share the compile cache's paths
                 keep = tmp / fmt / name
                 keep.mkdir(parents=True)
-                files[name] = [shutil.copy(f, keep / os.path.basename(f)) if isinstance(f, str) else f for f in got]
+                # (as str: torch 2.11's package_aoti calls str methods on every file name)
+                files[name] = [str(shutil.copy(f, keep / os.path.basename(f))) if isinstance(f, str) else f
+                               for f in got]
             package_aoti(str(out / f"{fmt}.pt2"), files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

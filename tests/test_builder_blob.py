@@ -1,46 +1,81 @@
-"""The builder's handling of a blob whose file layout is not the one its .so reads.
+"""Where a constant lies in its weights blob: where the .so's own whole-blob upload reads it.
 
-AOTInductor (torch 2.11, CUDA, measured on the H200) writes the weights blob of an all-CUDA
-program unpadded while the .so reads every constant 64-byte aligned: a 16-byte counter puts
-every later constant 48 bytes early in the file.  The builder finds such a constant by its
-bytes and rewrites the file as the .so reads it.
+AOTInductor reads a blob file constant after constant, each from where the previous one's data
+size ended (``bytes_read += data_size``, aoti_runtime/model_base.h), and places each into a
+device allocation whose slots are padded to 64 bytes.  The compiler pads the data sizes of a
+blob that holds any CPU constant itself, so there file offsets and allocation offsets agree.
+An all-CUDA blob it writes unpadded (torch 2.11, measured on the H200): after a 16-byte counter
+every constant lies 48 bytes further into the allocation than into the file, and an offset
+derived from a constant's pointer is wrong.
 """
 
 from __future__ import annotations
 
-import mmap
-
+import pytest
 import torch
 
-from toolkit.builder import _Placed, _bytes_at, _rewrite_blob, _search_blob
+import toolkit
+from toolkit.runtimes.aoti import AotiContainer, read_compiled
 
 
-def _mapped(path):
-    with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+class _CounterAndWeight(torch.nn.Module):
+    """A weight, a 16-byte counter (int64[2]) written each call, then a table (parameters come
+    first, then buffers in their order): the table is the constant whose place moves."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.weight = torch.nn.Parameter(torch.randn(8, 8, generator=g))
+        self.register_buffer("counter", torch.zeros(2, dtype=torch.int64))
+        self.register_buffer("table", torch.randn(8, 8, generator=g))
+
+    def forward(self, x):
+        self.counter.add_(1)
+        return x @ self.weight @ self.table + self.counter.sum().to(x.dtype)
 
 
-def test_a_constant_written_early_is_found_and_the_blob_laid_out_as_the_so_reads_it(tmp_path):
-    counter = torch.tensor([7, 9], dtype=torch.int64)  # 16 bytes: the .so pads it to 64
-    freq = torch.arange(12, dtype=torch.float32)[2:].view(2, 5)  # a view: storage from element 0
-    blob = tmp_path / "weights.blob"
-    blob.write_bytes(counter.numpy().tobytes() + torch.arange(12, dtype=torch.float32).numpy().tobytes())
-    mm = _mapped(blob)
-    whole = torch.frombuffer(bytearray(blob.read_bytes()), dtype=torch.uint8)
-    assert _bytes_at(whole, 0, 16, counter) and not _bytes_at(whole, 64, 48, freq)  # not where the .so reads it
-    at = _search_blob(mm, freq, 48, 16)
-    assert at == 16
-    found = [_Placed("counter", counter, 0, "int64", 16, 0), _Placed("freq", freq, 64, "float32", 48, at)]
-    mm = _rewrite_blob(blob, mm, found)
-    data = blob.read_bytes()
-    assert len(data) == 64 + 48 and data[16:64] == bytes(48)
-    new = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    assert _bytes_at(new, 0, 16, counter) and _bytes_at(new, 64, 48, freq)
-    assert not (tmp_path / "weights.blob.relaid").exists()
-    mm.close()
+def _build(tmp_path, device):
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(4))
+    return toolkit.build_program({"step": (_CounterAndWeight(), (x,))}, tmp_path / f"p-{device}", device=device,
+                                 progress=False)
 
 
-def test_bytes_that_are_nowhere_in_the_blob_are_not_found(tmp_path):
-    blob = tmp_path / "weights.blob"
-    blob.write_bytes(bytes(64))
-    assert _search_blob(_mapped(blob), torch.ones(4), 16, 0) is None
+def _layouts(program, device):
+    """Per constant: (program's offset, .so's file offset, offset of its pointer in the allocation)."""
+    spec = program.methods[0]
+    so, blob = program.path(spec.so_file), program.path(spec.blob_file)
+    compiled = read_compiled(so, torch.device(device))
+    c = AotiContainer.create(so, torch.device(device))
+    c.upload_blob(blob)
+    tensors = c.extract()
+    base = min(t.untyped_storage().data_ptr() for t in tensors.values())
+    return {k.fqn: (k.offset, compiled.constants[k.name].blob_offset, tensors[k.name].untyped_storage().data_ptr() - base)
+            for k in spec.constants}, compiled.blob_bytes, blob.stat().st_size
+
+
+def _check_every_policy(program):
+    for policy in toolkit.POLICIES:
+        s = toolkit.load_program(program, policy)
+        try:
+            assert s.status == "loaded", (policy, s.error)
+            v = s.verify()
+            assert v["ok"].all(), (policy, v.to_string())
+        finally:
+            s.close()
+
+
+def test_on_a_cpu_the_compiler_pads_the_file_as_the_allocation(tmp_path):
+    program = _build(tmp_path, "cpu")
+    layout, so_blob_bytes, file_bytes = _layouts(program, "cpu")
+    assert layout == {"weight": (0, 0, 0), "counter": (256, 256, 256), "table": (320, 320, 320)}, layout
+    assert so_blob_bytes == file_bytes == 256 + 64 + 256
+    _check_every_policy(program)
+
+
+@pytest.mark.gpu
+def test_an_all_cuda_blob_is_read_unpadded_from_the_file_not_where_the_pointer_lies(tmp_path):
+    program = _build(tmp_path, "cuda")
+    layout, so_blob_bytes, file_bytes = _layouts(program, "cuda")
+    assert layout == {"weight": (0, 0, 0), "counter": (256, 256, 256), "table": (272, 272, 320)}, layout
+    assert so_blob_bytes == file_bytes == 256 + 16 + 256
+    _check_every_policy(program)

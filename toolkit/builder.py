@@ -19,7 +19,7 @@ import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Mapping, NamedTuple
+from typing import Callable, Mapping
 
 import torch
 from safetensors.torch import save_file
@@ -30,7 +30,7 @@ from .integrity import file_record, hash_threads
 from .model import (
     METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
 )
-from .runtimes.aoti import AotiContainer, dtype_name, parse_device
+from .runtimes.aoti import AotiContainer, dtype_name, parse_device, read_compiled
 from .sources.directory import MANIFEST_FILE, manifest_json
 from .vocab import ConstantKind
 
@@ -123,17 +123,23 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
                         mutated: set[str], blob_file: str) -> list[ConstantSpec]:
     """Read every constant's metadata and its byte offset inside the blob.
 
-    AOTI uploads a blob into one allocation whose layout is the file's, so a constant's
-    offset is its storage pointer minus the allocation's base; each offset is checked
-    against the file's bytes.
+    A constant's offset in the file is where the .so's own whole-blob upload reads it
+    (:func:`~toolkit.runtimes.aoti.read_compiled`: each constant after the previous one's data
+    size).  Its pointer offset inside the uploaded allocation is not that: AOTI pads every slot
+    of the allocation to 64 bytes, while an all-CUDA blob file is unpadded (measured on the
+    H200, torch 2.11: after a 16-byte counter every constant lies 48 bytes further into the
+    allocation than into the file).  The pointer offset serves only where the .so cannot be
+    asked.  Either way every constant's bytes are checked in the file where it is said to be.
     """
     container = AotiContainer.create(so, device)
     fqns = container.constant_fqns()
     if not fqns:
         return []
+    compiled = read_compiled(container.so_path, device)
+    file_offsets = {n: c.blob_offset for n, c in compiled.constants.items()} if compiled is not None else {}
     container.upload_blob(blob)
     tensors = container.extract()
-    # one allocation per device: a constant's offset is its pointer minus its device's lowest
+    # without the .so's layout: one allocation per device, a constant's offset its pointer minus the lowest
     bases: dict[torch.device, int] = {}
     for t in tensors.values():
         ptr = t.untyped_storage().data_ptr()
@@ -148,43 +154,33 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
             warnings.simplefilter("ignore", UserWarning)
             whole = torch.frombuffer(mm, dtype=torch.uint8) if mm is not None else torch.empty(0, dtype=torch.uint8)
         found = []
-        end = 0  # where the previous constant's bytes ended (the search for a misplaced one starts there)
-        for name in sorted(fqns, key=lambda n: (str(tensors[n].device), tensors[n].untyped_storage().data_ptr())
-                           if n in tensors else ("", 0)):
+        for name in fqns:
             if name not in tensors:
                 raise BuildError(f"{so}: constant {name!r} is not in the extracted constants map")
             t = tensors[name]
-            offset = t.untyped_storage().data_ptr() - bases[t.device]
+            offset = file_offsets.get(name)
+            how = "where its .so reads it"
+            if offset is None:
+                offset, how = t.untyped_storage().data_ptr() - bases[t.device], "its offset derived from its pointer"
             dt = dtype_name(t.dtype)
             nbytes = required_nbytes(dt, t.shape, t.stride(), t.storage_offset())
-            at = offset  # where the file holds its bytes: where the .so reads them, normally
             if not _bytes_at(whole, offset, nbytes, t):
-                # not where the .so reads it: AOTInductor (torch 2.11, CUDA) writes the blob of an
-                # all-CUDA program unpadded while the .so reads each constant 64-byte aligned, so
-                # every constant after one whose size is not a multiple of 64 lies earlier in the
-                # file (measured on the H200: a 16-byte counter, the next constant 48 bytes early).
-                # Found by its bytes, from where the previous one ended; the blob is rewritten below
-                at = _search_blob(mm, t, nbytes, end)
-                if at is None:
-                    raise BuildError(
-                        f"{blob}: constant {name!r} ({dt}{list(t.shape)}, {nbytes} bytes, on {t.device}) is neither "
-                        f"at its derived offset {offset} nor anywhere in the {size}-byte blob; devices of the "
-                        f"constants: {sorted({str(x.device) for x in tensors.values()})}")
-            end = max(end, at + nbytes)
-            found.append(_Placed(name, t, offset, dt, nbytes, at))
-        if any(x.offset != x.at for x in found):  # lay the file out as the .so reads it
-            whole = None  # (its view of the old mapping goes first, so that the mapping can close)
-            mm = _rewrite_blob(blob, mm, found)
+                raise BuildError(
+                    f"{blob}: constant {name!r} ({dt}{list(t.shape)}, {nbytes} bytes, on {t.device}) is not at "
+                    f"offset {offset} of the {size}-byte blob ({how}); devices of the constants: "
+                    f"{sorted({str(x.device) for x in tensors.values()})}")
+            found.append((name, t, offset, dt, nbytes))
+        found.sort(key=lambda x: x[2])
         with ThreadPoolExecutor(hash_threads(), thread_name_prefix="constshare-digest") as pool:
-            digests = list(pool.map(lambda x: hashlib.sha256(memoryview(mm)[x.offset: x.offset + x.nbytes]
+            digests = list(pool.map(lambda x: hashlib.sha256(memoryview(mm)[x[2]: x[2] + x[4]]
                                                              if mm is not None else b"").hexdigest(), found))
         specs = []
-        for x, digest in zip(found, digests):
-            fqn, t = fqns[x.name], x.tensor
+        for (name, t, offset, dt, nbytes), digest in zip(found, digests):
+            fqn = fqns[name]
             specs.append(ConstantSpec(
-                name=x.name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
-                dtype=x.dtype, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
-                nbytes=x.nbytes, offset=x.offset, digest=digest, file=blob_file,
+                name=name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
+                dtype=dt, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
+                nbytes=nbytes, offset=offset, digest=digest, file=blob_file,
             ))
     finally:
         del whole
@@ -197,36 +193,6 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
     return specs
 
 
-class _Placed(NamedTuple):
-    """One constant of a blob: where its .so reads it (``offset``) and where the file holds it (``at``)."""
-
-    name: str
-    tensor: torch.Tensor
-    offset: int
-    dtype: str
-    nbytes: int
-    at: int
-
-
-def _rewrite_blob(blob: Path, mm, found: list[_Placed]) -> "mmap.mmap":
-    """Rewrite ``blob`` so that every constant's bytes lie where the .so reads them; the gaps are
-    zeros.  Returns a private mapping of the new file."""
-    total = max(x.offset + x.nbytes for x in found)
-    tmp = blob.with_name(blob.name + ".relaid")
-    with open(tmp, "wb") as f:
-        f.truncate(total)
-        for x in found:
-            f.seek(x.offset)
-            f.write(memoryview(mm)[x.at: x.at + x.nbytes])
-    try:
-        mm.close()
-    except BufferError:
-        pass
-    os.replace(tmp, blob)
-    with open(blob, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-
-
 def _bytes_at(whole: torch.Tensor, offset: int, nbytes: int, t: torch.Tensor) -> bool:
     """Whether the blob holds ``t``'s bytes at ``offset`` (compared on ``t``'s device)."""
     if offset < 0 or offset + nbytes > whole.numel():
@@ -237,22 +203,6 @@ def _bytes_at(whole: torch.Tensor, offset: int, nbytes: int, t: torch.Tensor) ->
     got = raw.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
     return torch.equal(got.contiguous().reshape(-1).view(torch.uint8),
                        t.detach().contiguous().reshape(-1).view(torch.uint8))
-
-
-def _search_blob(mm, t: torch.Tensor, nbytes: int, start: int) -> int | None:
-    """The offset of ``t``'s storage bytes (``nbytes`` from its storage start) in the blob, searched
-    from ``start``, then from the beginning; None when they are not there."""
-    if mm is None:
-        return None
-    if not nbytes:
-        return start
-    flat = t.detach().as_strided((nbytes // t.element_size(),), (1,), 0)  # its storage from the start
-    needle = flat.contiguous().view(torch.uint8).cpu().numpy().tobytes()
-    for at in (start, 0):
-        hit = mm.find(needle, at)
-        if hit >= 0:
-            return hit
-    return None
 
 
 def _on_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:

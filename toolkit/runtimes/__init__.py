@@ -27,10 +27,11 @@ class CompiledConstant:
     name: str
     fqn: str
     dtype: str
-    # bytes the slot occupies, as AOTI reports it: rounded up to its 64-byte blob alignment
-    # (a 60-byte constant reports 64); None when the model cannot say
+    # the slot's data size as AOTI reports it: what a whole-blob upload reads from the file, rounded
+    # up to 64 bytes by the compiler unless every constant is on CUDA (a 60-byte constant reports 64
+    # on a CPU; a 16-byte one 16 in an all-CUDA model); None when the model cannot say
     nbytes: int | None
-    blob_offset: int | None  # where a whole-blob upload reads it from; None if not in the blob
+    blob_offset: int | None  # where in the blob file a whole-blob upload reads it; None if not in the blob
 
 
 AOTI_CONST_ALIGNMENT = 64  # torch/csrc/inductor/aoti_runtime/model.h: every blob slot is aligned to this

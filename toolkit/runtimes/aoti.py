@@ -35,7 +35,7 @@ import torch
 
 from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
 from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
-from . import AOTI_CONST_ALIGNMENT, CompiledConstant, CompiledMethod, Device
+from . import CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
 
 log = logging.getLogger(__name__)
@@ -343,9 +343,15 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
     aoti_runtime/interface.h; in every .so built by torch 2.9-2.13, checked with nm on the
     builds here).  The pybind runner exposes none of the sizes, so a second, constant-less
     container is created for the query and deleted at once (no constant memory: the
-    weights are not in the .so).  A blob's layout is derived as AOTI reads it: constants in
-    this order, folded ones skipped, each slot rounded up to 64 bytes.  The data size AOTI
-    reports is itself that rounded size (measured: 60 -> 64, 68 -> 128, 400 -> 448 bytes).
+    weights are not in the .so).  A blob file's layout is derived as AOTI reads it
+    (``load_constants`` in aoti_runtime/model_base.h): constants in this order, folded ones
+    skipped, each read from where the previous one's data size ended (``bytes_read +=
+    data_size``).  Only the device allocation pads every slot to 64 bytes
+    (``compute_constant_blob``), so a constant's pointer offset is not its file offset when a
+    data size is not a multiple of 64.  The compiler pads the data sizes of a blob holding any
+    CPU constant itself (measured: 60 -> 64, 68 -> 128, 400 -> 448 bytes); an all-CUDA blob it
+    writes unpadded, with unpadded data sizes (a 16-byte counter reports 16, measured on the
+    H200 with torch 2.11).
     Returns None when the .so lacks a query (then only the runner's names and dtypes are known).
     """
     try:
@@ -384,7 +390,7 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
             at = None
             if not folded.value:
                 at = offset
-                offset += -(-nbytes.value // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT  # (already aligned)
+                offset += nbytes.value
             out[key] = CompiledConstant(key, (fqn.value or b"").decode("utf-8", "replace"),
                                         SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"), nbytes.value, at)
         return CompiledMethod(out, int(blob.value) if blob_known else None)
