@@ -195,9 +195,11 @@ CULPRITS = {"generate": {("decode", f) for f in CACHE}, "generate_next": {("deco
 
 
 def check_blame(s, policy: str, sequence: str) -> None:
+    assert s.status == "loaded", s.error  # (a failed load has nothing to blame: no empty frame passes for it)
     b = s.blame(sequence)
     culprits = set(zip(b[b["fixes"]]["method"], b[b["fixes"]]["fqn"]))
     if policy != "no-sharing":
+        assert s.verify(sequence=sequence)["ok"].all()  # nothing wrong, so nothing blamed
         assert culprits == set() and b.empty, b
         return
     # no single buffer fixes it (every buffer kept apart): they fix it together, and only those needed
