@@ -34,11 +34,14 @@ class CompiledConstant:
     blob_offset: int | None  # where in the blob file a whole-blob upload reads it; None if not in the blob
 
 
-AOTI_CONST_ALIGNMENT = 64  # torch/csrc/inductor/aoti_runtime/model.h: every blob slot is aligned to this
+# aoti_runtime/model_base.h (compute_constant_blob): every slot of the device allocation a blob is
+# uploaded into is aligned to this; the blob file is padded to it only when a constant is on the CPU
+AOTI_CONST_ALIGNMENT = 64
 
 
 def aligned_slot_bytes(nbytes: int) -> int:
-    """The bytes a constant of ``nbytes`` occupies in an AOTI blob (and what the .so reports as its size)."""
+    """The bytes a constant of ``nbytes`` occupies in the allocation AOTI uploads a blob into (and
+    what a .so with any CPU constant reports as its size; an all-CUDA one reports ``nbytes``)."""
     return -(-nbytes // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
 
 
