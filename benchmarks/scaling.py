@@ -101,7 +101,8 @@ def _best(fn, repeats: int):
 
 def _dry_load(model, policy: str, record: bool = True):
     """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, GC off."""
-    from toolkit.loader import Session, resolve_devices
+    from toolkit.loader import resolve_devices
+    from toolkit.session import Session
     from toolkit.policies import get_policy
     from toolkit.runtimes.dry_run import DryRunRuntime
 

@@ -15,7 +15,8 @@ def test_dry_run_of_a_real_pte_flags_the_name_only_hole(tmp_path, capsys):
     csv = tmp_path / "d.csv"
     assert main(["report", str(PTE), "--policy", "name-only", "--dry-run", "--csv", str(csv)]) == 1
     out = capsys.readouterr().out
-    assert "shared although the content differs: prefill/_tensor_constant0" in out
+    assert "name-only: prefill runs on other data for _tensor_constant0, content differs: cached" in out
+    assert "(predicted): wrong; wrong: prefill" in out
     d = pd.read_csv(csv, keep_default_na=False)
     assert set(d["policy"]) == {"name-only"} and len(d) == 6
 
@@ -47,7 +48,7 @@ def test_scan_a_folder_of_real_programs(tmp_path, capsys):
     assert (f[f["status"] == "unreadable"]["path"].str.endswith("broken.pte")).all()
     assert not f[(f["policy"] == "fingerprint")]["wrong_data"].any()
     assert main(["scan", str(zoo / "identical"), "--policies", "name-only,fingerprint"]) == 0
-    assert "no method would run on wrong data" in capsys.readouterr().out
+    assert "every method would run on its own data" in capsys.readouterr().out
 
 
 def test_scan_refuses_a_missing_folder_and_an_empty_one(tmp_path, capsys):
@@ -71,10 +72,11 @@ def test_compare_dry_run_of_a_real_pte_predicts_every_policy(tmp_path, capsys):
     floor = toolkit.memory_floor(PTE).total_bytes
     assert f"memory floor M = {floor:,} bytes" in out
     assert "5 of 9 policies would fail, run a method on other data or leave one not runnable" in out
+    assert "fqn-weight-cache" not in out.splitlines()[-1]
     f = pd.read_csv(csv, keep_default_na=False).set_index("policy")
     assert list(f.index) == list(toolkit.POLICIES)
     assert set(f["status"]) == {"loaded"} and (f["floor_bytes"] == floor).all()
-    wrong = {p for p in f.index if f.loc[p, "runs_on_other_data"] != "[]"}
+    wrong = {p for p in f.index if f.loc[p, "wrong_methods"] != "[]"}
     assert wrong == {"name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share"}
     for p in f.index:  # the same numbers as a dry run of that policy alone
         a = toolkit.run_analysis(PTE, p)
@@ -91,14 +93,14 @@ def test_compare_dry_run_names_an_export_refusal(built_sample, capsys):
     prog = built_sample("total_collision")
     assert main(["compare", str(prog.root), "--dry-run", "--policies", "fqn-weight-cache"]) == 1
     out = capsys.readouterr().out
-    assert "fqn-weight-cache: fails at stage 'export': Duplicate key cuda_fqn_weight:cpu:" in out
+    assert "fqn-weight-cache: refused at stage export: Duplicate key cuda_fqn_weight:cpu:" in out
     assert main(["compare", str(prog.root), "--dry-run", "--policies", "fingerprint"]) == 0
 
 
 def test_compare_dry_run_of_a_sample_name_and_bad_arguments(built_sample, capsys):
     built_sample("partial_collision_shape")  # the CLI builds a sample by name into the same cache
     assert main(["compare", "partial_collision_shape", "--dry-run", "--policies", "refuse-on-mismatch"]) == 1
-    assert "fails at stage 'load'" in capsys.readouterr().out
+    assert "refuse-on-mismatch: failed at stage load:" in capsys.readouterr().out
     # name-only shares a tensor of another shape: the guard keeps decode from running (upstream
     # would read out of bounds): not "other data", but not a pass either
     assert main(["compare", "partial_collision_shape", "--dry-run", "--policies", "name-only"]) == 1

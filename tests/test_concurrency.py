@@ -16,7 +16,8 @@ import threading
 import pytest
 
 from toolkit.errors import LoadError
-from toolkit.loader import Session, resolve_devices
+from toolkit.loader import resolve_devices
+from toolkit.session import Session
 from toolkit.policies import get_policy
 
 THREADS = 8

@@ -18,7 +18,7 @@ import pytest
 
 from test_errors import SAMPLE, clone, edit_manifest
 from toolkit.errors import ManifestError
-from toolkit.loader import load_program
+from toolkit.session import load_program
 from toolkit.sources import open_program
 from toolkit.report import FORMULA_TRIGGERS, REPORT_COLUMNS, collision_report, read_report, to_csv
 

@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from toolkit.loader import load_program
+from toolkit.session import load_program
 from toolkit.verification import dtype_tolerance
 from toolkit.policies import POLICIES
 

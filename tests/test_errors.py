@@ -20,7 +20,8 @@ from toolkit import events as ev
 from toolkit.errors import (
     IncompatibleProgramError, IntegrityError, LoadError, ManifestError, ProgramError, ToolkitError,
 )
-from toolkit.loader import Session, load_program, resolve_devices
+from toolkit.loader import resolve_devices
+from toolkit.session import Session, load_program
 from toolkit.integrity import check_files, file_record
 from toolkit.sources.directory import MANIFEST_FILE
 from toolkit.policies import get_policy

@@ -58,7 +58,7 @@ from hypothesis import strategies as st
 from test_errors import read_json, refresh_digests, write_json
 from toolkit.runtimes import aoti as runtime
 from toolkit.errors import IntegrityError, ProgramError, ToolkitError
-from toolkit.loader import load_program
+from toolkit.session import load_program
 from toolkit.sources.directory import MANIFEST_FILE
 from toolkit.policies import POLICIES
 from toolkit.sources import open_program
@@ -640,7 +640,8 @@ def test_an_interrupt_at_any_event_leaves_a_consistent_session(bases, sample, po
     loaded before stay loaded, the cache holds only their entries (users included), the
     session stays "not loaded", and load() then resumes and gives the unmutated answers."""
     from toolkit import events as ev
-    from toolkit.loader import Session, resolve_devices
+    from toolkit.loader import resolve_devices
+    from toolkit.session import Session
     from toolkit.policies import get_policy
 
     base = bases[sample]

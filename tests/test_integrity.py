@@ -18,7 +18,8 @@ from test_isolation import build_crashing_so, mapped_files
 from toolkit import upload
 from toolkit.runtimes import aoti as runtime
 from toolkit.errors import IntegrityError
-from toolkit.loader import Session, load_program, resolve_devices
+from toolkit.loader import resolve_devices
+from toolkit.session import Session, load_program
 from toolkit.policies import POLICIES, get_policy
 from toolkit.sources import open_program
 

@@ -18,7 +18,7 @@ import pytest
 from test_errors import SAMPLE, clone, refresh_digests
 from toolkit.errors import LoadError, WorkerCrashedError
 from toolkit.isolation import load_isolated
-from toolkit.loader import load_program
+from toolkit.session import load_program
 
 CRASH_C = r"""
 /* A .so that segfaults the process that opens it: the constructor runs inside dlopen. */

@@ -17,7 +17,8 @@ import itertools
 import pytest
 import torch
 
-from toolkit.loader import Session, resolve_devices
+from toolkit.loader import resolve_devices
+from toolkit.session import Session
 from toolkit.policies import POLICIES, get_policy
 
 SHARING = [p for p in POLICIES if p != "no-sharing"]

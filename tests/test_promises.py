@@ -15,7 +15,8 @@ from test_errors import clone, edit_manifest, read_json, refresh_digests, write_
 from toolkit import events as ev
 from toolkit.cli import main as cli_main
 from toolkit.errors import IntegrityError, LoadError, ManifestError, ProgramError
-from toolkit.loader import Session, load_program, resolve_devices
+from toolkit.loader import resolve_devices
+from toolkit.session import Session, load_program
 from toolkit.policies import POLICIES, get_policy
 from toolkit.sources import open_program
 from toolkit.sources.directory import MANIFEST_FILE
@@ -138,7 +139,7 @@ def test_close_after_an_interrupted_load_leaves_an_empty_cache(built_sample):
 
 
 def test_cli_checks_arguments_before_any_work(built_sample, tmp_path, capsys, monkeypatch):
-    import toolkit.loader as loader
+    import toolkit.session as loader
 
     root = str(built_sample(SAMPLE).root)
     monkeypatch.setattr(loader, "load_program", lambda *a, **k: pytest.fail("loaded before checking arguments"))

@@ -281,7 +281,8 @@ def test_an_export_refusal_loads_nothing_and_the_dry_run_predicts_it_exactly(bui
     row = compare_policies(program, ["fqn-weight-cache"]).frame.iloc[0]
     assert (row["loaded"], row["refused"], row["loaded_constants"], row["device_bytes"]) == (False, 2, 0, 0)
     # loading one method on its own is refused too: the program does not exist
-    from toolkit.loader import Session, resolve_devices
+    from toolkit.loader import resolve_devices
+    from toolkit.session import Session
 
     one = Session(program, toolkit.get_policy("fqn-weight-cache"), resolve_devices(program, None))
     with pytest.raises(toolkit.LoadError, match="Duplicate key"):

@@ -104,9 +104,15 @@ def test_hostile_empty_text_is_escaped():
 def test_hostile_verification_is_escaped():
     v = pd.DataFrame({"method": ["<script>m</script>"], "ran": [True], "max_abs_err": [1.0], "atol": [1e-5],
                       "rtol": [1e-4], "ok": [False], "reason": ['"&<b>bad</b>']})
-    out = verification_html(v)
+    from toolkit.tables import check_rows
+    from toolkit.verdict import MethodFacts, build_verdict
+    from toolkit.vocab import MethodStatus
+
+    verdict = build_verdict(program="p", policy="name-only", predicted=False, checks=check_rows(v),
+                            methods=[MethodFacts("<script>m</script>", MethodStatus.LOADED, True)])
+    out = verification_html(v, verdict)
     assert "<script" not in out and "<b>" not in out
-    assert _Parsed(out).texts("td") == ["<script>m</script>", "WRONG", "1", "1e-05", "0.0001", '"&<b>bad</b>']
+    assert _Parsed(out).texts("td") == ["<script>m</script>", "wrong", "1", "1e-05", "0.0001", '"&<b>bad</b>']
 
 
 def test_mathjax_is_off_for_names_with_dollars():

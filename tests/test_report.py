@@ -88,7 +88,8 @@ def test_csv_round_trip_through_pandas_and_read_report(name_only_report, tmp_pat
 
 @pytest.mark.slow
 def test_constants_of_methods_not_loaded_are_reported_undecided(built_sample):
-    from toolkit.loader import Session, resolve_devices
+    from toolkit.loader import resolve_devices
+    from toolkit.session import Session
     from toolkit.policies import get_policy
 
     prog = built_sample("total_collision")
@@ -195,13 +196,13 @@ def _fake_session(name: str, status: str = "loaded", error: str | None = None):
     from toolkit import events as ev
     from toolkit.loader import MethodResult
     from toolkit.tables import decisions_frame
-    from toolkit.vocab import Decision, MethodStatus, Reason, Source
+    from toolkit.vocab import Decision, MethodStatus, Reason, TensorOrigin
 
     log = ev.EventLog()
     for method, decision in (("m1", Decision.LOADED), ("m2", Decision.SHARED)):
         log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="buffer", mutated=False,
                    lookup="hit", decision=decision, reason_code=Reason.NAME_HIT, reason=f"<i>{name}</i>",
-                   source=Source.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
+                   source=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
                    digest="d", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
                    cached_digest="", slot_problem="")
     spec1, spec2 = SimpleNamespace(name="m1", blob_bytes=64), SimpleNamespace(name="m2", blob_bytes=64)
@@ -252,13 +253,13 @@ def _decided_session(rows):
 
     from toolkit import events as ev
     from toolkit.tables import decisions_frame
-    from toolkit.vocab import Decision, Reason, Source
+    from toolkit.vocab import Decision, Reason, TensorOrigin
 
     log = ev.EventLog()
     for method, name, decision, lookup, digest, cached in rows:
         log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="parameter", mutated=False,
                    lookup=lookup, decision=Decision(decision), reason_code=Reason.NAME_HIT, reason="why",
-                   source=Source.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
+                   source=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
                    digest=digest, cached_method="enc" if cached else "", cached_dtype="", cached_shape="",
                    cached_strides="", cached_digest=cached, slot_problem="")
     methods = sorted({r[0] for r in rows})

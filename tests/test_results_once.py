@@ -114,7 +114,8 @@ def test_cli_report_verifies_once(built_sample, tmp_path, monkeypatch):
 def test_keyboard_interrupt_leaves_the_cache_as_before(built_sample):
     """A BaseException raised after decode's cache insertions rolls them back like any failure."""
     from toolkit import events as ev
-    from toolkit.loader import Session, resolve_devices
+    from toolkit.loader import resolve_devices
+    from toolkit.session import Session
     from toolkit.policies import get_policy
 
     prog = built_sample("total_collision")

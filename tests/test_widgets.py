@@ -158,7 +158,7 @@ def test_compare_all_policies(state):
 
 def test_compare_loads_each_policy_once(state, monkeypatch):
     """The comparison frame, the memory per method and the sessions come from one load per policy."""
-    from toolkit.loader import Session
+    from toolkit.session import Session
 
     state.load()
     loads, verifies = [], []
@@ -583,7 +583,7 @@ PTE = Path(__file__).parent / "fixtures" / "executorch-1.5.1-cuda" / "shared_ok"
 @pytest.fixture
 def no_real_load(monkeypatch):
     """Session.load calls by runtime (the dry run's vs AOTInductor's); any AOTI method made fails."""
-    from toolkit.loader import Session
+    from toolkit.session import Session
     from toolkit.runtimes.aoti import AotiRuntime
 
     calls: list[str] = []

@@ -18,7 +18,7 @@ _EXPORTS = {
     "ManifestError": "errors", "ProgramError": "errors", "ReferenceDataError": "errors", "ToolkitError": "errors",
     "WorkerCrashedError": "errors",
     "IsolatedLoad": "isolation", "load_isolated": "isolation",
-    "Session": "loader", "load_program": "loader",
+    "Session": "session", "load_program": "session",
     "Program": "model",
     "POLICIES": "policies", "Policy": "policies", "get_policy": "policies",
     "open_program": "sources",

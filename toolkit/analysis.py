@@ -1,7 +1,7 @@
 """Dry-run analysis: every decision a load would take, and the memory floor, from the program model alone.
 
 No device, no AOTInductor container, no torch: :func:`run_analysis` is a load by the one
-orchestrator (:class:`toolkit.loader.Session`) over the dry-run runtime
+orchestrator (:class:`toolkit.loader.ProgramLoad`) over the dry-run runtime
 (:mod:`toolkit.runtimes.dry_run`), so its decisions, lookups, comparisons and events are
 produced by exactly the code a real load runs.
 
@@ -24,7 +24,8 @@ from .sources import read_program_model
 from .tables import ANALYSIS_COLUMNS, analysis_frame
 
 if TYPE_CHECKING:
-    from .loader import MethodResult, Session
+    from .loader import MethodResult
+    from .session import Session
 
 FLOOR_COLUMNS = ["device", "method", "name", "fqn", "nbytes", "role", "counted"]
 __all__ = ["ANALYSIS_COLUMNS", "Analysis", "MemoryFloor", "analyze", "memory_floor", "run_analysis"]
@@ -59,7 +60,8 @@ def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fing
     A dry-run load: the same orchestrator as :func:`toolkit.load_program`, over the program
     model alone.  A failed method stops the load; later methods are "not reached".
     """
-    from .loader import Session, resolve_devices
+    from .loader import resolve_devices
+    from .session import Session
 
     model = read_program_model(program)
     pol = get_policy(policy)

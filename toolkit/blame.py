@@ -17,33 +17,21 @@ culprit, one row and one event each, its swap saying how many it needs beside it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pandas as pd
 
 from . import events as ev
 from .errors import LoadError
 from .tables import wrong_methods
+from .verdict import STANDALONE, ConstantFinding, DataProblem
 from .vocab import Decision
 
 if TYPE_CHECKING:
-    from .loader import LoadedMethod, Session
+    from .loader import ProgramLoad as Session
 
-BLAME_COLUMNS = ["verification", "method", "name", "fqn", "decision", "shared_from", "swap", "fixes", "evidence"]
-
-
-def _evidence(d) -> str:
-    e = d.shared_from
-    if e is None:
-        return ""
-    if d.constant.mutated or getattr(e, "mutated", False):
-        if not d.constant.storage or d.constant.storage != getattr(e, "storage", ""):
-            return f"state written by {e.owner_method!r}: another buffer of the eager program"
-    if e.digest != d.constant.digest:
-        return f"content differs: cached {e.digest[:12]}... from {e.owner_method!r}, own {d.constant.digest[:12]}..."
-    if e.meta.dtype != d.constant.dtype or e.meta.shape != d.constant.shape or e.meta.strides != d.constant.strides:
-        return "metadata differs"
-    return "no difference known between the two tensors"
+BLAME_COLUMNS = ["verification", "method", "name", "fqn", "decision", "shared_from", "problem", "swap", "fixes",
+                 "evidence"]
 
 
 def _passes(session: "Session", method: str, sequence: str | None) -> bool:
@@ -57,22 +45,16 @@ def _passes(session: "Session", method: str, sequence: str | None) -> bool:
     return bool(v["ran"].all() and v["ok"].fillna(False).all())
 
 
-def _swap(session: "Session", lm: "LoadedMethod", name: str, tensor: Any) -> Any:
-    old = lm.tensors[name]
-    lm.handle.install({name: tensor})
-    lm.tensors[name] = tensor
-    return old
-
-
 def _candidates(session: "Session", methods: list[str], sequence: str | None) -> Iterator[tuple]:
-    """(method, decision, swap, tensor factory, evidence) for every decision that could explain it."""
+    """(method, decision, swap, tensor factory, finding) for every decision that could explain it."""
     for m in methods:
         lm = session.methods[m]
+        found = {f.name: f for f in session.results[m].findings}
         for d in lm.outcome.decisions:
             if d.decision is Decision.SHARED:
-                def own(lm=lm, c=d.constant):
-                    return next(iter(lm.handle.upload_constants([c])))[1]
-                yield m, d, "own copy", own, _evidence(d)
+                f = found.get(d.constant.name) or ConstantFinding(
+                    m, d.constant.name, d.constant.fqn, None, "no difference known between the two tensors")
+                yield m, d, "own copy", lambda m=m, n=d.constant.name: session.own_copy(m, n), f
     if sequence is None:
         return
     # state the eager program holds once, kept apart by this load: point readers at the writer's tensor
@@ -91,26 +73,34 @@ def _candidates(session: "Session", methods: list[str], sequence: str | None) ->
                 if r == w or lm.tensors.get(c.name) is wt or wt is None:
                     continue
                 d = next(d for d in lm.outcome.decisions if d.constant.name == c.name)
-                yield (r, d, f"the writer's tensor ({w})", lambda wt=wt: wt,
-                       f"state the eager program shares (one buffer written by {w!r}) is not shared: "
-                       f"{r!r} runs on its own copy")
+                yield (r, d, f"the writer's tensor ({w})", lambda wt=wt: wt, ConstantFinding(
+                    r, c.name, c.fqn, DataProblem.STATE_NOT_SHARED,
+                    f"state the eager program shares (one buffer written by {w!r}) is not shared: "
+                    f"{r!r} runs on its own copy", f"{w}/{holders[w].name}"))
 
 
-def blame(session: "Session", sequence: str | None = None) -> pd.DataFrame:
-    """One row per experiment; ``fixes`` True marks a culprit (see the module docstring)."""
-    if not session.runtime.can_run:
-        raise LoadError("blame needs a real load: a dry run has nothing to run")
-    v = session.verify(sequence=sequence)
-    label = sequence or "standalone"
+def blame(session: "Session", sequence: str | None, v: pd.DataFrame) -> pd.DataFrame:
+    """One row per experiment; ``fixes`` True marks a culprit (see the module docstring).
+    ``v``: the session's verification (of ``sequence``, or of each method alone)."""
+    label = sequence or STANDALONE
     rows: list[dict] = []
+
+    def row(m, d, swap, fixes, f: ConstantFinding, evidence: str) -> None:
+        if swap:
+            session.log.record(ev.CulpritTried, m, name=d.constant.name, fqn=d.constant.fqn, verification=label,
+                               swap=swap, fixes=fixes, evidence=evidence)
+        rows.append({"verification": label, "method": m, "name": d.constant.name, "fqn": d.constant.fqn,
+                     "decision": d.decision.value,
+                     "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}" if d.shared_from else "",
+                     "problem": f.problem.value if f.problem else "", "swap": swap, "fixes": fixes,
+                     "evidence": evidence})
+
     for m, lm in session.methods.items():  # the guard already knows these: nothing to run
         if not lm.runnable:
+            slots = {f.name: f for f in session.results[m].findings if f.problem is DataProblem.SLOT_MISMATCH}
             for d in lm.outcome.decisions:
-                if d.constant.name in {p.split(":")[0] for p in lm.problems}:
-                    rows.append({"verification": label, "method": m, "name": d.constant.name, "fqn": d.constant.fqn,
-                                 "decision": d.decision.value, "swap": "", "fixes": False,
-                                 "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}"
-                                 if d.shared_from else "", "evidence": "slot mismatch (the method is not runnable)"})
+                if d.constant.name in slots:
+                    row(m, d, "", False, slots[d.constant.name], "slot mismatch (the method is not runnable)")
     wrong = wrong_methods(v)
     if not wrong:
         return _frame(rows)
@@ -119,31 +109,20 @@ def blame(session: "Session", sequence: str | None = None) -> pd.DataFrame:
     def fixed(m: str) -> bool:
         return all(_passes(session, w, None) for w in wrong) if sequence is None else _passes(session, m, sequence)
 
-    def row(m, d, swap, fixes, evidence) -> None:
-        session.log.record(ev.CulpritTried, m, name=d.constant.name, fqn=d.constant.fqn, verification=label,
-                           swap=swap, fixes=fixes, evidence=evidence)
-        rows.append({"verification": label, "method": m, "name": d.constant.name, "fqn": d.constant.fqn,
-                     "decision": d.decision.value,
-                     "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}" if d.shared_from else "",
-                     "swap": swap, "fixes": fixes, "evidence": evidence})
-
     candidates = list(_candidates(session, scope, sequence))
     any_fix = False
-    for m, d, swap, make, evidence in candidates:
-        lm = session.methods[m]
-        replacement = make()
-        old = _swap(session, lm, d.constant.name, replacement)
+    for m, d, swap, make, f in candidates:
+        old = session.swap_constant(m, d.constant.name, make())
         try:
             fixes = fixed(m)
         finally:
-            _swap(session, lm, d.constant.name, old)
+            session.swap_constant(m, d.constant.name, old)
         any_fix |= fixes
-        row(m, d, swap, fixes, evidence)
+        row(m, d, swap, fixes, f, f.evidence)
     if not any_fix and len(candidates) > 1:
-        for (m, d, swap, _make, evidence), _t in _jointly(session, candidates, fixed):
-            row(m, d, f"{swap}, with {len(_t) - 1} more swaps" if len(_t) > 1 else swap, True,
-                f"{evidence} (only together with the {len(_t) - 1} other swaps of this set)" if len(_t) > 1
-                else evidence)
+        for (m, d, swap, _make, f), members in _jointly(session, candidates, fixed):
+            row(m, d, f"{swap}, with {len(members) - 1} more swaps" if len(members) > 1 else swap, True, f,
+                f.evidence)
     session.reset_state()
     return _frame(rows)
 
@@ -170,12 +149,12 @@ def _jointly(session: "Session", candidates: list[tuple], fixed) -> list[tuple]:
         undo = []
         try:
             for cand, replacement in members:
-                lm = session.methods[cand[0]]
-                undo.append((lm, cand[1].constant.name, _swap(session, lm, cand[1].constant.name, replacement)))
+                undo.append((cand[0], cand[1].constant.name,
+                             session.swap_constant(cand[0], cand[1].constant.name, replacement)))
             return fixed(members[0][0][0])
         finally:
-            for lm, name, old in reversed(undo):
-                _swap(session, lm, name, old)
+            for m, name, old in reversed(undo):
+                session.swap_constant(m, name, old)
 
     if len(chosen) < 2 or not passes(chosen):
         return []

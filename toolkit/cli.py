@@ -1,20 +1,17 @@
-"""Command line: ``python -m toolkit`` or ``constshare``.
+"""Load multi-method AOTInductor programs with cross-method constant sharing, and check every method.
 
-    constshare build   SOURCE [--device cpu|cuda] [--out DIR]
-    constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
-    constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
-    constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--jobs N]
-    constshare samples
+  constshare build   SOURCE [--device cpu|cuda] [--out DIR]
+  constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
+  constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
+  constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--jobs N]
+  constshare samples
 
-SOURCE is a sample name (see ``samples``) or a Python file / module defining
-``methods()`` like the sample programs do.  PROGRAM is a program directory, an ExecuTorch
-``.pte`` or a torch ``.pt2``, or a sample name, which is built on demand into the cache
-(CONSTSHARE_CACHE).
+SOURCE is a sample name (see samples) or a Python file or module defining methods() as the
+sample programs do. PROGRAM is a program directory, an ExecuTorch .pte, a torch .pt2, or a
+sample name (built on demand into the build cache, CONSTSHARE_CACHE).
 
-Exit codes: 0 every check passed; 1 a load failed, or a method ran wrong (with ``--dry-run``:
-a load would fail, or a method would run on a shared constant whose content differs); 2 bad
-arguments or a program that cannot be read; 3 (``report`` of a real load) nothing wrong was
-found, but some method had no reference to check against (pass ``--reference``).
+Exit codes, the same for report, compare and scan, dry run or not (compare and scan: the worst
+over the policies and programs asked for; --dry-run: the prediction's):
 """
 
 from __future__ import annotations
@@ -29,6 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import ToolkitError
+from .verdict import EXIT_CODE_TABLE, BlameStatus, ExitCode, MethodOutcome
+from .vocab import Stage
 
 # C0 controls (but newline and tab) and C1 controls: a name holding ESC [ ... could
 # rewrite the terminal; they are printed escaped.
@@ -123,9 +122,6 @@ def cmd_build(a) -> int:
     return 0
 
 
-EXIT_NO_REFERENCE = 3
-
-
 def _references(items: list[str] | None) -> dict[str, str] | None:
     """``--reference METHOD=FILE`` (repeated) -> {method: file}; checked before any work."""
     if not items:
@@ -143,8 +139,26 @@ def _references(items: list[str] | None) -> dict[str, str] | None:
     return out
 
 
+def _say_verdict(v) -> None:
+    """What a verdict adds under a table: the failure and its reason, methods that cannot run,
+    and each constant a method runs (would run) on other data for."""
+    if v.failed_stage is not None:
+        _out(f"{v.policy}: {v.outcome.value} at stage {v.failed_stage.value}: {v.error}")
+    for m in v.methods:
+        if m.outcome is MethodOutcome.NOT_RUNNABLE:
+            _out(f"{v.policy}: {m.method} not runnable (an installed tensor cannot fill its slot; upstream would "
+                 f"read out of bounds): {m.reason}")
+        elif m.outcome is MethodOutcome.FAILED and m.stage is Stage.RUN:
+            _out(f"{v.policy}: {m.method} failed to run: {m.reason}")
+    for c in v.constants:
+        if c.problem is not None and (c.problem.standalone or c.blame is BlameStatus.CULPRIT):
+            _out(f"{v.policy}: {c.method} runs on other data for {c.name}"
+                 + (f" ({c.fqn})" if c.fqn and c.fqn != c.name else "") + f", {c.problem.value}: {c.evidence}"
+                 + (f" [{c.blame.value}: {c.blame_note}]" if c.blame_note else ""))
+
+
 def cmd_report(a) -> int:
-    from .loader import load_program
+    from .session import load_program
 
     _check_device(a.device)
     _check_csv(a.csv, a.force)
@@ -159,53 +173,44 @@ def cmd_report(a) -> int:
     _out()
     _print_frame(s.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
     _out()
-    verdict = s.verify(references=refs)
-    _print_frame(verdict)
+    verification = s.verify(references=refs)
+    _print_frame(verification)
+    verdict = s.verdict()
     if a.csv:
         from .report import to_csv
 
-        to_csv(s, a.csv, verification=verdict)  # verified once, above
+        to_csv(s, a.csv, verification=verification)  # verified once, above
         _out(f"\ncollision report written to {Path(a.csv).resolve()}")
     s.close()
-    ok = verdict["ok"]
-    if s.load_outcome != "loaded" or ok.eq(False).any():
-        return 1
-    if ok.isna().any():  # nothing wrong found, but not everything was checked: not a pass
-        _out(f"\nnot verified (no reference): {', '.join(verdict[ok.isna()]['method'])}; pass --reference "
-             "METHOD=FILE.safetensors")
-        return EXIT_NO_REFERENCE
-    return 0
+    _out()
+    _say_verdict(verdict)
+    _out(verdict.headline())
+    if verdict.no_reference:
+        _out("(no reference: pass --reference METHOD=FILE.safetensors)")
+    return int(verdict.exit_code)
 
 
 def _dry_report(prog, a) -> int:
-    """Every decision a load would take, from the program's metadata alone (no GPU, nothing run).
-
-    Exits 1 when the load would fail, some method would run on a shared constant whose content
-    differs (the silent corruption a dry run can see), or a method would be not runnable (an
-    installed tensor cannot fill its slot: upstream reads out of bounds); 0 otherwise."""
+    """Every decision a load would take, from the program's metadata alone (no GPU, nothing run);
+    the exit code is the prediction's verdict's."""
     from .analysis import run_analysis
 
     r = run_analysis(prog, a.policy, device=a.device)
-    d = r.decisions
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {a.policy!r}: {r.status}")
+    verdict = r.session.verdict()
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {a.policy!r}: "
+         f"a prediction, nothing was loaded or run")
     _out()
-    _print_frame(d[["method", "name", "fqn", "lookup", "decision", "reason"]])
-    blocked = {m.method for m in r.methods if str(m.status) == "loaded" and not m.runnable}  # never run
-    suspect = d[(d["decision"] == "shared") & (d["cached_digest"] != "") & (d["cached_digest"] != d["digest"])
-                & ~d["method"].isin(blocked)]
-    if len(suspect):
-        _out(f"\n{len(suspect)} shared although the content differs: "
-             + ", ".join(f"{m}/{n}" for m, n in zip(suspect["method"], suspect["name"])))
-    if blocked:
-        _out(f"\nnot runnable (an installed tensor cannot fill its slot; upstream would read out of bounds): "
-             + ", ".join(sorted(blocked)))
+    _print_frame(r.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
     if a.csv:
-        d.to_csv(a.csv, index=False)
+        r.decisions.to_csv(a.csv, index=False)
         _out(f"\ndry-run decisions written to {Path(a.csv).resolve()}")
-    return 0 if r.status == "loaded" and not len(suspect) and not blocked else 1
+    _out()
+    _say_verdict(verdict)
+    _out(verdict.headline())
+    return int(verdict.exit_code)
 
 
-SCAN_COLUMNS = ["program", "path", "policy", "status", "method", "method_status", "wrong_data", "error"]
+SCAN_COLUMNS = ["program", "path", "policy", "status", "method", "outcome", "wrong_data", "error"]
 
 
 def find_programs(root: Path) -> list[Path]:
@@ -220,29 +225,25 @@ def find_programs(root: Path) -> list[Path]:
 def scan_program(path: str, policies: list[str]) -> list[dict]:
     """Dry-run one program under each policy (run in a worker process): rows of SCAN_COLUMNS.
 
-    ``wrong_data`` marks a method that would run on a shared constant whose content differs,
-    or an unknown outcome (a program that cannot be read, a refused load)."""
+    ``outcome`` is the method's predicted outcome (its verdict); ``wrong_data`` marks an outcome
+    that fails the gate (exit code 1): it would run wrong or not at all, its load would fail,
+    or the program cannot be read."""
     from .analysis import run_analysis
     from .sources import open_program
+    from .verdict import BAD_OUTCOMES
 
-    rows = []
     try:
         program = open_program(path)
     except ToolkitError as e:
         return [{"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
-                 "method_status": "", "wrong_data": True, "error": str(e)}]
+                 "outcome": "unreadable", "wrong_data": True, "error": str(e)}]
+    rows = []
     for policy in policies:
-        r = run_analysis(program, policy)
-        d = r.decisions
-        for m in r.methods:
-            rows_m = d[d["method"] == m.method]
-            # a method the toolkit's guard blocks would, upstream, read a tensor that cannot fill its slot
-            blocked = str(m.status) == "loaded" and not m.runnable
-            wrong = blocked or bool(((rows_m["decision"] == "shared") & (rows_m["cached_digest"] != "")
-                                     & (rows_m["cached_digest"] != rows_m["digest"])).any())
-            rows.append({"program": program.name, "path": path, "policy": policy, "status": str(r.status),
-                         "method": m.method, "method_status": str(m.status), "wrong_data": wrong,
-                         "error": m.error})
+        s = run_analysis(program, policy).session
+        for m in s.verdict().methods:
+            rows.append({"program": program.name, "path": path, "policy": policy, "status": str(s.status),
+                         "method": m.method, "outcome": m.outcome.value, "wrong_data": m.outcome in BAD_OUTCOMES,
+                         "error": m.reason if m.outcome in BAD_OUTCOMES else ""})
     return rows
 
 
@@ -273,8 +274,9 @@ def cmd_scan(a) -> int:
         _out(f"\nscan written to {Path(a.csv).resolve()}")
     bad = frame[frame["wrong_data"]]
     _out(f"\n{len(paths)} programs, {len(policies)} policies: "
-         + (f"{len(bad)} method(s) would run on wrong data" if len(bad) else "no method would run on wrong data"))
-    return 1 if len(bad) else 0
+         + (f"{len(bad)} method(s) would fail the gate (run wrong, not run, or not load)" if len(bad)
+            else "every method would run on its own data"))
+    return int(ExitCode.PROBLEM if len(bad) else ExitCode.OK)
 
 
 def cmd_compare(a) -> int:
@@ -294,40 +296,40 @@ def cmd_compare(a) -> int:
     prog = _program(a.program, a.device)
     if a.dry_run:
         return _dry_compare(prog, policies, a)
-    df = compare_policies(prog, policies, device=a.device, progress=True, references=refs).frame
-    _print_frame(df.drop(columns=["error"]))
+    comparison = compare_policies(prog, policies, device=a.device, progress=True, references=refs)
+    return _show_comparison(comparison, a, "comparison")
+
+
+def _show_comparison(comparison, a, what: str) -> int:
+    """A comparison's table, each policy's failures and wrong data with their reasons, the CSV;
+    the exit code is the worst policy's."""
+    df = comparison.frame
+    _print_frame(df.drop(columns=[c for c in ("error", "stage", "floor_bytes") if c in df.columns]))
     if a.csv:
         df.to_csv(a.csv, index=False)
-        _out(f"\ncomparison written to {Path(a.csv).resolve()}")
-    return 0
+        _out(f"\n{what} written to {Path(a.csv).resolve()}")
+    _out()
+    verdicts = comparison.verdicts()
+    for v in verdicts.values():
+        _say_verdict(v)
+    bad = [name for name, v in verdicts.items() if v.exit_code is ExitCode.PROBLEM]
+    what = "would fail, run a method on other data or leave one not runnable" if what.startswith("dry") else \
+        "failed, ran a method wrong or left one not runnable"
+    _out(f"{len(bad)} of {len(df)} policies {what}: " + ", ".join(bad) if bad else f"no policy {what}")
+    return int(comparison.exit_code)
 
 
 def _dry_compare(prog, policies, a) -> int:
-    """Every policy's predicted outcome and memory against the floor, from metadata alone.
-
-    Exits 1 when some policy's load would fail, would run a method on a shared constant whose
-    content differs, or would leave a method not runnable (as ``report --dry-run`` does for one
-    policy); 0 otherwise."""
+    """Every policy's predicted outcome and memory against the floor, from metadata alone."""
     from .compare import predict_policies
 
-    df = predict_policies(prog, policies, device=a.device).frame
+    comparison = predict_policies(prog, policies, device=a.device)
+    df = comparison.frame
     floor = int(df["floor_bytes"].iloc[0]) if len(df) else 0
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {len(df)} policies; "
-         f"memory floor M = {floor:,} bytes")
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {len(df)} policies: "
+         f"a prediction, nothing was loaded or run; memory floor M = {floor:,} bytes")
     _out()
-    _print_frame(df.drop(columns=["error", "floor_bytes"]))
-    for r in df[df["error"] != ""].itertuples():
-        _out(f"\n{r.policy}: fails at stage {r.stage!r}: {r.error}")
-    if a.csv:
-        df.to_csv(a.csv, index=False)
-        _out(f"\ndry-run comparison written to {Path(a.csv).resolve()}")
-    bad = df[(df["status"] != "loaded") | df["runs_on_other_data"].map(bool) | df["not_runnable"].map(bool)]
-    what = "fail, run a method on other data or leave one not runnable"
-    _out("\n" + (f"{len(bad)} of {len(df)} policies would {what}: " + ", ".join(bad["policy"]) if len(bad)
-                 else f"no policy would {what}"))
-    if df["not_runnable"].map(bool).any():
-        _out("(not runnable: an installed tensor cannot fill its slot; upstream would read out of bounds)")
-    return 1 if len(bad) else 0
+    return _show_comparison(comparison, a, "dry-run comparison")
 
 
 def cmd_samples(a) -> int:
@@ -342,7 +344,8 @@ def cmd_samples(a) -> int:
 def main(argv: list[str] | None = None) -> int:
     from .policies import POLICIES
 
-    p = argparse.ArgumentParser(prog="constshare", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="constshare", description=__doc__ + EXIT_CODE_TABLE,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="export and compile a program")
     b.add_argument("source")
@@ -385,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         return a.fn(a)
     except (ToolkitError, ValueError) as e:
         print(f"constshare: error: {printable(e)}", file=sys.stderr)
-        return 2
+        return int(ExitCode.USAGE)
 
 
 if __name__ == "__main__":

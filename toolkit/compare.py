@@ -12,21 +12,21 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
-from .loader import Session, load_program
+from .session import Session, load_program
 from .model import Program
 from .policies import POLICIES, get_policy
 from .sources import open_program
-from .tables import decision_counts, wrong_methods
+from .tables import decision_counts
+from .verdict import ExitCode, Verdict
+from .vocab import SessionStatus
 
 COMPARE_COLUMNS = [
-    "policy", "loaded", "status", "error", "wrong_methods", "wrong_sequences", "no_reference", "not_runnable",
-    "shared", "declined", "loaded_constants", "private", "refused", "device_bytes", "load_seconds",
+    "policy", "outcome", "loaded", "status", "stage", "error", "wrong_methods", "wrong_sequences", "no_reference",
+    "not_runnable", "shared", "declined", "loaded_constants", "private", "refused", "device_bytes", "load_seconds",
 ]
 # a dry run of every policy (predict_policies): nothing runs, so "wrong" is what the metadata shows
-PREDICT_COLUMNS = [
-    "policy", "status", "stage", "error", "runs_on_other_data", "not_runnable", "shared", "declined",
-    "loaded_constants", "private", "refused", "device_bytes", "floor_bytes", "x_floor",
-]
+PREDICT_COLUMNS = [c for c in COMPARE_COLUMNS if c not in ("wrong_sequences", "no_reference", "load_seconds")] + [
+    "floor_bytes", "x_floor"]
 
 
 @dataclass
@@ -41,6 +41,15 @@ class PolicyComparison:
         if name not in self.sessions:
             raise KeyError(f"policy {name!r} was not compared; compared: {list(self.sessions)}")
         return self.sessions[name]
+
+    def verdicts(self) -> dict[str, Verdict]:
+        """Each policy's verdict (computed once per session)."""
+        return {name: s.verdict() for name, s in self.sessions.items()}
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The comparison as the CLI's exit code: the worst of the policies' (:class:`toolkit.verdict.ExitCode`)."""
+        return ExitCode.worst(v.exit_code for v in self.verdicts().values())
 
     def memory(self) -> pd.DataFrame:
         """One row per (policy, method): constant bytes that method's load put on its device."""
@@ -65,28 +74,15 @@ def decision_columns(decisions: pd.DataFrame) -> dict[str, int]:
             "refused": counts.get("refused", 0)}
 
 
-def policy_row(s: Session, *, wrong_methods: list[str], wrong_sequences: list[str],
-               no_reference: list[str]) -> dict:
-    """One policy's row from a session and what its outputs were found (or predicted) to be."""
-    row = {
-        "policy": s.policy.name.value, "loaded": s.status == "loaded", "status": str(s.status),
-        "error": s.error or "", "wrong_methods": wrong_methods, "wrong_sequences": wrong_sequences,
-        "no_reference": no_reference,
-        "not_runnable": [r.method for r in s.results.values() if r.status in ("loaded", "unloaded")
-                         and not r.runnable],
-        **decision_columns(s.decisions), "device_bytes": s.device_bytes, "load_seconds": round(s.load_seconds, 4),
+def policy_row(s: Session, v: Verdict) -> dict:
+    """One policy's row from its session and verdict (a real load's or a dry run's: the same columns)."""
+    return {
+        "policy": s.policy.name.value, "outcome": v.outcome.value, "loaded": s.load_outcome is SessionStatus.LOADED,
+        "status": str(s.status), "stage": v.failed_stage.value if v.failed_stage else "", "error": v.error,
+        "wrong_methods": v.wrong_methods, "wrong_sequences": v.wrong_sequences, "no_reference": v.no_reference,
+        "not_runnable": v.not_runnable, **decision_columns(s.decisions), "device_bytes": s.device_bytes,
+        "load_seconds": round(s.load_seconds, 4),
     }
-    return {k: row[k] for k in COMPARE_COLUMNS}
-
-
-def comparison_row(s: Session, verification: pd.DataFrame) -> dict:
-    """One policy's row; ``wrong_sequences``: the program's sequences that diverge from eager."""
-    return policy_row(
-        s, wrong_methods=wrong_methods(verification),
-        wrong_sequences=[q.name for q in s.program.sequences
-                         if s.load_outcome == "loaded" and not s.verify(sequence=q.name)["ok"].all()],
-        # not run: nothing to compare against (pd.NA in the verification), neither ok nor wrong
-        no_reference=verification[verification["ok"].isna()]["method"].tolist())
 
 
 def compare_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
@@ -95,10 +91,11 @@ def compare_policies(program: "Program | str", policies: Iterable[str] | None = 
                      references: "Mapping[str, Any] | None" = None) -> PolicyComparison:
     """Load and verify ``program`` once under each policy; one row per policy.
 
-    ``wrong_methods`` lists methods that ran and disagreed with the eager reference;
-    ``not_runnable`` those blocked by the out-of-bounds guard; ``no_reference`` those with
-    nothing to compare against (``references``: as for :meth:`Session.verify`, used for every
-    policy).  ``on_policy(name, i, n)`` is called before each load (for progress displays).
+    The row reads each session's verdict (:meth:`Session.verdict`): ``outcome``, and
+    ``wrong_methods`` (ran and disagreed with the reference), ``wrong_sequences``,
+    ``not_runnable`` (blocked by the out-of-bounds guard), ``no_reference`` (nothing to compare
+    against; ``references``: as for :meth:`Session.verify`, used for every policy).
+    ``on_policy(name, i, n)`` is called before each load (for progress displays).
     """
     from tqdm.auto import tqdm
 
@@ -110,33 +107,23 @@ def compare_policies(program: "Program | str", policies: Iterable[str] | None = 
             on_policy(name, i, len(names))
         s = load_program(prog, name, device=device)
         try:
-            rows.append(comparison_row(s, s.verify(references=references)))
+            if references is not None:
+                s.verify(references=references)
+            rows.append(policy_row(s, s.verdict()))
         finally:
             s.close()
         sessions[name] = s
     return PolicyComparison(pd.DataFrame(rows, columns=COMPARE_COLUMNS), sessions)
 
 
-def suspect_methods(decisions: pd.DataFrame) -> list[str]:
-    """Methods a load would run on a shared constant whose content digest differs from their own
-    (what a dry run can see of a silent corruption), in the order they appear."""
-    if not len(decisions):
-        return []
-    d = decisions
-    bad = d[(d["decision"] == "shared") & (d["cached_digest"] != "") & (d["cached_digest"] != d["digest"])]
-    return list(dict.fromkeys(bad["method"]))
-
-
 def predict_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
                      device: "str | Mapping[str, str] | None" = None) -> PolicyComparison:
     """Every policy's dry run of ``program`` (no GPU, nothing loaded or run): one row per policy.
 
-    ``status`` / ``stage`` / ``error``: the predicted outcome ("failed" at stage "load", or at
-    "export" where the modelled exporter refuses the program); ``runs_on_other_data``: methods
-    that would run on a shared constant whose content differs (``not_runnable`` ones, which the
-    out-of-bounds guard keeps from running, left out); the decision counts;
-    ``device_bytes`` the constant bytes the load would hold; ``floor_bytes`` the memory floor
-    M (:func:`toolkit.memory_floor`) and ``x_floor`` their ratio (NaN when nothing loads).
+    The columns of :func:`compare_policies` that a prediction has, read from each dry run's
+    verdict (``wrong_methods``: methods that would run on a shared constant whose content
+    differs), plus ``floor_bytes``, the memory floor M (:func:`toolkit.memory_floor`), and
+    ``x_floor``, ``device_bytes`` against it (NaN when nothing loads).
     :attr:`PolicyComparison.sessions` holds the dry-run sessions (their tables).
     """
     from .analysis import memory_floor, run_analysis
@@ -147,17 +134,10 @@ def predict_policies(program: "Program | str", policies: Iterable[str] | None = 
     floor = memory_floor(prog, device=device).total_bytes
     rows, sessions = [], {}
     for name in names:
-        a = run_analysis(prog, name, device=device)
-        s = a.session
-        d = s.decisions
-        loaded = s.status == "loaded"
-        blocked = [r.method for r in s.results.values() if r.status == "loaded" and not r.runnable]
-        rows.append({
-            "policy": name, "status": str(s.status), "stage": s.failed_stage or "", "error": s.error or "",
-            # a method the out-of-bounds guard blocks does not run at all
-            "runs_on_other_data": [m for m in suspect_methods(d) if m not in blocked],
-            "not_runnable": blocked, **decision_columns(d), "device_bytes": s.device_bytes, "floor_bytes": floor,
-            "x_floor": round(s.device_bytes / floor, 3) if loaded and floor else float("nan"),
-        })
+        s = run_analysis(prog, name, device=device).session
+        row = {k: v for k, v in policy_row(s, s.verdict()).items() if k in PREDICT_COLUMNS}
+        loaded = s.status is SessionStatus.LOADED
+        rows.append({**row, "floor_bytes": floor,
+                     "x_floor": round(s.device_bytes / floor, 3) if loaded and floor else float("nan")})
         sessions[name] = s
     return PolicyComparison(pd.DataFrame(rows, columns=PREDICT_COLUMNS), sessions)

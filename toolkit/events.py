@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Iterator
 
-from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, Source
+from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +121,7 @@ class Decided(Event):
     decision: Decision
     reason_code: Reason
     reason: str
-    source: Source
+    source: TensorOrigin
     shared_from: str  # "method/name" of the tensor used when shared, else ""
     nbytes: int
     dtype: str
@@ -135,6 +135,7 @@ class Decided(Event):
     cached_digest: str
     slot_problem: str  # why the installed tensor cannot fill the slot (the out-of-bounds guard), else ""
     storage_key: str = ""  # the key it is cached under when not its FQN (fqn-weight-cache: its storage key)
+    data_problem: str = ""  # why it runs on other data than its own (verdict.DataProblem), "" when it does not
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,7 +269,8 @@ def _frame_json(df: pd.DataFrame) -> dict:
 
 def _worker(tmp: Path) -> int:
     from . import events as ev
-    from .loader import Session, resolve_devices
+    from .loader import resolve_devices
+    from .session import Session
     from .policies import get_policy
     from .runtimes.aoti import AotiRuntime
     from .sources import open_program

@@ -1,12 +1,11 @@
 """The load orchestrator: one program, one policy, every method loaded through the shared cache.
 
-:meth:`Session.load_method` is the only place a method's load is written: lookups, the
+:meth:`ProgramLoad.load_method` is the only place a method's load is written: lookups, the
 policy's decision, uploads, the out-of-bounds guard, installation, cache bookkeeping and
 every event.  It runs over a runtime (:mod:`toolkit.runtimes`): the real AOTInductor one
-(:func:`load_program`) or the dry run (:func:`toolkit.analysis.analyze`), so the dry run
-predicts the real load by construction.
-
-This module imports no torch: the AOTInductor runtime and verification import it when used.
+(:func:`toolkit.load_program`) or the dry run (:func:`toolkit.analysis.analyze`), so the dry
+run predicts the real load by construction.  Verification, blame and the verdict are
+operations over a load, above it (:mod:`toolkit.session`).  No torch is imported here.
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ from .model import MethodSpec, Program, TensorMeta, shown
 from .policies import ExportRefusal, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
 from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes, default_runtime
 from .sources import open_program
-from .vocab import Decision, MethodStatus, SessionStatus, Source
+from .verdict import ConstantFinding, find_problem
+from .vocab import Decision, MethodStatus, SessionStatus, Stage, TensorOrigin
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,6 +44,7 @@ class MethodResult:
     runnable: bool = False
     problems: tuple[str, ...] = ()
     error: str = ""
+    findings: tuple[ConstantFinding, ...] = ()  # constants it runs on other data for (verdict.find_problem)
 
     @property
     def device_bytes(self) -> int:
@@ -78,12 +79,12 @@ class LoadedMethod:
         return self.whole_blob_bytes + self.own_upload_bytes
 
 
-class Session:
+class ProgramLoad:
     """One load of one program under one policy.  Constructing it does no I/O; :meth:`load` does.
 
     After the load its tables (:attr:`decisions`, :attr:`lookups`, :attr:`comparisons`,
-    :attr:`events`, :attr:`memory`, :attr:`method_results`) and its verification stay
-    available, also once :meth:`close` has released the device memory.
+    :attr:`events`, :attr:`memory`, :attr:`method_results`) stay available, also once
+    :meth:`close` has released the device memory.
     """
 
     def __init__(self, program: Program, policy: Policy, devices: Mapping[str, Device], *, record: bool = True,
@@ -103,17 +104,16 @@ class Session:
         self.error: str | None = None
         self.failed_method: str | None = None
         self.exception: ToolkitError | None = None  # what made the load fail, with its type
-        # where the failure lies: "load" (a method's load) or "export" (the modelled exporter refuses
+        # where the failure lies: LOAD (a method's load) or EXPORT (the modelled exporter refuses
         # the program, fqn-weight-cache: nothing of it exists, nothing is loaded); None while none
-        self.failed_stage: str | None = None
+        self.failed_stage: Stage | None = None
         self._export_refusal: tuple[ExportRefusal | None] | None = None  # asked once per session
         self.load_seconds: float = 0.0
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
-        self._verifications: dict[str | None, tuple[tuple, Any]] = {}  # sequence (None: each method alone)
-
+        
     # ------------------------------------------------------------------ loading
-    def load(self, progress: bool = False) -> "Session":
+    def load(self, progress: bool = False) -> "ProgramLoad":
         """Load every method not loaded yet, in order (see :class:`~toolkit.vocab.SessionStatus`).
 
         Refused (LoadError, nothing changed) once the session is loaded, failed or closed.
@@ -160,7 +160,7 @@ class Session:
             self.load_seconds = time.perf_counter() - t0
         return self
 
-    def _fail(self, method: str, e: ToolkitError, stage: str = "load") -> None:
+    def _fail(self, method: str, e: ToolkitError, stage: Stage = Stage.LOAD) -> None:
         self.status = self.load_outcome = SessionStatus.FAILED
         self.error, self.failed_method, self.exception, self.failed_stage = str(e), method, e, stage
         self.results[method].mark_failed(str(e))
@@ -192,7 +192,7 @@ class Session:
         self.log.record(ev.LoadFailed, refusal.method, error=refusal.message)
         for name in self.program.method_names:
             self.results[name].mark_failed(refusal.message)
-        self._fail(refusal.method, LoadError(refusal.message), stage="export")
+        self._fail(refusal.method, LoadError(refusal.message), stage=Stage.EXPORT)
 
     def load_method(self, name: str) -> LoadedMethod:
         """Load one method; on failure the cache is exactly as before and LoadError is raised.
@@ -310,7 +310,7 @@ class Session:
             raise LoadError(outcome.failure)
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
-        own = [d.constant for d in outcome.decisions if d.source is Source.OWN_UPLOAD]
+        own = [d.constant for d in outcome.decisions if d.source is TensorOrigin.OWN_UPLOAD]
         t = time.perf_counter()
         for c, tensor, how in handle.upload_constants(own):
             loaded.own_tensors[c.name] = tensor
@@ -324,7 +324,7 @@ class Session:
         install: dict[str, Any] = {}
         problems: dict[str, str] = {}
         for d in outcome.install:
-            tensor = d.shared_from.tensor if d.source is Source.CACHE else loaded.own_tensors[d.constant.name]
+            tensor = d.shared_from.tensor if d.source is TensorOrigin.CACHE else loaded.own_tensors[d.constant.name]
             have, have_bytes = self.runtime.facts(tensor)
             problem = slot_problem(have, have_bytes, d.constant, device.type, device.index)
             if problem:
@@ -337,8 +337,8 @@ class Session:
         self._record_decisions(m, device, outcome, plan, problems)
         for d in outcome.decisions:  # what each slot runs on: for state resets and blame
             loaded.tensors[d.constant.name] = (
-                d.shared_from.tensor if d.source is Source.CACHE else
-                loaded.own_tensors[d.constant.name] if d.source is Source.OWN_UPLOAD else
+                d.shared_from.tensor if d.source is TensorOrigin.CACHE else
+                loaded.own_tensors[d.constant.name] if d.source is TensorOrigin.OWN_UPLOAD else
                 extracted.get(d.constant.name))
         if loaded.runnable:
             handle.install(install)
@@ -347,7 +347,7 @@ class Session:
 
         for d in outcome.decisions:
             if d.enters_cache:
-                if d.source is Source.WHOLE_BLOB:
+                if d.source is TensorOrigin.WHOLE_BLOB:
                     tensor, keep = extracted[d.constant.name], handle
                 else:
                     tensor, keep = loaded.own_tensors[d.constant.name], None
@@ -411,10 +411,18 @@ class Session:
     def _record_decisions(self, m: str, device: Device, outcome: Outcome, plan: Plan,
                           problems: Mapping[str, str]) -> None:
         dev = str(device)
+        findings = []
         for d in outcome.decisions:
             c = d.constant
             lr = plan.lookup(c.name)
             ref = d.shared_from or (lr.entry if lr else None)
+            found = find_problem(
+                method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest, mutated=c.mutated,
+                storage=c.storage, slot_problem=problems.get(c.name, ""),
+                **({"cached_method": ref.owner_method, "cached_name": ref.name, "cached_digest": ref.digest,
+                    "cached_mutated": ref.mutated, "cached_storage": ref.storage} if ref else {}))
+            if found is not None:
+                findings.append(found)
             self.log.record(
                 ev.Decided, m, device=dev, name=c.name, fqn=c.fqn, constant_kind=c.kind.value, mutated=c.mutated,
                 lookup=d.lookup.value if d.lookup else "", decision=d.decision, reason_code=d.reason_code,
@@ -426,16 +434,12 @@ class Session:
                 cached_dtype=ref.meta.dtype if ref else "", cached_shape=shown(ref.meta.shape) if ref else "",
                 cached_strides=shown(ref.meta.strides) if ref else "", cached_digest=ref.digest if ref else "",
                 slot_problem=problems.get(c.name, ""), storage_key=d.key,
+                data_problem=found.problem.value if found else "",
             )
+        self.results[m].findings = tuple(findings)
 
     # ------------------------------------------------------------------ running
-    def reference(self, method: str):
-        """(inputs, expected outputs) the eager module gave at build time."""
-        from .verification import read_reference
-
-        return read_reference(self.program, self.program.method(method), check_integrity=self.check_integrity)
-
-    def run(self, method: str, inputs: list | None = None) -> list:
+    def run(self, method: str, inputs: list) -> list:
         lm = self.methods.get(method)
         if lm is None:
             raise LoadError(f"method {method!r} is not loaded (session status: {self.status})")
@@ -443,9 +447,23 @@ class Session:
             raise LoadError(f"method {method!r} is not runnable: {'; '.join(lm.problems)}")
         if not self.runtime.can_run:
             raise LoadError(f"method {method!r} was loaded by a {self.runtime.name}: there is nothing to run")
-        if inputs is None:
-            inputs, _ = self.reference(method)
         return lm.handle.run(list(inputs))
+
+    def swap_constant(self, method: str, name: str, tensor: Any) -> Any:
+        """Point constant ``name`` of loaded ``method`` at ``tensor``; returns the tensor it ran on.
+
+        The one place, besides the load, that installs a tensor (blame's experiments swap and
+        restore through it); no check is made, so the caller gives a tensor that fills the slot."""
+        lm = self.methods[method]
+        old = lm.tensors[name]
+        lm.handle.install({name: tensor})
+        lm.tensors[name] = tensor
+        return old
+
+    def own_copy(self, method: str, name: str) -> Any:
+        """A fresh device tensor holding constant ``name`` of ``method`` as its own file stores it."""
+        lm = self.methods[method]
+        return next(iter(lm.handle.upload_constants([next(c for c in lm.spec.constants if c.name == name)])))[1]
 
     def reset_state(self) -> int:
         """Put every mutated buffer of every loaded method back to its initial contents.
@@ -464,58 +482,6 @@ class Session:
                     done.add(id(tensor))
                     self.runtime.write_initial(tensor, self.program, c)
         return len(done)
-
-    def repeatability(self, runs: int = 3) -> "pd.DataFrame":
-        """Which outputs change between repeated runs, and why (see :func:`toolkit.verification.repeatability`)."""
-        from .verification import repeatability
-
-        return repeatability(self, runs)
-
-    def blame(self, sequence: str | None = None) -> "pd.DataFrame":
-        """Which sharing decisions make a method wrong (see :mod:`toolkit.blame`)."""
-        from .blame import blame
-
-        return blame(self, sequence)
-
-    def verify(self, sequence: str | None = None, references: "Mapping[str, Any] | None" = None) -> "pd.DataFrame":
-        """Run the program against the eager reference and compare outputs.
-
-        Without ``sequence``: every loaded method alone on its reference inputs, state reset to
-        its initial contents before each.  With ``sequence``: that sequence's steps in order,
-        from the initial state, state carried between steps as the loaded program carries it
-        (one row per step).  Computed once per set of loaded methods (and references given):
-        asking again returns the same frame (a copy).  A closed session answers with its last
-        verification.
-
-        ``references`` (methods alone): ``{method: reference}``, each ``{"inputs": [...],
-        "outputs": [...]}`` or ``(inputs, outputs)`` in the method's own input order, a
-        safetensors file (``input.N``, ``output.N``), or ``(module, example_args)`` to compute
-        it from (:func:`toolkit.verification.resolve_references`); they replace the program's
-        own.  A method with no reference at all is not run: ``ok`` is ``pd.NA``, reason
-        ``no reference`` (neither ok nor wrong).  References that do not fit the method raise
-        :class:`~toolkit.errors.ReferenceDataError` naming the method and field.
-        """
-        from .verification import verify_sequence, verify_session
-
-        if sequence is not None:
-            self.program.sequence(sequence)  # KeyError naming the sequences there are
-            if references is not None:
-                raise ValueError("references= applies to methods run alone; a sequence is checked against the "
-                                 "eager sequence the program stores")
-        key = (sequence, tuple(sorted((n, id(lm)) for n, lm in self.methods.items())))
-        hit = self._verifications.get(sequence)
-        if references is not None:  # checked and run every time: the caller may change them in place
-            if self.status is SessionStatus.CLOSED:
-                raise LoadError("the session is closed: verify with references before close()")
-            hit = (key + ("references",), verify_session(self, references))
-            self._verifications[sequence] = hit
-            return hit[1].copy()
-        if self.status is SessionStatus.CLOSED and hit is not None:
-            return hit[1].copy()
-        if hit is None or hit[0] != key:
-            hit = (key, verify_session(self) if sequence is None else verify_sequence(self, sequence))
-            self._verifications[sequence] = hit
-        return hit[1].copy()
 
     # ------------------------------------------------------------------ lifetime
     def unload(self, method: str) -> None:
@@ -584,19 +550,6 @@ class Session:
         """Constant bytes this load put on its devices (accounted; kept after close)."""
         return sum(r.device_bytes for r in self.results.values())
 
-    def summary(self) -> str:
-        from .rendering import session_text
-
-        return session_text(self)
-
-    def __repr__(self) -> str:
-        return self.summary()
-
-    def _repr_html_(self) -> str:
-        from .rendering import session_html
-
-        return session_html(self)
-
 
 def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | None",
                     runtime: Runtime | None = None) -> dict[str, Device]:
@@ -617,21 +570,3 @@ def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | N
         return {m: rt.resolve(device.get(m, default)) for m in program.method_names}
     d = rt.resolve(device)
     return {m: d for m in program.method_names}
-
-
-def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",
-                 device: "str | Any | Mapping[str, str] | None" = None, *, record: bool = True,
-                 progress: bool = False, check_integrity: bool = True, runtime: Runtime | None = None) -> Session:
-    """Load every method of a program under ``policy`` and return the session.
-
-    A method that fails leaves the session with ``status == "failed"`` and ``error`` set,
-    not an exception, so the decisions up to the failure can be inspected.
-    """
-    program = open_program(program_or_path)
-    pol = get_policy(policy)
-    rt = runtime if runtime is not None else default_runtime()
-    devices = resolve_devices(program, device, rt)
-    for d in set(devices.values()):
-        rt.check_available(program, d)
-    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt).load(
-        progress=progress)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from .loader import Session
+    from .session import Session
     from .model import Program
 
 WRONG_COLOUR = "#cc0000"
@@ -112,13 +112,11 @@ def collision_matrix_data(decisions: pd.DataFrame, method_order: Sequence[str] |
 
 
 def culprit_cells(decisions: pd.DataFrame) -> set[tuple[str, str]]:
-    """(method, constant key) of every constant shared although its content differs (the
-    cached and the new content digests disagree); empty without digest columns."""
-    if not len(decisions) or "digest" not in decisions.columns or "cached_digest" not in decisions.columns:
+    """(method, constant key) of every constant its method runs on other data for (the
+    decisions' ``data_problem``, :func:`toolkit.rendering.culprit_mask`)."""
+    if not len(decisions):
         return set()
-    checked = content_check(decisions)
-    rows = checked[culprit_mask(checked)]
-    return {(cell_text(r["method"]), _key(r)) for r in rows.to_dict("records")}
+    return {(cell_text(r["method"]), _key(r)) for r in decisions[culprit_mask(decisions)].to_dict("records")}
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Mapping, Protocol, Sequence
 
 from .model import ConstantSpec, TensorMeta, required_nbytes, shown
-from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Source, parse
+from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
 
 # ------------------------------------------------------------------ inputs
 
@@ -116,7 +116,7 @@ class ConstantDecision:
     decision: Decision
     reason_code: Reason
     reason: str
-    source: Source
+    source: TensorOrigin
     shared_from: CachedView | None = None
     comparisons: tuple[FieldComparison, ...] = ()
     digest_comparison: DigestComparison | None = None
@@ -130,7 +130,7 @@ class ConstantDecision:
     @property
     def installed_user_managed(self) -> bool:
         """True when the container is pointed at a tensor not from its own blob."""
-        return self.source is not Source.WHOLE_BLOB and self.decision is not Decision.REFUSED
+        return self.source is not TensorOrigin.WHOLE_BLOB and self.decision is not Decision.REFUSED
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,9 @@ class Outcome:
     method: str
     decisions: tuple[ConstantDecision, ...]
     failure: str | None = None  # set when the policy fails the whole load
-    # where the modelled system fails: "load" (the runtime refuses the method) or "export"
+    # where the modelled system fails: LOAD (the runtime refuses the method) or EXPORT
     # (the exporter refuses the whole program: nothing of it would exist to load)
-    stage: str = "load"
+    stage: Stage = Stage.LOAD
 
     @property
     def install(self) -> tuple[ConstantDecision, ...]:
@@ -181,16 +181,16 @@ class ExportRefusal:
             for c in m.constants:
                 if m.name == self.method and c.name == self.constant.name:
                     ds.append(ConstantDecision(c, None, Decision.REFUSED, Reason.EXPORT_REFUSED,
-                                               f"export refuses the program: {self.message}", Source.OWN_UPLOAD,
+                                               f"export refuses the program: {self.message}", TensorOrigin.OWN_UPLOAD,
                                                self.first, digest_comparison=DigestComparison(self.first.digest,
                                                                                               c.digest),
                                                key=self.key))
                 else:
                     ds.append(ConstantDecision(c, None, Decision.REFUSED, Reason.LOAD_REFUSED,
                                                f"the exporter refuses the program ({self.method!r}, key "
-                                               f"{self.key!r}): nothing of it is loaded", Source.OWN_UPLOAD,
+                                               f"{self.key!r}): nothing of it is loaded", TensorOrigin.OWN_UPLOAD,
                                                key=fqn_weight_key(c, m.name, m.device_type) if c.fqn else ""))
-            out.append(Outcome(m.name, tuple(ds), self.message, stage="export"))
+            out.append(Outcome(m.name, tuple(ds), self.message, stage=Stage.EXPORT))
         return tuple(out)
 
 
@@ -299,7 +299,7 @@ class NoSharing(Policy):
     def decide(self, plan, new_meta, cache):
         return Outcome(plan.method.name, tuple(
             ConstantDecision(c, None, Decision.PRIVATE, Reason.SHARING_DISABLED,
-                             "sharing is disabled; the method uses its own blob", Source.WHOLE_BLOB)
+                             "sharing is disabled; the method uses its own blob", TensorOrigin.WHOLE_BLOB)
             for c in plan.method.constants
         ))
 
@@ -333,12 +333,12 @@ class _ExecuTorchPolicy(Policy):
             lr = plan.lookup(c.name)
             if lr is None:  # constants with an empty FQN are skipped by the backend
                 decisions.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
-                                                  "no original FQN: never looked up", Source.WHOLE_BLOB))
+                                                  "no original FQN: never looked up", TensorOrigin.WHOLE_BLOB))
                 continue
             if lr.result is Lookup.MISS:
                 decisions.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                                   "first method with this FQN: loaded from its blob and cached",
-                                                  Source.WHOLE_BLOB, enters_cache=True))
+                                                  TensorOrigin.WHOLE_BLOB, enters_cache=True))
                 continue
             entry = lr.entry
             assert entry is not None
@@ -347,11 +347,11 @@ class _ExecuTorchPolicy(Policy):
                        if self.verify_all_hit else
                        "every FQN of this method hit the cache: shared on the name alone, nothing compared")
                 code = Reason.NO_BLOB_TO_COMPARE if self.verify_all_hit else Reason.NAME_HIT_UNCHECKED
-                decisions.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, code, why, Source.CACHE, entry))
+                decisions.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, code, why, TensorOrigin.CACHE, entry))
                 continue
             if not self.compare_on_miss_path:
                 decisions.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.NAME_HIT,
-                                                  "name hit: shared without comparing", Source.CACHE, entry))
+                                                  "name hit: shared without comparing", TensorOrigin.CACHE, entry))
                 continue
             if new_meta is None or c.name not in new_meta:
                 raise ValueError(f"{self.name}: metadata of extracted constant {c.name!r} is required")
@@ -359,11 +359,11 @@ class _ExecuTorchPolicy(Policy):
             if all(x.equal for x in comps):
                 decisions.append(ConstantDecision(
                     c, Lookup.HIT, Decision.SHARED, Reason.METADATA_MATCH,
-                    "metadata equal to the cached tensor (data not compared)", Source.CACHE, entry, comps))
+                    "metadata equal to the cached tensor (data not compared)", TensorOrigin.CACHE, entry, comps))
             elif self.refuse_on_mismatch:
                 failure = refusal_message(c.name, m.name)
                 decisions.append(ConstantDecision(c, Lookup.HIT, Decision.REFUSED, Reason.METADATA_MISMATCH,
-                                                  f"{_mismatch_text(comps)}: {failure}", Source.WHOLE_BLOB,
+                                                  f"{_mismatch_text(comps)}: {failure}", TensorOrigin.WHOLE_BLOB,
                                                   entry, comps))
                 break  # upstream returns at the first mismatch
             else:
@@ -371,16 +371,16 @@ class _ExecuTorchPolicy(Policy):
                 # the user-managed pairs, or the container is pointed at a tensor it did not ask for.
                 decisions.append(ConstantDecision(
                     c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
-                    f"{_mismatch_text(comps)}: declined, own copy kept", Source.WHOLE_BLOB, entry, comps))
+                    f"{_mismatch_text(comps)}: declined, own copy kept", TensorOrigin.WHOLE_BLOB, entry, comps))
         if failure is not None:
             decided = {d.constant.name for d in decisions}
             decisions = [d if d.decision is Decision.REFUSED else
                          ConstantDecision(d.constant, d.lookup, Decision.REFUSED, Reason.LOAD_REFUSED,
-                                          f"method load failed: {failure}", Source.WHOLE_BLOB)
+                                          f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
                          for d in decisions]
             decisions += [ConstantDecision(c, plan.lookup(c.name).result if plan.lookup(c.name) else None,
                                            Decision.REFUSED, Reason.LOAD_REFUSED,
-                                           f"method load failed: {failure}", Source.WHOLE_BLOB)
+                                           f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
                           for c in m.constants if c.name not in decided]
         return Outcome(m.name, tuple(decisions), failure)
 
@@ -437,22 +437,22 @@ def _state_decision(c: ConstantSpec, lr: "LookupResult", meta: TensorMeta) -> "C
         return None
     if lr is None:
         return ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
-                                "a mutated buffer with no original FQN: never looked up", Source.OWN_UPLOAD)
+                                "a mutated buffer with no original FQN: never looked up", TensorOrigin.OWN_UPLOAD)
     if entry is None:
         return ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
-                                "first method with this state: uploaded on its own and cached", Source.OWN_UPLOAD,
+                                "first method with this state: uploaded on its own and cached", TensorOrigin.OWN_UPLOAD,
                                 enters_cache=True)
     comps = compare_metadata(entry.meta, meta)
     dig = DigestComparison(entry.digest, c.digest)
     if c.storage and c.storage == entry.storage and all(x.equal for x in comps) and dig.equal:
         return ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.SAME_STATE,
                                 "one buffer of the eager program (same storage at build time): shared as state",
-                                Source.CACHE, entry, comps, dig)
+                                TensorOrigin.CACHE, entry, comps, dig)
     why = ("provenance unknown" if not c.storage or not entry.storage else
            "another buffer of the eager program" if c.storage != entry.storage else "metadata or content differs")
     return ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.OTHER_STATE,
                             f"state (a method writes it) and {why}: declined, own copy uploaded",
-                            Source.OWN_UPLOAD, entry, comps, dig)
+                            TensorOrigin.OWN_UPLOAD, entry, comps, dig)
 
 
 class Fingerprint(Policy):
@@ -486,7 +486,7 @@ class Fingerprint(Policy):
                 continue
             if lr is None:
                 out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
-                                            "no original FQN: never looked up", Source.OWN_UPLOAD))
+                                            "no original FQN: never looked up", TensorOrigin.OWN_UPLOAD))
                 continue
             comps: tuple[FieldComparison, ...] = ()
             dig: DigestComparison | None = None
@@ -498,7 +498,7 @@ class Fingerprint(Policy):
                 if all(x.equal for x in comps) and dig.equal:
                     out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.FINGERPRINT_MATCH,
                                                 "metadata and content digest equal to the cached tensor",
-                                                Source.CACHE, entry, comps, dig))
+                                                TensorOrigin.CACHE, entry, comps, dig))
                     continue
             twin = cache.find_content(c.digest, meta) if self.match_content_across_names else None
             if twin is not None and twin.mutated:  # equal bytes of someone's state are not this constant
@@ -506,19 +506,19 @@ class Fingerprint(Policy):
             if twin is not None:
                 out.append(ConstantDecision(c, lr.result, Decision.SHARED, Reason.CONTENT_MATCH_OTHER_NAME,
                                             f"identical content and metadata cached as {twin.fqn!r} by {twin.owner_method!r}",
-                                            Source.CACHE, twin, comps, dig))
+                                            TensorOrigin.CACHE, twin, comps, dig))
             elif lr.result is Lookup.MISS:
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                             "first method with this FQN: uploaded on its own and cached",
-                                            Source.OWN_UPLOAD, enters_cache=True))
+                                            TensorOrigin.OWN_UPLOAD, enters_cache=True))
             elif not all(x.equal for x in comps):
                 out.append(ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
                                             f"{_mismatch_text(comps)}: declined, own copy uploaded",
-                                            Source.OWN_UPLOAD, lr.entry, comps, dig))
+                                            TensorOrigin.OWN_UPLOAD, lr.entry, comps, dig))
             else:
                 out.append(ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.CONTENT_MISMATCH,
                                             "same name and metadata but different data (digest differs): declined",
-                                            Source.OWN_UPLOAD, lr.entry, comps, dig))
+                                            TensorOrigin.OWN_UPLOAD, lr.entry, comps, dig))
         return Outcome(m.name, tuple(out))
 
 
@@ -572,24 +572,24 @@ class BlindShare(Policy):
             lr = plan.lookup(c.name)
             if lr is None:
                 out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
-                                            "no original FQN: never shared", Source.WHOLE_BLOB))
+                                            "no original FQN: never shared", TensorOrigin.WHOLE_BLOB))
             elif first and c.fqn not in taken:
                 taken.add(c.fqn)
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                             "first method: extracted from its blob, kept by FQN for the others",
-                                            Source.WHOLE_BLOB, enters_cache=True))
+                                            TensorOrigin.WHOLE_BLOB, enters_cache=True))
             elif first:
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.NOT_IN_FIRST_METHOD,
                                             "another constant of the first method holds this FQN: own copy",
-                                            Source.WHOLE_BLOB))
+                                            TensorOrigin.WHOLE_BLOB))
             elif lr.result is Lookup.HIT:
                 out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.NAME_HIT,
                                             f"the first method {lr.entry.owner_method!r} has this FQN: re-pointed at "
-                                            "its tensor, nothing compared (#18667)", Source.CACHE, lr.entry))
+                                            "its tensor, nothing compared (#18667)", TensorOrigin.CACHE, lr.entry))
             else:
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.NOT_IN_FIRST_METHOD,
                                             "the first method has no constant with this FQN: own copy from the "
-                                            "method's blob, never shared", Source.WHOLE_BLOB))
+                                            "method's blob, never shared", TensorOrigin.WHOLE_BLOB))
         return Outcome(m.name, tuple(out))
 
 
@@ -735,7 +735,7 @@ class FqnWeightCache(Policy):
             if lr is None:
                 out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
                                             "no original FQN: no storage key; uploaded on its own",
-                                            Source.OWN_UPLOAD))
+                                            TensorOrigin.OWN_UPLOAD))
                 continue
             skey, ckey, entry = self._key(c, m, cache)
             holder = cache.get(skey)  # the first holder of this storage key (any device)
@@ -749,18 +749,18 @@ class FqnWeightCache(Policy):
             if failure is not None:
                 dig = DigestComparison((holder or other).digest, c.digest)
                 out.append(ConstantDecision(c, lr.result, Decision.REFUSED, Reason.EXPORT_REFUSED,
-                                            f"export refuses the program: {failure}", Source.OWN_UPLOAD, holder,
+                                            f"export refuses the program: {failure}", TensorOrigin.OWN_UPLOAD, holder,
                                             digest_comparison=dig, key=ckey))
                 break
             if entry is None and other is None:
                 loaded_here[ckey] = c
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                             f"first method with storage key {skey!r} on this device: that storage "
-                                            "is uploaded and cached", Source.OWN_UPLOAD, enters_cache=True, key=ckey))
+                                            "is uploaded and cached", TensorOrigin.OWN_UPLOAD, enters_cache=True, key=ckey))
             elif entry is None:
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.SAME_KEY_IN_METHOD,
                                             f"another constant of this method loads storage key {skey!r}: own "
-                                            "upload (upstream binds both names to one storage)", Source.OWN_UPLOAD,
+                                            "upload (upstream binds both names to one storage)", TensorOrigin.OWN_UPLOAD,
                                             key=ckey))
             else:
                 comps = compare_metadata(entry.meta, m.meta(c))
@@ -769,26 +769,26 @@ class FqnWeightCache(Policy):
                     out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.STORAGE_KEY_HIT,
                                                 f"storage key {skey!r} cached for this device: its storage is "
                                                 "reused (one key, one content: the exporter checked)",
-                                                Source.CACHE, entry, comps, dig, key=ckey))
+                                                TensorOrigin.CACHE, entry, comps, dig, key=ckey))
                 else:
                     out.append(ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
                                                 f"{_mismatch_text(comps)}: the same storage viewed otherwise; "
                                                 "upstream builds a view on the shared storage, here it is "
-                                                "uploaded on its own", Source.OWN_UPLOAD, entry, comps, dig, key=ckey))
+                                                "uploaded on its own", TensorOrigin.OWN_UPLOAD, entry, comps, dig, key=ckey))
         if failure is None:
             return Outcome(m.name, tuple(out))
         decided = {d.constant.name for d in out}
         out = [d if d.decision is Decision.REFUSED else
                ConstantDecision(d.constant, d.lookup, Decision.REFUSED, Reason.LOAD_REFUSED,
-                                f"the exporter refuses the program: {failure}", Source.OWN_UPLOAD, key=d.key)
+                                f"the exporter refuses the program: {failure}", TensorOrigin.OWN_UPLOAD, key=d.key)
                for d in out]
         for c in m.constants:
             if c.name not in decided:
                 lr = plan.lookup(c.name)
                 out.append(ConstantDecision(c, lr.result if lr else None, Decision.REFUSED,
                                             Reason.LOAD_REFUSED, f"the exporter refuses the program: {failure}",
-                                            Source.OWN_UPLOAD, key=lr.key if lr else ""))
-        return Outcome(m.name, tuple(out), failure, stage="export")
+                                            TensorOrigin.OWN_UPLOAD, key=lr.key if lr else ""))
+        return Outcome(m.name, tuple(out), failure, stage=Stage.EXPORT)
 
 
 POLICY_CLASSES: dict[PolicyName, type[Policy]] = {

@@ -17,10 +17,10 @@ report's, the explorer's tables, the notebooks' tables through :func:`table`) go
   capped width instead of one word per line; text is left-aligned, numbers right-aligned;
 - colour the ``decision`` column by :data:`DECISION_COLOURS`, the boolean verification
   columns (``ok``, ``method_ok``, ``correct``) and outcome texts (``ok`` / ``WRONG ...``)
-  red or green, an unequal ``equal`` red, and point at the culprit: a row whose constant
-  was **shared although its content differs** (``decision`` shared, ``same_content``
-  False, see :func:`content_check`) gets its decision and ``same_content`` cells in bold
-  red; a difference that was caught (declined, refused) is marked amber;
+  red or green, an unequal ``equal`` red, and point at the culprit: a row whose method
+  **runs on other data** for that constant (a ``data_problem``, see :func:`culprit_mask`)
+  gets its decision, ``same_content`` and ``data_problem`` cells in bold red; a content
+  difference that was caught (declined, refused) is marked amber;
 - shorten what is long: a sha256 digest shows its first characters, or, next to another
   digest in the same row that shares a long prefix, the place where the two part; the
   full digest is the cell's hover title.  Byte counts (:data:`BYTES_COLUMNS`) show as
@@ -58,7 +58,7 @@ OK_COLOUR = "#d9ead3"      # a method that reproduced its reference
 WRONG_COLOUR = "#f4cccc"   # a method that did not
 NOT_RUN_COLOUR = "#eeeeee"  # a method that never ran
 CAUGHT_COLOUR = "#fff2cc"  # content differs, and the share was declined or refused
-# a constant shared although its content differs: the culprit of a wrong output
+# a constant its method runs on other data for (the verdict's data_problem): the suspect of a wrong output
 CULPRIT_STYLE = "background-color: #f4cccc; color: #990000; font-weight: bold"
 
 # columns holding a method's verification outcome (True: matched its eager reference)
@@ -66,7 +66,7 @@ VERIFICATION_BOOL_COLUMNS = ("ok", "method_ok", "correct")
 # prose: wraps at a capped width; every other column stays on one line
 TEXT_COLUMNS = frozenset({"reason", "error", "verify_reason", "problems", "slot_problem", "what it does", "summary",
                           "reproduces", "message", "description", "note", "why",
-                          "shared although content differs", "culprits (blame)", "evidence", "value"})
+                          "runs on other data", "evidence", "blame_note", "value"})
 # byte counts: shown as "16 KiB", the exact number on hover
 BYTES_COLUMNS = frozenset({"nbytes", "device_bytes", "blob_bytes", "own_upload_bytes", "bytes_in_use", "blob bytes",
                            "bytes", "total_bytes", "shareable_bytes", "private_bytes", "naive_bytes",
@@ -177,11 +177,8 @@ def content_check(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of decision rows with ``same_content``: whether the constant's content digest
     equals the digest of the cache entry it was checked against (``digest`` vs
     ``cached_digest``); NA where there was no cache entry.  Inserted after ``decision``.
-
-    A row with ``decision`` shared and ``same_content`` False is a **culprit**: the method
-    runs on another tensor's bytes (:func:`culprit_mask`).  One declined (or refused) with
-    ``same_content`` False is a collision that was caught.
-    """
+    Which rows run on other data is the verdict's (the ``data_problem`` column,
+    :func:`culprit_mask`), not this display's."""
     out = frame.copy()
     if "digest" not in out.columns or "cached_digest" not in out.columns:
         return out
@@ -199,13 +196,11 @@ def content_check(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def culprit_mask(frame: pd.DataFrame) -> pd.Series:
-    """Rows shared although their content differs (needs ``decision`` and ``same_content``,
-    or ``digest`` and ``cached_digest``)."""
-    f = frame if "same_content" in frame.columns else content_check(frame)
-    if "same_content" not in f.columns or "decision" not in f.columns:
+    """Rows whose method runs on other data than its own for that constant: a ``data_problem``
+    (:func:`toolkit.verdict.find_problem`, recorded with each decision)."""
+    if "data_problem" not in frame.columns:
         return pd.Series(False, index=frame.index)
-    differs = f["same_content"].map(lambda v: (not _is_missing(v)) and not bool(v))
-    return (f["decision"].map(cell_text) == "shared") & differs.astype(bool)
+    return frame["data_problem"].map(cell_text) != ""
 
 
 def caught_mask(frame: pd.DataFrame) -> pd.Series:
@@ -214,7 +209,7 @@ def caught_mask(frame: pd.DataFrame) -> pd.Series:
     if "same_content" not in f.columns or "decision" not in f.columns:
         return pd.Series(False, index=frame.index)
     differs = f["same_content"].map(lambda v: (not _is_missing(v)) and not bool(v)).astype(bool)
-    return differs & (f["decision"].map(cell_text) != "shared")
+    return differs & (f["decision"].map(cell_text) != "shared") & ~culprit_mask(frame)
 
 
 # ------------------------------------------------------------------ colours
@@ -385,7 +380,8 @@ def _display(shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[
             pd.DataFrame(dict(enumerate(titles)), index=index, columns=columns, dtype=object))
 
 
-def _cell_css(display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colourer]) -> pd.DataFrame:
+def _cell_css(display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colourer], culprit: list[bool]
+              ) -> pd.DataFrame:
     css = pd.DataFrame("", index=display.index, columns=display.columns, dtype=object)
     for i, c in enumerate(cols):
         colour = rules.get(c)
@@ -395,13 +391,14 @@ def _cell_css(display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colour
         if colour is None:
             continue
         css[i] = [f"background-color: {bg}" if (bg := colour(t)) else "" for t in display[i].tolist()]
-    if "same_content" in cols and "decision" in cols:
-        dpos, spos = cols.index("decision"), cols.index("same_content")
-        for r, (dec, same) in enumerate(zip(display[dpos].tolist(), display[spos].tolist())):
-            if same == "False" and dec == "shared":
-                css.iat[r, dpos] = css.iat[r, spos] = CULPRIT_STYLE
-            elif same == "False":
-                css.iat[r, spos] = f"background-color: {CAUGHT_COLOUR}"
+    marked = [cols.index(c) for c in ("decision", "same_content", "data_problem") if c in cols]
+    spos = cols.index("same_content") if "same_content" in cols and "decision" in cols else None
+    for r, bad in enumerate(culprit):
+        if bad:
+            for pos in marked:
+                css.iat[r, pos] = CULPRIT_STYLE
+        elif spos is not None and display.iat[r, spos] == "False":
+            css.iat[r, spos] = f"background-color: {CAUGHT_COLOUR}"
     return css
 
 
@@ -442,7 +439,8 @@ def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max
         long = display[i].map(lambda t: len(t) > 1.6 * em) & (titles[i] == "")
         titles.loc[long, i] = display.loc[long, i]
     prose = TEXT_COLUMNS | set(wrap)
-    out = _render(display, [cell_text(c) for c in cols], css=_cell_css(display, cols, rules), titles=titles,
+    out = _render(display, [cell_text(c) for c in cols], css=_cell_css(display, cols, rules,
+                                                                       culprit_mask(source).tolist()), titles=titles,
                   right=[i for i in range(len(cols)) if _numeric(shown.iloc[:, i])],
                   text=[i for i, c in enumerate(cols) if c in prose and i not in capped_at], caption=caption,
                   capped=capped_at)
@@ -484,15 +482,6 @@ def table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max_rows
     return Table(frame, columns, max_rows=len(frame) if max_rows is None else max_rows, **options)
 
 
-def _result(row: Mapping[str, Any]) -> str:
-    ok, ran = row.get("ok"), row.get("ran")
-    if not _is_missing(ok) and bool(ok):
-        return "ok"
-    if _is_missing(ok) and cell_text(row.get("reason")).startswith("no reference"):
-        return "no reference"  # nothing to compare against: neither ok nor wrong
-    return "WRONG" if (not _is_missing(ran) and bool(ran)) else "not run"
-
-
 def _number(v: Any, spec: str) -> str:
     if _is_missing(v):
         return ""
@@ -502,99 +491,46 @@ def _number(v: Any, spec: str) -> str:
         return cell_text(v)
 
 
-RESULT_COLOURS = {"ok": OK_COLOUR, "WRONG": WRONG_COLOUR, "not run": NOT_RUN_COLOUR, "no reference": NOT_RUN_COLOUR}
-SUSPECTS_COLUMN = "shared although content differs"
-
-
-def suspects_by_method(decisions: pd.DataFrame | None) -> dict[str, list[str]]:
-    """method -> names of its constants that were shared although their content differs."""
-    if decisions is None or not len(decisions):
-        return {}
-    mask = culprit_mask(decisions)
-    out: dict[str, list[str]] = {}
-    for m, n in zip(decisions.loc[mask, "method"].tolist(), decisions.loc[mask, "name"].tolist()):
-        out.setdefault(cell_text(m), []).append(cell_text(n))
-    return out
-
-
-BLAME_COLUMN = "culprits (blame)"
-NO_CULPRIT = "no single share explains it"
+RESULT_COLOURS = {"ok": OK_COLOUR, "wrong": WRONG_COLOUR, "not runnable": WRONG_COLOUR, "failed": WRONG_COLOUR,
+                  "refused": NOT_RUN_COLOUR, "not reached": NOT_RUN_COLOUR, "no reference": NOT_RUN_COLOUR}
+FINDINGS_COLUMN = "runs on other data"
 MAX_NAMED = 8  # constants named in one verification cell; the rest counted (every one is in the decisions)
 
 
-def _named(items: list[str], limit: int = MAX_NAMED) -> str:
-    """Up to ``limit`` items, comma-joined, then "... and N more" (a cell stays readable at 10,000 constants)."""
+def _named(items: list[str], limit: int = MAX_NAMED, sep: str = ", ") -> str:
+    """Up to ``limit`` items, joined, then "... and N more" (a cell stays readable at 10,000 constants)."""
     if len(items) <= limit:
-        return ", ".join(items)
-    return ", ".join(items[:limit]) + f" ... and {len(items) - limit:,} more (every one is in the decisions)"
+        return sep.join(items)
+    return sep.join(items[:limit]) + f" ... and {len(items) - limit:,} more (every one is in the decisions)"
 
 
-def blamed_by_method(blame: pd.DataFrame | None, verification: str = "standalone") -> dict[str, list[str]]:
-    """method -> "name: evidence" of each share whose undoing made that method pass
-    (``session.blame()``'s rows with ``fixes``, of the given verification)."""
-    if blame is None or not len(blame):
-        return {}
-    hit = blame[blame["fixes"].astype(bool) & (blame["verification"].map(cell_text) == verification)]
-    out: dict[str, list[str]] = {}
-    for m, n, e in zip(hit["method"].tolist(), hit["name"].tolist(), hit["evidence"].tolist()):
-        out.setdefault(cell_text(m), []).append(f"{cell_text(n)} ({cell_text(e)})" if cell_text(e) else cell_text(n))
-    return out
+def findings_text(verdict: Any, method: str) -> str:
+    """A method's constants that run on other data, culprits first, each with what blame found."""
+    found = sorted(verdict.findings(method), key=lambda c: ("culprit", "not tested", "harmless").index(c.blame.value))
+    return _named([f"{c.name} ({c.problem.value if c.problem else 'no known difference'}"
+                   + (f"; {c.blame.value}: {c.blame_note}" if c.blame_note else "") + ")" for c in found], sep="; ")
 
 
-def _named_evidence(items: list[str]) -> str:
-    """Blame's culprits with their evidence, "; "-joined; past :data:`MAX_NAMED`, counted."""
-    if len(items) <= MAX_NAMED:
-        return "; ".join(items)
-    return "; ".join(items[:MAX_NAMED]) + f" ... and {len(items) - MAX_NAMED:,} more (every one is in the decisions)"
-
-
-def verification_html(frame: pd.DataFrame | None, *, empty: str = "no methods",
-                      decisions: pd.DataFrame | None = None, blame: pd.DataFrame | None = None) -> str:
-    """The verification frame (``Session.verify()``: method, ran, max_abs_err, atol, rtol,
-    ok, reason) as a table of method, result (ok green / WRONG red / not run grey), max abs
-    err, atol, rtol and reason; every value escaped.  With the load's ``decisions``, a
-    column names each method's constants shared although their content differs (the
-    content digests disagree): the suspects of a wrong output.  With ``blame``
-    (``session.blame()``), a wrong method's row names instead its **culprits**: the shares
-    whose undoing made it pass, each with blame's evidence (or says that no single share
-    explains it)."""
+def verification_html(frame: pd.DataFrame | None, verdict: Any, *, empty: str = "no methods") -> str:
+    """The verification frame (``Session.verify()``) as a table of method, result (the verdict's
+    outcome: ok green, wrong / not runnable / failed red, others grey), max abs err, atol, rtol,
+    reason, and the constants each method runs on other data for, culprits first, with blame's
+    confirmation (culprit, harmless and why, not tested); every value escaped."""
     if frame is None or not len(frame):
         return _note(_escape(empty))
-    if blame is not None:
-        culprits = blamed_by_method(blame)
-        rows = []
-        for r in frame.to_dict("records"):
-            m = cell_text(r.get("method"))
-            result = _result(r)
-            rows.append({"method": m, "result": result, "max abs err": _number(r.get("max_abs_err"), ".3g"),
-                         "atol": _number(r.get("atol"), "g"), "rtol": _number(r.get("rtol"), "g"),
-                         "reason": cell_text(r.get("reason")),
-                         BLAME_COLUMN: _named_evidence(culprits.get(m, []))
-                         or (NO_CULPRIT if result == "WRONG" else "")})
-        table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason",
-                                            BLAME_COLUMN])
-        if "rtol" not in frame.columns:
-            table = table.drop(columns="rtol")
-        return html_table(table, max_rows=len(table), empty=empty,
-                          colours={"result": lambda text: RESULT_COLOURS.get(text, ""),
-                                   BLAME_COLUMN: lambda text: WRONG_COLOUR if text and text != NO_CULPRIT
-                                   else (CAUGHT_COLOUR if text else "")})
-    suspects = suspects_by_method(decisions)
-    rows = []
-    for r in frame.to_dict("records"):
-        rows.append({"method": cell_text(r.get("method")), "result": _result(r),
-                     "max abs err": _number(r.get("max_abs_err"), ".3g"),
-                     "atol": _number(r.get("atol"), "g"), "rtol": _number(r.get("rtol"), "g"),
-                     "reason": cell_text(r.get("reason")),
-                     SUSPECTS_COLUMN: _named(suspects.get(cell_text(r.get("method")), []))})
-    table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason", SUSPECTS_COLUMN])
-    if "rtol" not in frame.columns:
-        table = table.drop(columns="rtol")
-    if not suspects:
-        table = table.drop(columns=SUSPECTS_COLUMN)
-    return html_table(table, max_rows=len(table), empty=empty,
+    outcomes = {m.method: m.outcome.value for m in verdict.methods}
+    rows = [{"method": cell_text(r.get("method")), "result": outcomes.get(cell_text(r.get("method")), ""),
+             "max abs err": _number(r.get("max_abs_err"), ".3g"), "atol": _number(r.get("atol"), "g"),
+             "rtol": _number(r.get("rtol"), "g"), "reason": cell_text(r.get("reason")),
+             FINDINGS_COLUMN: findings_text(verdict, cell_text(r.get("method")))} for r in frame.to_dict("records")]
+    table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason", FINDINGS_COLUMN])
+    drop = [c for c in ("atol", "rtol", "max abs err") if (table[c] == "").all()]
+    if not verdict.constants:
+        drop.append(FINDINGS_COLUMN)
+    return html_table(table.drop(columns=drop), max_rows=len(table), empty=empty,
                       colours={"result": lambda text: RESULT_COLOURS.get(text, ""),
-                               SUSPECTS_COLUMN: lambda text: WRONG_COLOUR if text else ""})
+                               FINDINGS_COLUMN: lambda text: WRONG_COLOUR if "culprit" in text else
+                               (CAUGHT_COLOUR if text else "")})
 
 
 class Html:
@@ -610,11 +546,9 @@ class Html:
         return self.text
 
 
-def verification_table(frame: pd.DataFrame, decisions: pd.DataFrame | None = None) -> Html:
-    """``session.verify()`` for a notebook: ok / WRONG coloured, with the load's ``decisions``
-    the constants each method ran on although their content differs (see :func:`verification_html`)."""
-    return Html(verification_html(frame, decisions=decisions),
-                frame.to_string(index=False) if frame is not None else "no methods")
+def verification_table(frame: pd.DataFrame, verdict: Any) -> Html:
+    """``session.verify()`` for a notebook, its results read from ``verdict`` (:func:`verification_html`)."""
+    return Html(verification_html(frame, verdict), frame.to_string(index=False) if frame is not None else "no methods")
 
 
 # ------------------------------------------------------------------ text
@@ -654,8 +588,8 @@ def markdown_text(text: str) -> str:
 # ------------------------------------------------------------------ sessions
 
 
-SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
-                         "shared_from")
+SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "reason_code",
+                         "reason", "shared_from")
 # names and FQNs at a capped width, whole on hover: the collisions (where the share came from
 # narrower), and every decision (two more columns, so all narrower): a 50-decision BART
 # program's tables then fit a notebook at 1440 px with room to spare
@@ -702,7 +636,7 @@ def session_text(session: Any) -> str:
     lines.append("  decisions: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     culprits, caught = content_summary(d)
     if culprits or caught:
-        lines.append(f"  content check: {culprits} shared although their content differs, {caught} collisions of "
+        lines.append(f"  content check: {culprits} run on other data than their own, {caught} collisions of "
                      f"different content caught")
     if loaded:
         blobs = {m.name: m.blob_bytes for m in program.methods}
@@ -741,10 +675,10 @@ def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
         culprits, caught = content_summary(d)
         if culprits:
             parts.append(f"<p><span style=\"{CULPRIT_STYLE}; padding: 1px 6px\">{culprits} constant"
-                         f"{'s' if culprits != 1 else ''} shared although the content differs</span> (the cached "
-                         f"and the new content digests disagree: the method runs on another tensor's bytes)"
-                         + (f"; {caught} such collision{'s' if caught != 1 else ''} caught" if caught else "")
-                         + "</p>")
+                         f"{'s' if culprits != 1 else ''} run on other data than their own</span> (the content "
+                         f"differs, the state is another buffer's, or the tensor cannot fill the slot)"
+                         + (f"; {caught} collision{'s' if caught != 1 else ''} of different content caught" if caught
+                            else "") + "</p>")
         elif caught:
             parts.append(f"<p>{caught} collision{'s' if caught != 1 else ''} of different content caught "
                          f"(declined or refused); nothing was shared across different content</p>")

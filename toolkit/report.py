@@ -41,9 +41,13 @@ cached_strides            str    ... strides
 cached_digest             str    ... content digest
 same_metadata             bool   dtype, shape and strides equal on both sides (empty: no entry)
 same_content              bool   digests equal on both sides (empty: no entry)
+data_problem              str    why the method runs on other data than its own for this constant
+                                 (:class:`toolkit.verdict.DataProblem`); empty when it does not
+method_outcome            str    the method's outcome in the load's verdict
+                                 (:class:`toolkit.verdict.MethodOutcome`; a dry run: predicted)
 method_ran                bool   the method ran on its reference inputs
 method_ok                 bool   its outputs matched the eager reference within tolerance; empty
-                                 when it has no reference (neither ok nor wrong)
+                                 when nothing was compared (no reference, not run, a dry run)
 max_abs_err               float  largest absolute output error (empty when it did not run)
 verify_reason             str    why verification failed, if it did
 culprit                   str    verifications this decision breaks, as ``session.blame()``
@@ -74,9 +78,10 @@ import pandas as pd
 
 from .model import shown
 from .rendering import html_table
+from .verdict import DataProblem, MethodOutcome
 
 if TYPE_CHECKING:
-    from .loader import Session
+    from .session import Session
 
 PathOrHandle = Union[str, "os.PathLike[str]", IO[str]]
 
@@ -88,7 +93,7 @@ REPORT_SCHEMA: dict[str, str] = {
     "new_dtype": "str", "new_shape": "str", "new_strides": "str", "new_digest": "str",
     "cached_method": "str", "cached_dtype": "str", "cached_shape": "str", "cached_strides": "str",
     "cached_digest": "str", "same_metadata": "optional_bool", "same_content": "optional_bool",
-    "method_ran": "bool", "method_ok": "optional_bool", "max_abs_err": "float", "verify_reason": "str",
+    "data_problem": "str", "method_outcome": "str", "method_ran": "bool", "method_ok": "optional_bool", "max_abs_err": "float", "verify_reason": "str",
     "culprit": "str",
 }
 REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
@@ -125,11 +130,13 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
     """The report of one load.
 
     ``verification`` is ``session.verify()``'s frame; when omitted, verification is run here
-    (it runs every loaded method once on its reference inputs).
+    (it runs every loaded method once on its reference inputs); a dry run runs nothing.
     """
-    if verification is None:
+    verdict = session.verdict()
+    if verification is None and not verdict.predicted:
         verification = session.verify()
-    ver = {r["method"]: r for r in verification.to_dict("records")}
+    ver = {r["method"]: r for r in verification.to_dict("records")} if verification is not None else {}
+    outcomes = {m.method: m.outcome.value for m in verdict.methods}
     decisions = session.decisions
     decided = {(r["method"], r["name"]): r for r in decisions.to_dict("records")}
     program, policy = session.program.name, session.policy.name.value
@@ -139,7 +146,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
     for order, spec in enumerate(session.program.methods):
         v = ver.get(spec.name, {})
         ran = bool(v.get("ran", False))
-        ok = v.get("ok", False)  # missing (None / NA): no reference
+        ok = v.get("ok", pd.NA)  # missing (None / NA): nothing compared
         ok = pd.NA if ok is None or ok is pd.NA else ok
         err = v.get("max_abs_err", math.nan)
         for c in spec.constants:
@@ -151,13 +158,13 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                 "new_digest": c.digest,
                 "method_ran": ran, "method_ok": pd.NA if ok is pd.NA else bool(ok),
                 "max_abs_err": float(err) if ran and err is not None else math.nan,
-                "verify_reason": _str(v.get("reason", "")),
+                "verify_reason": _str(v.get("reason", "")), "method_outcome": outcomes.get(spec.name, ""),
             }
             if d is None:
                 row.update(storage_key="", collision=False, lookup="", decision="", reason_code="", reason=not_reached,
                            source="",
                            shared_from="", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
-                           cached_digest="", same_metadata=pd.NA, same_content=pd.NA, culprit="")
+                           cached_digest="", same_metadata=pd.NA, same_content=pd.NA, data_problem="", culprit="")
             else:
                 has_entry = bool(_str(d["cached_method"]))
                 row.update(
@@ -171,6 +178,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                                    and _str(d["cached_shape"]) == row["new_shape"]
                                    and _str(d["cached_strides"]) == row["new_strides"]) if has_entry else pd.NA,
                     same_content=(_str(d["cached_digest"]) == c.digest) if has_entry else pd.NA,
+                    data_problem=_str(d["data_problem"]),
                     culprit=_str(d.get("culprit", "")),
                 )
             rows.append(row)
@@ -213,13 +221,13 @@ class CollisionReport:
     @property
     def wrong_methods(self) -> list[str]:
         f = self.frame
-        return sorted(set(f[f["method_ran"] & f["method_ok"].eq(False).fillna(False)]["method"]))
+        return sorted(set(f[f["method_outcome"] == MethodOutcome.WRONG.value]["method"]))
 
     @property
     def unverified_methods(self) -> list[str]:
-        """Methods with no reference to check against (``method_ok`` empty)."""
+        """Methods with no reference to check against."""
         f = self.frame
-        return sorted(set(f[f["method_ok"].isna()]["method"]))
+        return sorted(set(f[f["method_outcome"] == MethodOutcome.NO_REFERENCE.value]["method"]))
 
     def to_csv(self, path_or_handle: PathOrHandle) -> None:
         write_csv(self.frame, path_or_handle)
@@ -235,7 +243,7 @@ class CollisionReport:
             f"{int(f['collision'].sum())} collisions",
             ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         ]
-        silent = f[f["collision"] & (f["decision"] == "shared") & (f["same_content"] == False)]  # noqa: E712
+        silent = f[f["data_problem"] == DataProblem.CONTENT_DIFFERS.value]
         lines = [head + "; ".join(parts)]
         if len(silent):
             lines.append(f"  {len(silent)} shared despite different content: "

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from .verdict import CheckRow, ran_wrong
 from .events import (
     CacheLookup, CulpritTried, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled,
 )
@@ -22,7 +23,7 @@ COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", 
 DECISION_COLUMNS = [
     "seq", "method", "device", "name", "fqn", "storage_key", "constant_kind", "mutated", "lookup", "decision", "reason_code",
     "reason", "source", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
-    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "culprit",
+    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "data_problem", "culprit",
 ]
 MEMORY_COLUMNS = ["seq", "time_s", "method", "device", "phase", "bytes_in_use", "measure"]
 METHOD_RESULT_COLUMNS = ["policy", "method", "device", "status", "whole_blob", "blob_bytes", "own_upload_bytes",
@@ -218,11 +219,14 @@ def decision_counts(decisions: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in decisions["decision"].value_counts().items()} if len(decisions) else {}
 
 
+def check_rows(verification: "pd.DataFrame") -> list[CheckRow]:
+    """A verification frame (``Session.verify()``, of methods alone or of a sequence) as the verdict's rows."""
+    return [CheckRow(str(r["method"]), bool(r["ran"]), None if r["ok"] is pd.NA else bool(r["ok"]), str(r["reason"]),
+                     int(r["step"]) if "step" in r else None) for r in verification.to_dict("records")]
+
+
 def wrong_methods(verification: "pd.DataFrame | None") -> list[str]:
-    """Methods a verification frame says ran and disagreed with their reference, in its order, once
-    each.  ``ok`` missing (``pd.NA``: no reference, not run) is not wrong."""
+    """Methods a verification frame says ran wrong (:func:`toolkit.verdict.ran_wrong`), in its order, once each."""
     if verification is None or not len(verification):
         return []
-    v = verification
-    bad = v["ran"].astype(bool) & v["ok"].astype("boolean").eq(False).fillna(False)
-    return list(dict.fromkeys(v[bad]["method"]))
+    return list(dict.fromkeys(r.method for r in check_rows(verification) if ran_wrong(r)))

@@ -25,7 +25,7 @@ from .errors import ProgramError, ReferenceDataError, ToolkitError
 from .model import MethodSpec, Program
 
 if TYPE_CHECKING:
-    from .loader import Session
+    from .loader import ProgramLoad as Session
 
 VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]
 SEQUENCE_COLUMNS = ["sequence", "step", *VERIFY_COLUMNS]
@@ -272,9 +272,9 @@ def _so_input_problem(e: RuntimeError, spec: MethodSpec, method: str) -> Referen
 def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None) -> pd.DataFrame:
     """One row per method of the program: did it run, how far from the eager reference, ok?
 
-    ``ok`` is a nullable boolean: True (matches), False (differs, or could not run), or
-    ``pd.NA`` with reason ``no reference`` for a method with nothing to compare against:
-    not run, neither ok nor wrong.  ``references``: see :func:`resolve_references` (checked
+    ``ok`` is a nullable boolean: True (matches), False (differs, or its run failed), or
+    ``pd.NA`` where nothing was compared (no reference, not loaded, not runnable: ``reason``
+    says which), neither ok nor wrong.  ``references``: see :func:`resolve_references` (checked
     before anything runs).  A supplied reference the compiled model refuses (another input
     shape or dtype), or whose outputs have another shape or dtype than the method's, raises
     :class:`~toolkit.errors.ReferenceDataError`: it does not belong to this method.
@@ -290,10 +290,10 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
             ref = refs[spec.name]
         elif spec.reference_file:
             ref = Reference((), (), "", supplied=False)  # read below (errors become the row's reason)
-        if lm is None:
-            row["reason"] = "not loaded" + (f": {session.error}" if session.failed_method == spec.name else "")
-        elif not lm.runnable:
-            row["reason"] = "not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems)
+        if lm is None or not lm.runnable:  # nothing ran: neither ok nor wrong (the verdict says why not)
+            row["ok"] = pd.NA
+            row["reason"] = ("not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems) if lm else
+                             "not loaded" + (f": {session.error}" if session.failed_method == spec.name else ""))
         elif ref is None:
             row["ok"] = pd.NA
             row["reason"] = (f"{NO_REFERENCE}: the program holds none for {spec.name!r}; pass "
@@ -303,7 +303,7 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
                 if ref.source:
                     inputs, expected = list(ref.inputs), list(ref.outputs)
                 else:
-                    inputs, expected = session.reference(spec.name)
+                    inputs, expected = read_reference(session.program, spec, check_integrity=session.check_integrity)
                 session.reset_state()  # each method alone, from the initial state
                 try:
                     raw = session.run(spec.name, [x.contiguous() for x in inputs] if ref.supplied else inputs)
@@ -408,7 +408,7 @@ def repeatability(session: "Session", runs: int = 3) -> pd.DataFrame:
         lm = session.methods.get(spec.name)
         if lm is None or not lm.runnable or not spec.reference_file:  # no reference: no inputs to run on
             continue
-        inputs, _ = session.reference(spec.name)
+        inputs, _ = read_reference(session.program, spec, check_integrity=session.check_integrity)
         with_reset = []
         for _ in range(runs):
             session.reset_state()

@@ -30,8 +30,16 @@ class SessionStatus(enum.StrEnum):
     NOT_LOADED = "not loaded"  # constructed; load() not called, or interrupted before it ended
     LOADED = "loaded"  # every method loaded (some may be not runnable)
     FAILED = "failed"  # a method failed (the methods before it stay loaded), or the modelled exporter
-    #                    refused the program (Session.failed_stage == "export": nothing is loaded)
+    #                    refused the program (failed_stage is Stage.EXPORT: nothing is loaded)
     CLOSED = "closed"  # close() released every method; the results stay readable
+
+
+class Stage(enum.StrEnum):
+    """Where a failure lies."""
+
+    EXPORT = "export"  # the modelled exporter refuses the program (fqn-weight-cache): nothing of it exists
+    LOAD = "load"  # a method's load (integrity, its .so, the policy's refusal)
+    RUN = "run"  # a loaded method's run raised
 
 
 class MethodStatus(enum.StrEnum):
@@ -64,7 +72,7 @@ class ConstantKind(enum.StrEnum):
     LIFTED_CONSTANT = "lifted_constant"
 
 
-class Source(enum.StrEnum):
+class TensorOrigin(enum.StrEnum):
     """Where the bytes a method runs on came from."""
 
     WHOLE_BLOB = "whole_blob"  # the container's own allocation, from update_constant_buffer_from_blob

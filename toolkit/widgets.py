@@ -66,7 +66,7 @@ from .tables import wrong_methods
 from .vocab import PolicyName, parse
 
 if TYPE_CHECKING:
-    from .loader import Session
+    from .session import Session
     from .model import Program
 
 SOURCES = ("sample", "path")
@@ -404,7 +404,7 @@ class ExplorerState:
             self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}")
             loader = self._load
             if loader is None:
-                from .loader import load_program as loader
+                from .session import load_program as loader
             try:
                 session = loader(program, self.policy, device=self.device)
             except Exception as e:  # noqa: BLE001

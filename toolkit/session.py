@@ -1,0 +1,174 @@
+"""The public session: a load (:class:`toolkit.loader.ProgramLoad`) with its checks and its verdict.
+
+Verification, blame and the verdict are operations over a loaded program, built on the
+load's public operations (``run``, ``reset_state``, ``swap_constant``); this module composes
+them and attaches the notebook display, so the loader below imports none of them.  Torch
+and pandas are imported when a check runs: a dry run imports neither.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .errors import LoadError
+from .loader import ProgramLoad, resolve_devices
+from .model import Program
+from .policies import Policy, get_policy
+from .runtimes import Runtime, default_runtime
+from .sources import open_program
+from .tables import check_rows
+from .verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict
+from .vocab import SessionStatus
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Session(ProgramLoad):
+    """One load of one program under one policy: its tables, verification, blame and verdict.
+
+    Constructing it does no I/O; :meth:`load` does.  Tables, :attr:`method_results`, the last
+    :meth:`verify` answers and the verdict outlive :meth:`close`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._verifications: dict[str | None, tuple[tuple, Any]] = {}  # sequence (None: each method alone)
+        self._blames: dict[str | None, "pd.DataFrame"] = {}
+        self._verdict: tuple[tuple, Verdict] | None = None
+
+    def reference(self, method: str):
+        """(inputs, expected outputs) the eager module gave at build time."""
+        from . import verification
+
+        return verification.read_reference(self.program, self.program.method(method),
+                                           check_integrity=self.check_integrity)
+
+    def run(self, method: str, inputs: list | None = None) -> list:
+        """Run a loaded method on ``inputs`` (default: its reference inputs)."""
+        if inputs is None and method in self.methods and self.methods[method].runnable and self.runtime.can_run:
+            inputs, _ = self.reference(method)
+        return super().run(method, inputs if inputs is not None else [])
+
+    def verify(self, sequence: str | None = None, references: "Mapping[str, Any] | None" = None) -> "pd.DataFrame":
+        """Run the program against the eager reference and compare outputs.
+
+        Without ``sequence``: every loaded method alone on its reference inputs, state reset to
+        its initial contents before each.  With ``sequence``: that sequence's steps in order,
+        from the initial state, state carried between steps as the loaded program carries it
+        (one row per step).  Computed once per set of loaded methods (and references given):
+        asking again returns the same frame (a copy).  A closed session answers with its last
+        verification.
+
+        ``references`` (methods alone): ``{method: reference}``, each ``{"inputs": [...],
+        "outputs": [...]}`` or ``(inputs, outputs)`` in the method's own input order, a
+        safetensors file (``input.N``, ``output.N``), or ``(module, example_args)`` to compute
+        it from (:func:`toolkit.verification.resolve_references`); they replace the program's
+        own.  A method that did not run (no reference, not loaded, not runnable) has ``ok``
+        ``pd.NA``: neither ok nor wrong; ``reason`` says why.  References that do not fit the
+        method raise :class:`~toolkit.errors.ReferenceDataError` naming the method and field.
+        """
+        from . import verification
+
+        if sequence is not None:
+            self.program.sequence(sequence)  # KeyError naming the sequences there are
+            if references is not None:
+                raise ValueError("references= applies to methods run alone; a sequence is checked against the "
+                                 "eager sequence the program stores")
+        key = (sequence, tuple(sorted((n, id(lm)) for n, lm in self.methods.items())))
+        hit = self._verifications.get(sequence)
+        if references is not None:  # checked and run every time: the caller may change them in place
+            if self.status is SessionStatus.CLOSED:
+                raise LoadError("the session is closed: verify with references before close()")
+            hit = (key + ("references",), verification.verify_session(self, references))
+            self._verifications[sequence] = hit
+            return hit[1].copy()
+        if self.status is SessionStatus.CLOSED and hit is not None:
+            return hit[1].copy()
+        if hit is None or hit[0] != key:
+            hit = (key, verification.verify_session(self) if sequence is None
+                   else verification.verify_sequence(self, sequence))
+            self._verifications[sequence] = hit
+        return hit[1].copy()
+
+    def repeatability(self, runs: int = 3) -> "pd.DataFrame":
+        """Which outputs change between repeated runs, and why (see :func:`toolkit.verification.repeatability`)."""
+        from . import verification
+
+        return verification.repeatability(self, runs)
+
+    def blame(self, sequence: str | None = None) -> "pd.DataFrame":
+        """Which sharing decisions make a method wrong (see :mod:`toolkit.blame`); kept for the verdict."""
+        from . import blame as blame_ops
+
+        if not self.runtime.can_run:
+            raise LoadError("blame needs a real load: a dry run has nothing to run")
+        frame = blame_ops.blame(self, sequence, self.verify(sequence=sequence))
+        self._blames[sequence] = frame
+        return frame.copy()
+
+    # ------------------------------------------------------------------ the verdict
+    def verdict(self) -> Verdict:
+        """What ran wrong, why, and which constant (:class:`toolkit.verdict.Verdict`).
+
+        A real load is verified first (each method alone, then every sequence the program
+        stores), unless it already was; a dry run's verdict is the prediction.  Blame's
+        experiments, once :meth:`blame` ran, confirm or clear each constant.  Computed once per
+        set of verifications and blames."""
+        predicted = not self.runtime.can_run
+        verified = not predicted and (self.status is not SessionStatus.CLOSED or None in self._verifications)
+        checks = check_rows(self.verify()) if verified else None
+        sequences = {}
+        if verified and self.load_outcome is SessionStatus.LOADED:
+            sequences = {q.name: check_rows(self.verify(sequence=q.name)) for q in self.program.sequences
+                         if self.status is not SessionStatus.CLOSED or q.name in self._verifications}
+        key = (tuple((k, id(v[1])) for k, v in self._verifications.items()),
+               tuple(id(b) for b in self._blames.values()), self.load_outcome)
+        if self._verdict is not None and self._verdict[0] == key:
+            return self._verdict[1]
+        blamed = [BlameRow(r["verification"], r["method"], r["name"], r["fqn"], bool(r["fixes"]),
+                           DataProblem(r["problem"]) if r["problem"] else None, r["evidence"], r["shared_from"])
+                  for b in self._blames.values() for r in b.to_dict("records") if r["swap"]]
+        v = build_verdict(
+            program=self.program.name, policy=self.policy.name.value, predicted=predicted,
+            methods=[MethodFacts(r.method, r.status, r.runnable, r.problems, r.error, r.findings)
+                     for r in self.results.values()],
+            checks=checks, sequences=sequences, blame=blamed, error=self.error or "",
+            failed_stage=self.failed_stage,
+            oracle="supplied reference" if "references" in self._verifications.get(None, ((),))[0] else
+            "eager reference")
+        self._verdict = (key, v)
+        return v
+
+    # ------------------------------------------------------------------ display
+    def summary(self) -> str:
+        from .rendering import session_text
+
+        return session_text(self)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        from .rendering import session_html
+
+        return session_html(self)
+
+
+def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",
+                 device: "str | Any | Mapping[str, str] | None" = None, *, record: bool = True,
+                 progress: bool = False, check_integrity: bool = True, runtime: Runtime | None = None) -> Session:
+    """Load every method of a program under ``policy`` and return the session.
+
+    A method that fails leaves the session with ``status == "failed"`` and ``error`` set,
+    not an exception, so the decisions up to the failure can be inspected.
+    """
+    program = open_program(program_or_path)
+    pol = get_policy(policy)
+    rt = runtime if runtime is not None else default_runtime()
+    devices = resolve_devices(program, device, rt)
+    for d in set(devices.values()):
+        rt.check_available(program, d)
+    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt).load(
+        progress=progress)
