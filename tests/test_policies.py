@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,8 @@ from toolkit.policies import (
     POLICIES, Fingerprint, MethodView, VerifyAlways, compare_metadata, fqn_weight_key, get_policy, refusal_message,
 )
 from toolkit.vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def const(name, shape=(4, 4), dtype="float32", strides=None, fqn=None, data="a", mutated=False,
@@ -439,15 +443,53 @@ def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():
 
 
 def test_every_policy_says_what_it_reproduces():
-    from toolkit.policies import POLICY_CLASSES
+    from toolkit.policies import POLICY_CLASSES, UpstreamRevision
 
     for name, cls in POLICY_CLASSES.items():
-        assert cls.reproduces and cls.summary, name
-    assert "266ff2d71d" in POLICY_CLASSES[PolicyName.BLIND_SHARE].reproduces
-    assert "2026-04-10" in POLICY_CLASSES[PolicyName.BLIND_SHARE].reproduces
-    assert "#21823" in POLICY_CLASSES[PolicyName.FQN_WEIGHT_CACHE].reproduces
-    assert "e4b18fa9aa" in POLICY_CLASSES[PolicyName.DECLINE_ON_MISMATCH].reproduces
-    assert POLICY_CLASSES[PolicyName.FINGERPRINT].reproduces.startswith("ours")
+        assert cls.summary and cls.reproduces_text(), name
+        for r in cls.reproduces:
+            assert isinstance(r, UpstreamRevision) and r.pr > 0, name
+            assert r.commit == "" or re.fullmatch(r"[0-9a-f]{10}", r.commit), (name, r)
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", r.date), (name, r)
+    blind = POLICY_CLASSES[PolicyName.BLIND_SHARE].reproduces[0]
+    assert (blind.pr, blind.commit, blind.date) == (18667, "266ff2d71d", "2026-04-10")
+    fqn = POLICY_CLASSES[PolicyName.FQN_WEIGHT_CACHE].reproduces[0]
+    assert (fqn.pr, fqn.commit, fqn.version) == (21823, "", "1.5.x")  # the merge commit is not established
+    assert "commit not established" in POLICY_CLASSES[PolicyName.FQN_WEIGHT_CACHE].reproduces_text()
+    assert POLICY_CLASSES[PolicyName.DECLINE_ON_MISMATCH].reproduces[0].commit == "e4b18fa9aa"
+    assert "#21706 (144ce1bc77, 2026-08-19)" in POLICY_CLASSES[PolicyName.VERIFY_ALWAYS].reproduces_text()
+    assert POLICY_CLASSES[PolicyName.FINGERPRINT].reproduces == ()
+    assert POLICY_CLASSES[PolicyName.FINGERPRINT].reproduces_text().startswith("ours")
+
+
+def _policy_rows(readme: str) -> dict[str, str]:
+    """The README's policy table: policy name -> its row."""
+    rows = {}
+    for line in readme.splitlines():
+        m = re.match(r"\| `([a-z-]+)` \|", line)
+        if m:
+            rows.setdefault(m.group(1), line)
+    return rows
+
+
+def test_the_docs_name_every_revision_the_policies_reproduce():
+    """docs/upstream.md names every PR and commit of every policy's ``reproduces``; the README's
+    policy table names each policy's own revision (its PR, and its commit where established)."""
+    from toolkit.policies import POLICY_CLASSES
+
+    docs = (REPO / "docs" / "upstream.md").read_text(encoding="utf-8")
+    rows = _policy_rows((REPO / "README.md").read_text(encoding="utf-8"))
+    named_in_docs = set(re.findall(r"#(\d+)", docs)) | set(re.findall(r"`([0-9a-f]{10})`", docs))
+    for name, cls in POLICY_CLASSES.items():
+        for r in cls.reproduces:
+            assert str(r.pr) in named_in_docs, (name, r.pr)
+            assert not r.commit or r.commit in named_in_docs, (name, r.commit)
+        row = rows[name.value]
+        if cls.reproduces:
+            own = cls.reproduces[0]
+            assert f"#{own.pr}" in row and own.commit in row, (name, row)
+        else:
+            assert "ours" in row, (name, row)
 
 
 @pytest.mark.slow

@@ -257,12 +257,27 @@ def _lookups(method: MethodView, cache: CacheView, eligible) -> tuple[LookupResu
 # ------------------------------------------------------------------ policies
 
 
+@dataclass(frozen=True)
+class UpstreamRevision:
+    """One pytorch/executorch change a policy reproduces (``docs/upstream.md`` tells its story)."""
+
+    pr: int
+    commit: str  # on main, 10 hex digits; "" where not established
+    date: str  # ISO date of the commit (no commit established: of the PR branch's last one)
+    note: str = ""  # what this revision is to the policy
+    version: str = ""  # the release reproduced, where that is what is known ("1.5.x")
+
+    def __str__(self) -> str:
+        where = f"#{self.pr} ({self.commit or 'commit not established'}, {self.date})"
+        return (f"{self.version} " if self.version else "") + where + (f": {self.note}" if self.note else "")
+
+
 class Policy(abc.ABC):
     """One sharing policy.  Stateless: all state lives in the cache the loader owns."""
 
     name: ClassVar[PolicyName]
     summary: ClassVar[str]
-    reproduces: ClassVar[str]  # the upstream revision (PR, commit, date), or "ours"
+    reproduces: ClassVar[tuple[UpstreamRevision, ...]] = ()  # the revision itself first; () for ours
     shares: ClassVar[bool] = True
     memory_optimal: ClassVar[bool] = False  # never uploads a whole blob; installs everything user-managed
 
@@ -280,6 +295,13 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def decide(self, plan: Plan, new_meta: Mapping[str, TensorMeta] | None, cache: CacheView) -> Outcome: ...
 
+    @classmethod
+    def reproduces_text(cls) -> str:
+        """:attr:`reproduces` as one line of prose, for tables and the explorer."""
+        if not cls.reproduces:
+            return "ours (no upstream revision)"
+        return "ExecuTorch " + "; ".join(map(str, cls.reproduces))
+
     def __repr__(self) -> str:
         return f"<policy {self.name.value}>"
 
@@ -287,10 +309,12 @@ class Policy(abc.ABC):
 class NoSharing(Policy):
     name = PolicyName.NO_SHARING
     summary = "every method uploads its own blob"
-    reproduces = ("ExecuTorch default: runtime option weight_sharing_across_methods off (#18901, 922adad721, "
-                  "2026-04-27; still the default after #21959, e4b18fa9aa, 2026-08-20), compile spec "
-                  "share_kv_cache_across_methods off (#18864, 875f7c8019, 2026-04-14); and everything before "
-                  "#18667 (266ff2d71d, 2026-04-10)")
+    reproduces = (
+        UpstreamRevision(18901, "922adad721", "2026-04-27", "runtime option weight_sharing_across_methods, off by default"),
+        UpstreamRevision(21959, "e4b18fa9aa", "2026-08-20", "weight_sharing_across_methods still off by default"),
+        UpstreamRevision(18864, "875f7c8019", "2026-04-14", "compile spec share_kv_cache_across_methods, off by default"),
+        UpstreamRevision(18667, "266ff2d71d", "2026-04-10", "the first sharing: everything before it shares nothing"),
+    )
     shares = False
 
     def plan(self, method, cache):
@@ -388,8 +412,8 @@ class _ExecuTorchPolicy(Policy):
 class NameOnly(_ExecuTorchPolicy):
     name = PolicyName.NAME_ONLY
     summary = "share on name alone, never compare"
-    reproduces = ("the unchecked core of weight_sharing_across_methods (#18901, 922adad721, 2026-04-27) with its "
-                  "metadata comparison removed: no upstream revision shipped exactly this")
+    reproduces = (UpstreamRevision(18901, "922adad721", "2026-04-27", "the unchecked core of "
+                                   "weight_sharing_across_methods: no revision shipped exactly this"),)
     compare_on_miss_path = False
     refuse_on_mismatch = False
     verify_all_hit = False
@@ -398,8 +422,11 @@ class NameOnly(_ExecuTorchPolicy):
 class RefuseOnMismatch(_ExecuTorchPolicy):
     name = PolicyName.REFUSE_ON_MISMATCH
     summary = "compare metadata on the miss path; a mismatch fails the whole load; all-hit shares on name"
-    reproduces = ("ExecuTorch before #21959: #18901 (922adad721, 2026-04-27), unchanged by #20241 (182be0e26e, "
-                  "2026-06-15, comment only) and #20424 (3a9abee4b2, 2026-06-22, payload keys only)")
+    reproduces = (
+        UpstreamRevision(18901, "922adad721", "2026-04-27", "weight_sharing_across_methods, until #21959"),
+        UpstreamRevision(20241, "182be0e26e", "2026-06-15", "comment only: unchanged"),
+        UpstreamRevision(20424, "3a9abee4b2", "2026-06-22", "payload keys only: unchanged"),
+    )
     compare_on_miss_path = True
     refuse_on_mismatch = True
     verify_all_hit = False
@@ -408,7 +435,7 @@ class RefuseOnMismatch(_ExecuTorchPolicy):
 class DeclineOnMismatch(_ExecuTorchPolicy):
     name = PolicyName.DECLINE_ON_MISMATCH
     summary = "compare metadata on the miss path; decline a mismatch (own copy, not in the pairs); all-hit shares on name"
-    reproduces = "ExecuTorch #21959 (e4b18fa9aa, 2026-08-20; main's dense-blob path)"
+    reproduces = (UpstreamRevision(21959, "e4b18fa9aa", "2026-08-20", "main's dense-blob path"),)
     compare_on_miss_path = True
     refuse_on_mismatch = False
     verify_all_hit = False
@@ -417,7 +444,7 @@ class DeclineOnMismatch(_ExecuTorchPolicy):
 class VerifyAlways(_ExecuTorchPolicy):
     name = PolicyName.VERIFY_ALWAYS
     summary = "like decline-on-mismatch, and re-upload the blob in the all-hit branch to compare metadata"
-    reproduces = "ExecuTorch #21706 (144ce1bc77, 2026-08-19; closed, never merged)"
+    reproduces = (UpstreamRevision(21706, "144ce1bc77", "2026-08-19", "closed, never merged"),)
     compare_on_miss_path = True
     refuse_on_mismatch = False
     verify_all_hit = True
@@ -466,7 +493,6 @@ class Fingerprint(Policy):
 
     name = PolicyName.FINGERPRINT
     summary = "share a hit only if metadata and content digest match; state only when it is one eager buffer"
-    reproduces = "ours (no upstream revision)"
     memory_optimal = True
     match_content_across_names: ClassVar[bool] = False
 
@@ -525,39 +551,25 @@ class Fingerprint(Policy):
 class ContentDedup(Fingerprint):
     name = PolicyName.CONTENT_DEDUP
     summary = "like fingerprint, and also share with any cached constant of identical content and metadata, whatever its name"
-    reproduces = "ours (no upstream revision)"
     match_content_across_names = True
 
 
 class BlindShare(Policy):
-    """The first cross-method sharing, inline in ``init()`` and always on (#18667).
+    """The first cross-method sharing: every method uploads its own full weights blob; each
+    later method is pointed at the first method's tensor for every FQN they share
+    (user-managed), nothing compared.  Only the first method's constants are ever shared.
 
-    Read from ``backends/cuda/runtime/cuda_backend.cpp`` at 266ff2d71d: every method creates
-    its container and uploads its own full weights blob (``<method>_weights_blob``); the
-    first container that has constants then extracts them and keeps ``FQN -> tensor``
-    (constants with an empty FQN are skipped); every later container is pointed at the
-    first one's tensor for each FQN it shares with it
-    (``update_user_managed_constant_buffer_pairs``, ``validate_full_update=false``).  No
-    dtype, shape, stride, device or data check; errors are only logged.  Only the first
-    method's constants are ever shared: a constant a later method shares with a *second*
-    method but not with the first stays private.  #18864 (875f7c8019, 2026-04-14) kept this
-    behaviour behind the compile spec ``share_kv_cache_across_methods`` and made an error of
-    the AOTI calls fail ``init``: with the spec set on every method this policy reproduces it
-    too (the dry run cannot model an AOTI call failing).
-
-    Approximations: "the first container" is recognised as "the cache is still empty".
-    Upstream sets its flag once the first method *with constants* has been extracted, even
-    when none of its constants has an FQN; then nothing is shared afterwards, while here the
-    next method becomes the first.  Upstream keeps one internal name per FQN (a map); a second
-    constant with an FQN already taken in the first method stays private here.  A shared
-    tensor that cannot fill the slot (other dtype, too few bytes, other device) is what the
-    loader's out-of-bounds guard reports as not runnable; upstream would run it.
+    "The first method" is the one that meets an empty cache; a second constant with an FQN the
+    first method already holds stays private.  History and approximations: ``docs/upstream.md``.
     """
 
     name = PolicyName.BLIND_SHARE
     summary = "every method uploads its own blob; each FQN the first method has is re-pointed at its tensor, unchecked"
-    reproduces = ("ExecuTorch #18667 (266ff2d71d, 2026-04-10), and #18864 (875f7c8019, 2026-04-14) with "
-                  "share_kv_cache_across_methods set on every method")
+    reproduces = (
+        UpstreamRevision(18667, "266ff2d71d", "2026-04-10", "the first sharing, inline in init(), always on"),
+        UpstreamRevision(18864, "875f7c8019", "2026-04-14", "the same behind compile spec "
+                         "share_kv_cache_across_methods, set on every method"),
+    )
 
     def plan(self, method, cache):
         lookups = _lookups(method, cache, lambda c: True)
@@ -632,52 +644,21 @@ def _cached_bytes(entry: CachedView) -> int:
 class FqnWeightCache(Policy):
     """ExecuTorch 1.5.x: per-FQN weight storages, keyed at export time, cached per program and device.
 
-    Export (``backends/cuda/cuda_weight_collector.py`` of the 1.5.1 wheel, #21823): every
-    method's weights are collected into one store under :func:`fqn_weight_key`.  Identical
-    bytes under one key are stored once; different bytes under one key make the exporter
-    raise ``ValueError("Duplicate key <key> with different data. ...")``: no program exists.
-    Modelled by :meth:`export`, which the session asks before anything is checked, opened or
-    uploaded: the load fails at stage "export" with exactly that message, naming the first
-    method (in load order) whose constant meets a key an earlier constant holds with other
-    bytes (the exporter collects the methods in order and raises on the first such entry);
-    every constant of every method is refused and nothing is loaded.
-
-    Runtime (the ETCUDAFQN3-era ``backends/cuda/runtime/cuda_weight_cache.cpp`` in the search
-    index, the version that parses a ``CudaFqnWeightManifest``): each method's manifest entry
-    names its storage key; the storage is looked up in a process-wide map keyed
-    ``<storage key>@<identity of the program's .ptd key>@cuda:<device>`` (``@cpu`` for CPU
-    storages), i.e. per loaded program and device; a hit reuses the device storage, a miss
-    copies that one storage from the ``.ptd`` to the device; every method builds its own view
-    (sizes, strides, storage offset from its manifest) and binds all of them user-managed with
-    ``validate_full_update=true``.  The manifest's dtype must equal the AOTI slot's dtype
-    (the loader checks the program model's dtypes against the compiled ``.so``).  Nothing
-    else is compared: a hit is safe because the exporter guaranteed one key, one content.
-    No whole blob is ever uploaded; a mutated buffer is shared by key like any weight (a KV
-    cache written by prefill is read by decode: measured with 1.5.1, one ``.ptd`` entry).
-
-    Here the session's cache is the program's scope; the first holder of a storage key is
-    cached under the key itself, holders on other devices under ``<key>@<device>``.  Under
-    this policy a decision's ``storage_key`` column (:attr:`ConstantDecision.key`) shows that
-    cache key, what the 1.5.x runtime looks up; ``fqn`` stays the FQN.
-
-    Not established, or approximated: the exporter compares whole storages, the toolkit the
-    bytes a slot reads (equal for every constant that is not a view into a larger storage);
-    a hit whose view differs from the cached tensor's (same storage, other sizes or strides)
-    gets its own upload here, where upstream builds a second view on the shared storage
-    (same outputs, more memory here); a second slot with the same key in one method gets its
-    own upload (upstream binds both names to one storage); what the 1.5.x runtime does with a
-    constant whose FQN is empty was not established (the manifest cannot hold one, and the
-    full-update validation should reject the method unless AOTI folded it): it is uploaded
-    privately here.  The merged runtime code of #21823 itself (the PR branch in the mirror,
-    91323c9c96, 2026-08-21, is still ETCUDAFQN1) was not available; the runtime modelled is
-    the ETCUDAFQN3 version named above, which matches the 1.5.1 exporter's payload.
+    :meth:`export` models the exporter: all methods' weights go into one store under
+    :func:`fqn_weight_key`; one key with two contents refuses the program (stage "export").
+    The runtime: a storage key cached for this device, with equal metadata, reuses its storage;
+    otherwise that storage alone is uploaded; every constant is installed user-managed, no
+    whole blob is uploaded.  The first holder of a key is cached under the key, holders on
+    other devices under ``<key>@<device>``; that cache key is a decision's ``storage_key``.
+    Upstream code modelled, approximations, what is not established: ``docs/upstream.md``.
     """
 
     name = PolicyName.FQN_WEIGHT_CACHE
     summary = ("per-FQN storages keyed at export (lifted constants namespaced by the .so); one key, one content "
                "or export fails; the runtime reuses a key's storage per program and device")
-    reproduces = ("ExecuTorch 1.5.x (#21823 'share AOTI weights by FQN across methods', merged after 2026-08-21; "
-                  "payload ETCUDAFQN3 of the executorch 1.5.1 wheel; merge commit not established)")
+    reproduces = (UpstreamRevision(21823, "", "2026-08-21", "'share AOTI weights by FQN across methods', merged "
+                                   "after this date; payload ETCUDAFQN3 of the executorch 1.5.1 wheel",
+                                   version="1.5.x"),)
     memory_optimal = True
 
     def _key(self, c: ConstantSpec, method: MethodView, cache: CacheView) -> tuple[str, str, CachedView | None]:

@@ -275,7 +275,7 @@ class ExplorerState:
     @property
     def policy_summary(self) -> str:
         p = get_policy(self.policy)
-        return f"{p.summary} (reproduces: {p.reproduces})"
+        return f"{p.summary} (reproduces: {p.reproduces_text()})"
 
     def _description(self) -> str:
         from .samples import sample_module

@@ -1,79 +1,16 @@
-"""ExecuTorch programs of the CUDA backend: a ``.pte`` and the ``.ptd`` beside it.
+"""ExecuTorch programs of the CUDA backend: a ``.pte`` and the ``.ptd`` beside it, as the program model.
 
-A ``.pte`` is a FlatBuffer (``schema/program.fbs``, file identifier ``ET12``) followed by
-segments; an extended header ``eh00`` at byte 8 gives the FlatBuffer's size and where the
-segments start.  Per method it has an execution plan; the CUDA delegate
-(``id == "CudaBackend"``, compile spec ``method_name``) has ``processed`` bytes that say
-which named data hold its ``.so`` and its weights.  A ``.ptd`` is a FlatTensor FlatBuffer
-(identifier ``FT01``, header ``FH01`` at byte 8: FlatBuffer offset and size, segment base
-offset and size) whose ``named_data`` map keys to segments.  Three generations of the
-delegate payload are read (``docs/upstream.md``):
-
-1. before #20424 (3a9abee4b2): empty processed bytes; named data ``<method>_so_blob`` and
-   ``<method>_weights_blob`` (one dense AOTInductor ``binary_blob`` per method);
-2. #20424 to 1.4: the text ``"<so_key>\\n<weights_key>"``, keys ``<sha256(so)>_so_blob``
-   and ``<sha256(blob)>_weights_blob`` (both checked against the bytes);
-3. 1.5.x (``backends/cuda/cuda_weight_collector.py``): ``ETCUDAFQN3``, the ``.so`` key, then
-   one manifest entry per weight (FQN, storage key, ``<QiiqI`` storage bytes, ScalarType,
-   device type, storage offset, rank, then sizes and strides as ``<q``); each storage is a
-   ``.ptd`` entry ``cuda_fqn_weight:<cpu|cuda>:<fqn>``, lifted ``_tensor_constant*`` FQNs
-   namespaced by the ``.so`` key.  Also read, their layout being established from upstream's
-   encoder and decoder (``encode_cuda_multi_arch_metadata`` / ``decode_cuda_aoti_metadata``
-   of the collector, and the later ``CudaWeightCache::parse``): ``ETCUDAFQN4`` (a list of
-   per-SM ``.so`` variants, then the same manifest), ``ETCUDAFQN5`` (variants with a flags
-   word: bit 0 = PTX fallback only) and ``ETCUDAFQN0`` (always with flags).  Such a method is
-   modelled with its first non-fallback variant's ``.so``; every variant is listed in
-   :attr:`~toolkit.model.MethodSpec.payload`.  ``ETCUDAFQN1``/``2`` (unmerged branches) are
-   refused by name.
-
-Generations 1 and 2 keep the constant table (names, FQNs, layouts) only inside the ``.so``:
-reading it means opening the ``.so``, which a source must not do (no torch, no runtime).  Pass
-``constant_table=`` (a mapping or a callable, see :class:`AotiConstant`) from whatever can read
-it (the AOTInductor runtime on the machine the program was built for, or the program the
-``.so`` was built from); the offsets inside the dense blob then follow AOTInductor's
-``binary_blob`` layout (constants in table order, each storage padded to 64 bytes unless all
-of them live on CUDA) and must add up to the blob's size exactly.
-
-The program model (:mod:`toolkit.model`), and where it differs from a program directory:
-
-* ``Program.source == "executorch-pte"``; ``root`` is the ``.pte``'s folder and every file
-  (the ``.pte``, each ``.ptd``, the references) has a :class:`~toolkit.model.FileRecord`;
-  ``torch_version`` is ``"unknown"`` (a ``.pte`` does not record it).
-* Methods are the execution plans in the file's order that have a CUDA delegate (plans with
-  none, e.g. constant methods such as ``get_max_seq_len``, are listed in the description);
-  a plan with several CUDA delegates is refused (the model has one container per method).
-* The ``.so`` is not a file of its own: ``so_file`` is the file holding it (the ``.pte``),
-  ``so_offset``/``so_bytes`` say where, ``so_key`` is its named-data key.  A 1.5.x method has
-  no dense blob: ``blob_file`` is the ``.ptd`` holding its storages, ``blob_offset`` is None
-  and ``blob_bytes`` is the size AOTInductor's ``binary_blob`` of those storages would have
-  (what a dense-blob revision of the runtime would upload).  ``reference_file`` is
-  ``reference_<method>.safetensors`` beside the ``.pte`` when there is one (the convention of
-  our fixtures), else "".  A ``sequence_<name>.safetensors`` beside it whose header metadata
-  ``steps`` names the steps is the program's sequence ``<name>`` (our fixture script writes
-  them).  ``input_order`` says which method input feeds each input of the
-  ``.so`` (traced through the execution plan's copy kernels; None when it cannot be traced),
-  ``output_order`` which output of the ``.so`` gives each method output (likewise).
-* Every constant has its FQN, an internal name derived as AOTInductor derives it
-  (``normalize_name``: non-alphanumerics become ``_``; a leading digit gets ``constant_``;
-  the loader checks these against the ``.so``'s own table), dtype, shape, strides, storage
-  offset, the bytes its slot reads (``nbytes``), the file and absolute byte offset of its
-  storage, and the sha256 of those bytes, computed here.  ``storage_key`` is its ``.ptd`` key,
-  ``so_key`` its method's ``.so`` key.  ``kind`` is ``lifted_constant`` for
-  ``_tensor_constant*`` and ``parameter`` otherwise, and ``mutated`` is False: a ``.pte``
-  records neither whether a weight is a buffer nor whether the graph writes it.
-
-Why our own FlatBuffer reader (:mod:`toolkit.sources._binary`) and not ExecuTorch's
-(measured on this machine with the executorch 1.5.1 wheel): ``pip install --no-deps`` adds
-130 MB; its reader, ``exir._serialize._program``, imports the whole ``exir`` package, which
-needs ``ruamel.yaml``, ``flatbuffers`` and ``tabulate`` besides (not in the wheel's
-``--no-deps`` install) and imports torch: 5.5 s and 2,700 modules before the first byte is
-read.  No ``flatc`` binary is needed.  The reader here needs nothing, reads only the fields
-above and reads them in milliseconds, and every malformed byte becomes a
-:class:`~toolkit.errors.ProgramError` naming the file, the field and the byte offset.
-ExecuTorch's reader stays available as a cross-check: ``open_pte(..., reader="executorch")``
-(the ``constshare-toolkit[executorch]`` extra; a :class:`~toolkit.errors.ToolkitError` naming
-the extra when it is missing) parses the same files with upstream's own code and builds the
-same model; the tests compare the two where the extra is installed.
+Our own bounds-checked FlatBuffer reader (:mod:`toolkit.sources._binary`) reads the ``.pte``
+(``ET12``, extended header ``eh00``) and each ``.ptd`` (FlatTensor, ``FT01``/``FH01``); every
+malformed byte is a :class:`~toolkit.errors.ProgramError` naming the file, field and offset.
+Methods are the execution plans with one CUDA delegate; its ``processed`` bytes, in one of
+three payload generations (named-data keys; ``.so`` and weights keys; the ``ETCUDAFQN3``,
+``4``, ``5`` and ``0`` per-FQN manifests of 1.5.x), say where its ``.so`` and weights lie.
+Generations 1 and 2 keep the constant table inside the ``.so``, which a source never opens:
+pass ``constant_table=`` (:class:`AotiConstant`); the offsets then follow AOTInductor's dense
+``binary_blob`` layout and must add up to the blob's size.  ``reader="executorch"`` parses
+with upstream's own reader instead (the ``executorch`` extra), as a cross-check.  The payload
+generations, how each field of the model is filled, and why our own reader: ``docs/upstream.md``.
 """
 
 from __future__ import annotations
