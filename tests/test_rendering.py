@@ -157,20 +157,35 @@ def test_other_boolean_columns_are_not_coloured():
     assert _Parsed(html_table(frame)).column(0) == [("True", None), ("False", None)]
 
 
+def _verdict(v, statuses=None, findings=()):
+    """A verdict over verification frame ``v`` (every method loaded and runnable unless ``statuses`` says)."""
+    from toolkit.tables import check_rows
+    from toolkit.verdict import MethodFacts, build_verdict
+    from toolkit.vocab import MethodStatus
+
+    statuses = statuses or {}
+    facts = [MethodFacts(m, statuses.get(m, (MethodStatus.LOADED, True))[0], statuses.get(m, (None, True))[1],
+                         findings=tuple(f for f in findings if f.method == m)) for m in v["method"]]
+    return build_verdict(program="p", policy="name-only", predicted=False, methods=facts, checks=check_rows(v))
+
+
 def test_verification_results_are_coloured():
+    from toolkit.vocab import MethodStatus
+
     v = pd.DataFrame({"method": ["a", "b", "c"], "ran": [True, True, False], "max_abs_err": [0.0, 0.123456, None],
-                      "atol": [1e-5, 1e-5, 1e-5], "rtol": [1e-4, 1e-4, 1e-4], "ok": [True, False, False],
-                      "reason": ["", "outputs differ", "method not loaded"]})
-    p = _Parsed(verification_html(v))
+                      "atol": [1e-5, 1e-5, 1e-5], "rtol": [1e-4, 1e-4, 1e-4], "ok": pd.array([True, False, pd.NA],
+                                                                                                 dtype="boolean"),
+                      "reason": ["", "outputs differ", "not loaded"]})
+    p = _Parsed(verification_html(v, _verdict(v, {"c": (MethodStatus.NOT_REACHED, False)})))
     assert p.texts("th") == ["method", "result", "max abs err", "atol", "rtol", "reason"]
-    assert p.column(1) == [("ok", "#d9ead3"), ("WRONG", "#f4cccc"), ("not run", "#eeeeee")]
+    assert p.column(1) == [("ok", "#d9ead3"), ("wrong", "#f4cccc"), ("not reached", "#eeeeee")]
     assert [t for t, _c in p.column(2)] == ["0", "0.123", ""]
-    assert [t for t, _c in p.column(5)] == ["", "outputs differ", "method not loaded"]
+    assert [t for t, _c in p.column(5)] == ["", "outputs differ", "not loaded"]
 
 
 def test_verification_empty():
-    assert verification_html(None) == verification_html(pd.DataFrame()) != ""
-    assert "no methods" in verification_html(None)
+    assert verification_html(None, None) == verification_html(pd.DataFrame(), None) != ""
+    assert "no methods" in verification_html(None, None)
 
 
 # ------------------------------------------------------------------ rows, empties, cell text
@@ -285,7 +300,6 @@ def test_widget_helpers_use_the_renderer():
     assert "<i>nothing</i>" in _table_html(pd.DataFrame(columns=["a"]), ["a"], "nothing")
     out = _table_html(pd.DataFrame({"a": ["<b>"], "wrong_methods": [["decode", "x"]]}), ["a", "wrong_methods"], "e")
     assert "constshare-table" in out and "&lt;b&gt;" in out and ">decode, x<" in out
-    assert "no methods" in _verification_html(None)
 
 
 # ------------------------------------------------------------------ issue 12: tables that read at real sizes
@@ -351,12 +365,13 @@ def test_content_check_and_the_culprit():
     d = pd.DataFrame({"method": ["a", "b", "c", "d"], "name": ["w"] * 4,
                       "decision": ["loaded", "shared", "shared", "declined"],
                       "digest": ["x" * 64, "y" * 64, "x" * 64, "z" * 64],
-                      "cached_digest": ["", "x" * 64, "x" * 64, "x" * 64]})
+                      "cached_digest": ["", "x" * 64, "x" * 64, "x" * 64],
+                      "data_problem": ["", "content differs", "", ""]})  # the loader's verdict.find_problem
     checked = content_check(d)
     assert list(checked.columns).index("same_content") == list(checked.columns).index("decision") + 1
     assert checked["same_content"].tolist()[1:] == [False, True, False] and pd.isna(checked["same_content"][0])
     assert culprit_mask(checked).tolist() == [False, True, False, False]
-    assert culprit_mask(d).tolist() == [False, True, False, False]  # computed when missing
+    assert not culprit_mask(d.drop(columns="data_problem")).any()  # the verdict's column, never re-derived
     p = _Parsed(html_table(checked, ["method", "decision", "same_content"]))
     cells = [(t, _cell_css(p, a)) for g, a, t in p.cells if g == "td"]
     decision, same = cells[1::3], cells[2::3]
@@ -410,13 +425,15 @@ def test_markdown_is_rendered_escaped():
     assert out.count("<p") == 2 and "<code>x*y</code> 3 * 4" in out
 
 
-def test_verification_names_the_constants_shared_with_other_content():
+def test_verification_names_the_constants_that_run_on_other_data():
+    from toolkit.verdict import find_problem
+    from toolkit.vocab import Decision
+
     v = pd.DataFrame({"method": ["prefill", "decode"], "ran": [True, True], "max_abs_err": [0.0, 9.0],
                       "atol": [1e-5] * 2, "rtol": [1e-4] * 2, "ok": [True, False], "reason": ["", "outputs differ"]})
-    d = pd.DataFrame({"method": ["prefill", "decode", "decode"], "name": ["w", "w", "v"],
-                      "decision": ["loaded", "shared", "shared"], "digest": ["a" * 64, "b" * 64, "c" * 64],
-                      "cached_digest": ["", "a" * 64, "c" * 64]})
-    p = _Parsed(verification_html(v, decisions=d))
-    assert p.texts("th")[-1] == "shared although content differs"
-    assert p.column(6) == [("", None), ("w", "#f4cccc")]
-    assert "shared although" not in verification_html(v)  # without decisions: as before
+    found = [find_problem(method="decode", name="w", fqn="w", decision=Decision.SHARED, digest="b" * 64, mutated=False,
+                          storage="", slot_problem="", cached_method="prefill", cached_name="w", cached_digest="a" * 64)]
+    p = _Parsed(verification_html(v, _verdict(v, findings=found)))
+    assert p.texts("th")[-1] == "runs on other data"
+    assert p.column(6) == [("", None), ("w (content differs)", "#fff2cc")]  # not tested by blame: amber
+    assert "runs on other data" not in verification_html(v, _verdict(v))  # nothing found: no column

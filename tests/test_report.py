@@ -253,15 +253,20 @@ def _decided_session(rows):
 
     from toolkit import events as ev
     from toolkit.tables import decisions_frame
+    from toolkit.verdict import find_problem
     from toolkit.vocab import Decision, Reason, TensorOrigin
 
     log = ev.EventLog()
     for method, name, decision, lookup, digest, cached in rows:
+        found = find_problem(method=method, name=name, fqn=name, decision=Decision(decision), digest=digest,
+                             mutated=False, storage="", slot_problem="", cached_method="enc" if cached else "",
+                             cached_name=name, cached_digest=cached)
         log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="parameter", mutated=False,
                    lookup=lookup, decision=Decision(decision), reason_code=Reason.NAME_HIT, reason="why",
                    source=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
                    digest=digest, cached_method="enc" if cached else "", cached_dtype="", cached_shape="",
-                   cached_strides="", cached_digest=cached, slot_problem="")
+                   cached_strides="", cached_digest=cached, slot_problem="",
+                   data_problem=found.problem.value if found else "")
     methods = sorted({r[0] for r in rows})
     return SimpleNamespace(
         decisions=decisions_frame(log), program=SimpleNamespace(
@@ -279,17 +284,18 @@ def test_session_html_scales_and_points_at_the_culprits():
     rows += [("dec", f"w{i}", "shared", "hit", a, a) for i in range(13)]  # honest shares
     rows += [("dec", f"w{i}", "shared", "hit", b, a) for i in range(13, 20)]  # 7 of other content
     h = session_html(_decided_session(rows))
-    assert "50 decisions" in h and "7 constants shared although the content differs" in h
+    assert "50 decisions" in h and "7 constants run on other data than their own" in h
     assert "20 names already in the cache" in h
     collisions, everything = h.split("<details")
     assert collisions.count("<tr>") == 21  # header + the 20 hits, not all 50
     first_rows = re.findall(r"<tr>.*?</tr>", collisions, flags=re.S)[1:8]
     assert all(">w1" in r and f">{'shared'}<" in r for r in first_rows)  # w13..w19: the culprits come first
-    # their decision (col 3) and same_content (col 4) cells, and only theirs, carry the culprit style
+    # their decision (col 3), same_content (col 4) and data_problem (col 5) cells, and only theirs, carry the
+    # culprit style
     # (no lookup column among the collisions: every one is a hit)
     rule = next(sel for sel, body in re.findall(r"([^{}]+)\{([^{}]*)\}", collisions) if "#990000" in body)
     marked = set(re.findall(r"_row(\d+)_col(\d+)", rule))
-    assert marked == {(str(r), c) for r in range(7) for c in ("3", "4")}, marked
+    assert marked == {(str(r), c) for r in range(7) for c in ("3", "4", "5")}, marked
     assert CULPRIT_STYLE.startswith("background-color: #f4cccc")
     assert everything.count("<tr>") == 51 and "max-height: 32em; overflow: auto" in everything
-    assert "content check: 7 shared although their content differs" in session_text(_decided_session(rows))
+    assert "content check: 7 run on other data than their own" in session_text(_decided_session(rows))
