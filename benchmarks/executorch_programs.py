@@ -32,7 +32,6 @@ import pandas as pd
 
 import toolkit
 from toolkit.analysis import run_analysis
-from toolkit.compare import suspect_methods
 from toolkit.tables import wrong_methods
 
 DEFAULT_ROOT = REPO / "tests" / "fixtures" / "executorch-1.5.1-cuda"
@@ -67,7 +66,7 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
     for policy in policies:
         dry = run_analysis(program, policy)
         row = {"program": folder.name, "policy": policy, "exporter": "exported", "dry_status": str(dry.status),
-               "predicted_wrong": _names(suspect_methods(dry.decisions)), "status": "", "wrong_alone": "",
+               "predicted_wrong": _names(dry.verdict.wrong_methods), "status": "", "wrong_alone": "",
                "sequences": "", "decisions_match": None, "device_bytes": 0, "load_s": 0.0, "error": ""}
         if device is None:
             rows.append(row)

@@ -16,7 +16,7 @@ def test_dry_run_of_a_real_pte_flags_the_name_only_hole(tmp_path, capsys):
     assert main(["report", str(PTE), "--policy", "name-only", "--dry-run", "--csv", str(csv)]) == 1
     out = capsys.readouterr().out
     assert "name-only: prefill runs on other data for _tensor_constant0, content differs: cached" in out
-    assert "(predicted): wrong; wrong: prefill" in out
+    assert "'prog' under 'name-only' (predicted): wrong; wrong: prefill" in out
     d = pd.read_csv(csv, keep_default_na=False)
     assert set(d["policy"]) == {"name-only"} and len(d) == 6
 

@@ -315,7 +315,7 @@ def test_collision_matrix_marks_shared_cells_of_other_content():
         {"method": "encode", "name": "w", "fqn": "proj.weight", "decision": "loaded", "digest": "a" * 64,
          "cached_digest": ""},
         {"method": "probe", "name": "w", "fqn": "proj.weight", "decision": "shared", "digest": "b" * 64,
-         "cached_digest": "a" * 64},
+         "cached_digest": "a" * 64, "data_problem": "content differs"},
         {"method": "again", "name": "w", "fqn": "proj.weight", "decision": "shared", "digest": "a" * 64,
          "cached_digest": "a" * 64},
     ])
@@ -328,7 +328,7 @@ def test_collision_matrix_marks_shared_cells_of_other_content():
     assert faces[(0, 2)] == to_rgba(plots.DECISION_COLOURS["shared"])  # again: an honest share, blue
     texts = {(t.get_position()[1]): t.get_text() for t in ax.texts}
     assert texts[1.5] == "S\u2717" and texts[2.5] == "S"
-    assert "S\u2717 shared, content differs" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "\u2717 runs on other data" in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 @pytest.mark.slow
@@ -396,7 +396,8 @@ def test_collision_matrix_of_thousands_of_names_is_capped_culprits_first():
                      "cached_digest": ""})
         bad = i % 97 == 5
         rows.append({"method": "b", "name": f"c{i}", "fqn": f"c{i}", "decision": "shared",
-                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64})
+                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64,
+                     "data_problem": "content differs" if bad else ""})
     d = pd.DataFrame(rows)
     t0 = time.perf_counter()
     fig = plots.collision_matrix(d)
@@ -426,7 +427,8 @@ def _content_rows(n_names: int, bad_every: int = 0) -> pd.DataFrame:
         bad = bool(bad_every) and i % bad_every == 1
         rows.append({"method": "decoder", "name": f"c{i}", "fqn": f"layers.{i}.w", "decision": "shared",
                      "reason_code": "name_hit_unchecked", "reason": "the name is in the cache: shared unchecked",
-                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64})
+                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64,
+                     "data_problem": "content differs" if bad else ""})
     rows.append({"method": "encoder", "name": "solo", "fqn": "only.in.the.encoder", "decision": "loaded",
                  "reason_code": "first_seen", "reason": "first time", "digest": "c" * 64, "cached_digest": ""})
     return pd.DataFrame(rows)
@@ -463,7 +465,7 @@ def test_interactive_matrix_marks_culprits_red_like_the_png():
     assert heat.text[1][1] == "S\u2717" and heat.text[1][0] == "S"
     # the PNG's culprits are the same cells
     assert plots.culprit_cells(d) == {("decoder", "layers.1.w")}
-    assert "S\u2717 shared, content differs" in [t.name for t in fig.data[1:]]  # in the legend
+    assert "\u2717 runs on other data" in [t.name for t in fig.data[1:]]  # in the legend
     ticks = fig.layout.yaxis.ticktext
     assert "wrong" in ticks[1] and plots.WRONG_COLOUR in ticks[1] and "wrong" not in ticks[0]
     assert any(s.line.color == plots.WRONG_COLOUR for s in fig.layout.shapes)  # the wrong row outlined

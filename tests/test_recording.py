@@ -75,7 +75,8 @@ def test_refused_load_reports_status_error_and_failed_event(built_sample):
     assert [e.fqn for e in s.cache] == ["_tensor_constant0"]
     assert list(s.cache)[0].owner_method == "prefill"
     v = s.verify().set_index("method")
-    assert v.loc["prefill", "ok"] and not v.loc["decode", "ok"] and "not loaded" in v.loc["decode", "reason"]
+    assert v.loc["prefill", "ok"] and v.loc["decode", "ok"] is pd.NA and "not loaded" in v.loc["decode", "reason"]
+    assert s.verdict().method("decode").outcome == "failed" and s.verdict().exit_code == 1
 
 
 def test_compare_policies_has_one_row_per_policy(built_sample):
@@ -89,7 +90,8 @@ def test_compare_policies_has_one_row_per_policy(built_sample):
 
 def test_cli_report_compare_and_errors(built_sample, tmp_path, capsys):
     prog = built_sample("total_collision")
-    assert cli_main(["compare", str(prog.root), "--policies", "name-only,fingerprint"]) == 0
+    assert cli_main(["compare", str(prog.root), "--policies", "name-only,fingerprint"]) == 1  # name-only: decode wrong
+    assert cli_main(["compare", str(prog.root), "--policies", "fingerprint"]) == 0
     out = capsys.readouterr().out
     assert "name-only" in out and "fingerprint" in out
     csv = tmp_path / "r.csv"

@@ -22,8 +22,9 @@ from safetensors.torch import save_file
 import toolkit
 from pt2_packages import FORMATS, cuda_packages, modules, packages
 from toolkit.analysis import run_analysis
-from toolkit.cli import EXIT_NO_REFERENCE, main
-from toolkit.compare import compare_policies, suspect_methods
+from toolkit.cli import main
+from toolkit.verdict import ExitCode
+from toolkit.compare import compare_policies
 from toolkit.errors import ReferenceDataError
 from toolkit.policies import POLICIES
 from toolkit.report import collision_report, read_report, to_csv
@@ -81,7 +82,7 @@ def test_without_references_a_pt2_method_is_neither_ok_nor_wrong(pt2, tmp_path):
 
 
 def test_the_cli_does_not_call_an_unverified_load_a_pass(pt2, tmp_path, capsys):
-    assert main(["report", str(pt2["binary_blob"]), "--policy", "fingerprint"]) == EXIT_NO_REFERENCE
+    assert main(["report", str(pt2["binary_blob"]), "--policy", "fingerprint"]) == ExitCode.NOT_VERIFIED
     assert "not verified (no reference): prefill, decode, prefill_again" in capsys.readouterr().out
     files = []
     for name, (m, args) in modules().items():
@@ -95,7 +96,7 @@ def test_the_cli_does_not_call_an_unverified_load_a_pass(pt2, tmp_path, capsys):
     capsys.readouterr()
     csv = tmp_path / "c.csv"
     assert main(["compare", str(pt2["binary_blob"]), "--policies", "fingerprint,name-only", *files,
-                 "--csv", str(csv)]) == 0
+                 "--csv", str(csv)]) == 1  # name-only runs two methods wrong
     f = pd.read_csv(csv, keep_default_na=False).set_index("policy")
     assert f.loc["name-only", "wrong_methods"] == "['decode', 'prefill_again']"
     assert f.loc["fingerprint", "no_reference"] == "[]"
@@ -129,7 +130,7 @@ def test_every_policy_on_a_cpu_pt2_loads_and_verifies_as_the_dry_run_predicts(pt
             v = s.verify(references=refs).set_index("method")
             assert v["ran"].all(), v.to_string()
             wrong = set(v.index[~v["ok"].astype(bool)])
-            assert wrong == set(suspect_methods(dry.decisions)), (policy, v.to_string())
+            assert wrong == set(dry.verdict.wrong_methods), (policy, v.to_string())
             assert wrong == ({"decode", "prefill_again"} if policy in NAME_SHARING else set()), policy
         finally:
             s.close()
@@ -314,7 +315,7 @@ def test_a_cuda_pt2_loads_and_verifies_under_every_policy_as_the_dry_run_predict
             v = s.verify(references=refs).set_index("method")
             assert v["ran"].all(), v.to_string()
             wrong = set(v.index[~v["ok"].astype(bool)])
-            assert wrong == set(suspect_methods(dry.decisions)), (policy, v.to_string())
+            assert wrong == set(dry.verdict.wrong_methods), (policy, v.to_string())
             assert wrong == ({"decode"} if policy in NAME_SHARING else set()), (policy, v.to_string())
             assert not math.isnan(v["max_abs_err"].max())
         finally:

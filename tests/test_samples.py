@@ -3,6 +3,7 @@ through the AOTInductor runtime."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import toolkit
@@ -80,8 +81,8 @@ def test_out_of_bounds_alias_is_recorded_and_never_run(built_sample):
     oob = [e for e in s.log if e.kind is EventKind.OUT_OF_BOUNDS_ALIAS]
     assert len(oob) == 1 and oob[0].method == "decode" and "out-of-bounds" in oob[0].problem
     v = s.verify().set_index("method")
-    assert not v.loc["decode", "ran"] and not v.loc["decode", "ok"]
-    assert "not runnable" in v.loc["decode", "reason"]
+    assert not v.loc["decode", "ran"] and v.loc["decode", "ok"] is pd.NA  # nothing ran: neither ok nor wrong
+    assert "not runnable" in v.loc["decode", "reason"] and s.verdict().not_runnable == ["decode"]
     with pytest.raises(toolkit.LoadError, match="not runnable"):
         s.run("decode")
 

@@ -26,6 +26,7 @@ from .tables import ANALYSIS_COLUMNS, analysis_frame
 if TYPE_CHECKING:
     from .loader import MethodResult
     from .session import Session
+    from .verdict import Verdict
 
 FLOOR_COLUMNS = ["device", "method", "name", "fqn", "nbytes", "role", "counted"]
 __all__ = ["ANALYSIS_COLUMNS", "Analysis", "MemoryFloor", "analyze", "memory_floor", "run_analysis"]
@@ -43,6 +44,11 @@ class Analysis:
     @property
     def status(self) -> str:
         return self.session.status if self.session is not None else "loaded"
+
+    @property
+    def verdict(self) -> "Verdict":
+        """The prediction: what would run wrong, why, and which constant (computed once)."""
+        return self.session.verdict()
 
     @property
     def device_bytes(self) -> int:

@@ -23,8 +23,8 @@ import pandas as pd
 
 from . import events as ev
 from .errors import LoadError
-from .tables import wrong_methods
-from .verdict import STANDALONE, ConstantFinding, DataProblem
+from .tables import check_rows, wrong_methods
+from .verdict import STANDALONE, ConstantFinding, DataProblem, ran_wrong
 from .vocab import Decision
 
 if TYPE_CHECKING:
@@ -35,14 +35,12 @@ BLAME_COLUMNS = ["verification", "method", "name", "fqn", "decision", "shared_fr
 
 
 def _passes(session: "Session", method: str, sequence: str | None) -> bool:
+    """The method (alone), or every step of the sequence, ran and matched its reference."""
     from .verification import verify_sequence, verify_session
 
-    if sequence is None:
-        v = verify_session(session)
-        row = v[v["method"] == method]
-        return bool(len(row)) and bool(row["ran"].iloc[0]) and row["ok"].iloc[0] is not pd.NA and bool(row["ok"].iloc[0])
-    v = verify_sequence(session, sequence)
-    return bool(v["ran"].all() and v["ok"].fillna(False).all())
+    rows = check_rows(verify_session(session) if sequence is None else verify_sequence(session, sequence))
+    rows = [r for r in rows if sequence is not None or r.method == method]
+    return bool(rows) and all(r.ran and not ran_wrong(r) for r in rows)
 
 
 def _candidates(session: "Session", methods: list[str], sequence: str | None) -> Iterator[tuple]:

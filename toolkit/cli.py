@@ -186,7 +186,8 @@ def cmd_report(a) -> int:
     _say_verdict(verdict)
     _out(verdict.headline())
     if verdict.no_reference:
-        _out("(no reference: pass --reference METHOD=FILE.safetensors)")
+        _out(f"not verified (no reference): {', '.join(verdict.no_reference)}; pass --reference "
+             "METHOD=FILE.safetensors")
     return int(verdict.exit_code)
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .model import Program
 
 WRONG_COLOUR = "#cc0000"
-CULPRIT_FACE = "#ea9999"  # a cell shared although its content differs
+CULPRIT_FACE = "#ea9999"  # a cell whose method runs on other data (its data_problem)
 _DECISION_ORDER = [d.value for d in Decision]
 _DECISION_LETTER = {"loaded": "L", "shared": "S", "declined": "D", "private": "P", "refused": "R"}
 # Saturated variants of the table colours, for lines and markers (the table ones are pastel backgrounds).
@@ -147,7 +147,10 @@ def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
         decisions = s.decisions
         order = [m.name for m in s.program.methods]
         default_title = f"{s.program.name}: {s.policy.name.value}"
-    wrong = _wrong_from(verification) | set(wrong_methods)
+    if verification is not None or wrong_methods or isinstance(session_or_decisions, pd.DataFrame):
+        wrong = _wrong_from(verification) | set(wrong_methods)
+    else:  # a session's own verdict
+        wrong = set(session_or_decisions.verdict().wrong_methods)
     culprits = culprit_cells(decisions)
     grid = collision_matrix_data(decisions, order)
     total = grid.shape[1]
@@ -187,9 +190,9 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
                      ax: "Axes | None" = None, title: str | None = None) -> "Figure":
     """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
 
-    A cell **shared although its content differs** (decision shared, the cached and the new
-    content digests disagree: the culprit of a wrong output) is drawn red with a cross.
-    Methods whose output was wrong (``verification`` rows that ran and failed, plus
+    A cell whose method **runs on other data** for that constant (the decisions'
+    ``data_problem``: the suspect of a wrong output) is drawn red with a cross.  Methods whose
+    output was wrong (a session's verdict; or ``verification`` rows that ran wrong, plus
     ``wrong_methods``) are labelled in red with a cross.  An empty cell: the method has no
     constant of that name (or its load never got there).  ``only_colliding`` keeps only the
     names that more than one method holds (the only ones sharing can touch); by default
@@ -252,7 +255,7 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     shown_culprits = [c for c in culprits if c[0] in set(grid.index) and c[1] in set(grid.columns)]
     if shown_culprits:
         handles.append(Patch(facecolor=CULPRIT_FACE, edgecolor=WRONG_COLOUR, linewidth=1.6,
-                             label="S\u2717 shared, content differs"))
+                             label="\u2717 runs on other data"))
     if wrong:
         handles.append(Patch(facecolor="white", edgecolor=WRONG_COLOUR, linewidth=2, label="wrong output"))
     if handles:
@@ -304,7 +307,8 @@ def _cell_hover(method: str, key: str, row: Mapping[str, Any] | None, culprit: b
     if name and name != key:
         lines.append("internal name: " + plotly_text(name))
     lines.append("decision: <b>" + plotly_text(decision) + "</b>"
-                 + (" \u2717 <b>content differs</b>: the culprit of a wrong output" if culprit else ""))
+                 + (f" \u2717 <b>{plotly_text(cell_text(row.get('data_problem')))}</b>: runs on other data"
+                    if culprit else ""))
     code, reason = cell_text(row.get("reason_code")), cell_text(row.get("reason"))
     if code:
         lines.append("reason: <b>" + plotly_text(code) + "</b>")
@@ -388,7 +392,7 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
                                  customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                                  colorscale=scale, zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1, ygap=1,
                                  hoverongaps=False, name="decisions", showlegend=False))
-    legend = {_CULPRIT: "S\u2717 shared, content differs", _ABSENT: "no such constant"}
+    legend = {_CULPRIT: "\u2717 runs on other data", _ABSENT: "no such constant"}
     for c in _CATEGORIES:
         if c in used and c != _ABSENT:
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", showlegend=True,

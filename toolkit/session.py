@@ -76,7 +76,7 @@ class Session(ProgramLoad):
             if references is not None:
                 raise ValueError("references= applies to methods run alone; a sequence is checked against the "
                                  "eager sequence the program stores")
-        key = (sequence, tuple(sorted((n, id(lm)) for n, lm in self.methods.items())))
+        key = self._verification_key(sequence)
         hit = self._verifications.get(sequence)
         if references is not None:  # checked and run every time: the caller may change them in place
             if self.status is SessionStatus.CLOSED:
@@ -91,6 +91,16 @@ class Session(ProgramLoad):
                    else verification.verify_sequence(self, sequence))
             self._verifications[sequence] = hit
         return hit[1].copy()
+
+    def _verification_key(self, sequence: str | None) -> tuple:
+        return sequence, tuple(sorted((n, id(lm)) for n, lm in self.methods.items()))
+
+    def _last_verification(self, sequence: str | None) -> "pd.DataFrame":
+        """The verification of the loaded methods (with the references last given, if any), run if there is none."""
+        hit = self._verifications.get(sequence)
+        if hit is not None and (self.status is SessionStatus.CLOSED or hit[0][:2] == self._verification_key(sequence)):
+            return hit[1]
+        return self.verify(sequence=sequence)
 
     def repeatability(self, runs: int = 3) -> "pd.DataFrame":
         """Which outputs change between repeated runs, and why (see :func:`toolkit.verification.repeatability`)."""
@@ -118,10 +128,10 @@ class Session(ProgramLoad):
         set of verifications and blames."""
         predicted = not self.runtime.can_run
         verified = not predicted and (self.status is not SessionStatus.CLOSED or None in self._verifications)
-        checks = check_rows(self.verify()) if verified else None
+        checks = check_rows(self._last_verification(None)) if verified else None
         sequences = {}
         if verified and self.load_outcome is SessionStatus.LOADED:
-            sequences = {q.name: check_rows(self.verify(sequence=q.name)) for q in self.program.sequences
+            sequences = {q.name: check_rows(self._last_verification(q.name)) for q in self.program.sequences
                          if self.status is not SessionStatus.CLOSED or q.name in self._verifications}
         key = (tuple((k, id(v[1])) for k, v in self._verifications.items()),
                tuple(id(b) for b in self._blames.values()), self.load_outcome)

@@ -221,7 +221,7 @@ def decision_counts(decisions: pd.DataFrame) -> dict[str, int]:
 
 def check_rows(verification: "pd.DataFrame") -> list[CheckRow]:
     """A verification frame (``Session.verify()``, of methods alone or of a sequence) as the verdict's rows."""
-    return [CheckRow(str(r["method"]), bool(r["ran"]), None if r["ok"] is pd.NA else bool(r["ok"]), str(r["reason"]),
+    return [CheckRow(str(r["method"]), bool(r["ran"]), None if pd.isna(r["ok"]) else bool(r["ok"]), str(r.get("reason", "")),
                      int(r["step"]) if "step" in r else None) for r in verification.to_dict("records")]
 
 

@@ -96,7 +96,7 @@ def find_problem(*, method: str, name: str, fqn: str, decision: Decision, digest
                                f"cached {cached_digest[:12]}... from {cached_method!r}, own {digest[:12]}...", source)
     if (mutated or cached_mutated) and (not storage or storage != cached_storage):
         return ConstantFinding(method, name, fqn, DataProblem.STATE_LEAKED,
-                               f"written by {cached_method!r}: another buffer of the eager program", source)
+                               f"state written by {cached_method!r}: another buffer of the eager program", source)
     return None
 
 
@@ -200,8 +200,8 @@ class Verdict:
 
     def headline(self) -> str:
         """One line: the outcome and the methods behind it."""
-        what = "predicted" if self.predicted else "verified"
-        parts = [f"{self.program!r} under {self.policy!r} ({what}): {self.outcome.value}"]
+        parts = [f"{self.program!r} under {self.policy!r}{' (predicted)' if self.predicted else ''}: "
+                 f"{self.outcome.value}"]
         if self.error:
             parts.append(f"{self.failed_stage.value if self.failed_stage else 'load'} failed: {self.error}")
         for label, names in (("wrong", self.wrong_methods), ("not runnable", self.not_runnable),
