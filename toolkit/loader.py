@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -22,6 +22,7 @@ from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
 from .model import MethodSpec, Program, TensorMeta, shown
+from .options import LoadOptions, options_from_environment
 from .policies import ExportRefusal, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
 from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes, default_runtime
 from .sources import open_program
@@ -83,18 +84,21 @@ class Session:
 
     After the load its tables (:attr:`decisions`, :attr:`lookups`, :attr:`comparisons`,
     :attr:`events`, :attr:`memory`, :attr:`method_results`) and its verification stay
-    available, also once :meth:`close` has released the device memory.
+    available, also once :meth:`close` has released the device memory.  ``options`` (default
+    ``LoadOptions()``): how bytes move and are checked; ``check_integrity``, when given, overrides it.
     """
 
     def __init__(self, program: Program, policy: Policy, devices: Mapping[str, Device], *, record: bool = True,
-                 check_integrity: bool = True, runtime: Runtime | None = None):
+                 check_integrity: bool | None = None, runtime: Runtime | None = None,
+                 options: LoadOptions | None = None):
         self.program = program
         self.policy = policy
         self.devices = dict(devices)
-        self.runtime = runtime if runtime is not None else default_runtime()
+        options = options if options is not None else LoadOptions()
+        self.options = options if check_integrity is None else replace(options, check_integrity=check_integrity)
+        self.runtime = runtime if runtime is not None else default_runtime(self.options)
         self.log = ev.EventLog(enabled=record)
         self.cache = SharedConstantCache()
-        self.check_integrity = check_integrity
         self.methods: dict[str, LoadedMethod] = {}
         self.results: dict[str, MethodResult] = {m.name: MethodResult(m.name, str(self.devices[m.name]))
                                                  for m in program.methods}
@@ -111,6 +115,10 @@ class Session:
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
         self._verifications: dict[str | None, tuple[tuple, Any]] = {}  # sequence (None: each method alone)
+
+    @property
+    def check_integrity(self) -> bool:
+        return self.options.check_integrity
 
     # ------------------------------------------------------------------ loading
     def load(self, progress: bool = False) -> "Session":
@@ -138,7 +146,8 @@ class Session:
                 # Every method's files at once (one file shared by two methods is checked once); a
                 # failure is the first method's, in load order, that uses the failing file.
                 try:
-                    check_files(self.program.root, self.program.files, [r for spec in specs for r in spec.files])
+                    check_files(self.program.root, self.program.files, [r for spec in specs for r in spec.files],
+                                self.options)
                 except ToolkitError as e:
                     bad = getattr(e, "path", None)
                     spec = next((sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)),
@@ -266,7 +275,7 @@ class Session:
         so = self.program.path(spec.so_file) if self.program.root is not None else Path(spec.so_file)
         self.log.record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
         if self.check_integrity:  # a .so runs code when opened: check it first (free if load() just did)
-            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file))
+            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file), self.options)
         self._peak = 0
         self._sample_memory(m, device, "before")
         t = time.perf_counter()
@@ -621,17 +630,20 @@ def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | N
 
 def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",
                  device: "str | Any | Mapping[str, str] | None" = None, *, record: bool = True,
-                 progress: bool = False, check_integrity: bool = True, runtime: Runtime | None = None) -> Session:
+                 progress: bool = False, check_integrity: bool | None = None, runtime: Runtime | None = None,
+                 options: LoadOptions | None = None) -> Session:
     """Load every method of a program under ``policy`` and return the session.
 
     A method that fails leaves the session with ``status == "failed"`` and ``error`` set,
-    not an exception, so the decisions up to the failure can be inspected.
+    not an exception, so the decisions up to the failure can be inspected.  ``options``: see
+    :class:`Session`; None reads them from the environment (:func:`~toolkit.options.options_from_environment`).
     """
+    options = options if options is not None else options_from_environment()
     program = open_program(program_or_path)
     pol = get_policy(policy)
-    rt = runtime if runtime is not None else default_runtime()
+    rt = runtime if runtime is not None else default_runtime(options)
     devices = resolve_devices(program, device, rt)
     for d in set(devices.values()):
         rt.check_available(program, d)
-    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt).load(
-        progress=progress)
+    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt,
+                   options=options).load(progress=progress)

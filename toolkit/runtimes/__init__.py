@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol
 
 from ..model import ConstantSpec, MethodSpec, Program, TensorMeta  # noqa: F401 (protocol types)
+from ..options import LoadOptions
 
 
 @dataclass(frozen=True)
@@ -122,10 +123,10 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-def default_runtime() -> "Runtime":
+def default_runtime(options: LoadOptions | None = None) -> "Runtime":
     from .aoti import AotiRuntime
 
-    return AotiRuntime()
+    return AotiRuntime(options)
 
 
 __all__ = ["CompiledConstant", "CompiledMethod", "Device", "MethodRuntime", "Runtime", "aligned_slot_bytes",
