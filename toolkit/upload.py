@@ -123,8 +123,6 @@ class HostStager:
     def _ensure(self) -> None:
         if self._bufs:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         self._bufs = [torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=True) for _ in range(self.slots)]
         self._events = [None] * self.slots
         if self.read_threads > 1:

@@ -416,7 +416,7 @@ class AotiMethod:
         so = program.path(method.so_file)
         if method.so_bytes is not None:
             so = extract_so(so, method.so_offset, method.so_bytes,
-                            (runtime.options.cache_dir or Path.home() / ".cache" / "constshare") / "so")
+                            Path(runtime.options.cache_dir or Path.home() / ".cache" / "constshare") / "so")
             make_torch_global()
         self.container = AotiContainer.create(so, self.device)
 
