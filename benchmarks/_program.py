@@ -20,6 +20,7 @@ import os
 import torch
 
 LAYERS = 7
+UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # read by toolkit.options.options_from_environment (by older toolkits themselves)
 BATCH = {"prefill": 8, "decode": 1}
 
 
@@ -136,13 +137,19 @@ def check_upload_path(device, choice: str) -> str:
     dev = torch.device(device)
     sizes = [0, 1, 4096 + 3, (8 << 20) + 5, (64 << 20) * 2 + 12345, 77]
     data = torch.randint(0, 256, (sum(sizes) + 64,), dtype=torch.uint8)
-    old = os.environ.get(upload.UPLOAD_ENV)
-    os.environ[upload.UPLOAD_ENV] = choice
+    old = os.environ.get(UPLOAD_ENV)
+    os.environ[UPLOAD_ENV] = choice
     try:
         with tempfile.TemporaryDirectory() as d:
             blob = Path(d) / "blob"
             blob.write_bytes(data.numpy().tobytes())
-            uploader = upload.make_uploader(dev)
+            try:  # this toolkit: the options say the path (read from the CONSTSHARE_UPLOAD set above)
+                from toolkit.options import options_from_environment
+
+                uploader = upload.make_uploader(dev, options_from_environment())
+            except ImportError:  # a toolkit from before toolkit/options.py reads the environment itself
+                uploader = upload.make_uploader(dev)
+            warm = getattr(upload, "PATH_MAPPED_WARM", "page-locked mapping, already locked")  # UploadPath.MAPPED_WARM
             specs, off = [], 7
             for n in sizes:
                 specs.append(ConstantSpec(name=f"c{n}", fqn=f"c{n}", kind=ConstantKind.BUFFER, mutated=False,
@@ -160,7 +167,7 @@ def check_upload_path(device, choice: str) -> str:
                     if not torch.equal(got, data[c.offset: c.offset + c.nbytes]):
                         return f"{load}: bytes differ for a {c.nbytes}-byte constant"
                     if (c.nbytes and choice == "mapped" and load == "reload"
-                            and uploader.last_path != upload.PATH_MAPPED_WARM):
+                            and uploader.last_path != warm):
                         return f"reload fell back to {uploader.last_path}: {uploader.disabled_reason}"
                 if uploader is not None:
                     uploader.release()
@@ -173,24 +180,22 @@ def check_upload_path(device, choice: str) -> str:
         return f"{type(e).__name__}: {e}"
     finally:
         if old is None:
-            os.environ.pop(upload.UPLOAD_ENV, None)
+            os.environ.pop(UPLOAD_ENV, None)
         else:
-            os.environ[upload.UPLOAD_ENV] = old
+            os.environ[UPLOAD_ENV] = old
     return ""
 
 
 def choose_upload_path(device) -> str:
     """The fastest upload path that passes :func:`check_upload_path`, set in
     ``CONSTSHARE_UPLOAD`` for this process and the child processes it starts.  Returns a note."""
-    from toolkit import upload
-
     if torch.device(device).type != "cuda":
         return "cpu"
     problems = []
     for choice in ("mapped", "staged", "unstaged"):
         problem = check_upload_path(device, choice)
         if not problem:
-            os.environ[upload.UPLOAD_ENV] = choice
+            os.environ[UPLOAD_ENV] = choice
             return choice if not problems else f"{choice} ({'; '.join(problems)})"
         print(f"!!! upload path {choice!r} failed its check ({problem}); trying the next one")
         problems.append(f"{choice} failed: {problem}")

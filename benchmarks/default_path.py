@@ -11,7 +11,7 @@ arguments (sha256 of every file checked first), and, for comparison, the same ca
 validating the manifest) is in the time wherever a version of the toolkit does it.
 
 One fresh process per load: a second load in one process would find the blob's pages
-still page-locked by the first (toolkit.upload.HOST_LOCKS) and .so files already mapped.
+still page-locked by the first (toolkit.upload.host_locks()) and .so files already mapped.
 One untimed warm-up load comes first (it leaves every file in the page cache for all
 timed runs alike); then ``--runs`` pairs, alternating which setting goes first.  Per run:
 seconds of the call; per pair: default / integrity-off; and the ratio of the medians.

@@ -215,12 +215,12 @@ class _Null:
 
 def child_integrity(args) -> dict:
     from toolkit import open_program
-    from toolkit.integrity import VERIFIED, check_files, hash_threads
+    from toolkit.integrity import check_files, hash_threads, verified_files
 
     prog = open_program(args.program_dir)
     rels = [rel for m in prog.methods for rel in m.files]
     nbytes = sum(prog.files[r].bytes for r in set(rels))
-    VERIFIED.clear()
+    verified_files().clear()
     t = time.perf_counter()
     check_files(prog.root, prog.files, rels)
     sec = time.perf_counter() - t

@@ -15,7 +15,7 @@ cache, as after a build or a first load), every figure from its own fresh proces
 * ``kvikio``: ``kvikio.CuFile.pread`` of every constant into a device tensor (if kvikio
   imports; its compatibility mode when GPUDirect Storage is unavailable);
 * the toolkit: ``load_program(dir, "fingerprint")`` with integrity on (the default path) and
-  off, under each first-load mode (``CONSTSHARE_FIRST_LOAD`` staged / locked / hybrid), and a
+  off, under each first-load mode (``LoadOptions.first_load`` staged / locked / hybrid), and a
   reload in the same process; the load's phases from its events.
 
 Then the targets of issue 14 as ratios: first load of a blob / pinned copy (>= 0.8); the whole
@@ -124,15 +124,18 @@ def child(args) -> dict:
         for f in files.values():
             f.close()
     else:  # the toolkit: "toolkit <mode> integrity on|off"
+        from dataclasses import replace
+
         from toolkit import load_program
+        from toolkit.options import options_from_environment
         from toolkit.vocab import EventKind
 
         _, mode, _, integrity = kind.split()
-        os.environ["CONSTSHARE_FIRST_LOAD"] = mode
-        check = integrity == "on"
+        # the upload path _program.prepare chose (CONSTSHARE_UPLOAD), this first-load mode
+        options = replace(options_from_environment(), first_load=mode, check_integrity=integrity == "on")
         for label in ("first", "reload"):
             t = time.perf_counter()
-            s = load_program(args.program_dir, "fingerprint", check_integrity=check)
+            s = load_program(args.program_dir, "fingerprint", options=options)
             sec = time.perf_counter() - t
             ups = [e for e in s.log if e.kind is EventKind.CONSTANT_UPLOADED]
             made = [e for e in s.log if e.kind is EventKind.CONTAINER_CREATED]
@@ -149,9 +152,9 @@ def child(args) -> dict:
             del s
             gc.collect()
             if label == "first":
-                from toolkit.upload import HOST_LOCKS
+                from toolkit.upload import host_locks
 
-                HOST_LOCKS.wait_until_locked()  # a true reload: the background locking is done
+                host_locks().wait_until_locked()  # a true reload: the background locking is done
         out.update(seconds=out["first_seconds"], bytes=out["first_upload_bytes"])
     return out
 

@@ -46,7 +46,7 @@ import torch
 
 import _program
 from toolkit import load_program
-from toolkit.upload import HOST_LOCKS, HostLockCache, HostStager, MappedBlobUploader, read_constant_bytes, upload_constant
+from toolkit.upload import HostLockCache, HostStager, MappedBlobUploader, host_locks, read_constant_bytes, upload_constant
 from toolkit.vocab import EventKind
 
 
@@ -121,7 +121,7 @@ def main(argv=None):
         uploaders["toolkit_first_load"] = MappedBlobUploader(dev, locks=first_locks)
         uploaders["toolkit_reload"] = MappedBlobUploader(dev, locks=reload_locks)
         kinds[1:1] = ["toolkit_reload", "toolkit_first_load"]
-        for mode in ("locked", "hybrid"):  # first loads that lock pages while they copy (CONSTSHARE_FIRST_LOAD)
+        for mode in ("locked", "hybrid"):  # first loads that lock pages while they copy (LoadOptions.first_load)
             k = f"toolkit_first_load_{mode}"
             first_mode_locks[k] = HostLockCache(1 << 40)
             uploaders[k] = MappedBlobUploader(dev, locks=first_mode_locks[k], first_load=mode)
@@ -168,7 +168,7 @@ def main(argv=None):
                          "GBps": sum(c.nbytes for c in spec.constants) / sec / 1e9})
         first_locks.clear()
     for rep in range(args.repeats):
-        HOST_LOCKS.clear()
+        host_locks().clear()
         for kind in ("loader_fingerprint_cold", "loader_fingerprint_reload"):
             s = load_program(prog, "fingerprint", device=str(dev), check_integrity=False)
             ups = [e for e in s.log if e.kind is EventKind.CONSTANT_UPLOADED and e.method == spec.name]
@@ -178,8 +178,8 @@ def main(argv=None):
             s.close()
             del s
             gc.collect()
-            HOST_LOCKS.wait_until_locked()  # the reload is a true reload
-    HOST_LOCKS.clear()
+            host_locks().wait_until_locked()  # the reload is a true reload
+    host_locks().clear()
     # region size for reloads, each on its own uploader and lock cache (1 warm-up + 2 timed)
     if "toolkit_reload" in uploaders and not args.no_sweep:
         for region_mib in (16, 64, 256, 1024):

@@ -9,7 +9,7 @@ import pytest
 
 from toolkit import compare_policies, load_program
 from toolkit import integrity
-from toolkit.integrity import VERIFIED
+from toolkit.integrity import verified_files
 
 pytestmark = pytest.mark.slow  # loads a (cached) sample program
 
@@ -27,9 +27,9 @@ def hashes(monkeypatch):
 
     monkeypatch.setattr(integrity, "sha256_file", counting(integrity.sha256_file))
     monkeypatch.setattr(integrity, "chunk_sha256s", counting(integrity.chunk_sha256s))
-    VERIFIED.clear()
+    verified_files().clear()
     yield seen
-    VERIFIED.clear()
+    verified_files().clear()
 
 
 def test_every_file_is_hashed_once_per_load(built_sample, hashes):

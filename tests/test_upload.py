@@ -18,7 +18,8 @@ import torch
 from toolkit import upload
 from toolkit.errors import IntegrityError
 from toolkit.model import ConstantSpec
-from toolkit.vocab import ConstantKind
+from toolkit.options import FirstLoad, LoadOptions, UploadMode
+from toolkit.vocab import ConstantKind, UploadPath
 
 PAGE = mmap.PAGESIZE
 
@@ -110,12 +111,23 @@ def test_covering_finds_exactly_the_regions_of_a_range(tmp_path):
     assert lm.mm.closed
 
 
-def test_the_lock_budget_comes_from_the_environment(monkeypatch):
-    monkeypatch.setenv(upload.LOCK_BUDGET_ENV, "1.5")
-    assert upload.HostLockCache().budget_bytes == 3 << 29
-    monkeypatch.setenv(upload.LOCK_BUDGET_ENV, "lots")
-    with pytest.raises(ValueError, match="CONSTSHARE_HOST_LOCK_GIB='lots'"):
-        upload.HostLockCache()
+def test_each_load_sets_the_lock_budget_of_the_process_cache():
+    """The budget is the options' of the load making the uploader, not frozen at import."""
+    dev = torch.device("cuda", 0)  # constructing uploaders touches no device
+    locks = upload.host_locks()
+    assert upload.host_locks() is locks  # one per process
+    before = locks.budget_bytes
+    try:
+        up = upload.make_uploader(dev, LoadOptions(host_lock_bytes=3 << 29))
+        assert up.locks is locks and locks.budget_bytes == 3 << 29
+        upload.make_uploader(dev, LoadOptions(host_lock_bytes=0))
+        assert locks.budget_bytes == 0
+        upload.make_uploader(dev, LoadOptions())  # None: a quarter of physical memory
+        assert locks.budget_bytes == upload.lock_budget(None) > 0
+    finally:
+        locks.budget_bytes = before
+    assert isinstance(upload.make_uploader(dev, LoadOptions(upload=UploadMode.STAGED)), upload.HostStager)
+    assert upload.make_uploader(dev, LoadOptions(upload="unstaged")) is None
 
 
 def test_region_size_must_be_whole_pages():
@@ -123,10 +135,9 @@ def test_region_size_must_be_whole_pages():
         upload.MappedBlobUploader(torch.device("cuda", 0), region_bytes=PAGE + 1)
 
 
-def test_an_unknown_upload_path_is_named_in_the_error(monkeypatch):
-    monkeypatch.setenv(upload.UPLOAD_ENV, "turbo")
-    with pytest.raises(ValueError, match="CONSTSHARE_UPLOAD='turbo'"):
-        upload.make_uploader(torch.device("cuda", 0))
+def test_an_unknown_upload_path_is_named_in_the_error():
+    with pytest.raises(ValueError, match="LoadOptions.upload 'turbo'; choose one of 'mapped', 'staged', 'unstaged'"):
+        LoadOptions(upload="turbo")
 
 
 def test_cpu_loads_record_how_the_bytes_travelled(built_sample):
@@ -134,8 +145,8 @@ def test_cpu_loads_record_how_the_bytes_travelled(built_sample):
 
     s = load_program(built_sample("total_collision"), "fingerprint", device="cpu")
     ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
-    assert ups and {e.path for e in ups} == {upload.PATH_HOST}
-    assert set(s.events.query("kind == 'constant_uploaded'")["path"]) == {upload.PATH_HOST}
+    assert ups and {e.path for e in ups} == {UploadPath.HOST}
+    assert set(s.events.query("kind == 'constant_uploaded'")["path"]) == {"host read"}  # the enum's value
 
 
 # ---------------------------------------------------------------------------- short reads
@@ -240,13 +251,13 @@ def _same(got: torch.Tensor, data: torch.Tensor, c: ConstantSpec) -> bool:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("choice", ["mapped", "staged", "unstaged"])
-def test_every_path_delivers_the_exact_bytes(blob, monkeypatch, choice):
+def test_every_path_delivers_the_exact_bytes(blob, choice):
     path, data, specs = blob
     dev = torch.device("cuda", 0)
-    monkeypatch.setenv(upload.UPLOAD_ENV, choice)
-    monkeypatch.setenv(upload.FIRST_LOAD_ENV, "staged")  # the locked first load has its own test
-    upload.HOST_LOCKS.clear()
-    up = upload.make_uploader(dev)
+    locks = upload.host_locks()
+    locks.clear()
+    # the locked first load has its own test
+    up = upload.make_uploader(dev, LoadOptions(upload=choice, first_load=FirstLoad.STAGED))
     try:
         for rounds in range(3):  # a first load, then reloads of the same blob
             if up is not None:
@@ -256,34 +267,33 @@ def test_every_path_delivers_the_exact_bytes(blob, monkeypatch, choice):
                 assert _same(upload.upload_constant(path, c, dev, up), data, c), (choice, c.name)
                 if up is not None and c.nbytes:
                     if choice == "mapped" and rounds:
-                        assert up.last_path == upload.PATH_MAPPED_WARM, c.name
+                        assert up.last_path == UploadPath.MAPPED_WARM, c.name
                     else:
-                        assert up.last_path == upload.PATH_STAGED, c.name
+                        assert up.last_path == UploadPath.STAGED, c.name
             if up is not None:
                 up.release()
-                upload.HOST_LOCKS.wait_until_locked()  # a true reload: the background locking is done
+                locks.wait_until_locked()  # a true reload: the background locking is done
         if up is not None:
             assert getattr(up, "disabled_reason", None) is None
             up.close()
         if choice == "mapped":
-            assert upload.HOST_LOCKS.locked_bytes >= sum(c.nbytes for c in specs)
-            assert upload.HOST_LOCKS.mapped_files == [path]
+            assert locks.locked_bytes >= sum(c.nbytes for c in specs)
+            assert locks.mapped_files == [path]
         else:
-            assert upload.HOST_LOCKS.mapped_files == []  # nothing is locked on the other paths
+            assert locks.mapped_files == []  # nothing is locked on the other paths
     finally:
-        upload.HOST_LOCKS.clear()
-    assert upload.HOST_LOCKS.locked_bytes == 0
+        locks.clear()
+    assert locks.locked_bytes == 0
     assert _lock_whole_file_again(path) == 0
 
 
-def test_an_unknown_first_load_mode_is_named_in_the_error(monkeypatch):
-    monkeypatch.setenv(upload.FIRST_LOAD_ENV, "telepathy")
-    with pytest.raises(ValueError, match="CONSTSHARE_FIRST_LOAD='telepathy'.*staged, locked, hybrid"):
-        upload.MappedBlobUploader(torch.device("cuda", 0))
-    monkeypatch.setenv(upload.FIRST_LOAD_ENV, "Hybrid")
-    assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load == "hybrid"
-    monkeypatch.delenv(upload.FIRST_LOAD_ENV)
-    assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load == "locked"  # the default
+def test_an_unknown_first_load_mode_is_named_in_the_error():
+    with pytest.raises(ValueError, match="first load 'telepathy'.*'staged', 'locked', 'hybrid'"):
+        upload.MappedBlobUploader(torch.device("cuda", 0), first_load="telepathy")
+    assert upload.MappedBlobUploader(torch.device("cuda", 0), first_load="hybrid").first_load is FirstLoad.HYBRID
+    assert upload.MappedBlobUploader(torch.device("cuda", 0)).first_load is FirstLoad.LOCKED  # the default
+    up = upload.make_uploader(torch.device("cuda", 0), LoadOptions(first_load="hybrid"))
+    assert up.first_load is FirstLoad.HYBRID and up.locks is upload.host_locks()
 
 
 @pytest.mark.gpu
@@ -307,7 +317,7 @@ def test_a_first_load_that_locks_as_it_copies_delivers_the_exact_bytes(blob, mon
             assert locks.locked_bytes == 0
         else:
             # under hybrid a constant of one piece goes whichever way took it first
-            want = {upload.PATH_HYBRID, upload.PATH_LOCKED_NOW} if mode == "hybrid" else {upload.PATH_LOCKED_NOW}
+            want = {UploadPath.HYBRID, UploadPath.LOCKED_NOW} if mode == "hybrid" else {UploadPath.LOCKED_NOW}
             assert all(paths[n] in want for n in big), paths
             if mode == "locked":  # every page of them locked as they were copied
                 assert locks.locked_bytes >= sum(c.nbytes for c in specs if c.name in big)
@@ -318,7 +328,7 @@ def test_a_first_load_that_locks_as_it_copies_delivers_the_exact_bytes(blob, mon
             for c in specs:  # a reload: every page locked
                 assert _same(up.upload(path, c), data, c)
                 if c.nbytes:
-                    assert up.last_path == upload.PATH_MAPPED_WARM, c.name
+                    assert up.last_path == UploadPath.MAPPED_WARM, c.name
             assert up.disabled_reason is None
     finally:  # a failed check must not leave pages locked for the next test
         up.close()
@@ -341,7 +351,7 @@ def test_lone_uploads_without_prefetch_are_staged_then_warm(blob):
     for c in specs:
         assert _same(up.upload(path, c), data, c)
         if c.nbytes:
-            assert up.last_path == upload.PATH_MAPPED_WARM, c.name
+            assert up.last_path == UploadPath.MAPPED_WARM, c.name
     up.close()
     assert up.disabled_reason is None
     locks.clear()
@@ -368,7 +378,7 @@ def _load_all_staged(up, path: Path, data: torch.Tensor, specs) -> None:
     for c in specs:
         assert _same(up.upload(path, c), data, c)
         if c.nbytes:
-            assert up.last_path == upload.PATH_STAGED
+            assert up.last_path == UploadPath.STAGED
     up.release()
 
 
@@ -418,7 +428,7 @@ def test_a_reload_copies_from_pages_still_locked_and_a_rewritten_blob_is_never_r
     for i, c in enumerate(specs):
         assert _same(second.upload(path, c), data, c)
         if c.nbytes:
-            assert second.last_path == (upload.PATH_MAPPED_WARM if i < 5 else upload.PATH_STAGED), c.name
+            assert second.last_path == (UploadPath.MAPPED_WARM if i < 5 else UploadPath.STAGED), c.name
     second.release()
     locks.wait_until_locked()
     # the blob is rewritten in place (same size, new bytes): a new file version, a new mapping
@@ -430,7 +440,7 @@ def test_a_reload_copies_from_pages_still_locked_and_a_rewritten_blob_is_never_r
     for c in specs:
         assert _same(second.upload(path, c), new, c), c.name
         if c.nbytes:
-            assert second.last_path == upload.PATH_STAGED
+            assert second.last_path == UploadPath.STAGED
     second.close()
     locks.wait_until_locked()
     locks.clear()
@@ -497,24 +507,25 @@ def test_a_cuda_load_locks_as_it_copies_and_its_reload_copies_from_locked_pages(
     from toolkit import load_program
 
     prog = built_sample("total_collision", device="cuda")
-    upload.HOST_LOCKS.clear()
+    locks = upload.host_locks()
+    locks.clear()
     try:
         paths = []
         for _ in range(2):
-            s = load_program(prog, "fingerprint", device="cuda")
+            s = load_program(prog, "fingerprint", device="cuda", options=LoadOptions())  # the default path
             ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
             assert ups
             paths.append({e.path for e in ups})
             assert s.verify()["ok"].all()
             s.close()
-            upload.HOST_LOCKS.wait_until_locked()
+            locks.wait_until_locked()
         # the default first load locks pages as it copies (a constant whose pages the one before it
         # locked copies from those); the reload finds every page locked
-        assert upload.PATH_LOCKED_NOW in paths[0]
-        assert paths[0] <= {upload.PATH_LOCKED_NOW, upload.PATH_MAPPED, upload.PATH_MAPPED_WARM}
-        assert paths[1] == {upload.PATH_MAPPED_WARM}
+        assert UploadPath.LOCKED_NOW in paths[0]
+        assert paths[0] <= {UploadPath.LOCKED_NOW, UploadPath.MAPPED, UploadPath.MAPPED_WARM}
+        assert paths[1] == {UploadPath.MAPPED_WARM}
     finally:
-        upload.HOST_LOCKS.clear()
+        locks.clear()
 
 
 # ------------------------------------------------- the first load's logic, CUDA calls stubbed
@@ -570,7 +581,7 @@ def test_the_first_load_logic_delivers_every_byte(blob, cuda_stubbed, monkeypatc
         assert up.disabled_reason and "failed during a first load" in up.disabled_reason
     else:
         assert up.disabled_reason is None
-        assert paths[specs[5].name] in (upload.PATH_LOCKED_NOW, upload.PATH_HYBRID)  # the 128 MiB one
+        assert paths[specs[5].name] in (UploadPath.LOCKED_NOW, UploadPath.HYBRID)  # the 128 MiB one
         # locked: every byte of every non-empty constant lies in a region locked now
         if mode == "locked":
             lm = locks.acquire(path)

@@ -20,6 +20,7 @@ _EXPORTS = {
     "IsolatedLoad": "isolation", "load_isolated": "isolation",
     "Session": "session", "load_program": "session",
     "Program": "model",
+    "LoadOptions": "options", "options_from_environment": "options",
     "POLICIES": "policies", "Policy": "policies", "get_policy": "policies",
     "open_program": "sources",
     "Decision": "vocab", "Lookup": "vocab", "MethodStatus": "vocab", "PolicyName": "vocab",

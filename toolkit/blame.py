@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Iterator
 import pandas as pd
 
 from . import events as ev
-from .errors import LoadError
 from .tables import check_rows, wrong_methods
 from .verdict import STANDALONE, ConstantFinding, DataProblem, ran_wrong
 from .vocab import Decision

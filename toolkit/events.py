@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Iterator
 
-from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin
+from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin, UploadPath
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ class ConstantUploaded(Event):
     fqn: str
     bytes: int
     seconds: float
-    path: str  # how the bytes travelled: upload.PATH_MAPPED, PATH_STAGED, ... or "host read" on CPU
+    path: UploadPath  # how the bytes travelled
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ kernel (``write``, ``truncate``, a rename over it, a new copy) changes its mtime
 and ctime cannot be set back by a user (``touch -d`` and ``os.utime`` set mtime and
 atime, and themselves change ctime).  It does not catch a change that bypasses the
 file system (writing the raw block device) or a file on a file system with coarse or no
-timestamps; :data:`VERIFIED` ``.clear()`` (or ``CONSTSHARE_REHASH=1``) hashes everything again.
+timestamps; :func:`verified_files` ``.clear()`` (or ``LoadOptions(rehash=True)``) hashes everything again.
 
 Speed.  One sha256 stream runs on one core (about 1.4 GB/s on the H200's host, 2026-12-01),
 so a multi-GiB blob would take seconds.  Our builder therefore also records the sha256 of
@@ -19,7 +19,7 @@ file passes when every piece matches.  That trusts sha256 exactly as much as the
 digest does (a change to any byte changes its piece's digest); it only gives up one
 number standing for the whole file, which the manifest still records beside the pieces.
 A record without pieces (format versions 1-2, files of other formats) is hashed whole.
-``CONSTSHARE_HASH_THREADS`` caps the threads (default: every core, at most 32).
+``LoadOptions.hash_threads`` caps the threads of a load (default: every core, at most 32).
 """
 
 from __future__ import annotations
@@ -33,23 +33,14 @@ from typing import Iterable
 
 from .errors import IntegrityError
 from .model import FileRecord
+from .options import LoadOptions
 
 _CHUNK = 1 << 22
 CHUNK_BYTES = 64 << 20  # the piece size our builder records digests for
-THREADS_ENV = "CONSTSHARE_HASH_THREADS"
 
 
 def hash_threads() -> int:
-    """Threads for hashing pieces: ``CONSTSHARE_HASH_THREADS`` or every core (at most 32)."""
-    raw = os.environ.get(THREADS_ENV, "").strip()
-    if raw:
-        try:
-            n = int(raw)
-        except ValueError:
-            raise ValueError(f"{THREADS_ENV}={raw!r}: expected a positive integer") from None
-        if n < 1:
-            raise ValueError(f"{THREADS_ENV}={raw!r}: expected a positive integer")
-        return n
+    """Threads for hashing pieces unless told otherwise: every core (at most 32)."""
     return max(1, min(32, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
@@ -122,10 +113,11 @@ class VerifiedFiles:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def check(self, path: Path, record: FileRecord) -> bool:
+    def check(self, path: Path, record: FileRecord, options: LoadOptions = LoadOptions()) -> bool:
         """Raise :class:`IntegrityError` unless ``path`` has ``record``'s size and sha256.
 
-        Returns True when the file was hashed now, False when its identity was already verified.
+        Returns True when the file was hashed now, False when its identity was already verified
+        (never with ``options.rehash``); ``options.hash_threads`` hash its pieces.
         """
         try:
             if not path.is_file():
@@ -136,12 +128,12 @@ class VerifiedFiles:
                 raise IntegrityError(f"file is {kind}: {st.st_size} bytes, the program records {record.bytes}",
                                      path=path)
             key = (str(path.resolve()), file_identity(st))
-            if os.environ.get("CONSTSHARE_REHASH", "") not in ("1", "true", "yes"):
+            if not options.rehash:
                 with self._lock:
                     if self._seen.get(key) == record.sha256:
                         return False
             if record.chunks:
-                got = chunk_sha256s(path, record.chunk_bytes, size=record.bytes)
+                got = chunk_sha256s(path, record.chunk_bytes, size=record.bytes, threads=options.hash_threads)
             else:
                 digest = sha256_file(path)
             with self._lock:
@@ -170,13 +162,20 @@ class VerifiedFiles:
             self._seen[(str(Path(path).resolve()), identity)] = sha256
 
 
-VERIFIED = VerifiedFiles()
+_PROCESS: dict[str, VerifiedFiles] = {}
 
 
-def check_files(root: Path, records: dict[str, FileRecord], rels: Iterable[str]) -> None:
+def verified_files() -> VerifiedFiles:
+    """The files this process has verified, shared by every load; created when first needed."""
+    return _PROCESS["verified"] if "verified" in _PROCESS else _PROCESS.setdefault("verified", VerifiedFiles())
+
+
+def check_files(root: Path, records: dict[str, FileRecord], rels: Iterable[str],
+                options: LoadOptions = LoadOptions()) -> None:
     """Check the named files of a program (relative to ``root``) against their records, one after
-    another (each file's pieces on every core at once).  Checking several files at once as well
+    another (each file's pieces on every core at once), as :meth:`VerifiedFiles.check` does
+    with ``options``, in :func:`verified_files`.  Checking several files at once as well
     was slower on the H200's 16-core host (2026-12-01: 0.61 s against 0.44 s for the 4.3 GB
     benchmark program), so it is not done."""
     for rel in dict.fromkeys(rels):
-        VERIFIED.check(root / rel, records[rel])
+        verified_files().check(root / rel, records[rel], options)

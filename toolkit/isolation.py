@@ -271,6 +271,7 @@ def _worker(tmp: Path) -> int:
     from . import events as ev
     from .loader import resolve_devices
     from .session import Session
+    from .options import options_from_environment
     from .policies import get_policy
     from .runtimes.aoti import AotiRuntime
     from .sources import open_program
@@ -300,12 +301,13 @@ def _worker(tmp: Path) -> int:
     result: dict[str, Any] = {"status": _STATUS_FAILED}
     try:
         program = open_program(req["program"])
-        runtime = AotiRuntime()
+        options = options_from_environment()  # the worker's edge: the environment it inherited
+        runtime = AotiRuntime(options)
         devices = resolve_devices(program, req["device"], runtime)
         for d in set(devices.values()):
             runtime.check_available(program, d)
         session = WorkerSession(program, get_policy(req["policy"]), devices,
-                                check_integrity=req["check_integrity"], runtime=runtime)
+                                check_integrity=req["check_integrity"], runtime=runtime, options=options)
         session.log = StreamingLog()
         session.load()
         result.update(status=session.status, error=session.error, failed_method=session.failed_method,

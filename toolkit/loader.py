@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -21,9 +21,9 @@ from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
 from .model import MethodSpec, Program, TensorMeta, shown
-from .policies import ExportRefusal, MethodView, Outcome, Plan, Policy, get_policy, slot_problem
-from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes, default_runtime
-from .sources import open_program
+from .options import LoadOptions
+from .policies import ExportRefusal, MethodView, Outcome, Plan, Policy, slot_problem
+from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes
 from .verdict import ConstantFinding, find_problem
 from .vocab import Decision, MethodStatus, SessionStatus, Stage, TensorOrigin
 
@@ -84,18 +84,21 @@ class ProgramLoad:
 
     After the load its tables (:attr:`decisions`, :attr:`lookups`, :attr:`comparisons`,
     :attr:`events`, :attr:`memory`, :attr:`method_results`) stay available, also once
-    :meth:`close` has released the device memory.
+    :meth:`close` has released the device memory.  ``options`` (default ``LoadOptions()``): how
+    bytes move and are checked; ``check_integrity``, when given, overrides it.
     """
 
     def __init__(self, program: Program, policy: Policy, devices: Mapping[str, Device], *, record: bool = True,
-                 check_integrity: bool = True, runtime: Runtime | None = None):
+                 check_integrity: bool | None = None, runtime: Runtime | None = None,
+                 options: LoadOptions | None = None):
         self.program = program
         self.policy = policy
         self.devices = dict(devices)
-        self.runtime = runtime if runtime is not None else default_runtime()
+        options = options if options is not None else LoadOptions()
+        self.options = options if check_integrity is None else replace(options, check_integrity=check_integrity)
+        self.runtime = runtime if runtime is not None else default_runtime(self.options)
         self.log = ev.EventLog(enabled=record)
         self.cache = SharedConstantCache()
-        self.check_integrity = check_integrity
         self.methods: dict[str, LoadedMethod] = {}
         self.results: dict[str, MethodResult] = {m.name: MethodResult(m.name, str(self.devices[m.name]))
                                                  for m in program.methods}
@@ -111,7 +114,11 @@ class ProgramLoad:
         self.load_seconds: float = 0.0
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
-        
+
+    @property
+    def check_integrity(self) -> bool:
+        return self.options.check_integrity
+
     # ------------------------------------------------------------------ loading
     def load(self, progress: bool = False) -> "ProgramLoad":
         """Load every method not loaded yet, in order (see :class:`~toolkit.vocab.SessionStatus`).
@@ -138,7 +145,8 @@ class ProgramLoad:
                 # Every method's files at once (one file shared by two methods is checked once); a
                 # failure is the first method's, in load order, that uses the failing file.
                 try:
-                    check_files(self.program.root, self.program.files, [r for spec in specs for r in spec.files])
+                    check_files(self.program.root, self.program.files, [r for spec in specs for r in spec.files],
+                                self.options)
                 except ToolkitError as e:
                     bad = getattr(e, "path", None)
                     spec = next((sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)),
@@ -266,7 +274,7 @@ class ProgramLoad:
         so = self.program.path(spec.so_file) if self.program.root is not None else Path(spec.so_file)
         self.log.record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
         if self.check_integrity:  # a .so runs code when opened: check it first (free if load() just did)
-            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file))
+            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file), self.options)
         self._peak = 0
         self._sample_memory(m, device, "before")
         t = time.perf_counter()
@@ -549,6 +557,13 @@ class ProgramLoad:
     def device_bytes(self) -> int:
         """Constant bytes this load put on its devices (accounted; kept after close)."""
         return sum(r.device_bytes for r in self.results.values())
+
+
+def default_runtime(options: LoadOptions | None = None) -> Runtime:
+    """The AOTInductor runtime, imported when first needed (a dry run never imports torch)."""
+    from .runtimes.aoti import AotiRuntime
+
+    return AotiRuntime(options)
 
 
 def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | None",

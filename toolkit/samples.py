@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import os
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 
 from .errors import ToolkitError
 from .model import Program
+from .options import options_from_environment
 from .policies import POLICIES
 
 DEFAULT_SAMPLE = "total_collision"
@@ -62,8 +62,8 @@ def sample_module(name: str):
 
 
 def cache_root() -> Path:
-    env = os.environ.get("CONSTSHARE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "constshare" / "programs"
+    """Where built samples are cached: ``LoadOptions.cache_dir``, which ``CONSTSHARE_CACHE`` sets."""
+    return options_from_environment().cache_dir or Path.home() / ".cache" / "constshare" / "programs"
 
 
 def _cache_key(mod, device: str) -> str:

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import LoadError
-from .loader import ProgramLoad, resolve_devices
+from .loader import ProgramLoad, default_runtime, resolve_devices
 from .model import Program
+from .options import LoadOptions, options_from_environment
 from .policies import Policy, get_policy
-from .runtimes import Runtime, default_runtime
+from .runtimes import Runtime
 from .sources import open_program
 from .tables import check_rows
 from .verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict
@@ -168,17 +169,21 @@ class Session(ProgramLoad):
 
 def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",
                  device: "str | Any | Mapping[str, str] | None" = None, *, record: bool = True,
-                 progress: bool = False, check_integrity: bool = True, runtime: Runtime | None = None) -> Session:
+                 progress: bool = False, check_integrity: bool | None = None, runtime: Runtime | None = None,
+                 options: LoadOptions | None = None) -> Session:
     """Load every method of a program under ``policy`` and return the session.
 
     A method that fails leaves the session with ``status == "failed"`` and ``error`` set,
-    not an exception, so the decisions up to the failure can be inspected.
+    not an exception, so the decisions up to the failure can be inspected.  ``options``: how
+    bytes move and are checked (:class:`~toolkit.options.LoadOptions`); None reads them from
+    the environment (:func:`~toolkit.options.options_from_environment`), here at the edge.
     """
+    options = options if options is not None else options_from_environment()
     program = open_program(program_or_path)
     pol = get_policy(policy)
-    rt = runtime if runtime is not None else default_runtime()
+    rt = runtime if runtime is not None else default_runtime(options)
     devices = resolve_devices(program, device, rt)
     for d in set(devices.values()):
         rt.check_available(program, d)
-    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt).load(
-        progress=progress)
+    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt,
+                   options=options).load(progress=progress)

@@ -9,7 +9,7 @@ CUDA device.  Paths, fastest first:
   reload of the same blob copies straight out of the page cache with no host-side copy.
   The :class:`HostLockCache` keeps those pages locked between loads, within a budget.
 * :class:`HostStager`: parallel ``preadv`` from the file into reusable pinned buffers, each
-  chunk's device copy overlapping the next chunk's read.  ``CONSTSHARE_UPLOAD=staged``
+  chunk's device copy overlapping the next chunk's read.  ``LoadOptions(upload="staged")``
   selects it alone (nothing is ever locked).
 * ``upload_constant(..., staging=None)``: a fresh pinned buffer per constant.
 
@@ -32,19 +32,15 @@ import torch
 
 from .errors import IntegrityError
 from .model import ConstantSpec
-from .runtimes.aoti import dtype_from_name
+from .options import FirstLoad, LoadOptions, UploadMode
+from .vocab import UploadPath, parse
 
-PATH_MAPPED = "page-locked mapping"  # some of the constant's pages were locked for this load
-PATH_MAPPED_WARM = "page-locked mapping, already locked"  # every page locked by an earlier load
-PATH_STAGED = "pinned staging"
-PATH_PINNED_EACH = "pinned buffer per constant"
-PATH_HOST = "host read"
-UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # "mapped" (default), "staged" or "unstaged"
-FIRST_LOAD_ENV = "CONSTSHARE_FIRST_LOAD"  # the mapped path's first load: "staged", "locked" or "hybrid"
-FIRST_LOAD_MODES = ("staged", "locked", "hybrid")
-PATH_LOCKED_NOW = "page-locked during this load"  # a first load that locked its pages as it copied
-PATH_HYBRID = "page-locked and pinned staging at once"
-LOCK_BUDGET_ENV = "CONSTSHARE_HOST_LOCK_GIB"  # GiB of blob pages kept locked between loads
+
+def dtype_from_name(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dt
 
 
 def _blob_too_short(blob_path: Path, spec: ConstantSpec, detail: str) -> IntegrityError:
@@ -122,7 +118,7 @@ class HostStager:
         self._bufs: list[torch.Tensor] = []
         self._events: list[Any] = []
         self._pool: Any = None
-        self.last_path = PATH_STAGED
+        self.last_path = UploadPath.STAGED
 
     def prefetch(self, blob_path: Path, specs: list[ConstantSpec]) -> None:
         """Nothing to prepare ahead: reads happen inside :meth:`upload`."""
@@ -133,8 +129,6 @@ class HostStager:
     def _ensure(self) -> None:
         if self._bufs:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         self._bufs = [torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=True) for _ in range(self.slots)]
         self._events = [None] * self.slots
         if self.read_threads > 1:
@@ -386,13 +380,10 @@ class LockedMapping:
             pass
 
 
-def _default_lock_budget() -> int:
-    env = os.environ.get(LOCK_BUDGET_ENV, "").strip()
-    if env:
-        try:
-            return max(0, int(float(env) * (1 << 30)))
-        except ValueError:
-            raise ValueError(f"{LOCK_BUDGET_ENV}={env!r}: expected a number of GiB") from None
+def lock_budget(budget_bytes: int | None) -> int:
+    """A page-lock budget in bytes (:attr:`LoadOptions.host_lock_bytes`); None: a quarter of physical memory."""
+    if budget_bytes is not None:
+        return max(0, int(budget_bytes))
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
     except (ValueError, OSError):
@@ -407,12 +398,11 @@ class HostLockCache:
     finds its pages still locked and copies at the device's full copy speed.
     The locked pages are the page cache's own: no second host copy of any blob.  Mappings
     nobody is using are unlocked least recently used first once ``budget_bytes`` is
-    exceeded; the default budget is a quarter of physical memory, ``CONSTSHARE_HOST_LOCK_GIB``
-    sets another (0: unlock every blob once its load is done).
+    exceeded (:func:`lock_budget`; 0: unlock every blob once its load is done).
     """
 
     def __init__(self, budget_bytes: int | None = None):
-        self.budget_bytes = _default_lock_budget() if budget_bytes is None else max(0, int(budget_bytes))
+        self.budget_bytes = lock_budget(budget_bytes)
         self._maps: dict[tuple[int, int, int, int], LockedMapping] = {}
         self._lock = threading.Lock()
         self._clock = 0
@@ -476,7 +466,13 @@ class HostLockCache:
             m.unlock_and_unmap()
 
 
-HOST_LOCKS = HostLockCache()  # the process's locked blob pages, shared by every session
+_PROCESS: dict[str, HostLockCache] = {}
+
+
+def host_locks() -> HostLockCache:
+    """The process's locked blob pages, shared by every session; created when first needed (each
+    load's uploader sets its budget: :func:`make_uploader`).  ``setdefault``: one, even in a race."""
+    return _PROCESS["host_locks"] if "host_locks" in _PROCESS else _PROCESS.setdefault("host_locks", HostLockCache())
 
 
 def _device_thread(device: torch.device, name: str) -> ThreadPoolExecutor:
@@ -487,45 +483,42 @@ def _device_thread(device: torch.device, name: str) -> ThreadPoolExecutor:
 class MappedBlobUploader:
     """Uploads constants from a blob; a reload copies straight out of the page cache.
 
-    A blob's first load in a process, by ``first_load`` (``CONSTSHARE_FIRST_LOAD``):
+    A blob's first load in a process, by ``first_load`` (:class:`~toolkit.options.FirstLoad`):
 
     * ``locked`` (the default): :meth:`_first_load` page-locks the constant's pages in place
       (``cudaHostRegister``, read-only, on a read-only mapping kept in ``locks``, a
-      :class:`HostLockCache`) piece by piece on one thread, each piece's device copy running
-      while the next is locked (:data:`PATH_LOCKED_NOW`);
-    * ``staged``: through pinned buffers (the :class:`HostStager`, :data:`PATH_STAGED`); when the
+      :class:`HostLockCache`, default :func:`host_locks`) piece by piece on one thread, each
+      piece's device copy running while the next is locked (``UploadPath.LOCKED_NOW``);
+    * ``staged``: through pinned buffers (the :class:`HostStager`, ``UploadPath.STAGED``); when the
       method's uploads are done, :meth:`release` locks those pages in the background;
     * ``hybrid``: ``locked`` from the front of the constant and ``staged`` from its back at once.
 
     Either way the pages stay locked, and a later load of the same blob (another policy,
     another session, the explorer) copies straight from them at the device's copy speed
-    (:data:`PATH_MAPPED_WARM`; :data:`PATH_MAPPED` if it had to wait for locking still
+    (``UploadPath.MAPPED_WARM``; ``UploadPath.MAPPED`` if it had to wait for locking still
     running).  Measured on the H200, 2026-12-01 (``benchmarks/upload_throughput.py``,
     ``peers.py``): a first load at 0.49-0.51 of a pinned copy locked, 0.39-0.44 staged (0.20
     inside a whole load), hybrid 0.57 alone but 0.20 inside a load; a reload at 0.96.
 
-    Budget 0 (``CONSTSHARE_HOST_LOCK_GIB=0``) locks nothing: every load stages.  If mapping
+    Budget 0 (``LoadOptions(host_lock_bytes=0)``) locks nothing: every load stages.  If mapping
     or locking fails (a filesystem without mmap, a driver without read-only registration),
     :attr:`disabled_reason` says why and this uploader stops trying: slower, never wrong.
     """
 
     def __init__(self, device: torch.device, *, region_bytes: int = 256 << 20, locks: HostLockCache | None = None,
-                 first_load: str | None = None, piece_bytes: int = 64 << 20):
+                 first_load: FirstLoad | str = FirstLoad.LOCKED, piece_bytes: int = 64 << 20):
         if region_bytes <= 0 or region_bytes % mmap.PAGESIZE:
             raise ValueError(f"region_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
         if piece_bytes <= 0 or piece_bytes % mmap.PAGESIZE:
             raise ValueError(f"piece_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
-        mode = (first_load or os.environ.get(FIRST_LOAD_ENV, "") or "locked").strip().lower()
-        if mode not in FIRST_LOAD_MODES:
-            raise ValueError(f"{FIRST_LOAD_ENV}={mode!r}: expected one of {', '.join(FIRST_LOAD_MODES)}")
-        self.first_load = mode
+        self.first_load = parse(FirstLoad, first_load, what="first load")
         self.piece_bytes = int(piece_bytes)
         self.device = device
         self.region_bytes = int(region_bytes)
-        self.locks = HOST_LOCKS if locks is None else locks
+        self.locks = host_locks() if locks is None else locks
         self.fallback = HostStager(device)  # allocates its pinned buffers on first use only
         self.disabled_reason: str | None = None
-        self.last_path = PATH_STAGED
+        self.last_path = UploadPath.STAGED
         self._pool: ThreadPoolExecutor | None = None
         self._unlock_pool: ThreadPoolExecutor | None = None
         self._current: LockedMapping | None = None
@@ -583,18 +576,18 @@ class MappedBlobUploader:
                 with torch.cuda.device(self.device):
                     _copy_locked(lm, regions, dev, off, off, off + n)
                     torch.cuda.current_stream(self.device).synchronize()
-                self.last_path = PATH_MAPPED if waited else PATH_MAPPED_WARM
+                self.last_path = UploadPath.MAPPED if waited else UploadPath.MAPPED_WARM
                 return dev
             for r, err in zip(regions, errs):
                 if err:
                     lm.forget(r)
             self.disabled_reason = f"cudaHostRegister of {blob_path} failed: CUDA error {max(errs)}"
-        elif lm is not None and self.first_load != "staged" and not self.disabled_reason:
+        elif lm is not None and self.first_load is not FirstLoad.STAGED and not self.disabled_reason:
             out = self._first_load(lm, blob_path, spec)
             if out is not None:
                 return out
         out = self.fallback.upload(blob_path, spec)
-        self.last_path = PATH_STAGED
+        self.last_path = UploadPath.STAGED
         return out
 
     def _first_load(self, lm: LockedMapping, blob_path: Path, spec: ConstantSpec) -> torch.Tensor | None:
@@ -660,7 +653,7 @@ class MappedBlobUploader:
         staged = 0
         fd = os.open(blob_path, os.O_RDONLY)
         try:
-            if self.first_load == "hybrid":
+            if self.first_load is FirstLoad.HYBRID:
                 while (piece := take(False)) is not None:
                     a, z = part(piece)
                     self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
@@ -684,7 +677,7 @@ class MappedBlobUploader:
             os.close(fd)
         if failed:
             self.disabled_reason = f"cudaHostRegister of {blob_path} failed during a first load"
-        self.last_path = PATH_HYBRID if staged else PATH_LOCKED_NOW
+        self.last_path = UploadPath.HYBRID if staged else UploadPath.LOCKED_NOW
         return dev
 
     def release(self) -> None:
@@ -724,18 +717,15 @@ class MappedBlobUploader:
         self.fallback.close()
 
 
-def make_uploader(device: torch.device) -> "MappedBlobUploader | HostStager | None":
-    """The loader's uploader for one CUDA device, chosen by ``CONSTSHARE_UPLOAD``:
-    ``mapped`` (default), ``staged`` (:class:`HostStager`) or ``unstaged`` (None: a pinned
-    buffer per constant; for measurements)."""
-    choice = os.environ.get(UPLOAD_ENV, "mapped").strip().lower() or "mapped"
-    if choice == "mapped":
-        return MappedBlobUploader(device)
-    if choice == "staged":
-        return HostStager(device)
-    if choice == "unstaged":
-        return None
-    raise ValueError(f"{UPLOAD_ENV}={choice!r}: expected 'mapped', 'staged' or 'unstaged'")
+def make_uploader(device: torch.device, options: LoadOptions) -> "MappedBlobUploader | HostStager | None":
+    """The loader's uploader for one CUDA device, as ``options.upload`` says: a
+    :class:`MappedBlobUploader` over :func:`host_locks` (given ``options.host_lock_bytes`` as
+    budget), a :class:`HostStager`, or None (``unstaged``: a pinned buffer per constant)."""
+    if options.upload is UploadMode.MAPPED:
+        locks = host_locks()
+        locks.budget_bytes = lock_budget(options.host_lock_bytes)
+        return MappedBlobUploader(device, locks=locks, first_load=options.first_load)
+    return HostStager(device) if options.upload is UploadMode.STAGED else None
 
 
 def upload_constant(blob_path: Path, spec: ConstantSpec, device: torch.device,

@@ -48,12 +48,12 @@ def _read_checked(program: Program, rel: str, check_integrity: bool) -> tuple[di
     """The tensors of a reference file (safetensors, never pickle), its digest checked first."""
     from safetensors.torch import load_file
 
-    from .integrity import VERIFIED
+    from .integrity import verified_files
 
     path = program.path(rel)
     record = program.files.get(rel)
     if check_integrity and record is not None:
-        VERIFIED.check(path, record)
+        verified_files().check(path, record)
     try:
         return load_file(str(path)), path
     except Exception as e:

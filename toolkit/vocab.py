@@ -80,6 +80,18 @@ class TensorOrigin(enum.StrEnum):
     CACHE = "cache"  # a tensor another method put into the shared cache
 
 
+class UploadPath(enum.StrEnum):
+    """How one constant's bytes travelled to its device (:mod:`toolkit.upload`)."""
+
+    MAPPED = "page-locked mapping"  # some of the constant's pages were locked for this load
+    MAPPED_WARM = "page-locked mapping, already locked"  # every page locked by an earlier load
+    LOCKED_NOW = "page-locked during this load"  # a first load that locked its pages as it copied
+    HYBRID = "page-locked and pinned staging at once"
+    STAGED = "pinned staging"
+    PINNED_EACH = "pinned buffer per constant"
+    HOST = "host read"  # on the CPU
+
+
 class Reason(enum.StrEnum):
     """Why a decision was taken.  The human-readable sentence travels beside it."""
 

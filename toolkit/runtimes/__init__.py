@@ -122,11 +122,5 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-def default_runtime() -> "Runtime":
-    from .aoti import AotiRuntime
-
-    return AotiRuntime()
-
-
 __all__ = ["CompiledConstant", "CompiledMethod", "Device", "MethodRuntime", "Runtime", "aligned_slot_bytes",
-           "default_runtime", "parse_device"]
+           "parse_device"]

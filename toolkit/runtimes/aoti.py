@@ -15,8 +15,9 @@ record no torch version: only the device kind is checked.
 
 Every compiled model loaded here checks its inputs' dtype, sizes, strides and device when it
 runs (AOTInductor's generated ``check_input_N``, on when ``AOTI_RUNTIME_CHECK_INPUTS`` is set,
-read once per ``.so`` at its first run; set here unless the caller set it): without it a
-wrongly shaped input is read out of bounds.
+read once per ``.so`` at its first run): without it a wrongly shaped input is read out of
+bounds.  AOTInductor reads it with ``getenv``: :class:`AotiRuntime` sets it in this process's
+environment when created, unless the caller set it (the toolkit's one write to its environment).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ import torch
 
 from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
 from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
+from ..options import LoadOptions
+from ..upload import dtype_from_name
+from ..vocab import UploadPath
 from . import CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
 
@@ -55,13 +59,6 @@ def to_torch(d: Device) -> torch.device:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def dtype_from_name(name: str) -> torch.dtype:
-    dt = getattr(torch, name, None)
-    if not isinstance(dt, torch.dtype):
-        raise ValueError(f"unknown dtype {name!r}")
-    return dt
 
 
 def tensor_meta(t: torch.Tensor) -> TensorMeta:
@@ -212,19 +209,12 @@ def check_compatible(program: Program, device_type: str, torch_version: str) -> 
             "rebuild it", path=where, field="torch_version")
 
 
-def so_cache_dir() -> Path:
-    """Where ``.so`` files embedded in another file are extracted: ``$CONSTSHARE_CACHE/so``, else
-    ``~/.cache/constshare/so``."""
-    env = os.environ.get("CONSTSHARE_CACHE")
-    return (Path(env) if env else Path.home() / ".cache" / "constshare") / "so"
-
-
 _EXTRACT_LOCK = threading.Lock()
 
 
-def extract_so(path: Path, offset: int, nbytes: int, cache_dir: Path | None = None) -> Path:
+def extract_so(path: Path, offset: int, nbytes: int, cache_dir: Path) -> Path:
     """The bytes ``[offset, offset + nbytes)`` of ``path`` (a ``.so`` kept inside a ``.pte`` or
-    ``.pt2``) as a file of their own, ``<cache>/<sha256>.so``, for ``dlopen``.
+    ``.pt2``) as a file of their own, ``<cache_dir>/<sha256>.so``, for ``dlopen``.
 
     Written once (to a temporary file in the same folder, then renamed: a concurrent reader
     never sees half a file); a cached file is reused when its size and sha256 match.
@@ -239,7 +229,7 @@ def extract_so(path: Path, offset: int, nbytes: int, cache_dir: Path | None = No
         raise IntegrityError(f"the compiled model at byte {offset} should have {nbytes} bytes, the file has "
                              f"{len(data)} there", path=path)
     digest = hashlib.sha256(data).hexdigest()
-    folder = Path(cache_dir) if cache_dir is not None else so_cache_dir()
+    folder = Path(cache_dir)
     out = folder / f"{digest}.so"
     with _EXTRACT_LOCK:
         try:
@@ -320,11 +310,6 @@ def method_outputs(outputs: list, order: "tuple[int, ...] | None") -> list:
 
 
 CHECK_INPUTS_ENV = "AOTI_RUNTIME_CHECK_INPUTS"
-
-
-def check_inputs_when_run() -> None:
-    """Make every ``.so`` opened from now on check its inputs when run (unless the caller chose)."""
-    os.environ.setdefault(CHECK_INPUTS_ENV, "1")
 
 
 _QUERIES = ("AOTInductorModelContainerCreateWithDevice", "AOTInductorModelContainerDelete",
@@ -423,9 +408,9 @@ class AotiMethod:
         self._blob_tensors: dict[str, torch.Tensor] = {}  # the emulated whole blob (no dense blob)
         self.device = to_torch(device)
         so = program.path(method.so_file)
-        check_inputs_when_run()  # before the container's first run: the .so reads it once
         if method.so_bytes is not None:
-            so = extract_so(so, method.so_offset, method.so_bytes)
+            so = extract_so(so, method.so_offset, method.so_bytes,
+                            Path(runtime.options.cache_dir or Path.home() / ".cache" / "constshare") / "so")
             make_torch_global()
         self.container = AotiContainer.create(so, self.device)
 
@@ -478,7 +463,7 @@ class AotiMethod:
         return self.container.extract()
 
     def upload_constants(self, constants: list[ConstantSpec]) -> Iterator[tuple[ConstantSpec, torch.Tensor, str]]:
-        from ..upload import PATH_HOST, PATH_PINNED_EACH, upload_constant
+        from ..upload import upload_constant
 
         uploader = self._runtime.uploader(self.device) if constants else None
         try:
@@ -490,7 +475,8 @@ class AotiMethod:
                     uploader.prefetch(path, [x for x in constants if self._path(x) == path])
                     mapped = path
                 tensor = upload_constant(path, c, self.device, uploader)
-                how = uploader.last_path if uploader else (PATH_HOST if self.device.type == "cpu" else PATH_PINNED_EACH)
+                how = uploader.last_path if uploader else (UploadPath.HOST if self.device.type == "cpu"
+                                                           else UploadPath.PINNED_EACH)
                 yield c, tensor, how
         finally:
             if uploader is not None:
@@ -505,13 +491,16 @@ class AotiMethod:
 
 
 class AotiRuntime:
-    """PyTorch's AOTInductor runtime (CUDA or CPU); one per session, holding its uploaders."""
+    """PyTorch's AOTInductor runtime (CUDA or CPU); one per session, holding its uploaders, which
+    move bytes as ``options`` say.  Creating one turns the compiled models' input checks on."""
 
     name = "aoti"
     can_run = True
 
-    def __init__(self) -> None:
+    def __init__(self, options: LoadOptions | None = None) -> None:
+        self.options = options if options is not None else LoadOptions()
         self._uploaders: dict[torch.device, Any] = {}  # upload.make_uploader(), one per CUDA device
+        os.environ.setdefault(CHECK_INPUTS_ENV, "1")  # before any container runs (see the module docstring)
 
     def resolve(self, spec: Any) -> Device:
         current = torch.cuda.current_device() if torch.cuda.is_available() else 0
@@ -536,7 +525,7 @@ class AotiRuntime:
         if device not in self._uploaders:
             from ..upload import make_uploader
 
-            self._uploaders[device] = make_uploader(device)
+            self._uploaders[device] = make_uploader(device, self.options)
         return self._uploaders[device]
 
     def write_initial(self, tensor: torch.Tensor, program: Program, constant: ConstantSpec) -> None:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ProgramError
+from ..integrity import verified_files
 from ..model import Program
 from .directory import MANIFEST_FILE, open_directory, read_manifest_file
 from .executorch import is_pte, open_pte
@@ -61,7 +62,8 @@ def open_program(path: "str | Path | Program", data: "str | Path | list | None" 
     :class:`Program`.  For a ``.pte``, ``data`` names its ``.ptd`` file(s) (default:
     ``aoti_cuda_blob.ptd`` beside it), ``constant_table`` is the ``.so``'s constant table
     for payload generations 1 and 2, and ``reader="executorch"`` parses it with ExecuTorch's
-    own reader (the optional extra); see :func:`toolkit.sources.executorch.open_pte`.
+    own reader (the optional extra); see :func:`toolkit.sources.executorch.open_pte`.  A ``.pte``,
+    ``.ptd`` or ``.pt2`` hashed for its record is noted in :func:`~toolkit.integrity.verified_files`.
     """
     if isinstance(path, Program):
         return path
@@ -70,11 +72,11 @@ def open_program(path: "str | Path | Program", data: "str | Path | list | None" 
         p = p.parent
     pte = p if p.is_file() and is_pte(p) else _single_pte(p)
     if pte is not None:
-        return open_pte(pte, data, constant_table=constant_table, reader=reader)
+        return open_pte(pte, data, constant_table=constant_table, reader=reader, verified=verified_files())
     if data is not None or constant_table is not None:
         raise ProgramError("data= and constant_table= belong to an ExecuTorch .pte; this is not one", path=p)
     if p.is_file() and is_pt2(p):
-        return open_pt2(p)
+        return open_pt2(p, verified_files())
     if p.is_dir() or not p.exists():
         return _with_so_keys(open_directory(p))
     if p.suffix == ".ptd":

@@ -1,7 +1,8 @@
 """Bounds-checked binary readers for the sources: mapped files, records, FlatBuffer tables.
 
 :class:`MappedFile` maps a program's file read-only (a ``.ptd`` may be many GB: nothing is
-copied but what is parsed or hashed) and computes its :class:`~toolkit.model.FileRecord` once.
+copied but what is parsed or hashed) and computes its :class:`~toolkit.model.FileRecord` once,
+noting it in the :class:`~toolkit.integrity.VerifiedFiles` it is given (a load then need not hash it again).
 
 :class:`Table` is a small reader of FlatBuffer tables, for the few fields the sources need.
 
@@ -26,7 +27,7 @@ import struct
 from pathlib import Path
 
 from ..errors import ProgramError
-from ..integrity import VERIFIED, file_identity
+from ..integrity import VerifiedFiles, file_identity
 from ..model import FileRecord
 
 _U8, _U16, _U32, _I32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q", "<q"))
@@ -239,10 +240,10 @@ def root(b: Bytes, identifier: bytes, name: str) -> Table:
 
 
 class MappedFile:
-    """One file of the program, mapped read-only; its record is computed once."""
+    """One file of the program, mapped read-only; its record is computed once (noted in ``verified``)."""
 
-    def __init__(self, path: Path, rel: str):
-        self.path, self.rel = path, rel
+    def __init__(self, path: Path, rel: str, verified: VerifiedFiles | None = None):
+        self.path, self.rel, self._verified = path, rel, verified
         try:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
@@ -266,8 +267,8 @@ class MappedFile:
                 unchanged = file_identity(self.path.stat()) == self._identity
             except OSError:
                 unchanged = False
-            if unchanged:
-                VERIFIED.note(self.path, self._identity, self._record.sha256)
+            if unchanged and self._verified is not None:
+                self._verified.note(self.path, self._identity, self._record.sha256)
         return self._record
 
     def sha256(self, offset: int, size: int) -> str:

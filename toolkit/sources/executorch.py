@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import ProgramError, ToolkitError
+from ..integrity import VerifiedFiles
 from ..model import (
     DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
 )
@@ -471,8 +472,8 @@ def _output_order(plan: _Plan, delegate: int) -> tuple[int, ...] | None:
 
 
 class _Builder:
-    def __init__(self, pte: Path, data: Sequence[Path], reader: str, constant_table):
-        self.root = pte.parent
+    def __init__(self, pte: Path, data: Sequence[Path], reader: str, constant_table, verified: VerifiedFiles | None):
+        self.root, self.verified = pte.parent, verified
         self.pte_path = pte
         self.reader = reader
         self.table = constant_table
@@ -484,7 +485,7 @@ class _Builder:
     def _open(self, path: Path) -> MappedFile:
         rel = _rel(path, self.root)
         if rel not in self.files:
-            self.files[rel] = MappedFile(path, rel)
+            self.files[rel] = MappedFile(path, rel, self.verified)
         return self.files[rel]
 
     def close(self) -> None:
@@ -723,14 +724,15 @@ def _data_files(pte: Path, data) -> list[Path]:
 
 
 def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None" = None, *,
-             constant_table=None, reader: str = "toolkit") -> Program:
+             constant_table=None, reader: str = "toolkit", verified: VerifiedFiles | None = None) -> Program:
     """The program model of an ExecuTorch CUDA ``.pte`` and its data file(s).
 
     ``data`` is the ``.ptd`` (or several); by default ``aoti_cuda_blob.ptd`` beside the
     ``.pte`` when it exists.  ``constant_table`` is needed for payload generations 1 and 2
     only (see the module docstring).  ``reader="executorch"`` parses with ExecuTorch's own
-    reader (the optional extra) instead of ours.  Every failure is a ToolkitError naming the
-    file; a malformed file a :class:`~toolkit.errors.ProgramError` naming the field and offset.
+    reader (the optional extra) instead of ours.  Each file, hashed for its record, is noted in
+    ``verified``.  Every failure is a ToolkitError naming the file; a malformed file a
+    :class:`~toolkit.errors.ProgramError` naming the field and offset.
     """
     if reader not in ("toolkit", "executorch"):
         raise ValueError(f"unknown reader {reader!r}; choose 'toolkit' or 'executorch'")
@@ -739,7 +741,7 @@ def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None
         raise ProgramError("ExecuTorch program (.pte) does not exist", path=pte)
     b = None
     try:
-        b = _Builder(pte, _data_files(pte, data), reader, constant_table)
+        b = _Builder(pte, _data_files(pte, data), reader, constant_table, verified)
         return b.build()
     finally:
         if b is not None:

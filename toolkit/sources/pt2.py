@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ProgramError
+from ..integrity import VerifiedFiles
 from ..model import DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, required_nbytes
 from ..vocab import ConstantKind
 from ._binary import Bytes, MappedFile
@@ -229,11 +230,11 @@ def _scan_pickle(data: bytes, b: Bytes, field: str) -> dict:
 
 
 class _Reader:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, verified: VerifiedFiles | None):
         self.path = path
         self.root = path.parent
         self.rel = os.path.relpath(path, self.root)
-        self.file = MappedFile(path, self.rel)
+        self.file = MappedFile(path, self.rel, verified)
         self.b = self.file.bytes
         self.digests: dict[tuple[int, int], str] = {}
 
@@ -412,12 +413,13 @@ class _Reader:
         return {"offset": d.offset, "size": d.size, "dtype": info["dtype"], "parameter": info["parameter"]}
 
 
-def open_pt2(path: "str | Path") -> Program:
-    """The program model of a torch ``.pt2`` AOTInductor package (one method per model)."""
+def open_pt2(path: "str | Path", verified: VerifiedFiles | None = None) -> Program:
+    """The program model of a torch ``.pt2`` AOTInductor package (one method per model); the file,
+    hashed for its record, is noted in ``verified``."""
     p = Path(path)
     if not p.is_file():
         raise ProgramError("torch package (.pt2) does not exist", path=p)
-    r = _Reader(p)
+    r = _Reader(p, verified)
     try:
         return r.read()
     finally:

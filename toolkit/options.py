@@ -1,0 +1,82 @@
+"""How a load moves and checks bytes (:class:`LoadOptions`), and :func:`options_from_environment`,
+the one place the toolkit reads its environment variables (``load_program`` calls it when given no options)."""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from .vocab import parse
+
+
+class UploadMode(enum.StrEnum):
+    """Which uploader a load's CUDA uploads go through (:mod:`toolkit.upload`)."""
+
+    MAPPED = "mapped"  # MappedBlobUploader: a reload copies straight from page-locked pages
+    STAGED = "staged"  # HostStager alone: nothing is ever page-locked
+    UNSTAGED = "unstaged"  # a fresh pinned buffer per constant (for measurements)
+
+
+class FirstLoad(enum.StrEnum):
+    """A blob's first load on the mapped path (:class:`toolkit.upload.MappedBlobUploader`)."""
+
+    STAGED = "staged"
+    LOCKED = "locked"
+    HYBRID = "hybrid"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a load moves and checks bytes; ``LoadOptions()`` is the default load."""
+
+    upload: UploadMode = UploadMode.MAPPED
+    first_load: FirstLoad = FirstLoad.LOCKED
+    host_lock_bytes: int | None = None  # blob pages kept page-locked between loads; None: a quarter of RAM
+    check_integrity: bool = True  # every file checked against its size and sha256 before it is used
+    rehash: bool = False  # hash every file again, also those verified unchanged earlier in this process
+    hash_threads: int | None = None  # threads hashing a file's pieces; None: every core, at most 32
+    cache_dir: Path | None = None  # built samples (default ~/.cache/constshare/programs); .so files in its so/
+
+    def __post_init__(self) -> None:
+        for name, kind in (("upload", UploadMode), ("first_load", FirstLoad)):
+            object.__setattr__(self, name, parse(kind, getattr(self, name), what=f"LoadOptions.{name}"))
+        if self.hash_threads is not None and self.hash_threads < 1:
+            raise ValueError(f"LoadOptions.hash_threads={self.hash_threads!r}: expected a positive integer or None")
+
+
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_VARIABLES = {  # variable: (LoadOptions field, how its text is read, what it must be)
+    "CONSTSHARE_UPLOAD": ("upload", str.lower, "one of " + ", ".join(UploadMode)),
+    "CONSTSHARE_FIRST_LOAD": ("first_load", str.lower, "one of " + ", ".join(FirstLoad)),
+    "CONSTSHARE_HOST_LOCK_GIB": ("host_lock_bytes", lambda s: max(0, int(float(s) * (1 << 30))), "a number of GiB"),
+    "CONSTSHARE_REHASH": ("rehash", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
+    "CONSTSHARE_HASH_THREADS": ("hash_threads", int, "a positive integer"),
+    "CONSTSHARE_CACHE": ("cache_dir", Path, "a folder"),
+}
+
+
+def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOptions:
+    """The :class:`LoadOptions` that ``environ`` (default ``os.environ``) sets; unset or empty
+    variables keep the defaults, a value that cannot be read raises ValueError naming its variable.
+
+    * ``CONSTSHARE_UPLOAD``: ``mapped`` (default), ``staged`` or ``unstaged`` (``upload``);
+    * ``CONSTSHARE_FIRST_LOAD``: ``locked`` (default), ``staged`` or ``hybrid`` (``first_load``);
+    * ``CONSTSHARE_HOST_LOCK_GIB``: GiB of blob pages kept page-locked between loads, 0 locks
+      nothing (``host_lock_bytes``; default a quarter of physical memory);
+    * ``CONSTSHARE_REHASH``: ``1``/``true``/``yes`` hashes every file again (``rehash``);
+    * ``CONSTSHARE_HASH_THREADS``: threads hashing a file's pieces (``hash_threads``);
+    * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``).
+    """
+    env = os.environ if environ is None else environ
+    values = {}
+    for name, (field, read, expected) in _VARIABLES.items():
+        raw = env.get(name, "").strip()
+        try:
+            if raw:  # checked as LoadOptions checks its field
+                values[field] = getattr(LoadOptions(**{field: read(raw)}), field)
+        except (ValueError, KeyError, OverflowError):
+            raise ValueError(f"{name}={raw!r}: expected {expected}") from None
+    return LoadOptions(**values)
