@@ -166,3 +166,53 @@ def test_no_import_circle_in_the_package():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"import circles: {out.stdout}"
+
+
+def test_blame_confirms_clears_or_leaves_open_each_finding():
+    """The verdict's per-constant confirmation from blame's experiments (pure: no load)."""
+    from toolkit.verdict import (BlameRow, BlameStatus, CheckRow, DataProblem, MethodFacts, build_verdict,
+                                 find_problem)
+    from toolkit.vocab import Decision, MethodStatus
+
+    def found(m, n):
+        return find_problem(method=m, name=n, fqn=n, decision=Decision.SHARED, digest="b" * 64, mutated=False,
+                            storage="", slot_problem="", cached_method="enc", cached_name=n, cached_digest="a" * 64)
+
+    facts = [MethodFacts("enc", MethodStatus.LOADED, True),
+             MethodFacts("dec", MethodStatus.LOADED, True, findings=(found("dec", "w"), found("dec", "v"))),
+             MethodFacts("aux", MethodStatus.LOADED, True, findings=(found("aux", "u"),)),
+             MethodFacts("ok", MethodStatus.LOADED, True, findings=(found("ok", "t"),))]
+    checks = [CheckRow("enc", True, True), CheckRow("dec", True, False), CheckRow("aux", True, False),
+              CheckRow("ok", True, True)]
+    cd = DataProblem.CONTENT_DIFFERS
+    tried = [BlameRow("standalone", "dec", "w", "w", True, cd, "e"), BlameRow("standalone", "dec", "v", "v", False, cd, "e"),
+             BlameRow("seq", "aux", "u", "u", False, cd, "e")]
+    v = build_verdict(program="p", policy="name-only", predicted=False, methods=facts, checks=checks, blame=tried)
+    status = {(c.method, c.name): (c.blame, c.blame_note) for c in v.constants}
+    assert status[("dec", "w")] == (BlameStatus.CULPRIT, "breaks standalone")
+    assert status[("dec", "v")][0] is BlameStatus.HARMLESS and "others" in status[("dec", "v")][1]
+    assert status[("aux", "u")][0] is BlameStatus.INCONCLUSIVE  # its verification has no culprit at all
+    assert status[("ok", "t")] == (BlameStatus.HARMLESS,
+                                   "the method verifies ok: the difference does not reach its outputs")
+    assert v.wrong_methods == ["dec", "aux"] and [c.name for c in v.culprits] == ["w"]
+    assert v.exit_code is ExitCode.PROBLEM and v.outcome is MethodOutcome.WRONG
+    # without experiments nothing is confirmed, and a dry run confirms nothing either
+    assert {c.blame for c in build_verdict(program="p", policy="x", predicted=True, methods=facts).constants} == \
+        {BlameStatus.NOT_TESTED}
+
+
+@pytest.mark.slow
+def test_blame_of_a_sequence_names_the_state_kept_apart(built_sample):
+    """shared_state under no-sharing: prefill's cache is kept from decode; blame's culprit enters the verdict."""
+    from toolkit.session import load_program
+    from toolkit.verdict import BlameStatus, DataProblem
+
+    s = load_program(built_sample("shared_state"), "no-sharing")
+    before = s.verdict()
+    assert before.wrong_sequences and before.exit_code is ExitCode.PROBLEM and not before.culprits
+    seq = before.wrong_sequences[0]
+    s.blame(sequence=seq)
+    after = s.verdict()
+    assert after is not before and after.culprits
+    assert {c.problem for c in after.culprits} == {DataProblem.STATE_NOT_SHARED}
+    assert all(c.blame is BlameStatus.CULPRIT and seq in c.broken for c in after.culprits)

@@ -506,7 +506,7 @@ def _named(items: list[str], limit: int = MAX_NAMED, sep: str = ", ") -> str:
 
 def findings_text(verdict: Any, method: str) -> str:
     """A method's constants that run on other data, culprits first, each with what blame found."""
-    found = sorted(verdict.findings(method), key=lambda c: ("culprit", "not tested", "harmless").index(c.blame.value))
+    found = sorted(verdict.findings(method), key=lambda c: list(type(c.blame)).index(c.blame))  # culprits first
     return _named([f"{c.name} ({c.problem.value if c.problem else 'no known difference'}"
                    + (f"; {c.blame.value}: {c.blame_note}" if c.blame_note else "") + ")" for c in found], sep="; ")
 

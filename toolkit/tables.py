@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from .verdict import CheckRow, ran_wrong
+from .verdict import CheckRow, ConstantFinding, MethodVerdict, Verdict, ran_wrong
 from .events import (
     CacheLookup, CulpritTried, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled,
 )
@@ -217,6 +217,16 @@ def memory_by_policy_frame(sessions: Iterable[Any]) -> pd.DataFrame:
 
 def decision_counts(decisions: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in decisions["decision"].value_counts().items()} if len(decisions) else {}
+
+
+def verdict_frames(verdict: Verdict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A verdict as two frames: one row per method (its outcome), one per constant it runs on other data for."""
+    def frame(items, kind) -> pd.DataFrame:
+        names = [f.name for f in fields(kind)]
+        return pd.DataFrame([{"policy": verdict.policy, **{n: _plain(getattr(x, n)) for n in names}} for x in items],
+                            columns=["policy", *names])
+
+    return frame(verdict.methods, MethodVerdict), frame(verdict.constants, ConstantFinding)
 
 
 def check_rows(verification: "pd.DataFrame") -> list[CheckRow]:

@@ -10,7 +10,7 @@ verdict and decides nothing again.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .vocab import Decision, MethodStatus, Stage
@@ -50,6 +50,7 @@ class DataProblem(enum.StrEnum):
 class BlameStatus(enum.StrEnum):
     CULPRIT = "culprit"  # undoing it (alone, or with its minimal set) made the verification pass
     HARMLESS = "harmless"  # ``blame_note`` says why: the method verifies ok, or undoing it fixes nothing
+    INCONCLUSIVE = "inconclusive"  # tried, fixed nothing, and blame found no culprit of that verification
     NOT_TESTED = "not tested"  # no experiment: a dry run, blame not run, or the method not verified
 
 
@@ -301,13 +302,15 @@ def _sequence_verdict(name: str, steps: Sequence[CheckRow]) -> SequenceVerdict:
     return SequenceVerdict(name, MethodOutcome.OK)
 
 
-def _with_blame(found: ConstantFinding, tried: list[BlameRow], verdicts: Mapping[str, MethodVerdict]
-                ) -> ConstantFinding:
+def _with_blame(found: ConstantFinding, tried: list[BlameRow], verdicts: Mapping[str, MethodVerdict],
+                explained: set[str]) -> ConstantFinding:
     broken = tuple(dict.fromkeys(b.label for b in tried if b.fixes))
     if broken:
         return _replace(found, BlameStatus.CULPRIT, "breaks " + ", ".join(broken), broken)
+    if tried and any(b.label in explained for b in tried):
+        return _replace(found, BlameStatus.HARMLESS, "undoing it fixes nothing: the culprits are others")
     if tried:
-        return _replace(found, BlameStatus.HARMLESS, "undoing it fixes nothing: the culprits are elsewhere")
+        return _replace(found, BlameStatus.INCONCLUSIVE, "undoing it fixes nothing, and no share found explains it")
     v = verdicts.get(found.method)
     if v is not None and v.outcome is MethodOutcome.OK and v.checked_against != "prediction" and \
             found.problem is not None and found.problem.standalone:
@@ -333,39 +336,18 @@ def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequen
     tried: dict[tuple[str, str, DataProblem | None], list[BlameRow]] = {}
     for b in blame:
         tried.setdefault((b.method, b.name, b.problem), []).append(b)
+    explained = {b.label for b in blame if b.fixes}  # verifications blame found a culprit of
     found: list[ConstantFinding] = []
     seen: set[tuple[str, str, DataProblem | None]] = set()
     for f in methods:
         for c in f.findings:
             key = (c.method, c.name, c.problem)
             seen.add(key)
-            found.append(_with_blame(c, tried.get(key, []), verdicts))
+            found.append(_with_blame(c, tried.get(key, []), verdicts, explained))
     for key, rows in tried.items():  # problems only an experiment shows (state kept apart)
         if key not in seen:
             b = rows[0]
             found.append(_with_blame(ConstantFinding(b.method, b.name, b.fqn, b.problem, b.evidence, b.shared_from),
-                                     rows, verdicts))
+                                     rows, verdicts, explained))
     return Verdict(program, policy, predicted, tuple(verdicts.values()), tuple(found),
                    tuple(_sequence_verdict(n, s) for n, s in (sequences or {}).items()), error, failed_stage)
-
-
-@dataclass
-class VerdictRows:
-    """A verdict as plain rows (for frames and CSV): one per method, one per finding."""
-
-    methods: list[dict] = field(default_factory=list)
-    constants: list[dict] = field(default_factory=list)
-
-
-METHOD_VERDICT_COLUMNS = ["policy", "method", "outcome", "stage", "checked_against", "reason"]
-FINDING_COLUMNS = ["policy", "method", "name", "fqn", "problem", "evidence", "shared_from", "blame", "blame_note"]
-
-
-def verdict_rows(v: Verdict) -> VerdictRows:
-    return VerdictRows(
-        [{"policy": v.policy, "method": m.method, "outcome": m.outcome.value,
-          "stage": m.stage.value if m.stage else "", "checked_against": m.checked_against, "reason": m.reason}
-         for m in v.methods],
-        [{"policy": v.policy, "method": c.method, "name": c.name, "fqn": c.fqn, "problem": c.problem.value if c.problem else "",
-          "evidence": c.evidence, "shared_from": c.shared_from, "blame": c.blame.value, "blame_note": c.blame_note}
-         for c in v.constants])
