@@ -216,3 +216,16 @@ def test_blame_of_a_sequence_names_the_state_kept_apart(built_sample):
     assert after is not before and after.culprits
     assert {c.problem for c in after.culprits} == {DataProblem.STATE_NOT_SHARED}
     assert all(c.blame is BlameStatus.CULPRIT and seq in c.broken for c in after.culprits)
+
+
+@pytest.mark.slow
+def test_an_isolated_load_brings_back_the_same_verdict(built_sample):
+    from toolkit.isolation import load_isolated
+    from toolkit.session import load_program
+
+    prog = built_sample("total_collision")
+    for policy in ("name-only", "fqn-weight-cache"):
+        here = load_program(prog, policy).verdict()
+        there = load_isolated(prog, policy).verdict
+        assert there == here, policy
+        assert here.headline() in load_isolated(prog, policy).summary()

@@ -14,6 +14,7 @@ with a JSON result file.  Nothing the worker sends is ever executed by the paren
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from . import errors as _errors
 from .errors import ToolkitError, WorkerCrashedError
 from .model import Program
 from .tables import decision_counts
+from .verdict import Verdict, verdict_from_dict
 from .vocab import SessionStatus
 
 _STATUS_FAILED = SessionStatus.FAILED.value
@@ -62,6 +64,7 @@ class IsolatedLoad:
     failed_stage: str | None = None  # "load", or "export" (the modelled exporter refused the program)
     event_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     verification: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=_VERIFY_COLUMNS))
+    verdict: Verdict | None = None  # the worker session's verdict (None: the worker crashed before it)
     returncode: int | None = None
     seconds: float = 0.0
     worker_log: str = ""  # tail of the worker's stderr (a faulthandler traceback after a crash)
@@ -109,12 +112,8 @@ class IsolatedLoad:
         d = self.decisions
         if len(d):
             lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(decision_counts(d).items())))
-        if len(self.verification):
-            ok = self.verification["ok"].astype("boolean")  # pd.NA: no reference, neither ok nor wrong
-            bad = self.verification[ok.eq(False).fillna(False)]["method"].tolist()
-            unknown = int(ok.isna().sum())
-            lines.append(f"  verified: {int(ok.eq(True).sum())} ok" + (f", not ok: {bad}" if bad else "")
-                         + (f", {unknown} with no reference" if unknown else ""))
+        if self.verdict is not None:
+            lines.append("  " + self.verdict.headline())
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -213,7 +212,8 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
     return IsolatedLoad(status=result["status"], error=result.get("error"), error_type=result.get("error_type"),
                         error_path=result.get("error_path"), error_field=result.get("error_field"),
                         failed_method=result.get("failed_method"), failed_stage=result.get("failed_stage"),
-                        verification=verification, **base)
+                        verification=verification,
+                        verdict=verdict_from_dict(result["verdict"]) if result.get("verdict") else None, **base)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -320,6 +320,7 @@ def _worker(tmp: Path) -> int:
             result["error_type"] = _errors.LoadError.__name__
         if req["verify"]:
             result["verification"] = _frame_json(session.verify())
+            result["verdict"] = dataclasses.asdict(session.verdict())
         session.close()
     except ToolkitError as e:
         result.update(status=_STATUS_FAILED, error=str(e), error_type=type(e).__name__,

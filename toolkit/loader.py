@@ -14,9 +14,10 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import events as ev
+from . import tables
 from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
@@ -515,43 +516,38 @@ class ProgramLoad:
         self.status = SessionStatus.CLOSED
 
     # ------------------------------------------------------------------ tables
-    def _table(self, name: str):
+    def _table(self, build: "Callable[[ev.EventLog], pd.DataFrame]") -> "pd.DataFrame":
         """Frames are built from the log once; rebuilt only when the log has grown since."""
-        from . import tables
-
         n = len(self.log)
-        hit = self._frames.get(name)
+        hit = self._frames.get(build.__name__)
         if hit is None or hit[0] != n:
-            hit = (n, getattr(tables, f"{name}_frame")(self.log))
-            self._frames[name] = hit
+            hit = self._frames[build.__name__] = (n, build(self.log))
         return hit[1].copy()
 
     @property
     def events(self) -> "pd.DataFrame":
-        return self._table("events")
+        return self._table(tables.events_frame)
 
     @property
     def lookups(self) -> "pd.DataFrame":
-        return self._table("lookups")
+        return self._table(tables.lookups_frame)
 
     @property
     def comparisons(self) -> "pd.DataFrame":
-        return self._table("comparisons")
+        return self._table(tables.comparisons_frame)
 
     @property
     def decisions(self) -> "pd.DataFrame":
-        return self._table("decisions")
+        return self._table(tables.decisions_frame)
 
     @property
     def memory(self) -> "pd.DataFrame":
-        return self._table("memory")
+        return self._table(tables.memory_frame)
 
     @property
     def method_results(self) -> "pd.DataFrame":
         """One row per method: status, bytes it put on its device, runnable, problems."""
-        from .tables import method_results_frame
-
-        return method_results_frame(self.results.values(), policy=self.policy.name.value)
+        return tables.method_results_frame(self.results.values(), policy=self.policy.name.value)
 
     @property
     def device_bytes(self) -> int:

@@ -351,3 +351,19 @@ def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequen
                                      rows, verdicts, explained))
     return Verdict(program, policy, predicted, tuple(verdicts.values()), tuple(found),
                    tuple(_sequence_verdict(n, s) for n, s in (sequences or {}).items()), error, failed_stage)
+
+
+def verdict_from_dict(d: Mapping) -> Verdict:
+    """The verdict :func:`dataclasses.asdict` gave, read back (e.g. from an isolated worker's JSON)."""
+    def stage(s):
+        return Stage(s) if s else None
+
+    return Verdict(
+        d["program"], d["policy"], d["predicted"],
+        tuple(MethodVerdict(m["method"], MethodOutcome(m["outcome"]), m["reason"], stage(m["stage"]),
+                            m["checked_against"]) for m in d["methods"]),
+        tuple(ConstantFinding(**{**c, "problem": DataProblem(c["problem"]) if c["problem"] else None,
+                                 "blame": BlameStatus(c["blame"]), "broken": tuple(c["broken"])})
+              for c in d["constants"]),
+        tuple(SequenceVerdict(s["sequence"], MethodOutcome(s["outcome"]), s["first_bad_step"], s["reason"])
+              for s in d["sequences"]), d["error"], stage(d["failed_stage"]))
