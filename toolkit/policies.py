@@ -244,6 +244,22 @@ def refusal_message(name: str, method: str) -> str:
     )
 
 
+def _refuse_rest(plan: Plan, decided: list[ConstantDecision], why: str, origin: TensorOrigin
+                 ) -> list[ConstantDecision]:
+    """A method's load refused: the refusing decision kept, every other constant, decided or not
+    reached yet, refused with ``why`` (upstream returns at the refusal: nothing of it is used)."""
+    done = {d.constant.name for d in decided}
+    out = [d if d.decision is Decision.REFUSED else
+           ConstantDecision(d.constant, d.lookup, Decision.REFUSED, Reason.LOAD_REFUSED, why, origin, key=d.key)
+           for d in decided]
+    for c in plan.method.constants:
+        if c.name not in done:
+            lr = plan.lookup(c.name)
+            out.append(ConstantDecision(c, lr.result if lr else None, Decision.REFUSED, Reason.LOAD_REFUSED, why,
+                                        origin, key=lr.key if lr else ""))
+    return out
+
+
 def _lookups(method: MethodView, cache: CacheView, eligible) -> tuple[LookupResult, ...]:
     out = []
     for c in method.constants:
@@ -397,15 +413,7 @@ class _ExecuTorchPolicy(Policy):
                     c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
                     f"{_mismatch_text(comps)}: declined, own copy kept", TensorOrigin.WHOLE_BLOB, entry, comps))
         if failure is not None:
-            decided = {d.constant.name for d in decisions}
-            decisions = [d if d.decision is Decision.REFUSED else
-                         ConstantDecision(d.constant, d.lookup, Decision.REFUSED, Reason.LOAD_REFUSED,
-                                          f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
-                         for d in decisions]
-            decisions += [ConstantDecision(c, plan.lookup(c.name).result if plan.lookup(c.name) else None,
-                                           Decision.REFUSED, Reason.LOAD_REFUSED,
-                                           f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
-                          for c in m.constants if c.name not in decided]
+            decisions = _refuse_rest(plan, decisions, f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
         return Outcome(m.name, tuple(decisions), failure)
 
 
@@ -758,17 +766,7 @@ class FqnWeightCache(Policy):
                                                 "uploaded on its own", TensorOrigin.OWN_UPLOAD, entry, comps, dig, key=ckey))
         if failure is None:
             return Outcome(m.name, tuple(out))
-        decided = {d.constant.name for d in out}
-        out = [d if d.decision is Decision.REFUSED else
-               ConstantDecision(d.constant, d.lookup, Decision.REFUSED, Reason.LOAD_REFUSED,
-                                f"the exporter refuses the program: {failure}", TensorOrigin.OWN_UPLOAD, key=d.key)
-               for d in out]
-        for c in m.constants:
-            if c.name not in decided:
-                lr = plan.lookup(c.name)
-                out.append(ConstantDecision(c, lr.result if lr else None, Decision.REFUSED,
-                                            Reason.LOAD_REFUSED, f"the exporter refuses the program: {failure}",
-                                            TensorOrigin.OWN_UPLOAD, key=lr.key if lr else ""))
+        out = _refuse_rest(plan, out, f"the exporter refuses the program: {failure}", TensorOrigin.OWN_UPLOAD)
         return Outcome(m.name, tuple(out), failure, stage=Stage.EXPORT)
 
 
