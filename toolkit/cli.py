@@ -187,7 +187,7 @@ def _dry_report(prog, a) -> int:
 
     r = run_analysis(prog, a.policy, device=a.device)
     d = r.decisions
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {a.policy!r}: {r.status}")
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: {r.status}")
     _out()
     _print_frame(d[["method", "name", "fqn", "lookup", "decision", "reason"]])
     blocked = {m.method for m in r.methods if str(m.status) == "loaded" and not m.runnable}  # never run
@@ -312,7 +312,7 @@ def _dry_compare(prog, policies, a) -> int:
 
     df = predict_policies(prog, policies, device=a.device).frame
     floor = int(df["floor_bytes"].iloc[0]) if len(df) else 0
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {len(df)} policies; "
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {len(df)} policies; "
          f"memory floor M = {floor:,} bytes")
     _out()
     _print_frame(df.drop(columns=["error", "floor_bytes"]))

@@ -28,12 +28,11 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import DTYPE_ITEMSIZE, ConstantSpec, FileRecord, MethodSpec, Program
+from .model import DTYPE_ITEMSIZE, ConstantSpec, FileRecord, MethodSpec, Program, aligned_slot_bytes
 from .sources.directory import MANIFEST_FILE, manifest_json
 from .vocab import ConstantKind
 
 ROLES = ("shared", "content_collision", "metadata_collision", "lifted", "mutated", "unique")
-_ALIGN = 64  # AOTInductor's blob slot alignment
 _PLACEHOLDER_SHA = "0" * 64
 
 
@@ -133,7 +132,7 @@ def generate(spec: SyntheticSpec) -> Program:
     for _, _, shapes, _ in slots:
         offsets.append(off)
         biggest = max(math.prod(s) for s in shapes) * item
-        off += -(-biggest // _ALIGN) * _ALIGN
+        off += aligned_slot_bytes(biggest)
     blob_bytes = off
 
     shared_specs: dict[int, ConstantSpec] = {}

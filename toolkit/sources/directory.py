@@ -29,9 +29,8 @@ from ..model import (
     DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, SequenceSpec, SequenceStep,
     required_nbytes,
 )
-from ..vocab import ConstantKind
+from ..vocab import ConstantKind, ProgramFormat
 
-FORMAT_NAME = "constshare-program"
 FORMAT_VERSION = 3  # written; 2 (no chunk digests) and 1 (no provenance, no sequences) are still read
 READ_VERSIONS = (1, 2, 3)
 MANIFEST_FILE = "manifest.json"
@@ -279,7 +278,7 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             raise fail("files", f"no digest recorded for {q.reference_file!r} (sequence {q.name!r})")
         sequences.append(SequenceSpec(q.name, tuple(steps), q.reference_file))
     return Program(name=doc.name, description=doc.description, device=doc.device, torch_version=doc.torch_version,
-                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root, source=FORMAT_NAME,
+                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root, format=ProgramFormat.DIRECTORY,
                    sequences=tuple(sequences))
 
 
@@ -378,7 +377,7 @@ def manifest_json(program: Program, *, indent: int | None = 2) -> str:
                 raise ValueError(f"method {m.name!r}: constant {c.name!r} lives in {c.file!r}, not in the "
                                  f"method's blob {m.blob_file!r}; a program directory cannot express that")
     doc = {
-        "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+        "format": ProgramFormat.DIRECTORY.value, "format_version": FORMAT_VERSION,
         "name": program.name, "description": program.description, "device": program.device,
         "torch_version": program.torch_version, "created_utc": program.created_utc,
         "methods": [{"name": m.name, "so_file": m.so_file, "blob_file": m.blob_file,

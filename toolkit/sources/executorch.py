@@ -23,7 +23,7 @@ delegate payload are read (``docs/upstream.md``):
    per-SM ``.so`` variants, then the same manifest), ``ETCUDAFQN5`` (variants with a flags
    word: bit 0 = PTX fallback only) and ``ETCUDAFQN0`` (always with flags).  Such a method is
    modelled with its first non-fallback variant's ``.so``; every variant is listed in
-   :attr:`~toolkit.model.MethodSpec.payload`.  ``ETCUDAFQN1``/``2`` (unmerged branches) are
+   :attr:`PteLocation.payload`.  ``ETCUDAFQN1``/``2`` (unmerged branches) are
    refused by name.
 
 Generations 1 and 2 keep the constant table (names, FQNs, layouts) only inside the ``.so``:
@@ -36,16 +36,15 @@ of them live on CUDA) and must add up to the blob's size exactly.
 
 The program model (:mod:`toolkit.model`), and where it differs from a program directory:
 
-* ``Program.source == "executorch-pte"``; ``root`` is the ``.pte``'s folder and every file
+* ``Program.format`` is ``executorch-pte``; ``root`` is the ``.pte``'s folder and every file
   (the ``.pte``, each ``.ptd``, the references) has a :class:`~toolkit.model.FileRecord`;
   ``torch_version`` is ``"unknown"`` (a ``.pte`` does not record it).
 * Methods are the execution plans in the file's order that have a CUDA delegate (plans with
   none, e.g. constant methods such as ``get_max_seq_len``, are listed in the description);
   a plan with several CUDA delegates is refused (the model has one container per method).
-* The ``.so`` is not a file of its own: ``so_file`` is the file holding it (the ``.pte``),
-  ``so_offset``/``so_bytes`` say where, ``so_key`` is its named-data key.  A 1.5.x method has
-  no dense blob: ``blob_file`` is the ``.ptd`` holding its storages, ``blob_offset`` is None
-  and ``blob_bytes`` is the size AOTInductor's ``binary_blob`` of those storages would have
+* A method's :class:`PteLocation` says where its ``.so`` (in the ``.pte``: ``so_file``) and
+  its weights (in a ``.ptd``: ``blob_file``) lie.  A 1.5.x method has no dense blob:
+  ``blob_bytes`` is the size AOTInductor's ``binary_blob`` of its storages would have
   (what a dense-blob revision of the runtime would upload).  ``reference_file`` is
   ``reference_<method>.safetensors`` beside the ``.pte`` when there is one (the convention of
   our fixtures), else "".  A ``sequence_<name>.safetensors`` beside it whose header metadata
@@ -81,18 +80,18 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import ProgramError, ToolkitError
 from ..model import (
-    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
+    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
+    SequenceSpec, SequenceStep, aligned_slot_bytes, required_nbytes,
 )
-from ..vocab import ConstantKind
+from ..vocab import ConstantKind, ProgramFormat
 from ._binary import Bytes, Cursor, MappedFile, Table, root
 
-SOURCE_NAME = "executorch-pte"
 DEFAULT_DATA_FILE = "aoti_cuda_blob.ptd"
 CUDA_BACKEND_ID = "CudaBackend"
 PTE_IDENTIFIER, PTD_IDENTIFIER = b"ET12", b"FT01"
@@ -100,7 +99,6 @@ EXTRA = "executorch"
 MAX_RANK = 64
 MAX_ENTRIES = 1 << 20  # the runtime's own bound (kMaxManifestEntries)
 MAX_VARIANTS = 256
-BLOB_ALIGN = 64  # AOTInductor's binary_blob slot alignment (CPU constants)
 
 # c10::ScalarType codes the 1.5.x runtime accepts (is_supported_cuda_fqn_dtype)
 SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
@@ -114,12 +112,11 @@ COPY_OPS = re.compile(r"^(et_copy::.*|aten::_to_copy|aten::copy_?|aten::clone|at
 
 
 @dataclass(frozen=True)
-class Region:
-    """Bytes of one file: which file, absolute offset, size."""
+class PteLocation(PackedLocation):
+    """A method of a ``.pte``: its ``.so`` and its weights named data (``so.key``, ``weights.key``), the
+    weights a dense blob (generations 1 and 2) or per-FQN storages (1.5.x)."""
 
-    file: str  # relative name in the program
-    offset: int
-    size: int
+    payload: str  # the delegate payload's generation (with every .so variant of a multi-arch one)
 
 
 @dataclass
@@ -604,12 +601,12 @@ class _Builder:
                 self._open(self.root / m.reference_file)
         sequences = self._sequences({m.name for m in methods})
         files = {rel: f.record() for rel, f in self.files.items()}
-        gens = sorted({m.payload for m in methods})
+        gens = sorted({m.location.payload for m in methods})
         desc = f"ExecuTorch {CUDA_BACKEND_ID} program ({'; '.join(gens)})"
         if skipped:
             desc += f"; execution plans without a {CUDA_BACKEND_ID} delegate, not modelled: {', '.join(skipped)}"
         return Program(name=self.pte_path.stem, description=desc, device=device, torch_version="unknown",
-                       created_utc="", methods=tuple(methods), files=files, root=self.root, source=SOURCE_NAME,
+                       created_utc="", methods=tuple(methods), files=files, root=self.root, format=ProgramFormat.PTE,
                        sequences=sequences, records_mutation=False)
 
     def _sequences(self, methods: set[str]) -> tuple[SequenceSpec, ...]:
@@ -651,7 +648,7 @@ class _Builder:
             where = ", ".join(f.rel for f in self.ptds) or "no .ptd was found or given"
             raise ProgramError(f"named data {key!r} is in neither the .pte nor the data files ({where})",
                                path=self.pte.path, field=field)
-        return reg
+        return replace(reg, key=key)
 
     def _method(self, plan: _Plan, d: _Delegate) -> MethodSpec:
         spec_name = d.specs.get("method_name", b"").decode("utf-8", "replace")
@@ -667,17 +664,16 @@ class _Builder:
         for k in payload.so_keys[1:]:
             self._find(k, f"{pw}.variants")
         if payload.generation == 3:
-            constants, blob_file, blob_offset, blob_bytes = self._fqn_constants(plan, payload)
+            constants, blob_file, weights, blob_bytes = self._fqn_constants(plan, payload)
         else:
-            constants, blob_file, blob_offset, blob_bytes = self._blob_constants(plan, d, payload, so, pw)
+            constants, blob_file, weights, blob_bytes = self._blob_constants(plan, d, payload, so, pw)
         ref = f"reference_{plan.name}.safetensors"
         ref = ref if (self.root / ref).is_file() else ""
         label = payload.label + (f": {', '.join(payload.so_keys)}" if len(payload.so_keys) > 1 else "")
         return MethodSpec(
             name=plan.name, so_file=so.file, blob_file=blob_file, reference_file=ref, blob_bytes=blob_bytes,
             num_inputs=len(plan.inputs), num_outputs=len(plan.outputs), constants=tuple(constants),
-            so_offset=so.offset, so_bytes=so.size, so_key=payload.so_keys[0], blob_offset=blob_offset,
-            weights_key=payload.weights_key, payload=label, input_order=_input_order(plan, d.index),
+            location=PteLocation(so, weights, label), input_order=_input_order(plan, d.index),
             output_order=_output_order(plan, d.index))
 
     def _fqn_constants(self, plan: _Plan, payload: _Payload):
@@ -701,13 +697,13 @@ class _Builder:
                 raise ProgramError(f"the view of {e['fqn']!r} reads {need} bytes of a {reg.size}-byte storage",
                                    path=self.pte.path, field=w)
             blob_file = reg.file
-            total += reg.size if all_cuda else -(-reg.size // BLOB_ALIGN) * BLOB_ALIGN
+            total += aligned_slot_bytes(reg.size, all_cuda=all_cuda)
             constants.append(ConstantSpec(
                 name=name, fqn=e["fqn"], kind=_kind(e["fqn"]), mutated=False, dtype=e["dtype"], shape=e["sizes"],
                 strides=e["strides"], storage_offset=e["storage_offset"], nbytes=need, offset=reg.offset,
                 digest=self.digest(reg.file, reg.offset, need), file=reg.file, storage_key=e["storage_key"],
                 so_key=payload.so_keys[0]))
-        return constants, blob_file, None, total
+        return constants, blob_file, PerConstantStorages(), total
 
     def _table(self, method: str, so: Region, field: str) -> list:
         if self.table is None:
@@ -734,8 +730,7 @@ class _Builder:
                                    f"({got!r}): the blob was modified", path=self.files[blob.file].path,
                                    field=f"named_data[{payload.weights_key!r}]")
         rows = self._table(plan.name, so, f"{pw}.constant_table")
-        # AOTInductor pads each storage to 64 bytes unless every constant is on CUDA (codecache.py)
-        align = 1 if d.specs.get("target_device", b"cuda").startswith(b"cuda") else BLOB_ALIGN
+        all_cuda = d.specs.get("target_device", b"cuda").startswith(b"cuda")
         constants, at = [], 0
         for i, r in enumerate(rows):
             w = f"constant_table[{plan.name!r}][{i}]"
@@ -758,7 +753,7 @@ class _Builder:
             if need > size or off + need > blob.size:
                 raise ProgramError(f"constant {r.name!r} reads [{off}, {off + need}) of a {blob.size}-byte blob "
                                    f"(storage {size} bytes)", path=self.files[blob.file].path, field=w)
-            at = off + (size if align == 1 else -(-size // align) * align)
+            at = off + aligned_slot_bytes(size, all_cuda=all_cuda)
             constants.append(ConstantSpec(
                 name=r.name, fqn=r.fqn, kind=ConstantKind(r.kind), mutated=bool(r.mutated), dtype=r.dtype,
                 shape=shape, strides=strides, storage_offset=r.storage_offset, nbytes=need,
@@ -768,7 +763,7 @@ class _Builder:
             raise ProgramError(f"the constant table lays out {at} bytes, the weights blob has {blob.size}: the "
                                "table is not this .so's", path=self.files[blob.file].path,
                                field=f"named_data[{payload.weights_key!r}]")
-        return constants, blob.file, blob.offset, blob.size
+        return constants, blob.file, blob, blob.size
 
 
 def _data_files(pte: Path, data) -> list[Path]:

@@ -27,15 +27,14 @@ constants, ...)``.  No torch: the nested ``torch.save`` pickle is scanned with
 key, and whether it was saved as a parameter.  A package without the generated source would
 keep its constant table only inside the ``.so``: it is refused (a source never opens a ``.so``).
 
-The program model: ``Program.source == "torch-pt2"``, one method per model in the order the
-archive lists them, ``root`` the archive's folder, one :class:`~toolkit.model.FileRecord`
+The program model: ``Program.format`` is ``torch-pt2``, one method per model in the order
+the archive lists them, ``root`` the archive's folder, one :class:`~toolkit.model.FileRecord`
 (the archive).  Every member the model needs must be stored uncompressed (torch writes them
 so): a constant's ``file`` is the archive and its ``offset`` the absolute byte offset of its
-storage inside it (inside the nested archive for ``pickle_weights``); ``so_offset``/
-``so_bytes`` locate the ``.so``; ``so_key`` is ``<sha256 of the .so>_so_blob``, the key
-ExecuTorch would give it.  ``binary_blob``: ``blob_offset``/``blob_bytes`` locate the blob,
-``weights_key`` names its member; ``pickle_weights``: ``blob_offset`` is None,
-``blob_bytes`` the size the dense blob would have, each constant's ``storage_key`` its
+storage inside it (inside the nested archive for ``pickle_weights``); a method's
+:class:`Pt2Location` locates its ``.so`` and blob members; each constant's ``so_key`` is
+``<sha256 of the .so>_so_blob``, the key ExecuTorch would give it.  ``pickle_weights``:
+``blob_bytes`` is the size the dense blob would have, each constant's ``storage_key`` its
 weight member.  ``mutated`` is False (the archive does not record which buffers the graph
 writes); ``reference_file`` is "" (a package holds no eager outputs); ``torch_version`` is
 ``"unknown"``.
@@ -53,14 +52,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ProgramError
-from ..model import DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, required_nbytes
-from ..vocab import ConstantKind
+from ..model import (
+    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
+    aligned_slot_bytes, required_nbytes,
+)
+from ..vocab import ConstantKind, ProgramFormat
 from ._binary import Bytes, MappedFile
 
-SOURCE_NAME = "torch-pt2"
 AOTI_DIR = "data/aotinductor/"
 WEIGHTS_DIR = "data/weights/"
-BLOB_ALIGN = 64
 MAX_MEMBERS = 1 << 20
 
 # legacy typed-storage classes torch.save pickles, -> dtype
@@ -103,6 +103,14 @@ class _Window(io.RawIOBase):
         b[:n] = chunk
         self._pos += n
         return n
+
+
+@dataclass(frozen=True)
+class Pt2Location(PackedLocation):
+    """A model of a ``.pt2``: its ``.so`` and its weights members of the archive (``so.key``, ``weights.key``
+    their names), the weights a dense blob or per-weight storages."""
+
+    weights_format: str  # binary_blob, pickle_weights or "no constants"
 
 
 @dataclass(frozen=True)
@@ -269,11 +277,14 @@ class _Reader:
             devices.add(device)
         if len(devices) != 1:
             raise b.error(f"models compiled for different devices {sorted(devices)}", AOTI_DIR)
-        formats = sorted({m.payload for m in methods})
+        formats = sorted({m.location.weights_format for m in methods})
         return Program(name=self.path.stem, description=f"torch AOTInductor package ({', '.join(formats)})",
                        device=devices.pop(), torch_version="unknown", created_utc="", methods=tuple(methods),
-                       files={self.rel: self.file.record()}, root=self.root, source=SOURCE_NAME,
+                       files={self.rel: self.file.record()}, root=self.root, format=ProgramFormat.PT2,
                        records_mutation=False)
+
+    def _region(self, mem: _Member) -> Region:
+        return Region(self.rel, mem.offset, mem.size, mem.name.split("/", 1)[-1])  # the member, not its root folder
 
     def _text(self, mem: _Member, field: str) -> str:
         _need_stored(self.b, mem, field)
@@ -312,19 +323,17 @@ class _Reader:
         if blobs:
             if len(blobs) != 1 or config is not None:
                 raise b.error("a model has one weights blob, or weights_config.json, not both", d)
-            constants, blob_offset, blob_bytes, key, label = self._blob(live, all_cuda, files[blobs[0]], d + blobs[0],
-                                                                       so_key)
+            constants, weights, blob_bytes, label = self._blob(live, all_cuda, files[blobs[0]], d + blobs[0], so_key)
         elif config is not None:
             constants, blob_bytes = self._pickled(live, all_cuda, config, d + "weights_config.json", so_key)
-            blob_offset, key, label = None, "", "pickle_weights"
+            weights, label = PerConstantStorages(), "pickle_weights"
         elif live:
             raise b.error(f"model {model!r} has constants but neither a weights blob nor weights_config.json", d)
         else:
-            constants, blob_offset, blob_bytes, key, label = [], 0, 0, "", "no constants"
+            constants, weights, blob_bytes, label = [], PerConstantStorages(), 0, "no constants"
+        location = Pt2Location(self._region(so_m), weights, label)
         spec = MethodSpec(name=model, so_file=self.rel, blob_file=self.rel, reference_file="", blob_bytes=blob_bytes,
-                          num_inputs=n_in, num_outputs=n_out, constants=tuple(constants), so_offset=so_m.offset,
-                          so_bytes=so_m.size, so_key=so_key, blob_offset=blob_offset,
-                          weights_key=key, payload=label)
+                          num_inputs=n_in, num_outputs=n_out, constants=tuple(constants), location=location)
         return spec, device
 
     def _constant(self, r: dict, offset: int, so_key: str, storage_key: str = "", kind: ConstantKind | None = None):
@@ -347,10 +356,10 @@ class _Reader:
                 raise self.b.error(f"constant {r['name']!r} at [{at}, {at + r['data_size']}) runs past the "
                                    f"{mem.size}-byte blob", field)
             out.append(self._constant(r, mem.offset + at, so_key))
-            at += r["data_size"] if all_cuda else -(-r["data_size"] // BLOB_ALIGN) * BLOB_ALIGN
+            at += aligned_slot_bytes(r["data_size"], all_cuda=all_cuda)
         if at != mem.size:
             raise self.b.error(f"the constant table lays out {at} bytes, the blob has {mem.size}", field)
-        return out, mem.offset, mem.size, mem.name.split("/", 1)[-1], "binary_blob"
+        return out, self._region(mem), mem.size, "binary_blob"
 
     def _pickled(self, live: list[dict], all_cuda: bool, config_m: _Member, field: str, so_key: str):
         b = self.b
@@ -387,7 +396,7 @@ class _Reader:
             if kind is None:
                 kind = ConstantKind.PARAMETER if st["parameter"] else ConstantKind.BUFFER
             out.append(self._constant(row, st["offset"], so_key, WEIGHTS_DIR + fname, kind))
-            total += st["size"] if all_cuda else -(-st["size"] // BLOB_ALIGN) * BLOB_ALIGN
+            total += aligned_slot_bytes(st["size"], all_cuda=all_cuda)
         return out, total
 
     def _storage(self, name: str, field: str) -> dict:
