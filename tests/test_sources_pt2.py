@@ -43,12 +43,13 @@ def test_a_package_opens_into_a_complete_model(pt2, fmt):
     eager = eager_tensors()
     with zipfile.ZipFile(path) as z:
         so_members = {n.split("/")[3]: z.read(n) for n in z.namelist() if n.endswith(".wrapper.so")}
-        so_names = {n.split("/")[3]: n.split("/")[4] for n in z.namelist() if n.endswith(".wrapper.so")}
+        so_names = {n.split("/")[3]: n for n in z.namelist() if n.endswith(".wrapper.so")}
+        blobs = {n.split("/")[3]: (n, z.read(n)) for n in z.namelist() if n.endswith("_weights.blob")}
     for m in p.methods:
         loc = m.location
         assert isinstance(loc, Pt2Location) and loc.so.file == m.so_file == path.name
         so = raw[loc.so.offset:loc.so.offset + loc.so.size]
-        assert so == so_members[m.name] and loc.so.key == f"data/aotinductor/{m.name}/" + so_names[m.name]
+        assert so == so_members[m.name] and loc.so.key == so_names[m.name]  # the member's name in the zip
         assert {c.so_key for c in m.constants} == {sha(so) + "_so_blob"}  # the key ExecuTorch would give it
         assert (m.num_inputs, m.num_outputs, m.reference_file) == (1, 1, "")
         assert [c.fqn for c in m.constants] == ["lin.weight", "lin.bias", "buf", "_tensor_constant0"]
@@ -63,7 +64,8 @@ def test_a_package_opens_into_a_complete_model(pt2, fmt):
             assert raw[c.offset:c.offset + c.nbytes] == t.contiguous().numpy().tobytes(), (m.name, c.fqn)
             assert c.digest == sha(raw[c.offset:c.offset + c.nbytes]) and c.file == path.name
         if fmt == "binary_blob":
-            assert loc.weights_format == "binary_blob" and loc.weights.key.endswith(".blob")
+            w = loc.weights
+            assert loc.weights_format == "binary_blob" and (w.key, raw[w.offset:w.offset + w.size]) == blobs[m.name]
             assert m.blob_bytes == loc.weights.size == 1024 + 64 + 64 + 1024  # CPU: every storage padded to 64 bytes
             assert all(loc.weights.offset <= c.offset < loc.weights.offset + m.blob_bytes for c in m.constants)
         else:

@@ -9,9 +9,8 @@ A :class:`Program` lists its methods in load order.  Each :class:`ConstantSpec` 
 compiled method calls the constant (internal name), what the export called it (FQN), what it
 is (kind, mutated), its layout (dtype, shape, strides, storage offset, bytes a slot reads),
 where its bytes are (a file of the program and the offset in it) and a digest of those bytes.
-Each :class:`MethodSpec` has a :class:`Location`, which says where its ``.so`` and weights lie.
-Every file of the program has a :class:`FileRecord` (size, sha256).  Every byte offset in the
-model is absolute in the program file it names.
+A :class:`MethodSpec`'s :class:`Location` says where its ``.so`` and weights lie.  Every file
+has a :class:`FileRecord` (size, sha256).  Every byte offset is absolute in the file it names.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from typing import Iterable, Mapping
 from .vocab import ConstantKind, ProgramFormat
 
 METHOD_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-DEVICE_KINDS = ("cpu", "cuda")
 
 # dtype name -> bytes per element; names are torch's (str(torch.float32) without "torch.")
 DTYPE_ITEMSIZE = {
@@ -69,15 +67,13 @@ class TensorMeta:
         return len(self.shape)
 
 
-# aoti_runtime/model_base.h (compute_constant_blob): every slot of the device allocation a blob is uploaded into
-AOTI_CONST_ALIGNMENT = 64
+AOTI_CONST_ALIGNMENT = 64  # of every slot of a blob's device allocation (aoti_runtime/model_base.h)
 
 
 def aligned_slot_bytes(nbytes: int, *, all_cuda: bool = False) -> int:
-    """The bytes a constant of ``nbytes`` takes in an AOTInductor blob: rounded up to AOTI_CONST_ALIGNMENT in the
-    allocation a blob is uploaded into, and in a blob file (and the sizes its .so reports) holding any CPU
-    constant; ``all_cuda``: in a blob file whose constants are all on CUDA, written unpadded (its .so reports
-    ``nbytes``; measured on the H200: a 16-byte counter reports 16)."""
+    """The bytes a constant of ``nbytes`` takes in an AOTInductor blob: rounded up to AOTI_CONST_ALIGNMENT in
+    the device allocation, and in a blob file holding any CPU constant (and in the sizes its .so reports);
+    ``all_cuda``: in a blob file of CUDA constants only, unpadded (measured on the H200: 16 bytes report 16)."""
     return nbytes if all_cuda else -(-nbytes // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
 
 
@@ -133,19 +129,17 @@ class Region:
 
 @dataclass(frozen=True)
 class PerConstantStorages:
-    """Weights kept as one storage per constant, each where its :class:`ConstantSpec` says: no dense blob
-    exists (``MethodSpec.blob_bytes`` is the size AOTInductor's would have)."""
+    """Weights as one storage per constant (where its ConstantSpec says); ``blob_bytes``: a dense blob's size."""
 
 
 @dataclass(frozen=True)
 class Location:
-    """Where a method's ``.so`` and weights lie: one kind per layout, a source's own kind beside it."""
+    """Where a method's ``.so`` and weights lie: one kind per layout (a format's own beside its source)."""
 
 
 @dataclass(frozen=True)
 class FilesLocation(Location):
-    """The ``.so`` is the whole ``so_file`` and the weights the whole ``blob_file``, AOTInductor's dense blob:
-    AOTI loads both as they are (our program directories)."""
+    """The ``.so`` is the whole ``so_file``, the weights the whole ``blob_file`` (a dense blob AOTI loads as is)."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol
 
-from ..model import ConstantSpec, MethodSpec, Program, TensorMeta  # noqa: F401 (protocol types)
-from ..model import aligned_slot_bytes  # noqa: F401 (the padding rule, where the runtimes' users look for it)
+from ..model import ConstantSpec, MethodSpec, Program, TensorMeta, aligned_slot_bytes  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

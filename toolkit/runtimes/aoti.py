@@ -402,12 +402,10 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
 class AotiMethod:
     """One method on the AOTInductor runtime: its container and the uploads into it.
 
-    A method whose ``.so`` and weights lie inside larger files (a :class:`~toolkit.model.PackedLocation`:
-    a ``.pte``'s named data, ``.pt2`` members) has its ``.so`` extracted first (:func:`extract_so`),
-    with torch's libraries made global (:func:`make_torch_global`), and its whole-blob upload
-    emulated (AOTI's reads a whole file): every constant uploaded on its own from its file and
-    installed user-managed, held by this method as AOTI would hold its blob (the same bytes on
-    the device, in one allocation per constant).
+    A method whose ``.so`` and weights lie inside larger files (a :class:`~toolkit.model.PackedLocation`)
+    has its ``.so`` extracted first (:func:`extract_so`), torch's libraries made global
+    (:func:`make_torch_global`), and AOTI's whole-blob upload (of a whole file) emulated: each constant
+    uploaded from its file and installed user-managed, held as AOTI would hold its blob.
     """
 
     def __init__(self, runtime: "AotiRuntime", program: Program, method: MethodSpec, device: Device):
@@ -431,8 +429,7 @@ class AotiMethod:
     def compiled(self) -> CompiledMethod:
         got = read_compiled(self.container.so_path, self.device)
         if got is not None and isinstance(self._spec.location, PackedLocation):
-            # the program's offsets are absolute in the file, the .so's relative to its blob: a dense blob inside
-            # another file shifts them; per-constant storages form no blob they describe
+            # the .so's offsets are its blob's, the program's absolute: shifted, or none without a dense blob
             blob = self._spec.location.weights
             at = blob.offset if isinstance(blob, Region) else None
             return CompiledMethod({n: replace(c, blob_offset=None if at is None or c.blob_offset is None

@@ -4,21 +4,13 @@
 * an ExecuTorch CUDA program (:mod:`toolkit.sources.executorch`): a ``.pte`` and its ``.ptd``;
 * a torch AOTInductor package (:mod:`toolkit.sources.pt2`): a ``.pt2`` archive, one model or several.
 
-A new format is one more module and one more :class:`ProgramSource` in :data:`SOURCES`, which
-:func:`open_program` dispatches through: the first source that claims a path opens it, with the
-options that source takes.
-
-The ``.so`` key of a program directory's method (what ExecuTorch 1.5.x namespaces lifted
-``_tensor_constant*`` FQNs by, see :func:`toolkit.policies.fqn_weight_key`) is derived here
-as ExecuTorch derives it, ``<sha256 of the .so>_so_blob``, from the manifest's file record
-of the method's ``.so``, and set on its ``_tensor_constant*`` constants (the only ones it
-namespaces).  A record of 64 zeros is a placeholder (synthetic programs have no files): such
-a method gets no key, and each method then counts as its own ``.so``.
+A new format is one more module and one :class:`ProgramSource` in :data:`SOURCES`: the first that
+claims a path opens it (:func:`open_program`), with the options it takes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -26,30 +18,14 @@ from ..errors import ProgramError
 from ..model import Program
 from ..vocab import ProgramFormat
 from .directory import MANIFEST_FILE, open_directory, read_manifest_file
-from .executorch import is_pte, open_pte
-from .pt2 import is_pt2, open_pt2
-
-_PLACEHOLDER_SHA = "0" * 64
-
-
-def _with_so_keys(program: Program) -> Program:
-    """A directory program with its lifted constants' ``.so`` keys set (see the module docstring)."""
-    methods = []
-    for m in program.methods:
-        rec = program.files.get(m.so_file)
-        if rec is None or rec.sha256 == _PLACEHOLDER_SHA:
-            methods.append(m)
-            continue
-        key = f"{rec.sha256}_so_blob"
-        methods.append(replace(m, constants=tuple(replace(c, so_key=key) if c.fqn.startswith("_tensor_constant")
-                                                  and not c.so_key else c for c in m.constants)))
-    return replace(program, methods=tuple(methods))
+from ._binary import claimed_file
+from .executorch import PTE_IDENTIFIER, open_pte
+from .pt2 import ZIP_MAGIC, open_pt2
 
 
 @dataclass(frozen=True)
 class ProgramSource:
-    """One format of programs: which paths it claims (``claim`` gives the file or folder it opens, or None),
-    how it opens one, and the keyword options it takes."""
+    """One format: the paths it claims (``claim``: what it opens, or None), how it opens one, its options."""
 
     format: ProgramFormat
     claim: Callable[[Path], Path | None]
@@ -58,18 +34,17 @@ class ProgramSource:
 
 
 def _claim_pte(p: Path) -> Path | None:
-    """A ``.pte``, or a folder holding exactly one and no manifest."""
-    if p.is_file():
-        return p if is_pte(p) else None
-    ptes = sorted(p.glob("*.pte")) if p.is_dir() and not (p / MANIFEST_FILE).exists() else []
-    return ptes[0] if len(ptes) == 1 else None
+    """A ``.pte`` (by name or file identifier), or a folder holding exactly one and no manifest."""
+    if p.is_dir() and not (p / MANIFEST_FILE).exists():
+        ptes = sorted(p.glob("*.pte"))
+        return ptes[0] if len(ptes) == 1 else None
+    return claimed_file(p, ".pte", PTE_IDENTIFIER, at=4)
 
 
 SOURCES = (
     ProgramSource(ProgramFormat.PTE, _claim_pte, open_pte, ("data", "constant_table", "reader")),
-    ProgramSource(ProgramFormat.PT2, lambda p: p if p.is_file() and is_pt2(p) else None, open_pt2),
-    ProgramSource(ProgramFormat.DIRECTORY, lambda p: p if p.is_dir() or not p.exists() else None,
-                  lambda p: _with_so_keys(open_directory(p))),
+    ProgramSource(ProgramFormat.PT2, lambda p: claimed_file(p, ".pt2", ZIP_MAGIC), open_pt2),
+    ProgramSource(ProgramFormat.DIRECTORY, lambda p: p if p.is_dir() or not p.exists() else None, open_directory),
 )
 
 
@@ -117,7 +92,7 @@ def read_program_model(path: "str | Path | Program") -> Program:
     if claimed is not None and claimed[0].format is not ProgramFormat.DIRECTORY:
         return open_program(p)
     manifest, root = (p / MANIFEST_FILE, p) if p.is_dir() else (p, p.parent)
-    return _with_so_keys(read_manifest_file(manifest, root))
+    return read_manifest_file(manifest, root)
 
 
 __all__ = ["SOURCES", "ProgramSource", "open_program", "read_program_model"]

@@ -113,8 +113,7 @@ COPY_OPS = re.compile(r"^(et_copy::.*|aten::_to_copy|aten::copy_?|aten::clone|at
 
 @dataclass(frozen=True)
 class PteLocation(PackedLocation):
-    """A method of a ``.pte``: its ``.so`` and its weights named data (``so.key``, ``weights.key``), the
-    weights a dense blob (generations 1 and 2) or per-FQN storages (1.5.x)."""
+    """A ``.pte``'s method: ``.so`` and weights named data, a dense blob (generations 1, 2) or per-FQN storages."""
 
     payload: str  # the delegate payload's generation (with every .so variant of a multi-arch one)
 
@@ -539,7 +538,6 @@ class _Builder:
         self.files: dict[str, MappedFile] = {}
         self.pte = self._open(pte)
         self.ptds = [self._open(p) for p in data]
-        self.digests: dict[tuple[str, int, int], str] = {}
 
     def _open(self, path: Path) -> MappedFile:
         rel = _rel(path, self.root)
@@ -550,12 +548,6 @@ class _Builder:
     def close(self) -> None:
         for f in self.files.values():
             f.close()
-
-    def digest(self, file: str, offset: int, size: int) -> str:
-        key = (file, offset, size)
-        if key not in self.digests:
-            self.digests[key] = self.files[file].sha256(offset, size)
-        return self.digests[key]
 
     def build(self) -> Program:
         read_pte, read_ptd = ((_read_pte_executorch, _read_ptd_executorch) if self.reader == "executorch"
@@ -656,17 +648,15 @@ class _Builder:
         pw = f"{d.where}.processed"
         so = self._find(payload.so_keys[0], f"{pw}.so_blob_key")
         if payload.generation >= 2:
-            got = self.digest(so.file, so.offset, so.size) + "_so_blob"
+            got = self.files[so.file].sha256(so.offset, so.size) + "_so_blob"
             if got != payload.so_keys[0]:
                 raise ProgramError(f".so key {payload.so_keys[0]!r} does not match the sha256 of its bytes "
                                    f"({got!r}): the .so was modified", path=self.files[so.file].path,
                                    field=f"named_data[{payload.so_keys[0]!r}]")
         for k in payload.so_keys[1:]:
             self._find(k, f"{pw}.variants")
-        if payload.generation == 3:
-            constants, blob_file, weights, blob_bytes = self._fqn_constants(plan, payload)
-        else:
-            constants, blob_file, weights, blob_bytes = self._blob_constants(plan, d, payload, so, pw)
+        constants, blob_file, weights, blob_bytes = (self._fqn_constants(plan, payload) if payload.generation == 3
+                                                     else self._blob_constants(plan, d, payload, so, pw))
         ref = f"reference_{plan.name}.safetensors"
         ref = ref if (self.root / ref).is_file() else ""
         label = payload.label + (f": {', '.join(payload.so_keys)}" if len(payload.so_keys) > 1 else "")
@@ -701,7 +691,7 @@ class _Builder:
             constants.append(ConstantSpec(
                 name=name, fqn=e["fqn"], kind=_kind(e["fqn"]), mutated=False, dtype=e["dtype"], shape=e["sizes"],
                 strides=e["strides"], storage_offset=e["storage_offset"], nbytes=need, offset=reg.offset,
-                digest=self.digest(reg.file, reg.offset, need), file=reg.file, storage_key=e["storage_key"],
+                digest=self.files[reg.file].sha256(reg.offset, need), file=reg.file, storage_key=e["storage_key"],
                 so_key=payload.so_keys[0]))
         return constants, blob_file, PerConstantStorages(), total
 
@@ -724,7 +714,7 @@ class _Builder:
     def _blob_constants(self, plan: _Plan, d: _Delegate, payload: _Payload, so: Region, pw: str):
         blob = self._find(payload.weights_key, f"{pw}.weights_key")
         if payload.generation == 2:
-            got = self.digest(blob.file, blob.offset, blob.size) + "_weights_blob"
+            got = self.files[blob.file].sha256(blob.offset, blob.size) + "_weights_blob"
             if got != payload.weights_key:
                 raise ProgramError(f"weights key {payload.weights_key!r} does not match the sha256 of its bytes "
                                    f"({got!r}): the blob was modified", path=self.files[blob.file].path,
@@ -757,7 +747,7 @@ class _Builder:
             constants.append(ConstantSpec(
                 name=r.name, fqn=r.fqn, kind=ConstantKind(r.kind), mutated=bool(r.mutated), dtype=r.dtype,
                 shape=shape, strides=strides, storage_offset=r.storage_offset, nbytes=need,
-                offset=blob.offset + off, digest=self.digest(blob.file, blob.offset + off, need), file=blob.file,
+                offset=blob.offset + off, digest=self.files[blob.file].sha256(blob.offset + off, need), file=blob.file,
                 so_key=payload.so_keys[0]))
         if at != blob.size:
             raise ProgramError(f"the constant table lays out {at} bytes, the weights blob has {blob.size}: the "
@@ -802,15 +792,3 @@ def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None
     finally:
         if b is not None:
             b.close()
-
-
-def is_pte(path: Path) -> bool:
-    """A ``.pte`` by name, or a FlatBuffer with ExecuTorch's file identifier."""
-    if path.suffix == ".pte":
-        return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return False
-    return head[4:8] == PTE_IDENTIFIER

@@ -62,6 +62,7 @@ from ._binary import Bytes, MappedFile
 AOTI_DIR = "data/aotinductor/"
 WEIGHTS_DIR = "data/weights/"
 MAX_MEMBERS = 1 << 20
+ZIP_MAGIC = b"PK\x03\x04"  # a zip's local file header (torch's packages are zips)
 
 # legacy typed-storage classes torch.save pickles, -> dtype
 STORAGE_DTYPES = {
@@ -107,8 +108,7 @@ class _Window(io.RawIOBase):
 
 @dataclass(frozen=True)
 class Pt2Location(PackedLocation):
-    """A model of a ``.pt2``: its ``.so`` and its weights members of the archive (``so.key``, ``weights.key``
-    their names), the weights a dense blob or per-weight storages."""
+    """A ``.pt2``'s model: its ``.so`` and weights members of the archive, a dense blob or per-weight storages."""
 
     weights_format: str  # binary_blob, pickle_weights or "no constants"
 
@@ -135,7 +135,7 @@ def _members(b: Bytes, data: memoryview, base: int, what: str) -> list[tuple[str
     for info in infos:
         w = f"{what}[{info.filename!r}]"
         h = base + info.header_offset
-        if b.raw(h, 4, w) != b"PK\x03\x04":
+        if b.raw(h, 4, w) != ZIP_MAGIC:
             raise b.error("no local file header where the zip directory says", w, h)
         n, m = b.u16(h + 26, w), b.u16(h + 28, w)
         start = h + 30 + n + m
@@ -243,12 +243,6 @@ class _Reader:
         self.rel = os.path.relpath(path, self.root)
         self.file = MappedFile(path, self.rel)
         self.b = self.file.bytes
-        self.digests: dict[tuple[int, int], str] = {}
-
-    def digest(self, offset: int, size: int) -> str:
-        if (offset, size) not in self.digests:
-            self.digests[(offset, size)] = self.file.sha256(offset, size)
-        return self.digests[(offset, size)]
 
     def read(self) -> Program:
         b = self.b
@@ -283,9 +277,6 @@ class _Reader:
                        files={self.rel: self.file.record()}, root=self.root, format=ProgramFormat.PT2,
                        records_mutation=False)
 
-    def _region(self, mem: _Member) -> Region:
-        return Region(self.rel, mem.offset, mem.size, mem.name.split("/", 1)[-1])  # the member, not its root folder
-
     def _text(self, mem: _Member, field: str) -> str:
         _need_stored(self.b, mem, field)
         return self.b.text(mem.offset, mem.size, field)
@@ -304,7 +295,7 @@ class _Reader:
             raise b.error(f"model {model!r} has no generated wrapper source (.wrapper.cpp): its constant table is "
                           "only inside the .so, which a source does not open", d)
         table, n_in, n_out = _constant_table(self._text(files[cpp[0]], d + cpp[0]), b, d + cpp[0])
-        so_key = self.digest(so_m.offset, so_m.size) + "_so_blob"
+        so_key = self.file.sha256(so_m.offset, so_m.size) + "_so_blob"
         meta = [k for k in files if k.endswith(".wrapper_metadata.json")]
         device = "cpu"
         if meta:
@@ -331,7 +322,7 @@ class _Reader:
             raise b.error(f"model {model!r} has constants but neither a weights blob nor weights_config.json", d)
         else:
             constants, weights, blob_bytes, label = [], PerConstantStorages(), 0, "no constants"
-        location = Pt2Location(self._region(so_m), weights, label)
+        location = Pt2Location(Region(self.rel, so_m.offset, so_m.size, so_m.name), weights, label)
         spec = MethodSpec(name=model, so_file=self.rel, blob_file=self.rel, reference_file="", blob_bytes=blob_bytes,
                           num_inputs=n_in, num_outputs=n_out, constants=tuple(constants), location=location)
         return spec, device
@@ -345,7 +336,7 @@ class _Reader:
                                                         else ConstantKind.PARAMETER)
         return ConstantSpec(name=r["name"], fqn=r["fqn"], kind=kind, mutated=False, dtype=r["dtype"],
                             shape=r["shape"], strides=r["strides"], storage_offset=r["storage_offset"], nbytes=need,
-                            offset=offset, digest=self.digest(offset, need), file=self.rel,
+                            offset=offset, digest=self.file.sha256(offset, need), file=self.rel,
                             storage_key=storage_key, so_key=so_key)
 
     def _blob(self, live: list[dict], all_cuda: bool, mem: _Member, field: str, so_key: str):
@@ -359,7 +350,7 @@ class _Reader:
             at += aligned_slot_bytes(r["data_size"], all_cuda=all_cuda)
         if at != mem.size:
             raise self.b.error(f"the constant table lays out {at} bytes, the blob has {mem.size}", field)
-        return out, self._region(mem), mem.size, "binary_blob"
+        return out, Region(self.rel, mem.offset, mem.size, mem.name), mem.size, "binary_blob"
 
     def _pickled(self, live: list[dict], all_cuda: bool, config_m: _Member, field: str, so_key: str):
         b = self.b
@@ -432,13 +423,3 @@ def open_pt2(path: "str | Path") -> Program:
     finally:
         r.file.close()
 
-
-def is_pt2(path: Path) -> bool:
-    """A ``.pt2`` by name, or a zip archive (torch's packages are zips)."""
-    if path.suffix == ".pt2":
-        return True
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"PK\x03\x04"
-    except OSError:
-        return False
