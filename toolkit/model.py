@@ -129,7 +129,7 @@ class Region:
 
 @dataclass(frozen=True)
 class PerConstantStorages:
-    """Weights as one storage per constant (where its ConstantSpec says); ``blob_bytes``: a dense blob's size."""
+    """Weights kept as one storage per constant, each where its ConstantSpec says: no dense blob exists."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class MethodSpec:
     so_file: str
     blob_file: str  # the file holding the method's weights
     reference_file: str
-    blob_bytes: int  # bytes of its dense AOTInductor blob (binary_blob layout)
+    blob_bytes: int  # bytes of its dense AOTInductor blob (binary_blob layout), or that it would have
     num_inputs: int
     num_outputs: int
     constants: tuple[ConstantSpec, ...]
