@@ -238,11 +238,11 @@ def built_program(name: str, order: list[str] | None = None):
 
 
 def with_so_keys(program, keys: dict[str, str]):
-    """``program`` with each method's ``.so`` key replaced by the one the exporter computed for
-    the CUDA ``.so`` (ours was compiled for the CPU); lifted constants carry it too."""
+    """``program`` with its lifted constants' ``.so`` key replaced by the one the exporter computed
+    for the CUDA ``.so`` (ours was compiled for the CPU)."""
     methods = []
     for m in program.methods:
         k = keys[m.name]
         consts = tuple(replace(c, so_key=k) if c.fqn.startswith("_tensor_constant") else c for c in m.constants)
-        methods.append(replace(m, so_key=k, constants=consts))
+        methods.append(replace(m, constants=consts))
     return replace(program, methods=tuple(methods))

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 import toolkit
 from toolkit.analysis import run_analysis
 from toolkit.policies import POLICIES
-from toolkit.vocab import Decision
+from toolkit.vocab import Decision, ProgramFormat
 
 from executorch_fixtures import (
     EXPECTED, MANIFEST, POLICY_NAMES, ROOT, RUN_COMMAND, SCRIPT, built_program, exported, manifest, present,
@@ -113,7 +113,7 @@ def test_result_json_says_what_was_attempted_and_what_happened(name):
 def test_an_exported_fixture_opens_and_agrees_with_what_the_exporter_stored(name):
     p = toolkit.open_program(ROOT / name)
     r = result(name)
-    assert p.source == "executorch-pte" and p.device == "cuda"
+    assert p.format is ProgramFormat.PTE and p.device == "cuda"
     assert p.method_names == list(EXPECTED[name].methods), p.method_names
     for m in p.methods:
         assert m.reference_file == f"reference_{m.name}.safetensors"
@@ -122,7 +122,7 @@ def test_an_exported_fixture_opens_and_agrees_with_what_the_exporter_stored(name
         assert m.input_order is not None and sorted(m.input_order) == list(range(m.num_inputs)), m.input_order
     for rm in r["exporter_record"]["methods"]:
         m = p.method(rm["method"])
-        assert m.so_key == rm["so_key"], m.name
+        assert m.location.so.key == rm["so_key"], m.name
         by_fqn = {c.fqn: c for c in m.constants}
         assert set(by_fqn) == {s["fqn"] for s in rm["storages"]}, m.name
         for s in rm["storages"]:

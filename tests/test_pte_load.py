@@ -22,6 +22,7 @@ import torch
 import toolkit
 from toolkit.analysis import run_analysis
 from toolkit.errors import IncompatibleProgramError, LoadError
+from toolkit.model import PerConstantStorages, Region
 from toolkit.policies import POLICIES
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import aoti
@@ -87,23 +88,23 @@ def test_prefill_on_decodes_tensor_constant0_is_far_from_its_reference():
 
 def test_the_embedded_so_is_extracted_once_and_reused(tmp_path):
     program = toolkit.open_program(pte("shared_ok"))
-    m = program.methods[0]
-    assert m.so_bytes is not None and m.so_offset > 0
-    src = program.path(m.so_file)
+    so = program.methods[0].location.so
+    assert so.offset > 0
+    src = program.path(so.file)
     with open(src, "rb") as f:
-        f.seek(m.so_offset)
-        want = f.read(m.so_bytes)
-    out = extract_so(src, m.so_offset, m.so_bytes, cache_dir=tmp_path)
+        f.seek(so.offset)
+        want = f.read(so.size)
+    out = extract_so(src, so.offset, so.size, cache_dir=tmp_path)
     assert out.read_bytes() == want
     assert out.name == hashlib.sha256(want).hexdigest() + ".so"
-    assert m.so_key == out.stem + "_so_blob"  # ExecuTorch's key is the sha256 of the same bytes
+    assert so.key == out.stem + "_so_blob"  # ExecuTorch's key is the sha256 of the same bytes
     assert want[:4] == b"\x7fELF"
     mtime = out.stat().st_mtime_ns
-    assert extract_so(src, m.so_offset, m.so_bytes, cache_dir=tmp_path) == out
+    assert extract_so(src, so.offset, so.size, cache_dir=tmp_path) == out
     assert out.stat().st_mtime_ns == mtime  # reused, not rewritten
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left behind
     out.write_bytes(want[:-1])  # a damaged cache entry is rewritten
-    assert extract_so(src, m.so_offset, m.so_bytes, cache_dir=tmp_path).read_bytes() == want
+    assert extract_so(src, so.offset, so.size, cache_dir=tmp_path).read_bytes() == want
 
 
 def test_extracting_past_the_end_of_the_file_is_refused(tmp_path):
@@ -160,7 +161,7 @@ def _cpu_method(program, method) -> AotiMethod:
     h = AotiMethod.__new__(AotiMethod)
     h._runtime, h._program, h._spec = AotiRuntime(), program, method
     h._blob, h._blob_bytes = program.path(method.blob_file), method.blob_bytes
-    h._dense, h._blob_tensors = method.blob_offset == 0, {}
+    h._blob_tensors = {}
     h.device = torch.device("cpu")
     h.container = _FakeContainer()
     return h
@@ -169,7 +170,7 @@ def _cpu_method(program, method) -> AotiMethod:
 def test_without_a_dense_blob_the_whole_blob_upload_is_emulated():
     program = toolkit.open_program(pte("shared_ok"))
     m = program.method("prefill")
-    assert m.blob_offset is None
+    assert m.location.weights == PerConstantStorages()
     h = _cpu_method(program, m)
     h.upload_blob()
     got = h.extract()
@@ -216,12 +217,11 @@ def test_compiled_shifts_blob_offsets_of_a_blob_inside_another_file(monkeypatch)
     from dataclasses import replace
 
     program = toolkit.open_program(pte("shared_ok"))
-    m = replace(program.method("decode"), blob_offset=1000)
+    m = program.method("decode")
+    m = replace(m, location=replace(m.location, weights=Region(m.blob_file, 1000, 12345)))
     slots = {c.name: CompiledConstant(c.name, c.fqn, c.dtype, c.nbytes, 64 * i) for i, c in enumerate(m.constants)}
     monkeypatch.setattr(aoti, "read_compiled", lambda so, dev: CompiledMethod(slots, 12345))
-    h = _cpu_method(program, m)
-    assert not h._dense
-    got = h.compiled()
+    got = _cpu_method(program, m).compiled()
     assert got.blob_bytes == 12345
     assert [got.constants[c.name].blob_offset for c in m.constants] == [1000 + 64 * i for i in range(len(m.constants))]
 

@@ -21,11 +21,11 @@ from safetensors.numpy import load_file
 import toolkit
 from toolkit.analysis import run_analysis
 from toolkit.errors import ProgramError, ToolkitError
-from toolkit.model import required_nbytes
+from toolkit.model import PerConstantStorages, required_nbytes
 from toolkit.policies import POLICIES
 from toolkit.sources import open_program, read_program_model
-from toolkit.sources.executorch import AotiConstant, aoti_internal_names, open_pte
-from toolkit.vocab import ConstantKind
+from toolkit.sources.executorch import AotiConstant, PteLocation, aoti_internal_names, open_pte
+from toolkit.vocab import ConstantKind, ProgramFormat
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical"]
@@ -55,7 +55,7 @@ def sha(b: bytes) -> str:
 def test_every_fixture_opens_into_a_complete_model(folder):
     p = open_fixture(folder)
     root = FIXTURES / folder
-    assert p.source == "executorch-pte" and p.root == root and p.device == "cuda" and p.name == "prog"
+    assert p.format is ProgramFormat.PTE and p.root == root and p.device == "cuda" and p.name == "prog"
     assert p.method_names == ["decode", "prefill"]  # the .pte's execution plans, in its order
     # a FileRecord of every file, computed from its bytes
     for rel, rec in p.files.items():
@@ -65,12 +65,19 @@ def test_every_fixture_opens_into_a_complete_model(folder):
     pte = (root / "prog.pte").read_bytes()
     for m in p.methods:
         assert m.num_inputs == 1 and m.num_outputs == 1 and m.input_order == (0,)
-        so = (root / m.so_file).read_bytes()[m.so_offset:m.so_offset + m.so_bytes]
-        assert m.so_file == "prog.pte" and len(so) == m.so_bytes > 0
+        loc = m.location
+        assert isinstance(loc, PteLocation) and loc.so.file == m.so_file == "prog.pte"
+        so = (root / m.so_file).read_bytes()[loc.so.offset:loc.so.offset + loc.so.size]
+        assert len(so) == loc.so.size > 0
         if folder != "synthetic-gen1":  # content-hash keys from #20424 on
-            assert m.so_key == sha(so) + "_so_blob"
+            assert loc.so.key == sha(so) + "_so_blob"
         else:
-            assert m.so_key == f"{m.name}_so_blob" and m.weights_key == f"{m.name}_weights_blob"
+            assert loc.so.key == f"{m.name}_so_blob" and loc.weights.key == f"{m.name}_weights_blob"
+        if folder in ("synthetic-gen1", "synthetic-gen2"):  # a dense blob inside the .ptd, absolute offsets
+            assert loc.weights.file == m.blob_file and loc.weights.size == m.blob_bytes
+            assert [c.offset for c in m.constants] == [loc.weights.offset + o for o in (0, 16384, 16640)]
+        else:
+            assert loc.weights == PerConstantStorages()
         assert [c.fqn for c in m.constants] == ["lin.weight", "lin.bias", "_tensor_constant0"]
         assert [c.name for c in m.constants] == ["lin_weight", "lin_bias", "_tensor_constant0"]
         for c in m.constants:
@@ -78,7 +85,7 @@ def test_every_fixture_opens_into_a_complete_model(folder):
             assert c.dtype == "float32" and c.storage_offset == 0
             assert c.nbytes == required_nbytes(c.dtype, c.shape, c.strides, c.storage_offset)
             assert c.digest == sha(data[c.offset:c.offset + c.nbytes]), (m.name, c.name)
-            assert c.so_key == m.so_key
+            assert c.so_key == loc.so.key
         assert m.constants[0].shape == (64, 64) and m.constants[0].strides == (64, 1)
         assert m.constants[1].shape == (64,)
         assert m.reference_file == f"reference_{m.name}.safetensors" or folder in SYNTHETIC
@@ -107,21 +114,22 @@ def test_the_located_bytes_reproduce_the_eager_outputs(folder):
 def test_shared_ok_keys_and_contents():
     p = open_fixture("executorch-1.5.1-cuda/shared_ok")
     d, f = (p.method(n) for n in ("decode", "prefill"))
-    assert d.so_key != f.so_key  # two graphs, two .so files
+    assert d.location.so.key != f.location.so.key  # two graphs, two .so files
     for i in (0, 1):  # lin.weight, lin.bias: one storage key, one storage, the same bytes
         assert d.constants[i].storage_key == f.constants[i].storage_key == f"cuda_fqn_weight:cuda:{d.constants[i].fqn}"
         assert (d.constants[i].offset, d.constants[i].digest) == (f.constants[i].offset, f.constants[i].digest)
     # the two _tensor_constant0: namespaced by their own .so's key, other data
-    assert d.constants[2].storage_key == f"cuda_fqn_weight:cuda:{d.so_key}:_tensor_constant0"
-    assert f.constants[2].storage_key == f"cuda_fqn_weight:cuda:{f.so_key}:_tensor_constant0"
+    assert d.constants[2].storage_key == f"cuda_fqn_weight:cuda:{d.location.so.key}:_tensor_constant0"
+    assert f.constants[2].storage_key == f"cuda_fqn_weight:cuda:{f.location.so.key}:_tensor_constant0"
     assert d.constants[2].digest != f.constants[2].digest
-    assert d.blob_offset is None and d.blob_bytes == 2 * 64 * 64 * 4 + 64 * 4  # a dense blob would be 33024 B
+    assert d.location.weights == PerConstantStorages()
+    assert d.blob_bytes == 2 * 64 * 64 * 4 + 64 * 4  # a dense blob would be 33024 B
 
 
 def test_identical_has_one_so_and_one_set_of_storages():
     p = open_fixture("executorch-1.5.1-cuda/identical")
     d, f = p.methods
-    assert d.so_key == f.so_key and (d.so_offset, d.so_bytes) == (f.so_offset, f.so_bytes)
+    assert d.location.so == f.location.so
     assert [(c.storage_key, c.offset, c.digest) for c in d.constants] == \
            [(c.storage_key, c.offset, c.digest) for c in f.constants]
 
@@ -132,8 +140,8 @@ def test_multi_arch_payloads_model_the_first_regular_variant():
                           ("synthetic-fqn5", "ETCUDAFQN5 (sm90, sm80+ptx80 fallback)")):
         p = open_fixture(folder)
         for m in p.methods:
-            assert m.payload.startswith(label)
-            so = (p.root / m.so_file).read_bytes()[m.so_offset:m.so_offset + m.so_bytes]
+            assert m.location.payload.startswith(label)
+            so = (p.root / m.so_file).read_bytes()[m.location.so.offset:m.location.so.offset + m.location.so.size]
             assert b"sm80" in so if folder == "synthetic-fqn4" else b"sm90" in so  # not the PTX fallback
             assert [c.digest for c in m.constants] == [c.digest for c in ref.method(m.name).constants]
 
@@ -149,7 +157,7 @@ def test_generations_1_and_2_need_the_constant_table():
         seen = []
         p = open_program(FIXTURES / folder, constant_table=lambda m, so: seen.append((m, len(so))) or rows[m])
         assert p == open_fixture(folder) and [m for m, _ in seen] == ["decode", "prefill"]
-        assert all(n == p.method(m).so_bytes for m, n in seen)
+        assert all(n == p.method(m).location.so.size for m, n in seen)
         # a table that is not this .so's does not lay out the blob
         short = {m: r[:2] for m, r in table(folder).items()}
         with pytest.raises(ProgramError, match="lays out 16640 bytes, the weights blob has 33024"):
@@ -188,8 +196,12 @@ def test_open_program_dispatch(tmp_path):
         open_program(tmp_path / "a" / "prog.pte", data=tmp_path / "nope.ptd")
     with pytest.raises(ProgramError, match="holds only data"):
         open_program(folder / "aoti_cuda_blob.ptd")
-    with pytest.raises(ProgramError, match="belong to an ExecuTorch .pte"):
+    with pytest.raises(ProgramError, match=r"option data= is not one constshare-program takes \(it takes none\); "
+                                           "it belongs to executorch-pte"):
         open_program(tmp_path / "b", data=folder / "aoti_cuda_blob.ptd")
+    with pytest.raises(ProgramError, match=r"option datas= is not one executorch-pte takes \(it takes data, "
+                                           r"constant_table, reader\); it belongs to no format"):
+        open_program(folder / "prog.pte", datas=folder / "aoti_cuda_blob.ptd")
     # the same .ptd given twice: its keys clash
     with pytest.raises(ProgramError, match="is also in"):
         open_program(folder / "prog.pte", data=[folder / "aoti_cuda_blob.ptd", tmp_path / "b" / "weights.ptd"])

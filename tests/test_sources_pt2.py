@@ -16,10 +16,11 @@ import pytest
 from pt2_packages import MODELS, eager_tensors, packages
 from toolkit.analysis import run_analysis
 from toolkit.errors import ProgramError
-from toolkit.model import required_nbytes
+from toolkit.model import PerConstantStorages, required_nbytes
 from toolkit.policies import POLICIES
 from toolkit.sources import open_program, read_program_model
-from toolkit.vocab import ConstantKind
+from toolkit.sources.pt2 import Pt2Location
+from toolkit.vocab import ConstantKind, ProgramFormat
 
 
 def sha(b: bytes) -> str:
@@ -36,15 +37,20 @@ def test_a_package_opens_into_a_complete_model(pt2, fmt):
     p = pt2[fmt]
     path = packages()[fmt]
     raw = path.read_bytes()
-    assert p.source == "torch-pt2" and p.root == path.parent and p.device == "cpu" and p.name == fmt
+    assert p.format is ProgramFormat.PT2 and p.root == path.parent and p.device == "cpu" and p.name == fmt
     assert p.method_names == list(MODELS)
     assert p.files == {path.name: type(p.files[path.name])(sha(raw), len(raw))}
     eager = eager_tensors()
     with zipfile.ZipFile(path) as z:
         so_members = {n.split("/")[3]: z.read(n) for n in z.namelist() if n.endswith(".wrapper.so")}
+        so_names = {n.split("/")[3]: n for n in z.namelist() if n.endswith(".wrapper.so")}
+        blobs = {n.split("/")[3]: (n, z.read(n)) for n in z.namelist() if n.endswith("_weights.blob")}
     for m in p.methods:
-        so = raw[m.so_offset:m.so_offset + m.so_bytes]
-        assert so == so_members[m.name] and m.so_key == sha(so) + "_so_blob"
+        loc = m.location
+        assert isinstance(loc, Pt2Location) and loc.so.file == m.so_file == path.name
+        so = raw[loc.so.offset:loc.so.offset + loc.so.size]
+        assert so == so_members[m.name] and loc.so.key == so_names[m.name]  # the member's name in the zip
+        assert {c.so_key for c in m.constants} == {sha(so) + "_so_blob"}  # the key ExecuTorch would give it
         assert (m.num_inputs, m.num_outputs, m.reference_file) == (1, 1, "")
         assert [c.fqn for c in m.constants] == ["lin.weight", "lin.bias", "buf", "_tensor_constant0"]
         assert [c.name for c in m.constants] == ["lin_weight", "lin_bias", "buf", "_tensor_constant0"]
@@ -58,11 +64,13 @@ def test_a_package_opens_into_a_complete_model(pt2, fmt):
             assert raw[c.offset:c.offset + c.nbytes] == t.contiguous().numpy().tobytes(), (m.name, c.fqn)
             assert c.digest == sha(raw[c.offset:c.offset + c.nbytes]) and c.file == path.name
         if fmt == "binary_blob":
-            assert m.payload == "binary_blob" and m.blob_offset is not None and m.weights_key.endswith(".blob")
-            assert m.blob_bytes == 1024 + 64 + 64 + 1024  # CPU: every storage padded to 64 bytes
-            assert all(m.blob_offset <= c.offset < m.blob_offset + m.blob_bytes for c in m.constants)
+            w = loc.weights
+            assert loc.weights_format == "binary_blob" and (w.key, raw[w.offset:w.offset + w.size]) == blobs[m.name]
+            assert m.blob_bytes == loc.weights.size == 1024 + 64 + 64 + 1024  # CPU: every storage padded to 64 bytes
+            assert all(loc.weights.offset <= c.offset < loc.weights.offset + m.blob_bytes for c in m.constants)
         else:
-            assert m.payload == "pickle_weights" and m.blob_offset is None and m.blob_bytes == 2176
+            assert loc.weights_format == "pickle_weights" and loc.weights == PerConstantStorages()
+            assert m.blob_bytes == 2176
             assert all(c.storage_key.startswith("data/weights/weight_") for c in m.constants)
     assert read_program_model(path) == p
 
@@ -81,7 +89,8 @@ def test_pickle_weights_are_stored_once_per_compile_time_storage(pt2):
 def test_same_graph_same_so_key(pt2):
     """prefill_again is prefill's graph with another table: AOTInductor compiles the same .so."""
     for p in pt2.values():
-        assert p.method("prefill").so_key == p.method("prefill_again").so_key != p.method("decode").so_key
+        key = {m.name: m.constants[0].so_key for m in p.methods}
+        assert key["prefill"] == key["prefill_again"] != key["decode"]
 
 
 @pytest.mark.parametrize("fmt", ["binary_blob", "pickle_weights"])
@@ -93,7 +102,7 @@ def test_every_policy_on_a_package(pt2, fmt):
         if policy == "fqn-weight-cache":
             # decode's table has its own .so key; prefill_again's shares prefill's key with other bytes
             assert a.status == "failed" and a.session.failed_method == "prefill_again"
-            key = f"cuda_fqn_weight:cpu:{p.method('prefill').so_key}:_tensor_constant0"
+            key = f"cuda_fqn_weight:cpu:{p.method('prefill').constants[0].so_key}:_tensor_constant0"
             assert a.session.error == (f"Duplicate key {key} with different data. Existing data size: 1024 "
                                        "bytes. New data size: 1024 bytes.")
             # the exporter refuses the whole program: nothing loads, every constant is refused

@@ -24,7 +24,7 @@ _EXPORTS = {
     "POLICIES": "policies", "Policy": "policies", "get_policy": "policies",
     "open_program": "sources",
     "Decision": "vocab", "Lookup": "vocab", "MethodStatus": "vocab", "PolicyName": "vocab",
-    "SessionStatus": "vocab",
+    "ProgramFormat": "vocab", "SessionStatus": "vocab",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

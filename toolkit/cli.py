@@ -198,7 +198,7 @@ def _dry_report(prog, a) -> int:
 
     r = run_analysis(prog, a.policy, device=a.device)
     verdict = r.session.verdict()
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {a.policy!r}: "
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
          f"a prediction, nothing was loaded or run")
     _out()
     _print_frame(r.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
@@ -327,7 +327,7 @@ def _dry_compare(prog, policies, a) -> int:
     comparison = predict_policies(prog, policies, device=a.device)
     df = comparison.frame
     floor = int(df["floor_bytes"].iloc[0]) if len(df) else 0
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.source}) under {len(df)} policies: "
+    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {len(df)} policies: "
          f"a prediction, nothing was loaded or run; memory floor M = {floor:,} bytes")
     _out()
     return _show_comparison(comparison, a, "dry-run comparison")

@@ -34,7 +34,7 @@ from .errors import ToolkitError, WorkerCrashedError
 from .model import Program
 from .tables import decision_counts
 from .verdict import Verdict, verdict_from_dict
-from .vocab import SessionStatus
+from .vocab import ProgramFormat, SessionStatus
 
 _STATUS_FAILED = SessionStatus.FAILED.value
 _VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]  # verification.VERIFY_COLUMNS
@@ -161,7 +161,7 @@ def _reopenable(given: Any, program: "Program") -> str:
     ``.pte`` / ``.pt2`` file (other formats keep several programs' files in one folder)."""
     if isinstance(given, (str, os.PathLike)):
         return str(Path(given).resolve())
-    if program.source != "constshare-program":
+    if program.format is not ProgramFormat.DIRECTORY:
         own = [rel for rel in program.files if Path(rel).suffix in (".pte", ".pt2")]
         if len(own) == 1:
             return str((Path(program.root) / own[0]).resolve())

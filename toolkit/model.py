@@ -9,7 +9,8 @@ A :class:`Program` lists its methods in load order.  Each :class:`ConstantSpec` 
 compiled method calls the constant (internal name), what the export called it (FQN), what it
 is (kind, mutated), its layout (dtype, shape, strides, storage offset, bytes a slot reads),
 where its bytes are (a file of the program and the offset in it) and a digest of those bytes.
-Every file of the program has a :class:`FileRecord` (size, sha256).
+A :class:`MethodSpec`'s :class:`Location` says where its ``.so`` and weights lie.  Every file
+has a :class:`FileRecord` (size, sha256).  Every byte offset is absolute in the file it names.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .vocab import ConstantKind
+from .vocab import ConstantKind, ProgramFormat
 
 METHOD_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-DEVICE_KINDS = ("cpu", "cuda")
 
 # dtype name -> bytes per element; names are torch's (str(torch.float32) without "torch.")
 DTYPE_ITEMSIZE = {
@@ -67,6 +67,16 @@ class TensorMeta:
         return len(self.shape)
 
 
+AOTI_CONST_ALIGNMENT = 64  # of every slot of a blob's device allocation (aoti_runtime/model_base.h)
+
+
+def aligned_slot_bytes(nbytes: int, *, all_cuda: bool = False) -> int:
+    """The bytes a constant of ``nbytes`` takes in an AOTInductor blob: rounded up to AOTI_CONST_ALIGNMENT in
+    the device allocation, and in a blob file holding any CPU constant (and in the sizes its .so reports);
+    ``all_cuda``: in a blob file of CUDA constants only, unpadded (measured on the H200: 16 bytes report 16)."""
+    return nbytes if all_cuda else -(-nbytes // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
+
+
 def required_nbytes(dtype: str, shape: Iterable[int], strides: Iterable[int], storage_offset: int = 0) -> int:
     """Bytes of storage a tensor view of this layout reads (0 for an empty tensor)."""
     shape, strides = tuple(shape), tuple(strides)
@@ -108,27 +118,52 @@ class ConstantSpec:
 
 
 @dataclass(frozen=True)
+class Region:
+    """Bytes ``[offset, offset + size)`` of a program file, and the name its format stores them under."""
+
+    file: str
+    offset: int
+    size: int
+    key: str = ""  # a named-data key, an archive member ("" when none)
+
+
+@dataclass(frozen=True)
+class PerConstantStorages:
+    """Weights kept as one storage per constant, each where its ConstantSpec says: no dense blob exists."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a method's ``.so`` and weights lie: one kind per layout (a format's own beside its source)."""
+
+
+@dataclass(frozen=True)
+class FilesLocation(Location):
+    """The ``.so`` is the whole ``so_file``, the weights the whole ``blob_file`` (a dense blob AOTI loads as is)."""
+
+
+@dataclass(frozen=True)
+class PackedLocation(Location):
+    """The ``.so`` lies inside a larger file (``so``) and the weights are read constant by constant:
+    ``weights`` is the dense blob they form inside a larger file, or :class:`PerConstantStorages`."""
+
+    so: Region
+    weights: Region | PerConstantStorages
+
+
+@dataclass(frozen=True)
 class MethodSpec:
-    """One method: its compiled ``.so``, the blob AOTInductor can load whole, its reference."""
+    """One method: its compiled ``.so``, its weights (``location`` says where in which file), its reference."""
 
     name: str
     so_file: str
-    blob_file: str  # the method's whole-blob file (AOTI binary_blob layout)
+    blob_file: str  # the file holding the method's weights
     reference_file: str
-    blob_bytes: int
+    blob_bytes: int  # bytes of its dense AOTInductor blob (binary_blob layout), or that it would have
     num_inputs: int
     num_outputs: int
     constants: tuple[ConstantSpec, ...]
-    # Optional, for formats that keep several things in one file (ExecuTorch .pte/.ptd, torch .pt2):
-    so_offset: int = 0  # byte offset of the .so inside so_file
-    so_bytes: int | None = None  # its size; None: the whole of so_file
-    # the key the .so is stored under (ExecuTorch: "<sha256 of the .so>_so_blob", or "<method>_so_blob" before
-    # #20424); derived from the .so's bytes (or the name), so not part of equality
-    so_key: str = field(default="", compare=False)
-    blob_offset: int | None = 0  # byte offset of the whole blob inside blob_file; None: the format has no such
-    #                              blob (per-FQN storages): blob_bytes is then the size AOTI's binary_blob would have
-    weights_key: str = ""  # the key the format stores the whole blob under ("" when none)
-    payload: str = ""  # what the format said about this method's payload (e.g. "ETCUDAFQN3"; "" for our directories)
+    location: Location = FilesLocation()
     input_order: tuple[int, ...] | None = None  # for each input of the .so, the index of the method input feeding it
     output_order: tuple[int, ...] | None = None  # for each method output, the index of the .so output giving it
 
@@ -184,8 +219,7 @@ class Program:
 
     ``root`` is the folder its relative file names resolve against (``None`` for a program
     that exists only in memory, such as a synthetic one: it can be analysed, not loaded).
-    ``source`` names the source that produced it (``"constshare-program"`` for our program
-    directories).
+    ``format`` is the file format it was read from.
     """
 
     name: str
@@ -196,7 +230,7 @@ class Program:
     methods: tuple[MethodSpec, ...]
     files: Mapping[str, FileRecord] = field(default_factory=dict)
     root: Path | None = field(default=None, compare=False)  # where it lies is not what it is
-    source: str = "constshare-program"
+    format: ProgramFormat = ProgramFormat.DIRECTORY
     sequences: tuple[SequenceSpec, ...] = ()
     # whether ``mutated`` says which constants a method writes (our builder records it; a .pte or
     # .pt2 does not): when False, resetting state rewrites every constant from its file
@@ -216,7 +250,7 @@ class Program:
         found: dict[str, dict] = {}
         for m in self.methods:
             for c in m.constants:
-                if c.kind.value != "buffer":
+                if c.kind is not ConstantKind.BUFFER:
                     continue
                 key = c.storage or f"{m.name}:{c.fqn}"
                 rec = found.setdefault(key, {"fqn": c.fqn, "writers": [], "readers": [], "mutated": False})

@@ -28,13 +28,11 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import DTYPE_ITEMSIZE, ConstantSpec, FileRecord, MethodSpec, Program
-from .sources.directory import MANIFEST_FILE, manifest_json
+from .model import DTYPE_ITEMSIZE, ConstantSpec, FileRecord, MethodSpec, Program, aligned_slot_bytes
+from .sources.directory import MANIFEST_FILE, PLACEHOLDER_SHA256, manifest_json
 from .vocab import ConstantKind
 
 ROLES = ("shared", "content_collision", "metadata_collision", "lifted", "mutated", "unique")
-_ALIGN = 64  # AOTInductor's blob slot alignment
-_PLACEHOLDER_SHA = "0" * 64
 
 
 @dataclass(frozen=True)
@@ -133,13 +131,13 @@ def generate(spec: SyntheticSpec) -> Program:
     for _, _, shapes, _ in slots:
         offsets.append(off)
         biggest = max(math.prod(s) for s in shapes) * item
-        off += -(-biggest // _ALIGN) * _ALIGN
+        off += aligned_slot_bytes(biggest)
     blob_bytes = off
 
     shared_specs: dict[int, ConstantSpec] = {}
     methods = []
     blob = "weights.blob"
-    files: dict[str, FileRecord] = {blob: FileRecord(_PLACEHOLDER_SHA, blob_bytes)}
+    files: dict[str, FileRecord] = {blob: FileRecord(PLACEHOLDER_SHA256, blob_bytes)}
     for m in range(spec.methods):
         mname = f"method_{m}"
         consts = []
@@ -176,8 +174,8 @@ def generate(spec: SyntheticSpec) -> Program:
             consts.append(c)
         rel = f"methods/{mname}"
         so, ref = f"{rel}/model.so", f"{rel}/reference.safetensors"
-        files[so] = FileRecord(_PLACEHOLDER_SHA, 0)
-        files[ref] = FileRecord(_PLACEHOLDER_SHA, 0)
+        files[so] = FileRecord(PLACEHOLDER_SHA256, 0)
+        files[ref] = FileRecord(PLACEHOLDER_SHA256, 0)
         methods.append(MethodSpec(name=mname, so_file=so, blob_file=blob, reference_file=ref,
                                   blob_bytes=blob_bytes, num_inputs=1, num_outputs=1, constants=tuple(consts)))
     return Program(

@@ -72,6 +72,14 @@ class ConstantKind(enum.StrEnum):
     LIFTED_CONSTANT = "lifted_constant"
 
 
+class ProgramFormat(enum.StrEnum):
+    """The file format a program was read from (``Program.format``), one per source of programs."""
+
+    DIRECTORY = "constshare-program"  # our program directory: manifest.json beside per-method files
+    PTE = "executorch-pte"  # an ExecuTorch .pte and its .ptd
+    PT2 = "torch-pt2"  # a torch AOTInductor package
+
+
 class TensorOrigin(enum.StrEnum):
     """Where the bytes a method runs on came from."""
 

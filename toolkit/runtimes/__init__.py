@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol
 
-from ..model import ConstantSpec, MethodSpec, Program, TensorMeta  # noqa: F401 (protocol types)
+from ..model import ConstantSpec, MethodSpec, Program, TensorMeta, aligned_slot_bytes  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -27,22 +27,10 @@ class CompiledConstant:
     name: str
     fqn: str
     dtype: str
-    # the slot's data size as AOTI reports it: what a whole-blob upload reads from the file, rounded
-    # up to 64 bytes by the compiler unless every constant is on CUDA (a 60-byte constant reports 64
-    # on a CPU; a 16-byte one 16 in an all-CUDA model); None when the model cannot say
+    # the slot's data size as AOTI reports it: what a whole-blob upload reads from the file (aligned_slot_bytes:
+    # a 60-byte constant reports 64 on a CPU, a 16-byte one 16 in an all-CUDA model); None when it cannot say
     nbytes: int | None
-    blob_offset: int | None  # where in the blob file a whole-blob upload reads it; None if not in the blob
-
-
-# aoti_runtime/model_base.h (compute_constant_blob): every slot of the device allocation a blob is
-# uploaded into is aligned to this; the blob file is padded to it only when a constant is on the CPU
-AOTI_CONST_ALIGNMENT = 64
-
-
-def aligned_slot_bytes(nbytes: int) -> int:
-    """The bytes a constant of ``nbytes`` occupies in the allocation AOTI uploads a blob into (and
-    what a .so with any CPU constant reports as its size; an all-CUDA one reports ``nbytes``)."""
-    return -(-nbytes // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
+    blob_offset: int | None  # where in its file a whole-blob upload reads it (absolute); None if not in a blob
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,9 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
-from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
+from ..model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
 from ..options import LoadOptions
-from ..upload import dtype_from_name
-from ..vocab import UploadPath
+from ..vocab import ProgramFormat, UploadPath
 from . import CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
 
@@ -196,7 +195,7 @@ UNKNOWN_TORCH = ("unknown",)
 
 def check_compatible(program: Program, device_type: str, torch_version: str) -> None:
     # our program directories record this in manifest.json; other formats in the program's files
-    where = (program.path("manifest.json") if program.source == "constshare-program" else program.root) \
+    where = (program.path("manifest.json") if program.format is ProgramFormat.DIRECTORY else program.root) \
         if program.root is not None else None
     if program.device != device_type:
         raise IncompatibleProgramError(
@@ -386,13 +385,10 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
 class AotiMethod:
     """One method on the AOTInductor runtime: its container and the uploads into it.
 
-    A method whose ``.so`` lies inside another file (``MethodSpec.so_bytes`` set: a ``.pte``'s
-    named data, a ``.pt2`` member) is extracted first (:func:`extract_so`), with torch's
-    libraries made global (:func:`make_torch_global`).  A format without a dense blob
-    (``blob_offset`` None: ExecuTorch 1.5.x per-FQN storages), or whose blob lies inside
-    another file (``blob_offset`` > 0), has its whole-blob upload emulated: every constant
-    uploaded on its own from its file and installed user-managed, held by this method as AOTI
-    would hold its blob (the same bytes on the device, in one allocation per constant).
+    A method whose ``.so`` and weights lie inside larger files (a :class:`~toolkit.model.PackedLocation`)
+    has its ``.so`` extracted first (:func:`extract_so`), torch's libraries made global
+    (:func:`make_torch_global`), and AOTI's whole-blob upload (of a whole file) emulated: each constant
+    uploaded from its file and installed user-managed, held as AOTI would hold its blob.
     """
 
     def __init__(self, runtime: "AotiRuntime", program: Program, method: MethodSpec, device: Device):
@@ -401,15 +397,11 @@ class AotiMethod:
         self._spec = method
         self._blob = program.path(method.blob_file)
         self._blob_bytes: int | None = method.blob_bytes
-        # AOTI's own whole-blob upload reads a file from its first byte: only a blob that is a whole
-        # file (our program directories) goes through it; a blob inside another file (a .ptd or .pt2
-        # member) and a format with no dense blob (per-FQN storages) have that upload emulated
-        self._dense = method.blob_offset == 0
         self._blob_tensors: dict[str, torch.Tensor] = {}  # the emulated whole blob (no dense blob)
         self.device = to_torch(device)
         so = program.path(method.so_file)
-        if method.so_bytes is not None:
-            so = extract_so(so, method.so_offset, method.so_bytes,
+        if isinstance(method.location, PackedLocation):
+            so = extract_so(program.path(method.location.so.file), method.location.so.offset, method.location.so.size,
                             Path(runtime.options.cache_dir or Path.home() / ".cache" / "constshare") / "so")
             make_torch_global()
         self.container = AotiContainer.create(so, self.device)
@@ -419,14 +411,13 @@ class AotiMethod:
 
     def compiled(self) -> CompiledMethod:
         got = read_compiled(self.container.so_path, self.device)
-        if got is not None and self._spec.blob_offset is None:
-            # no dense blob: the .so's blob offsets and size describe nothing that is uploaded
-            return CompiledMethod({n: replace(c, blob_offset=None) for n, c in got.constants.items()}, None)
-        if got is not None and not self._dense:
-            # a dense blob inside another file: the program's offsets are the file's, the .so's the blob's
-            at = self._spec.blob_offset
-            return CompiledMethod({n: replace(c, blob_offset=None if c.blob_offset is None else c.blob_offset + at)
-                                   for n, c in got.constants.items()}, got.blob_bytes)
+        if got is not None and isinstance(self._spec.location, PackedLocation):
+            # the .so's offsets are its blob's, the program's absolute: shifted, or none without a dense blob
+            blob = self._spec.location.weights
+            at = blob.offset if isinstance(blob, Region) else None
+            return CompiledMethod({n: replace(c, blob_offset=None if at is None or c.blob_offset is None
+                                              else c.blob_offset + at) for n, c in got.constants.items()},
+                                  None if at is None else got.blob_bytes)
         if got is not None:
             if got.blob_bytes is not None:  # what upload_blob will make AOTI read
                 self._blob_bytes = max(self._blob_bytes or 0, got.blob_bytes)
@@ -436,7 +427,7 @@ class AotiMethod:
                                for n, fqn in self.container.constant_fqns().items()}, None)
 
     def upload_blob(self) -> None:
-        if not self._dense:
+        if isinstance(self._spec.location, PackedLocation):
             tensors = {c.name: t for c, t, _ in self.upload_constants(list(self._spec.constants))}
             self._blob_tensors = tensors
             self.container.install(tensors)
@@ -458,7 +449,7 @@ class AotiMethod:
             torch.cuda.synchronize(self.device)
 
     def extract(self) -> dict[str, torch.Tensor]:
-        if not self._dense:
+        if isinstance(self._spec.location, PackedLocation):
             return dict(self._blob_tensors)
         return self.container.extract()
 

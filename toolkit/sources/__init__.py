@@ -4,65 +4,63 @@
 * an ExecuTorch CUDA program (:mod:`toolkit.sources.executorch`): a ``.pte`` and its ``.ptd``;
 * a torch AOTInductor package (:mod:`toolkit.sources.pt2`): a ``.pt2`` archive, one model or several.
 
-A new format is one more module with an ``open_*`` function, dispatched from :func:`open_program`.
-
-The ``.so`` key of a program directory's method (what ExecuTorch 1.5.x namespaces lifted
-``_tensor_constant*`` FQNs by, see :func:`toolkit.policies.fqn_weight_key`) is derived here
-as ExecuTorch derives it, ``<sha256 of the .so>_so_blob``, from the manifest's file record
-of the method's ``.so``; it is set on the method and on its ``_tensor_constant*`` constants
-(the only ones it namespaces).  A record of 64 zeros is a placeholder (synthetic programs
-have no files): such a method gets no key, and each method then counts as its own ``.so``.
+A new format is one more module and one :class:`ProgramSource` in :data:`SOURCES`: the first that
+claims a path opens it (:func:`open_program`), with the options it takes.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..errors import ProgramError
 from ..integrity import verified_files
 from ..model import Program
+from ..vocab import ProgramFormat
 from .directory import MANIFEST_FILE, open_directory, read_manifest_file
-from .executorch import is_pte, open_pte
-from .pt2 import is_pt2, open_pt2
-
-_PLACEHOLDER_SHA = "0" * 64
-
-
-def _with_so_keys(program: Program) -> Program:
-    """A directory program with its methods' ``.so`` keys set (see the module docstring)."""
-    methods = []
-    changed = False
-    for m in program.methods:
-        rec = program.files.get(m.so_file)
-        if m.so_key or rec is None or rec.sha256 == _PLACEHOLDER_SHA:
-            methods.append(m)
-            continue
-        key = f"{rec.sha256}_so_blob"
-        constants = tuple(replace(c, so_key=key) if c.fqn.startswith("_tensor_constant") and not c.so_key else c
-                          for c in m.constants)
-        methods.append(replace(m, so_key=key, constants=constants))
-        changed = True
-    return replace(program, methods=tuple(methods)) if changed else program
+from ._binary import claimed_file
+from .executorch import PTE_IDENTIFIER, open_pte
+from .pt2 import ZIP_MAGIC, open_pt2
 
 
-def _single_pte(p: Path) -> Path | None:
-    if not p.is_dir() or (p / MANIFEST_FILE).exists():
-        return None
-    ptes = sorted(p.glob("*.pte"))
-    return ptes[0] if len(ptes) == 1 else None
+@dataclass(frozen=True)
+class ProgramSource:
+    """One format: the paths it claims (``claim``: what it opens, or None), how it opens one, its options."""
+
+    format: ProgramFormat
+    claim: Callable[[Path], Path | None]
+    open: Callable[..., Program]
+    options: tuple[str, ...] = ()
 
 
-def open_program(path: "str | Path | Program", data: "str | Path | list | None" = None, *,
-                 constant_table=None, reader: str = "toolkit") -> Program:
+def _claim_pte(p: Path) -> Path | None:
+    """A ``.pte`` (by name or file identifier), or a folder holding exactly one and no manifest."""
+    if p.is_dir() and not (p / MANIFEST_FILE).exists():
+        ptes = sorted(p.glob("*.pte"))
+        return ptes[0] if len(ptes) == 1 else None
+    return claimed_file(p, ".pte", PTE_IDENTIFIER, at=4)
+
+
+SOURCES = (
+    ProgramSource(ProgramFormat.PTE, _claim_pte, lambda p, **o: open_pte(p, verified=verified_files(), **o),
+                  ("data", "constant_table", "reader")),
+    ProgramSource(ProgramFormat.PT2, lambda p: claimed_file(p, ".pt2", ZIP_MAGIC), lambda p: open_pt2(p, verified_files())),
+    ProgramSource(ProgramFormat.DIRECTORY, lambda p: p if p.is_dir() or not p.exists() else None, open_directory),
+)
+
+
+def _claimed(p: Path) -> "tuple[ProgramSource, Path] | None":
+    return next(((s, found) for s in SOURCES if (found := s.claim(p)) is not None), None)
+
+
+def open_program(path: "str | Path | Program", **options) -> Program:
     """Read and validate a program (no .so is opened; digests are checked right before loading).
 
     ``path`` is a program directory (holding ``manifest.json``), an ExecuTorch ``.pte`` (or
     a folder holding exactly one, and no manifest), a torch ``.pt2`` package, or a
-    :class:`Program`.  For a ``.pte``, ``data`` names its ``.ptd`` file(s) (default:
-    ``aoti_cuda_blob.ptd`` beside it), ``constant_table`` is the ``.so``'s constant table
-    for payload generations 1 and 2, and ``reader="executorch"`` parses it with ExecuTorch's
-    own reader (the optional extra); see :func:`toolkit.sources.executorch.open_pte`.  A ``.pte``,
+    :class:`Program`.  ``options`` are the claiming source's (:data:`SOURCES`): a ``.pte`` takes
+    ``data``, ``constant_table`` and ``reader`` (:func:`toolkit.sources.executorch.open_pte`).  A ``.pte``,
     ``.ptd`` or ``.pt2`` hashed for its record is noted in :func:`~toolkit.integrity.verified_files`.
     """
     if isinstance(path, Program):
@@ -70,19 +68,19 @@ def open_program(path: "str | Path | Program", data: "str | Path | list | None" 
     p = Path(path)
     if p.name == MANIFEST_FILE and p.is_file():
         p = p.parent
-    pte = p if p.is_file() and is_pte(p) else _single_pte(p)
-    if pte is not None:
-        return open_pte(pte, data, constant_table=constant_table, reader=reader, verified=verified_files())
-    if data is not None or constant_table is not None:
-        raise ProgramError("data= and constant_table= belong to an ExecuTorch .pte; this is not one", path=p)
-    if p.is_file() and is_pt2(p):
-        return open_pt2(p, verified_files())
-    if p.is_dir() or not p.exists():
-        return _with_so_keys(open_directory(p))
-    if p.suffix == ".ptd":
-        raise ProgramError("an ExecuTorch .ptd holds only data: open its .pte (data= names the .ptd)", path=p)
-    raise ProgramError("not a program this toolkit can open (expected a program directory holding "
-                       f"{MANIFEST_FILE}, an ExecuTorch .pte or a torch .pt2 package)", path=p)
+    claimed = _claimed(p)
+    if claimed is None:
+        if p.suffix == ".ptd":
+            raise ProgramError("an ExecuTorch .ptd holds only data: open its .pte (data= names the .ptd)", path=p)
+        raise ProgramError("not a program this toolkit can open (expected a program directory holding "
+                           f"{MANIFEST_FILE}, an ExecuTorch .pte or a torch .pt2 package)", path=p)
+    source, found = claimed
+    for name in options:
+        if name not in source.options:
+            takers = " and ".join(s.format for s in SOURCES if name in s.options) or "no format"
+            raise ProgramError(f"option {name}= is not one {source.format} takes (it takes "
+                               f"{', '.join(source.options) or 'none'}); it belongs to {takers}", path=p)
+    return source.open(found, **options)
 
 
 def read_program_model(path: "str | Path | Program") -> Program:
@@ -93,11 +91,11 @@ def read_program_model(path: "str | Path | Program") -> Program:
     if isinstance(path, Program):
         return path
     p = Path(path)
-    if p.is_file() and (is_pte(p) or is_pt2(p)) or _single_pte(p) is not None:
+    claimed = _claimed(p)
+    if claimed is not None and claimed[0].format is not ProgramFormat.DIRECTORY:
         return open_program(p)
-    if p.is_dir():
-        return _with_so_keys(read_manifest_file(p / MANIFEST_FILE, p))
-    return _with_so_keys(read_manifest_file(p, p.parent))
+    manifest, root = (p / MANIFEST_FILE, p) if p.is_dir() else (p, p.parent)
+    return read_manifest_file(manifest, root)
 
 
-__all__ = ["open_program", "read_program_model"]
+__all__ = ["SOURCES", "ProgramSource", "open_program", "read_program_model"]

@@ -239,6 +239,19 @@ def root(b: Bytes, identifier: bytes, name: str) -> Table:
     return Table(b, b.u32(0, "(root offset)"), "")
 
 
+def claimed_file(path: Path, suffix: str, magic: bytes, *, at: int = 0) -> Path | None:
+    """``path`` if it is a file named ``*<suffix>`` or whose bytes at ``at`` are ``magic``, else None."""
+    if not path.is_file():
+        return None
+    if path.suffix == suffix:
+        return path
+    try:
+        with open(path, "rb") as f:
+            return path if f.read(at + len(magic))[at:] == magic else None
+    except OSError:
+        return None
+
+
 class MappedFile:
     """One file of the program, mapped read-only; its record is computed once (noted in ``verified``)."""
 
@@ -255,6 +268,7 @@ class MappedFile:
         self._identity = file_identity(st)
         self.bytes = Bytes(self._map if self._map is not None else b"", path)
         self._record: FileRecord | None = None
+        self._digests: dict[tuple[int, int], str] = {}
 
     def record(self) -> FileRecord:
         if self._record is None:
@@ -271,8 +285,10 @@ class MappedFile:
                 self._verified.note(self.path, self._identity, self._record.sha256)
         return self._record
 
-    def sha256(self, offset: int, size: int) -> str:
-        return hashlib.sha256(self.bytes.data[offset:offset + size]).hexdigest()
+    def sha256(self, offset: int, size: int) -> str:  # once per region: methods' constants share bytes
+        if (offset, size) not in self._digests:
+            self._digests[(offset, size)] = hashlib.sha256(self.bytes.data[offset:offset + size]).hexdigest()
+        return self._digests[(offset, size)]
 
     def close(self) -> None:
         self.bytes = Bytes(b"", self.path)

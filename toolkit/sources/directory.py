@@ -12,13 +12,16 @@ across fields (layouts against byte sizes, offsets against blob sizes, file reco
 failure is a :class:`~toolkit.errors.ManifestError` naming the manifest file and the field as
 a dotted path (``methods[0].constants[1].offset``).  :func:`manifest_json` is the one
 serialiser of a :class:`~toolkit.model.Program` into this format.
+
+A lifted ``_tensor_constant*`` constant's ``so_key`` (:func:`toolkit.policies.fqn_weight_key`) is
+ExecuTorch's, ``<sha256 of the .so>_so_blob``, from its ``.so``'s file record; none for a record of
+64 zeros, a placeholder (synthetic programs): each method then counts as its own ``.so``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,14 +32,14 @@ from ..model import (
     DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, SequenceSpec, SequenceStep,
     required_nbytes,
 )
-from ..vocab import ConstantKind
+from ..vocab import ConstantKind, ProgramFormat
 
-FORMAT_NAME = "constshare-program"
 FORMAT_VERSION = 3  # written; 2 (no chunk digests) and 1 (no provenance, no sequences) are still read
 READ_VERSIONS = (1, 2, 3)
 MANIFEST_FILE = "manifest.json"
 MAX_RANK = 64
 _SHA256 = r"^[0-9a-f]{64}$"
+PLACEHOLDER_SHA256 = "0" * 64  # the file record of a file that does not exist (synthetic programs)
 
 
 # ------------------------------------------------------------------ the schema
@@ -238,6 +241,8 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
         if files[m.blob_file].bytes != m.blob_bytes:
             raise fail(f"methods[{m.name}].blob_bytes",
                        f"{m.blob_bytes} differs from the file record's {files[m.blob_file].bytes}")
+        so_sha = files[m.so_file].sha256  # lifted constants' so_key (see the module docstring)
+        lifted_so_key = f"{so_sha}_so_blob" if so_sha != PLACEHOLDER_SHA256 else ""
         constants = []
         names: set[str] = set()
         for j, c in enumerate(m.constants):
@@ -259,7 +264,8 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             constants.append(ConstantSpec(
                 name=c.name, fqn=c.fqn, kind=c.kind, mutated=c.mutated, dtype=c.dtype, shape=shape,
                 strides=strides, storage_offset=c.storage_offset, nbytes=c.nbytes, offset=c.offset,
-                digest=c.digest, file=m.blob_file, storage=c.storage))
+                digest=c.digest, file=m.blob_file, storage=c.storage,
+                so_key=lifted_so_key if c.fqn.startswith("_tensor_constant") else ""))
         methods.append(MethodSpec(name=m.name, so_file=m.so_file, blob_file=m.blob_file,
                                   reference_file=m.reference_file, blob_bytes=m.blob_bytes,
                                   num_inputs=m.num_inputs, num_outputs=m.num_outputs, constants=tuple(constants)))
@@ -279,8 +285,8 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             raise fail("files", f"no digest recorded for {q.reference_file!r} (sequence {q.name!r})")
         sequences.append(SequenceSpec(q.name, tuple(steps), q.reference_file))
     return Program(name=doc.name, description=doc.description, device=doc.device, torch_version=doc.torch_version,
-                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root, source=FORMAT_NAME,
-                   sequences=tuple(sequences))
+                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root,
+                   format=ProgramFormat.DIRECTORY, sequences=tuple(sequences))
 
 
 class _DuplicateKey(ValueError):
@@ -347,10 +353,6 @@ def open_directory(root: Path) -> Program:
     return program
 
 
-def is_directory_program(path: Path) -> bool:
-    return path.is_dir() or path.name == MANIFEST_FILE
-
-
 # ------------------------------------------------------------------ writing
 
 
@@ -378,7 +380,7 @@ def manifest_json(program: Program, *, indent: int | None = 2) -> str:
                 raise ValueError(f"method {m.name!r}: constant {c.name!r} lives in {c.file!r}, not in the "
                                  f"method's blob {m.blob_file!r}; a program directory cannot express that")
     doc = {
-        "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+        "format": ProgramFormat.DIRECTORY.value, "format_version": FORMAT_VERSION,
         "name": program.name, "description": program.description, "device": program.device,
         "torch_version": program.torch_version, "created_utc": program.created_utc,
         "methods": [{"name": m.name, "so_file": m.so_file, "blob_file": m.blob_file,

@@ -18,19 +18,19 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import ProgramError, ToolkitError
 from ..integrity import VerifiedFiles
 from ..model import (
-    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
+    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
+    SequenceSpec, SequenceStep, aligned_slot_bytes, required_nbytes,
 )
-from ..vocab import ConstantKind
+from ..vocab import ConstantKind, ProgramFormat
 from ._binary import Bytes, Cursor, MappedFile, Table, root
 
-SOURCE_NAME = "executorch-pte"
 DEFAULT_DATA_FILE = "aoti_cuda_blob.ptd"
 CUDA_BACKEND_ID = "CudaBackend"
 PTE_IDENTIFIER, PTD_IDENTIFIER = b"ET12", b"FT01"
@@ -38,7 +38,6 @@ EXTRA = "executorch"
 MAX_RANK = 64
 MAX_ENTRIES = 1 << 20  # the runtime's own bound (kMaxManifestEntries)
 MAX_VARIANTS = 256
-BLOB_ALIGN = 64  # AOTInductor's binary_blob slot alignment (CPU constants)
 
 # c10::ScalarType codes the 1.5.x runtime accepts (is_supported_cuda_fqn_dtype)
 SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
@@ -52,12 +51,10 @@ COPY_OPS = re.compile(r"^(et_copy::.*|aten::_to_copy|aten::copy_?|aten::clone|at
 
 
 @dataclass(frozen=True)
-class Region:
-    """Bytes of one file: which file, absolute offset, size."""
+class PteLocation(PackedLocation):
+    """A ``.pte``'s method: ``.so`` and weights named data, a dense blob (generations 1, 2) or per-FQN storages."""
 
-    file: str  # relative name in the program
-    offset: int
-    size: int
+    payload: str  # the delegate payload's generation (with every .so variant of a multi-arch one)
 
 
 @dataclass
@@ -480,7 +477,6 @@ class _Builder:
         self.files: dict[str, MappedFile] = {}
         self.pte = self._open(pte)
         self.ptds = [self._open(p) for p in data]
-        self.digests: dict[tuple[str, int, int], str] = {}
 
     def _open(self, path: Path) -> MappedFile:
         rel = _rel(path, self.root)
@@ -491,12 +487,6 @@ class _Builder:
     def close(self) -> None:
         for f in self.files.values():
             f.close()
-
-    def digest(self, file: str, offset: int, size: int) -> str:
-        key = (file, offset, size)
-        if key not in self.digests:
-            self.digests[key] = self.files[file].sha256(offset, size)
-        return self.digests[key]
 
     def build(self) -> Program:
         read_pte, read_ptd = ((_read_pte_executorch, _read_ptd_executorch) if self.reader == "executorch"
@@ -542,12 +532,12 @@ class _Builder:
                 self._open(self.root / m.reference_file)
         sequences = self._sequences({m.name for m in methods})
         files = {rel: f.record() for rel, f in self.files.items()}
-        gens = sorted({m.payload for m in methods})
+        gens = sorted({m.location.payload for m in methods})
         desc = f"ExecuTorch {CUDA_BACKEND_ID} program ({'; '.join(gens)})"
         if skipped:
             desc += f"; execution plans without a {CUDA_BACKEND_ID} delegate, not modelled: {', '.join(skipped)}"
         return Program(name=self.pte_path.stem, description=desc, device=device, torch_version="unknown",
-                       created_utc="", methods=tuple(methods), files=files, root=self.root, source=SOURCE_NAME,
+                       created_utc="", methods=tuple(methods), files=files, root=self.root, format=ProgramFormat.PTE,
                        sequences=sequences, records_mutation=False)
 
     def _sequences(self, methods: set[str]) -> tuple[SequenceSpec, ...]:
@@ -589,7 +579,7 @@ class _Builder:
             where = ", ".join(f.rel for f in self.ptds) or "no .ptd was found or given"
             raise ProgramError(f"named data {key!r} is in neither the .pte nor the data files ({where})",
                                path=self.pte.path, field=field)
-        return reg
+        return replace(reg, key=key)
 
     def _method(self, plan: _Plan, d: _Delegate) -> MethodSpec:
         spec_name = d.specs.get("method_name", b"").decode("utf-8", "replace")
@@ -597,25 +587,22 @@ class _Builder:
         pw = f"{d.where}.processed"
         so = self._find(payload.so_keys[0], f"{pw}.so_blob_key")
         if payload.generation >= 2:
-            got = self.digest(so.file, so.offset, so.size) + "_so_blob"
+            got = self.files[so.file].sha256(so.offset, so.size) + "_so_blob"
             if got != payload.so_keys[0]:
                 raise ProgramError(f".so key {payload.so_keys[0]!r} does not match the sha256 of its bytes "
                                    f"({got!r}): the .so was modified", path=self.files[so.file].path,
                                    field=f"named_data[{payload.so_keys[0]!r}]")
         for k in payload.so_keys[1:]:
             self._find(k, f"{pw}.variants")
-        if payload.generation == 3:
-            constants, blob_file, blob_offset, blob_bytes = self._fqn_constants(plan, payload)
-        else:
-            constants, blob_file, blob_offset, blob_bytes = self._blob_constants(plan, d, payload, so, pw)
+        constants, blob_file, weights, blob_bytes = (self._fqn_constants(plan, payload) if payload.generation == 3
+                                                     else self._blob_constants(plan, d, payload, so, pw))
         ref = f"reference_{plan.name}.safetensors"
         ref = ref if (self.root / ref).is_file() else ""
         label = payload.label + (f": {', '.join(payload.so_keys)}" if len(payload.so_keys) > 1 else "")
         return MethodSpec(
             name=plan.name, so_file=so.file, blob_file=blob_file, reference_file=ref, blob_bytes=blob_bytes,
             num_inputs=len(plan.inputs), num_outputs=len(plan.outputs), constants=tuple(constants),
-            so_offset=so.offset, so_bytes=so.size, so_key=payload.so_keys[0], blob_offset=blob_offset,
-            weights_key=payload.weights_key, payload=label, input_order=_input_order(plan, d.index),
+            location=PteLocation(so, weights, label), input_order=_input_order(plan, d.index),
             output_order=_output_order(plan, d.index))
 
     def _fqn_constants(self, plan: _Plan, payload: _Payload):
@@ -639,13 +626,13 @@ class _Builder:
                 raise ProgramError(f"the view of {e['fqn']!r} reads {need} bytes of a {reg.size}-byte storage",
                                    path=self.pte.path, field=w)
             blob_file = reg.file
-            total += reg.size if all_cuda else -(-reg.size // BLOB_ALIGN) * BLOB_ALIGN
+            total += aligned_slot_bytes(reg.size, all_cuda=all_cuda)
             constants.append(ConstantSpec(
                 name=name, fqn=e["fqn"], kind=_kind(e["fqn"]), mutated=False, dtype=e["dtype"], shape=e["sizes"],
                 strides=e["strides"], storage_offset=e["storage_offset"], nbytes=need, offset=reg.offset,
-                digest=self.digest(reg.file, reg.offset, need), file=reg.file, storage_key=e["storage_key"],
+                digest=self.files[reg.file].sha256(reg.offset, need), file=reg.file, storage_key=e["storage_key"],
                 so_key=payload.so_keys[0]))
-        return constants, blob_file, None, total
+        return constants, blob_file, PerConstantStorages(), total
 
     def _table(self, method: str, so: Region, field: str) -> list:
         if self.table is None:
@@ -666,14 +653,13 @@ class _Builder:
     def _blob_constants(self, plan: _Plan, d: _Delegate, payload: _Payload, so: Region, pw: str):
         blob = self._find(payload.weights_key, f"{pw}.weights_key")
         if payload.generation == 2:
-            got = self.digest(blob.file, blob.offset, blob.size) + "_weights_blob"
+            got = self.files[blob.file].sha256(blob.offset, blob.size) + "_weights_blob"
             if got != payload.weights_key:
                 raise ProgramError(f"weights key {payload.weights_key!r} does not match the sha256 of its bytes "
                                    f"({got!r}): the blob was modified", path=self.files[blob.file].path,
                                    field=f"named_data[{payload.weights_key!r}]")
         rows = self._table(plan.name, so, f"{pw}.constant_table")
-        # AOTInductor pads each storage to 64 bytes unless every constant is on CUDA (codecache.py)
-        align = 1 if d.specs.get("target_device", b"cuda").startswith(b"cuda") else BLOB_ALIGN
+        all_cuda = d.specs.get("target_device", b"cuda").startswith(b"cuda")
         constants, at = [], 0
         for i, r in enumerate(rows):
             w = f"constant_table[{plan.name!r}][{i}]"
@@ -696,17 +682,17 @@ class _Builder:
             if need > size or off + need > blob.size:
                 raise ProgramError(f"constant {r.name!r} reads [{off}, {off + need}) of a {blob.size}-byte blob "
                                    f"(storage {size} bytes)", path=self.files[blob.file].path, field=w)
-            at = off + (size if align == 1 else -(-size // align) * align)
+            at = off + aligned_slot_bytes(size, all_cuda=all_cuda)
             constants.append(ConstantSpec(
                 name=r.name, fqn=r.fqn, kind=ConstantKind(r.kind), mutated=bool(r.mutated), dtype=r.dtype,
                 shape=shape, strides=strides, storage_offset=r.storage_offset, nbytes=need,
-                offset=blob.offset + off, digest=self.digest(blob.file, blob.offset + off, need), file=blob.file,
+                offset=blob.offset + off, digest=self.files[blob.file].sha256(blob.offset + off, need), file=blob.file,
                 so_key=payload.so_keys[0]))
         if at != blob.size:
             raise ProgramError(f"the constant table lays out {at} bytes, the weights blob has {blob.size}: the "
                                "table is not this .so's", path=self.files[blob.file].path,
                                field=f"named_data[{payload.weights_key!r}]")
-        return constants, blob.file, blob.offset, blob.size
+        return constants, blob.file, blob, blob.size
 
 
 def _data_files(pte: Path, data) -> list[Path]:
@@ -746,15 +732,3 @@ def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None
     finally:
         if b is not None:
             b.close()
-
-
-def is_pte(path: Path) -> bool:
-    """A ``.pte`` by name, or a FlatBuffer with ExecuTorch's file identifier."""
-    if path.suffix == ".pte":
-        return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return False
-    return head[4:8] == PTE_IDENTIFIER

@@ -27,15 +27,14 @@ constants, ...)``.  No torch: the nested ``torch.save`` pickle is scanned with
 key, and whether it was saved as a parameter.  A package without the generated source would
 keep its constant table only inside the ``.so``: it is refused (a source never opens a ``.so``).
 
-The program model: ``Program.source == "torch-pt2"``, one method per model in the order the
-archive lists them, ``root`` the archive's folder, one :class:`~toolkit.model.FileRecord`
+The program model: ``Program.format`` is ``torch-pt2``, one method per model in the order
+the archive lists them, ``root`` the archive's folder, one :class:`~toolkit.model.FileRecord`
 (the archive).  Every member the model needs must be stored uncompressed (torch writes them
 so): a constant's ``file`` is the archive and its ``offset`` the absolute byte offset of its
-storage inside it (inside the nested archive for ``pickle_weights``); ``so_offset``/
-``so_bytes`` locate the ``.so``; ``so_key`` is ``<sha256 of the .so>_so_blob``, the key
-ExecuTorch would give it.  ``binary_blob``: ``blob_offset``/``blob_bytes`` locate the blob,
-``weights_key`` names its member; ``pickle_weights``: ``blob_offset`` is None,
-``blob_bytes`` the size the dense blob would have, each constant's ``storage_key`` its
+storage inside it (inside the nested archive for ``pickle_weights``); a method's
+:class:`Pt2Location` locates its ``.so`` and blob members; each constant's ``so_key`` is
+``<sha256 of the .so>_so_blob``, the key ExecuTorch would give it.  ``pickle_weights``:
+``blob_bytes`` is the size the dense blob would have, each constant's ``storage_key`` its
 weight member.  ``mutated`` is False (the archive does not record which buffers the graph
 writes); ``reference_file`` is "" (a package holds no eager outputs); ``torch_version`` is
 ``"unknown"``.
@@ -54,15 +53,17 @@ from pathlib import Path
 
 from ..errors import ProgramError
 from ..integrity import VerifiedFiles
-from ..model import DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, required_nbytes
-from ..vocab import ConstantKind
+from ..model import (
+    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
+    aligned_slot_bytes, required_nbytes,
+)
+from ..vocab import ConstantKind, ProgramFormat
 from ._binary import Bytes, MappedFile
 
-SOURCE_NAME = "torch-pt2"
 AOTI_DIR = "data/aotinductor/"
 WEIGHTS_DIR = "data/weights/"
-BLOB_ALIGN = 64
 MAX_MEMBERS = 1 << 20
+ZIP_MAGIC = b"PK\x03\x04"  # a zip's local file header (torch's packages are zips)
 
 # legacy typed-storage classes torch.save pickles, -> dtype
 STORAGE_DTYPES = {
@@ -107,6 +108,13 @@ class _Window(io.RawIOBase):
 
 
 @dataclass(frozen=True)
+class Pt2Location(PackedLocation):
+    """A ``.pt2``'s model: its ``.so`` and weights members of the archive, a dense blob or per-weight storages."""
+
+    weights_format: str  # binary_blob, pickle_weights or "no constants"
+
+
+@dataclass(frozen=True)
 class _Member:
     name: str  # inside the archive, without the root folder
     offset: int  # absolute offset of its data in the file
@@ -128,7 +136,7 @@ def _members(b: Bytes, data: memoryview, base: int, what: str) -> list[tuple[str
     for info in infos:
         w = f"{what}[{info.filename!r}]"
         h = base + info.header_offset
-        if b.raw(h, 4, w) != b"PK\x03\x04":
+        if b.raw(h, 4, w) != ZIP_MAGIC:
             raise b.error("no local file header where the zip directory says", w, h)
         n, m = b.u16(h + 26, w), b.u16(h + 28, w)
         start = h + 30 + n + m
@@ -236,12 +244,6 @@ class _Reader:
         self.rel = os.path.relpath(path, self.root)
         self.file = MappedFile(path, self.rel, verified)
         self.b = self.file.bytes
-        self.digests: dict[tuple[int, int], str] = {}
-
-    def digest(self, offset: int, size: int) -> str:
-        if (offset, size) not in self.digests:
-            self.digests[(offset, size)] = self.file.sha256(offset, size)
-        return self.digests[(offset, size)]
 
     def read(self) -> Program:
         b = self.b
@@ -270,10 +272,10 @@ class _Reader:
             devices.add(device)
         if len(devices) != 1:
             raise b.error(f"models compiled for different devices {sorted(devices)}", AOTI_DIR)
-        formats = sorted({m.payload for m in methods})
+        formats = sorted({m.location.weights_format for m in methods})
         return Program(name=self.path.stem, description=f"torch AOTInductor package ({', '.join(formats)})",
                        device=devices.pop(), torch_version="unknown", created_utc="", methods=tuple(methods),
-                       files={self.rel: self.file.record()}, root=self.root, source=SOURCE_NAME,
+                       files={self.rel: self.file.record()}, root=self.root, format=ProgramFormat.PT2,
                        records_mutation=False)
 
     def _text(self, mem: _Member, field: str) -> str:
@@ -294,7 +296,7 @@ class _Reader:
             raise b.error(f"model {model!r} has no generated wrapper source (.wrapper.cpp): its constant table is "
                           "only inside the .so, which a source does not open", d)
         table, n_in, n_out = _constant_table(self._text(files[cpp[0]], d + cpp[0]), b, d + cpp[0])
-        so_key = self.digest(so_m.offset, so_m.size) + "_so_blob"
+        so_key = self.file.sha256(so_m.offset, so_m.size) + "_so_blob"
         meta = [k for k in files if k.endswith(".wrapper_metadata.json")]
         device = "cpu"
         if meta:
@@ -313,19 +315,17 @@ class _Reader:
         if blobs:
             if len(blobs) != 1 or config is not None:
                 raise b.error("a model has one weights blob, or weights_config.json, not both", d)
-            constants, blob_offset, blob_bytes, key, label = self._blob(live, all_cuda, files[blobs[0]], d + blobs[0],
-                                                                       so_key)
+            constants, weights, blob_bytes, label = self._blob(live, all_cuda, files[blobs[0]], d + blobs[0], so_key)
         elif config is not None:
             constants, blob_bytes = self._pickled(live, all_cuda, config, d + "weights_config.json", so_key)
-            blob_offset, key, label = None, "", "pickle_weights"
+            weights, label = PerConstantStorages(), "pickle_weights"
         elif live:
             raise b.error(f"model {model!r} has constants but neither a weights blob nor weights_config.json", d)
         else:
-            constants, blob_offset, blob_bytes, key, label = [], 0, 0, "", "no constants"
+            constants, weights, blob_bytes, label = [], PerConstantStorages(), 0, "no constants"
+        location = Pt2Location(Region(self.rel, so_m.offset, so_m.size, so_m.name), weights, label)
         spec = MethodSpec(name=model, so_file=self.rel, blob_file=self.rel, reference_file="", blob_bytes=blob_bytes,
-                          num_inputs=n_in, num_outputs=n_out, constants=tuple(constants), so_offset=so_m.offset,
-                          so_bytes=so_m.size, so_key=so_key, blob_offset=blob_offset,
-                          weights_key=key, payload=label)
+                          num_inputs=n_in, num_outputs=n_out, constants=tuple(constants), location=location)
         return spec, device
 
     def _constant(self, r: dict, offset: int, so_key: str, storage_key: str = "", kind: ConstantKind | None = None):
@@ -337,7 +337,7 @@ class _Reader:
                                                         else ConstantKind.PARAMETER)
         return ConstantSpec(name=r["name"], fqn=r["fqn"], kind=kind, mutated=False, dtype=r["dtype"],
                             shape=r["shape"], strides=r["strides"], storage_offset=r["storage_offset"], nbytes=need,
-                            offset=offset, digest=self.digest(offset, need), file=self.rel,
+                            offset=offset, digest=self.file.sha256(offset, need), file=self.rel,
                             storage_key=storage_key, so_key=so_key)
 
     def _blob(self, live: list[dict], all_cuda: bool, mem: _Member, field: str, so_key: str):
@@ -348,10 +348,10 @@ class _Reader:
                 raise self.b.error(f"constant {r['name']!r} at [{at}, {at + r['data_size']}) runs past the "
                                    f"{mem.size}-byte blob", field)
             out.append(self._constant(r, mem.offset + at, so_key))
-            at += r["data_size"] if all_cuda else -(-r["data_size"] // BLOB_ALIGN) * BLOB_ALIGN
+            at += aligned_slot_bytes(r["data_size"], all_cuda=all_cuda)
         if at != mem.size:
             raise self.b.error(f"the constant table lays out {at} bytes, the blob has {mem.size}", field)
-        return out, mem.offset, mem.size, mem.name.split("/", 1)[-1], "binary_blob"
+        return out, Region(self.rel, mem.offset, mem.size, mem.name), mem.size, "binary_blob"
 
     def _pickled(self, live: list[dict], all_cuda: bool, config_m: _Member, field: str, so_key: str):
         b = self.b
@@ -388,7 +388,7 @@ class _Reader:
             if kind is None:
                 kind = ConstantKind.PARAMETER if st["parameter"] else ConstantKind.BUFFER
             out.append(self._constant(row, st["offset"], so_key, WEIGHTS_DIR + fname, kind))
-            total += st["size"] if all_cuda else -(-st["size"] // BLOB_ALIGN) * BLOB_ALIGN
+            total += aligned_slot_bytes(st["size"], all_cuda=all_cuda)
         return out, total
 
     def _storage(self, name: str, field: str) -> dict:
@@ -425,13 +425,3 @@ def open_pt2(path: "str | Path", verified: VerifiedFiles | None = None) -> Progr
     finally:
         r.file.close()
 
-
-def is_pt2(path: Path) -> bool:
-    """A ``.pt2`` by name, or a zip archive (torch's packages are zips)."""
-    if path.suffix == ".pt2":
-        return True
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"PK\x03\x04"
-    except OSError:
-        return False
