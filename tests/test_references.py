@@ -328,7 +328,8 @@ def test_an_isolated_load_carries_no_reference_and_the_export_stage(pt2, built_s
     iso = toolkit.load_isolated(pt2["binary_blob"], "fingerprint")
     assert iso.status == "loaded", iso.worker_log
     assert iso.verification["ok"].isna().all() and not iso.verification["ran"].any()
-    assert "3 with no reference" in iso.summary() and "not ok" not in iso.summary()
+    assert iso.verdict.no_reference == ["prefill", "decode", "prefill_again"] and not iso.verdict.wrong_methods
+    assert "no reference: prefill, decode, prefill_again" in iso.summary() and "wrong" not in iso.summary()
     refused = toolkit.load_isolated(built_sample("total_collision"), "fqn-weight-cache")
     assert (refused.status, refused.failed_stage, refused.failed_method) == ("failed", "export", "decode")
     assert refused.error.startswith("Duplicate key cuda_fqn_weight:cpu:")
