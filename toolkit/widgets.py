@@ -2,42 +2,24 @@
 
 Two layers, so the logic is testable without a browser or a kernel:
 
-- :class:`ExplorerState` is a traitlets model: the choices, the results on screen (the
-  session, its verdict, the comparison of every policy) and the progress are typed traits; the
-  actions (load, compare, filter, select, export) call :mod:`toolkit.session`,
-  :mod:`toolkit.analysis` and :mod:`toolkit.compare` and set traits.  It imports nothing from
-  ipywidgets; a view ``observe``\\ s the traits it shows.  Actions never raise for a user
-  error: they set :attr:`~ExplorerState.error` and return False.
-- :class:`Explorer` is the ipywidgets view: widgets linked to the choices, each panel
-  re-rendered when the traits it shows change.  Long actions run on a worker thread; the
-  progress bar shows the step (each method of a cold compile) and the elapsed time.
+- :class:`ExplorerState`, a traitlets model: the choices, the results on screen (session,
+  verdict, comparison) and the progress are traits; its actions (load, compare, filter, select,
+  export) call :mod:`toolkit.session`, :mod:`toolkit.analysis` and :mod:`toolkit.compare` and
+  set traits.  Actions never raise for a user error: they set ``error`` and return False.
+- :class:`Explorer`, the ipywidgets view: widgets linked to the choices, each panel re-rendered
+  when a trait it shows changes (:data:`PANELS`); actions run on a worker thread.
 
-Everything the explorer says about right and wrong is the session's verdict
-(:meth:`toolkit.session.Session.verdict`): the status line is its headline, the verification
-table its outcomes and findings (:func:`toolkit.rendering.verification_html`), the Decisions
-tab and a constant's detail its findings with blame's culprit / harmless (and why) / not
-tested, the policies table each policy's :func:`toolkit.compare.policy_row`.  All HTML goes
-through :mod:`toolkit.rendering`.
+Everything it says about right and wrong is the session's verdict (:meth:`toolkit.session.Session.verdict`):
+the status line is its headline, the verification table its outcomes and findings, the
+Decisions tab and a constant's detail blame's culprit / harmless (and why) / not tested, the
+policies table :func:`toolkit.compare.policy_row`.  HTML goes through :mod:`toolkit.rendering`.
+A dry run (``dry_run=True``) shows the prediction (:func:`toolkit.analysis.run_analysis`,
+:func:`toolkit.compare.predict_policies`: no device, nothing run) and says so.
 
-What the view promises (each is tested): results that no longer match the inputs are greyed
-with a banner saying what they are of; a failed or refused load turns the bar red; export
-results and errors appear next to the export button, with the file's absolute path; the
-Decisions grid (itables, when installed) scrolls inside a bounded box, sorts, searches and
-pages, its one count ("N of M decisions (filtered)") in its info line, and a click on a row
-selects that constant, whose detail is shown beside the grid.
-
-**Dry run** (``dry_run=True``): Load predicts the load (:func:`toolkit.analysis.run_analysis`:
-the loader's own decisions over the program model, no device, nothing run), so a CUDA
-``.pte`` or ``.pt2`` can be explored on a CPU; Compare runs :func:`toolkit.compare.predict_policies`.
-What is shown is the prediction's verdict, and says so (:attr:`ExplorerState.banner`).  A real
-load of a program that cannot be loaded here says so and suggests the dry run.
-
-Default export files are named from the program and policy names **sanitised** to plain file
+Default export files are named from the program and policy names sanitised to plain file
 names (the manifest may be untrusted: ``../x`` must not choose where a file is written), in
-:attr:`ExplorerState.export_dir`.  Nothing is overwritten unless asked.
-
-The model needs traitlets (ipywidgets depends on it); ipywidgets, itables and matplotlib are
-imported when a view or a figure is made (the ``notebook`` extra).
+``export_dir``; nothing is overwritten unless asked.  The model needs traitlets (an ipywidgets
+dependency); ipywidgets, itables and matplotlib are imported when a view or figure is made.
 """
 
 from __future__ import annotations
@@ -51,7 +33,7 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 import traitlets
@@ -59,8 +41,8 @@ import traitlets
 from .errors import IncompatibleProgramError, ToolkitError
 from .policies import POLICIES, get_policy
 from .rendering import (
-    CAUGHT_COLOUR, DECISION_COLOURS, RESULT_COLOURS, WRONG_COLOUR, caught_mask, cell_text, content_check, culprit_mask,
-    format_bytes, html_table, markdown_html, markdown_text, verification_html,
+    CAUGHT_COLOUR, DECISION_COLOURS, RESULT_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
+    html_table, markdown_html, markdown_text, verification_html,
 )
 from .report import CollisionReport, collision_report
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
@@ -214,21 +196,15 @@ class ExplorerState(traitlets.HasTraits):
         self.set(**inputs)
 
     # ------------------------------------------------------------------ inputs
-    @traitlets.validate("source")
-    def _valid_source(self, proposal) -> str:
-        if proposal.value not in SOURCES:
-            raise ValueError(f"unknown source {proposal.value!r}; choose one of {SOURCES}")
-        return proposal.value
-
-    @traitlets.validate("sample")
-    def _valid_sample(self, proposal) -> str:
-        if proposal.value not in sample_names():
-            raise ValueError(f"unknown sample {proposal.value!r}; available: {', '.join(sample_names())}")
-        return proposal.value
-
-    @traitlets.validate("policy")
-    def _valid_policy(self, proposal) -> str:
-        return parse(PolicyName, proposal.value, what="policy").value
+    @traitlets.validate("source", "sample", "policy")
+    def _valid_choice(self, proposal) -> str:
+        name, value = proposal.trait.name, proposal.value
+        if name == "policy":
+            return parse(PolicyName, value, what="policy").value
+        choices = SOURCES if name == "source" else sample_names()
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        return value
 
     def set(self, **choices: Any) -> None:
         """Change several of :data:`INPUTS` (each validated by its trait)."""
@@ -293,23 +269,20 @@ class ExplorerState(traitlets.HasTraits):
     def _description(self) -> str:
         from .samples import sample_module
 
-        return sample_module(self.sample).DESCRIPTION
-
-    @property
-    def sample_description(self) -> str:
-        """The sample's description as plain text (markdown markup removed)."""
         try:
-            return markdown_text(self._description())
+            return sample_module(self.sample).DESCRIPTION
         except ToolkitError as e:
             return str(e)
 
     @property
+    def sample_description(self) -> str:
+        """The sample's description as plain text (markdown markup removed)."""
+        return markdown_text(self._description())
+
+    @property
     def sample_description_html(self) -> str:
         """The sample's description rendered from its markdown (escaped)."""
-        try:
-            return markdown_html(self._description())
-        except ToolkitError as e:
-            return markdown_html(str(e))
+        return markdown_html(self._description())
 
     # ------------------------------------------------------------------ progress / errors
     def _step(self, phase: str, fraction: float, message: str) -> None:
@@ -400,14 +373,11 @@ class ExplorerState(traitlets.HasTraits):
 
     def _loaded_session(self, program: "Program") -> "Session | None":
         """Load, verify (the verdict) and, when a method ran wrong, blame; None (and :attr:`error`) on failure."""
+        from .session import load_program
+
         self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}")
         try:
-            if self._load is None:
-                from .session import load_program
-
-                session = load_program(program, self.policy, device=self.device)
-            else:
-                session = self._load(program, self.policy, device=self.device)
+            session = (self._load or load_program)(program, self.policy, device=self.device)
         except Exception as e:  # noqa: BLE001
             self._fail("could not load the program", e, hint=self._load_hint(program, e))
             return None
@@ -564,12 +534,13 @@ class ExplorerState(traitlets.HasTraits):
         return len(self.session.decisions) if self.session is not None else 0
 
     def set_filters(self, *, method: str | None = None, decision: str | None = None, reason: str | None = None) -> None:
-        opts = self.filter_options()
-        for key, value in (("method", method), ("decision", decision), ("reason", reason)):
-            if value is not None and value != ALL and value not in opts[key]:
+        """Set filters (:data:`ALL`: none); the rows follow, and the selection stays among them."""
+        opts, chosen = self.filter_options(), {"method": method, "decision": decision, "reason": reason}
+        for key, value in chosen.items():
+            if value not in (None, ALL, *opts[key]):
                 raise ValueError(f"no {key} {value!r} in this load; choose one of {opts[key]}")
         with self.hold_trait_notifications():
-            for key, value in (("method", method), ("decision", decision), ("reason", reason)):
+            for key, value in chosen.items():
                 if value is not None:
                     setattr(self, f"filter_{key}", value)
             self.rows = self._filtered()
@@ -578,7 +549,7 @@ class ExplorerState(traitlets.HasTraits):
                 self.selected = keys[0] if keys else None
 
     def _filtered(self) -> pd.DataFrame:
-        """The decisions under the filters (a new frame), with ``same_content`` (:func:`toolkit.rendering.content_check`)."""
+        """The decisions under the filters (a new frame), with ``same_content`` (see ``content_check``)."""
         if self.session is None:
             return pd.DataFrame(columns=list(DECISION_TABLE_COLUMNS))
         d = self.session.decisions
@@ -651,8 +622,8 @@ class ExplorerState(traitlets.HasTraits):
             floor = plots.minimum_device_bytes(self.program)
             figs["policy trade-off"] = plots.policy_tradeoff(self.comparison, minimum=floor,
                                                              title=f"{self.program.name}: correctness vs memory")
-            figs["memory by policy"] = plots.memory_by_policy(
-                self.comparison.memory(), minimum=floor, title=f"{self.program.name}: device memory per method and policy")
+            title = f"{self.program.name}: device memory per method and policy"
+            figs["memory by policy"] = plots.memory_by_policy(self.comparison.memory(), minimum=floor, title=title)
         return figs
 
     def interactive_matrix(self):
@@ -768,7 +739,7 @@ FINDING_COLOURS = {BlameStatus.CULPRIT: WRONG_COLOUR, BlameStatus.NOT_TESTED: WR
 BLAME_CLASSES = {BlameStatus.CULPRIT: "cs-culprit", BlameStatus.HARMLESS: "cs-caught", BlameStatus.NOT_TESTED: ""}
 
 
-def _span(text: str, cls: str = "", title: str = "") -> str:
+def _span(text: str = "", cls: str = "", title: str = "") -> str:
     attrs = f' class="{cls}"' if cls else ""
     if title:
         attrs += f' title="{html.escape(title, quote=True)}"'
@@ -778,9 +749,9 @@ def _span(text: str, cls: str = "", title: str = "") -> str:
 def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFrame:
     """The Decisions grid's cells: escaped HTML, one row per decision (same order as ``rows``),
     decision coloured by class; a constant that runs on other data (its ``data_problem``, or a
-    culprit of ``verdict``) marked with its problem on hover; the reason on hover over its
-    code.  Once blame ran (a finding of ``verdict`` not "not tested"), a "blame" column gives
-    each finding's status, why on hover."""
+    culprit of ``verdict``) marked red with its problem on hover, unless blame found it harmless;
+    the reason on hover over its code.  Once blame ran (a finding of ``verdict`` not "not
+    tested"), a "blame" column gives each finding's status, why on hover."""
     found: dict[tuple[str, str], ConstantFinding] = {}
     for c in verdict.constants if verdict is not None else ():
         if (c.method, c.name) not in found or c.blame is BlameStatus.CULPRIT:
@@ -792,7 +763,8 @@ def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFra
     out = []
     for r, problem in zip(records, culprit_mask(rows).tolist() if len(rows) else []):
         f = found.get((cell_text(r.get("method")), cell_text(r.get("name"))))
-        bad = problem or (f is not None and f.blame is BlameStatus.CULPRIT)
+        bad = (problem or f is not None and f.blame is BlameStatus.CULPRIT) and not (
+            f is not None and f.blame is BlameStatus.HARMLESS)
         decision, same = cell_text(r.get("decision")), r.get("same_content")
         same_text = "" if same is None or same is pd.NA else ("same" if bool(same) else "DIFFERS")
         cls = "cs-culprit" if bad else (f"cs-d-{decision}" if decision in DECISION_COLOURS else "")
@@ -812,10 +784,9 @@ def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFra
                            else ""),
         })
         if with_blame:
-            text = "" if f is None else (f"\u2717 culprit: {f.blame_note}" if f.blame is BlameStatus.CULPRIT
-                                         else f.blame.value)
-            out[-1][BLAME_GRID_COLUMN] = _span(text, f"cs-tag {BLAME_CLASSES[f.blame]}" if f is not None else "",
-                                               f"{f.blame_note or f.blame.value}: {f.evidence}" if f is not None else "")
+            out[-1][BLAME_GRID_COLUMN] = _span() if f is None else _span(
+                f"\u2717 culprit: {f.blame_note}" if f.blame is BlameStatus.CULPRIT else f.blame.value,
+                f"cs-tag {BLAME_CLASSES[f.blame]}", f"{f.blame_note or f.blame.value}: {f.evidence}")
     columns = list(GRID_COLUMNS)
     if with_blame:
         columns.insert(columns.index("same content") + 1, BLAME_GRID_COLUMN)
@@ -901,11 +872,10 @@ class Explorer:
         self.path = mk(w.Text, "constshare-path", description="path",
                        placeholder="a program directory, a .pte or a .pt2 file", tooltip=PATH_HINT,
                        layout=w.Layout(width="420px"))
-        self.sample_info = mk(w.HTML, "constshare-sample-info")
         self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), description="policy")
-        self.policy_info = mk(w.HTML, "constshare-policy-info")
         self.device = mk(w.Dropdown, "constshare-device", options=sorted({*_devices(), s.device}), description="device")
-        self.dry_run = mk(w.Checkbox, "constshare-dry-run", indent=False, description="dry run (analyze without loading)",
+        self.dry_run = mk(w.Checkbox, "constshare-dry-run", indent=False,
+                          description="dry run (analyze without loading)",
                           tooltip="predict every decision from the program's metadata: no device, nothing run "
                                   "(explore a CUDA .pte or .pt2 on a CPU)")
         self.load_button = mk(w.Button, "constshare-load", description="Load", button_style="primary", icon="play",
@@ -915,20 +885,22 @@ class Explorer:
                                  layout=w.Layout(width="auto", align_self="flex-start"))
         self.progress = mk(w.FloatProgress, "constshare-progress", value=0.0, min=0.0, max=1.0,
                            layout=w.Layout(width="260px"))
-        self.status = mk(w.HTML, "constshare-status", value=html.escape(s.message))
-        self.error = mk(w.HTML, "constshare-error-box", value="", layout=w.Layout(display="none"))
-        self.stale_banner = mk(w.HTML, "constshare-stale-box", value="", layout=w.Layout(display="none"))
-        self.dry_banner = mk(w.HTML, "constshare-dry-box", value="", layout=w.Layout(display="none"))
-        self.summary = mk(w.HTML, "constshare-summary")
-        self.verification = mk(w.HTML, "constshare-verification")
-        # the collision matrix: plotly (hover a cell: its decision and reason) in an Output widget,
-        # shown by plotly's JupyterLab renderer; the matplotlib one as a PNG download beside it
+        # the panels the render methods fill; the collision matrix: plotly (hover a cell: its decision and
+        # reason) in an Output widget, shown by plotly's JupyterLab renderer, the matplotlib one as a PNG download
+        (self.status, self.sample_info, self.policy_info, self.summary, self.verification, self.matrix_png,
+         self.decisions, self.constant_detail, self.comparison, self.export_result) = (
+            mk(w.HTML, f"constshare-{name}") for name in ("status", "sample-info", "policy-info", "summary",
+                                                           "verification", "matrix-png", "decisions",
+                                                           "constant-detail", "comparison", "export-result"))
+        self.error, self.stale_banner, self.dry_banner = (mk(w.HTML, f"constshare-{name}-box", layout=w.Layout(
+            display="none")) for name in ("error", "stale", "dry"))
         self.matrix = mk(w.Output, "constshare-matrix", layout=w.Layout(display="none", max_width="100%"))
-        self.matrix_png = mk(w.HTML, "constshare-matrix-png")
+        self.timeline, self.memory, self.tradeoff, self.memory_policies = (
+            mk(w.Image, f"constshare-{name}", format="png", layout=picture())
+            for name in ("timeline", "memory", "tradeoff", "memory-policies"))
         self.filter_method, self.filter_decision, self.filter_reason = (
             mk(w.Dropdown, f"constshare-filter-{key}", options=[("all", ALL)], value=ALL, description=key)
             for key in ("method", "decision", "reason"))
-        self.decisions = mk(w.HTML, "constshare-decisions")
         ITable = _itable_class()
         self.grid = None
         if ITable is not None:
@@ -936,12 +908,6 @@ class Explorer:
             self.grid.observe(self._pick_row, names="selected_rows")
         self.constant = mk(w.Dropdown, "constshare-constant", options=[], description="constant",
                            layout=w.Layout(width="100%", max_width="460px"))
-        self.constant_detail = mk(w.HTML, "constshare-constant-detail")
-        self.timeline = mk(w.Image, "constshare-timeline", format="png", layout=picture())
-        self.memory = mk(w.Image, "constshare-memory", format="png", layout=picture())
-        self.tradeoff = mk(w.Image, "constshare-tradeoff", format="png", layout=picture())
-        self.memory_policies = mk(w.Image, "constshare-memory-policies", format="png", layout=picture())
-        self.comparison = mk(w.HTML, "constshare-comparison")
         self.export_folder = mk(w.Text, "constshare-export-folder", value=str(s.export_dir), description="folder",
                                 layout=w.Layout(width="520px"))
         self.export_path = mk(w.Text, "constshare-export-path", value="", description="file",
@@ -950,7 +916,6 @@ class Explorer:
                                    description="replace an existing file", indent=False)
         self.export_button = mk(w.Button, "constshare-export", description="Export CSV", icon="download",
                                 layout=w.Layout(width="auto"))
-        self.export_result = mk(w.HTML, "constshare-export-result")
 
         overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]),
                                         mk(w.VBox, children=[self.matrix, self.matrix_png],
@@ -1010,9 +975,10 @@ class Explorer:
                     layout={"topStart": "search", "topEnd": "pageLength", "bottomStart": "info",
                             "bottomEnd": "paging"},
                     style="width: 100%; margin: 0", autoWidth=False,
-                    language={"search": "search:", "info": "rows _START_-_END_ · " + count_text("_TOTAL_", total, filtered),
-                              "infoEmpty": count_text(0, total, filtered), "infoFiltered": "" if filtered else " (filtered)",
-                              "emptyTable": "no decision matches the filters"})
+                    language={"search": "search:", "emptyTable": "no decision matches the filters",
+                              "info": "rows _START_-_END_ · " + count_text("_TOTAL_", total, filtered),
+                              "infoEmpty": count_text(0, total, filtered),
+                              "infoFiltered": "" if filtered else " (filtered)"})
 
     # ------------------------------------------------------------------ display
     def _repr_mimebundle_(self, **kwargs):
@@ -1250,8 +1216,8 @@ class Explorer:
                  ("same content", "" if same is None or same is pd.NA else "yes" if same else "NO")]
         blame = "" if f is None else f"{f.blame.value}: {f.blame_note}" if f.blame_note else f.blame.value
         if f is not None:
-            facts += [("runs on other data", f"{f.problem.value if f.problem else 'no known difference'}: {f.evidence}"),
-                      ("blame", blame)]
+            problem = f.problem.value if f.problem else "no known difference"
+            facts += [("runs on other data", f"{problem}: {f.evidence}"), ("blame", blame)]
         facts = pd.DataFrame([(k, v) for k, v in facts if cell_text(v)], columns=["fact", "value"])
         colour = FINDING_COLOURS.get(kind, "")
         marked = {cell_text(d["decision"]), blame} if colour else set()
@@ -1262,7 +1228,8 @@ class Explorer:
                           empty="nothing was compared field by field for this constant (see the reason above)",
                           colours={"equal": lambda text: WRONG_COLOUR if text == "NO" else ""})
         self.constant_detail.value = (f"<b>{html.escape(d['method'])} / {html.escape(d['name'])}</b>"
-                                      + _box(f"constshare-verdict constshare-verdict-{kind.replace(' ', '-')}", sentence)
+                                      + _box(f"constshare-verdict constshare-verdict-{kind.replace(' ', '-')}",
+                                             sentence)
                                       + head + "<b>cached vs new</b>" + body)
 
     def _render_comparison(self) -> None:
@@ -1272,7 +1239,7 @@ class Explorer:
         if s.comparison is None:
             self._show_png(self.tradeoff, b"")
             self._show_png(self.memory_policies, b"")
-            self.comparison.value = markdown_html("*press “Compare all policies” to load the program under every policy*")
+            self.comparison.value = markdown_html("*press “Compare all policies” to load it under every policy*")
             return
         figs = s.figures()
         self._show_png(self.tradeoff, figure_png(figs["policy trade-off"]))
