@@ -232,7 +232,7 @@ def test_view_load_renders_table_plots_and_summary(explorer):
     assert "_tensor_constant0" in cells and ">shared \u2717<" in cells  # decode's share: the culprit
     # the one count, in the grid's info line (after the grid's own search too)
     assert ex.grid._dt_args["language"]["info"] == "rows _START_-_END_ · _TOTAL_ of 2 decisions"
-    assert ex.grid._dt_args["language"]["infoFiltered"] == " (filtered)"
+    assert ex.grid._dt_args["language"]["infoFiltered"] == "(filtered)"  # after a space, when the grid is searched
     assert ">wrong<" in ex.verification.value and ex.state.verdict.headline() in ex.summary.value.replace("&#x27;", "'")
     assert _matrix_figure(ex)["data"][0]["type"] == "heatmap" and bytes(ex.timeline.value).startswith(b"\x89PNG")
     assert "data:image/png;base64," in ex.matrix_png.value  # the matplotlib matrix, for PNG export

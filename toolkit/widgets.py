@@ -978,7 +978,7 @@ class Explorer:
                     language={"search": "search:", "emptyTable": "no decision matches the filters",
                               "info": "rows _START_-_END_ · " + count_text("_TOTAL_", total, filtered),
                               "infoEmpty": count_text(0, total, filtered),
-                              "infoFiltered": "" if filtered else " (filtered)"})
+                              "infoFiltered": "" if filtered else "(filtered)"})  # DataTables adds a space
 
     # ------------------------------------------------------------------ display
     def _repr_mimebundle_(self, **kwargs):
