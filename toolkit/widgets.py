@@ -129,7 +129,8 @@ def findings_summary(verdict: Verdict | None, keys: set[tuple[str, str]] | None 
     if by[BlameStatus.CULPRIT]:
         parts.append(_plural(len(by[BlameStatus.CULPRIT]), "culprit") + " (undoing the share fixes the method)")
     if by[BlameStatus.HARMLESS]:
-        why = "; ".join(note for note, _n in Counter(c.blame_note for c in by[BlameStatus.HARMLESS]).most_common())
+        notes = Counter(c.blame_note for c in by[BlameStatus.HARMLESS]).most_common()
+        why = notes[0][0] if len(notes) == 1 else "; ".join(f"{n:,}: {note}" for note, n in notes)
         parts.append(f"{len(by[BlameStatus.HARMLESS]):,} harmless ({why})")
     if by[BlameStatus.NOT_TESTED]:
         parts.append(f"{len(by[BlameStatus.NOT_TESTED]):,} not tested"
@@ -609,35 +610,22 @@ class ExplorerState(traitlets.HasTraits):
         return out.reset_index(drop=True)
 
     # ------------------------------------------------------------------ figures / export
-    def figures(self) -> dict[str, Any]:
-        """Matplotlib figures of the current results, by name (empty before a load)."""
+    def figures(self, *, session: bool = True, comparison: bool = True) -> dict[str, Any]:
+        """Matplotlib figures of the results on screen (of the load, of the comparison), by name."""
         from . import plots
 
         figs: dict[str, Any] = {}
-        if self.session is not None:
+        if session and self.session is not None:
             figs["collision matrix"] = plots.collision_matrix(self.session, wrong_methods=self.verdict.wrong_methods)
             figs["timeline"] = plots.event_timeline(self.session)
             figs["memory"] = plots.memory_by_policy(self.session)
-        if self.comparison is not None and self.program is not None:
+        if comparison and self.comparison is not None and self.program is not None:
             floor = plots.minimum_device_bytes(self.program)
             figs["policy trade-off"] = plots.policy_tradeoff(self.comparison, minimum=floor,
                                                              title=f"{self.program.name}: correctness vs memory")
             title = f"{self.program.name}: device memory per method and policy"
             figs["memory by policy"] = plots.memory_by_policy(self.comparison.memory(), minimum=floor, title=title)
         return figs
-
-    def interactive_matrix(self):
-        """The collision matrix of the current results as a plotly figure (hover: each cell's
-        decision, reason and blame's verdict), or None before a load or without plotly."""
-        if self.session is None:
-            return None
-        try:
-            import plotly  # noqa: F401
-        except ImportError:
-            return None
-        from . import plots
-
-        return plots.interactive_collision_matrix(self.session, wrong_methods=self.verdict.wrong_methods)
 
     def default_export_name(self) -> str:
         """A plain file name for the report of the current load: program and policy names
@@ -1139,26 +1127,27 @@ class Explorer:
                               + f"<pre>{html.escape(s.session.summary())}</pre>")
         self.verification.value = (f"<b>{'prediction' if v.predicted else 'verification'}</b>"
                                    + verification_html(s.verification, v, empty="no methods"))
-        figs = s.figures()
+        figs = s.figures(comparison=False)
         self._render_matrix(figure_png(figs["collision matrix"]))
         self._show_png(self.timeline, figure_png(figs["timeline"]))
         self._show_png(self.memory, figure_png(figs["memory"]))
 
     def _render_matrix(self, png: bytes) -> None:
-        """The interactive matrix (plotly), and the matplotlib PNG as a download link; without
-        plotly, the PNG itself."""
+        """The interactive matrix (plotly: hover a cell for its decision, reason and blame's verdict),
+        and the matplotlib PNG as a download link; without plotly, the PNG itself."""
         s = self.state
-        fig = s.interactive_matrix()
         name = html.escape(s.default_export_name().replace(EXPORT_SUFFIX, "-collision-matrix.png"), quote=True)
         data = base64.b64encode(png).decode("ascii")
-        if fig is None:
+        try:
+            from .plots import interactive_collision_matrix, plotly_bundle
+
+            fig = interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods)
+        except ImportError:  # no plotly
             self.matrix.outputs = ()
             self.matrix.layout.display = "none"
             self.matrix_png.value = (f"<img class='constshare-plot' style='max-width: 100%' "
                                      f"src='data:image/png;base64,{data}'>")
             return
-        from .plots import plotly_bundle
-
         self.matrix.outputs = ({"output_type": "display_data", "data": plotly_bundle(fig), "metadata": {}},)
         self.matrix.layout.display = None
         self.matrix_png.value = (f"<div style='font-size: 12px'>hover a cell for its decision and reason · "
@@ -1241,7 +1230,7 @@ class Explorer:
             self._show_png(self.memory_policies, b"")
             self.comparison.value = markdown_html("*press “Compare all policies” to load it under every policy*")
             return
-        figs = s.figures()
+        figs = s.figures(session=False)
         self._show_png(self.tradeoff, figure_png(figs["policy trade-off"]))
         self._show_png(self.memory_policies, figure_png(figs["memory by policy"]))
         # each row is the policy's verdict (compare.policy_row); lists shown comma-joined by the renderer
