@@ -819,7 +819,9 @@ def _verdict_of_three_findings():
     return Verdict("p", "name-only", False, methods, (
         finding("b", "w0", BlameStatus.CULPRIT, "breaks standalone", ("standalone",)),
         finding("b", "w1", BlameStatus.HARMLESS, "undoing it fixes nothing: the culprits are elsewhere"),
-        finding("c", "w1", BlameStatus.HARMLESS, "the method verifies ok: the difference does not reach its outputs")))
+        finding("c", "w1", BlameStatus.HARMLESS, "the method verifies ok: the difference does not reach its outputs"),
+        # a share blame tried that has no known difference, and undoing it fixes nothing: it runs on equal data
+        ConstantFinding("b", "w2", "w2", None, "equal", "a/w2", BlameStatus.HARMLESS, "undoing it fixes nothing")))
 
 
 def test_findings_say_which_are_culprits_and_why_the_others_are_harmless():

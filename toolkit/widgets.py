@@ -118,10 +118,11 @@ def count_text(shown: int | str, total: int, filtered: bool) -> str:
 
 
 def findings_summary(verdict: Verdict | None, keys: set[tuple[str, str]] | None = None) -> str:
-    """The verdict's findings (of the constants ``keys`` only, when given) in one sentence:
-    "N run on other data: K culprits, M harmless (why), J not tested"; '' when there are none."""
-    found = [c for c in (verdict.constants if verdict is not None else ())
-             if keys is None or (c.method, c.name) in keys]
+    """The constants that run on other data (a finding with a problem, or a culprit), of ``keys``
+    only when given, in one sentence: "N run on other data: K culprits, M harmless (why), J not
+    tested"; '' when there are none."""
+    found = [c for c in (verdict.constants if verdict is not None else ()) if (
+        c.problem is not None or c.blame is BlameStatus.CULPRIT) and (keys is None or (c.method, c.name) in keys)]
     if not found:
         return ""
     by = {b: [c for c in found if c.blame is b] for b in BlameStatus}
