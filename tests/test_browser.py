@@ -238,7 +238,7 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.click("button.constshare-load")
     try:
         pg.wait_for_function(
-            "() => (document.querySelector('.constshare-status')?.textContent || '').includes('WRONG OUTPUT in decode')",
+            "() => (document.querySelector('.constshare-status')?.textContent || '').includes('wrong: decode')",
             timeout=180_000, polling=500)
     except Exception:
         _shot(pg, "explorer-failed.png")
@@ -246,12 +246,13 @@ def test_explorer_in_jupyterlab(page, lab):
         raise AssertionError(f"the load did not finish as expected; widget text:\n{status[-3000:]}")
     assert pg.locator(".constshare-error-box").is_hidden()
 
-    # the overview: summary, verification (blame names the culprit) and the collision matrix
+    # the overview: the verdict, verification (blame names the culprit) and the collision matrix
     summary = pg.inner_text(".constshare-summary")
-    assert "under policy 'name-only': loaded" in summary
+    assert "under policy 'name-only': loaded" in summary and "(verified): wrong; wrong: decode" in summary
+    assert "1 culprit (undoing the share fixes the method)" in summary
     verification = pg.inner_text(".constshare-verification")
-    assert "WRONG" in verification and "culprits (blame)" in verification
-    assert "_tensor_constant0 (content differs: cached" in verification
+    assert "wrong" in verification and "runs on other data" in verification
+    assert "_tensor_constant0 (content differs; culprit: breaks standalone)" in verification
     # hovering decode's cell of the plotly matrix shows its decision and reason
     assert _matrix_shape(pg, ".constshare-matrix") == (2, 1)
     tip = _matrix_hover(pg, ".constshare-matrix", 1, 2, 0, 1)
@@ -289,7 +290,8 @@ def test_explorer_in_jupyterlab(page, lab):
     loaded = pg.locator(".constshare-grid .cs-d-loaded").first
     assert loaded.evaluate("el => getComputedStyle(el).backgroundColor") == "rgb(217, 234, 211)"
     detail = pg.inner_text(".constshare-constant-detail")
-    assert "decode / _tensor_constant0" in detail and "content differs: shared anyway" in detail
+    assert "decode / _tensor_constant0" in detail
+    assert "content differs: decode runs on prefill/_tensor_constant0" in detail
     pg.locator(".constshare-grid table.dataTable tbody tr", has_text="prefill").first.click()
     pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
                          ".includes('prefill / _tensor_constant0')")
@@ -298,14 +300,19 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.locator(".constshare-grid table.dataTable thead th", has_text="method").first.click()
     pg.wait_for_function("() => document.querySelector('.constshare-grid table.dataTable tbody tr')"
                          "?.textContent.startsWith('decode')")
+    info = "() => document.querySelector('.constshare-grid .dt-info')?.textContent || ''"
+    assert pg.evaluate(info).startswith("rows 1-2 · 2 of 2 decisions")  # the tab's one count (then "1 row selected")
     pg.locator(".constshare-grid input[type=search]").fill("first_seen")  # only prefill's row
     pg.wait_for_function("() => document.querySelectorAll('.constshare-grid table.dataTable tbody tr').length === 1")
+    assert pg.evaluate(info).startswith("rows 1-1 · 1 of 2 decisions (filtered)")  # it follows the grid's search
     decisions = _shot(pg, "explorer-decisions.png")
     pg.locator(".constshare-grid input[type=search]").fill("")
 
     # filter by decision (the dropdown): the grid follows
     pg.select_option(".constshare-filter-decision select", "loaded")
-    pg.wait_for_function("() => document.querySelector('.constshare-decisions')?.textContent.includes('1 of 2')")
+    pg.wait_for_function("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+                         ".includes('1 of 2 decisions (filtered)')")
+    assert pg.locator(".constshare-grid table.dataTable tbody tr").count() == 1
     assert overview.stat().st_size > 10_000 and decisions.stat().st_size > 10_000
     pg.select_option(".constshare-filter-decision select", label="all")
 
@@ -341,11 +348,12 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.select_option(".constshare-policy select", "fingerprint")
     pg.click("button.constshare-load")
     pg.wait_for_function(
-        "() => (document.querySelector('.constshare-status')?.textContent || '').includes('every loaded method')",
+        "() => (document.querySelector('.constshare-status')?.textContent || '').includes('(verified): ok')",
         timeout=180_000, polling=500)
     assert pg.locator(".constshare-stale-box").is_hidden()
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
-    pg.wait_for_function("() => document.querySelector('.constshare-decisions')?.textContent.includes('44 of 44')")
+    pg.wait_for_function("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+                         ".includes('44 of 44 decisions')")
     rows = pg.locator(".constshare-grid table.dataTable tbody tr")
     rows.first.wait_for(state="visible")
     height = pg.evaluate("() => document.querySelector('.constshare-explorer').getBoundingClientRect().height")
@@ -393,12 +401,11 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.wait_for_function("() => (document.querySelector('.constshare-status')?.textContent || '')"
                          ".includes('dry run (a prediction')", timeout=300_000, polling=500)
     status = pg.inner_text(".constshare-status")
-    assert "predicted WRONG OUTPUT in" in status, status
+    assert "(predicted): wrong; wrong: " in status, status
     _tab(pg, "Decisions")
     total = SYNTHETIC["methods"] * SYNTHETIC["constants"]
-    pg.wait_for_function(f"() => document.querySelector('.constshare-decisions')?.textContent.includes('of {total:,}')"
-                         f" || document.querySelector('.constshare-decisions')?.textContent.includes('of {total}')",
-                         timeout=120_000)
+    pg.wait_for_function(f"() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+                         f".includes('of {total:,} decisions')", timeout=120_000)
     pg.locator(".constshare-grid table.dataTable tbody tr").first.wait_for(state="visible", timeout=120_000)
     dry_seconds = time.monotonic() - t0
     assert "DRY RUN" in pg.inner_text(".constshare-dry-box")
@@ -591,9 +598,10 @@ def _bart_explorer(pg, stem: str) -> dict:
     ex.scroll_into_view_if_needed()
     ex.locator("button.constshare-load").click()
     pg.wait_for_function("(s) => (document.querySelector(s + ' .constshare-status')?.textContent || '')"
-                         ".includes('WRONG OUTPUT in decoder')", arg=scope, timeout=300_000, polling=500)
+                         ".includes('(verified): wrong; wrong: ')", arg=scope, timeout=300_000, polling=500)
+    assert "decoder" in ex.locator(".constshare-status").inner_text().split("wrong: ")[1]
     verification = ex.locator(".constshare-verification").inner_text()
-    assert "culprits (blame)" in verification and "content differs" in verification, verification
+    assert "runs on other data" in verification and "culprit: breaks" in verification, verification
     n_rows, n_cols = _matrix_shape(pg, scope + " .constshare-matrix")
     shots = {}
     # the first red (culprit) cell of the decoder row
@@ -611,7 +619,7 @@ def _bart_explorer(pg, stem: str) -> dict:
         ex.screenshot(path=str(ARTIFACTS / name))
         shots[title] = name
     height = ex.evaluate("el => el.getBoundingClientRect().height")
-    decisions = ex.locator(".constshare-decisions").inner_text()
+    decisions = ex.locator(".constshare-grid .dt-info").inner_text()
     assert "of 50 decisions" in decisions, decisions
     return {"matrix": [n_rows, n_cols], "explorer_height_px": height, "decisions_head": decisions[:200],
             "screenshots": shots}

@@ -295,7 +295,7 @@ def test_report_html_is_a_wrapper():
 
 
 def test_widget_helpers_use_the_renderer():
-    from toolkit.widgets import _table_html, _verification_html
+    from toolkit.widgets import _table_html
 
     assert "<i>nothing</i>" in _table_html(pd.DataFrame(columns=["a"]), ["a"], "nothing")
     out = _table_html(pd.DataFrame({"a": ["<b>"], "wrong_methods": [["decode", "x"]]}), ["a", "wrong_methods"], "e")

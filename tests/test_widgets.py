@@ -23,7 +23,7 @@ def state(built_sample, tmp_path):
     st = ExplorerState(sample="total_collision", policy="name-only", build=lambda name, **kw: prog,
                        export_dir=tmp_path)
     heard: list[str] = []
-    st.subscribe(heard.append)
+    st.observe(lambda change: heard.append(change["name"]))
     st.heard = heard
     yield st
     st.close()
@@ -33,10 +33,10 @@ def test_load_fills_session_verification_report_and_progress(state):
     assert state.load() is True
     assert state.error is None and not state.busy
     assert state.session.status == "loaded" and state.progress == 1.0 and state.phase == "done"
-    assert state.report.wrong_methods == ["decode"]
-    assert "WRONG OUTPUT in decode" in state.message
+    assert state.report.wrong_methods == ["decode"] and state.verdict.wrong_methods == ["decode"]
+    assert state.message == state.verdict.headline() and "wrong: decode" in state.message
     assert state.verification["ok"].tolist() == [True, False]
-    for what in ("busy", "progress", "session", "filters", "selection"):
+    for what in ("busy", "progress", "message", "session", "verdict", "rows", "selected"):
         assert what in state.heard
     # progress only moves forward during one action
     assert state.selected == ("decode", "_tensor_constant0")  # the first collision is preselected
@@ -48,14 +48,15 @@ def test_filters_and_their_options(state):
     state.load()
     assert state.filter_options() == {"method": ["prefill", "decode"], "decision": ["loaded", "shared"],
                                       "reason": ["first_seen", "name_hit_unchecked"]}
+    assert not state.filtered and state.total_decisions == 2
     state.set_filters(decision="loaded")
-    rows = state.filtered_decisions()
-    assert rows["decision"].astype(str).tolist() == ["loaded"]
+    rows = state.rows
+    assert rows["decision"].astype(str).tolist() == ["loaded"] and state.filtered
     assert state.selected == ("prefill", "_tensor_constant0")  # the selection follows the filter
     state.set_filters(decision=ALL, method="decode")
-    assert state.filtered_decisions()["method"].tolist() == ["decode"]
+    assert state.rows["method"].tolist() == ["decode"]
     state.set_filters(reason="first_seen")
-    assert len(state.filtered_decisions()) == 0 and state.selected is None
+    assert len(state.rows) == 0 and state.selected is None
     with pytest.raises(ValueError, match="no decision 'refused'"):
         state.set_filters(decision="refused")
 
@@ -77,12 +78,16 @@ def test_selected_constant_field_by_field_comparison(state):
 
 
 def test_inputs_are_validated(state):
+    with pytest.raises(TypeError, match="unknown explorer input 'colour'"):
+        state.set(colour="red")
     with pytest.raises(ValueError, match="unknown policy"):
         state.set(policy="share-everything")
     with pytest.raises(ValueError, match="unknown sample"):
         state.set(sample="nope")
     with pytest.raises(ValueError, match="unknown source"):
         state.set(source="url")
+    with pytest.raises(ValueError, match="unknown policy"):
+        state.policy = "nope"  # a trait set directly is validated too
     state.set(policy="verify-always", device="cpu")
     assert state.policy == "verify-always" and "#21706" in state.policy_summary
 
@@ -93,7 +98,7 @@ def test_errors_are_recorded_not_raised(state, tmp_path):
     state.set(source="path", path=str(tmp_path / "missing"))
     assert state.load() is False
     assert state.error.startswith("could not open the program") and "does not exist" in state.error
-    assert "Traceback" in state.error_detail and "error" in state.heard
+    assert "Traceback" in state.error_detail and "error" in state.heard and state.outcome == "failed"
     assert state.session is first  # the previous results stay
     state.set(path="  ")
     assert state.load() is False and "enter the path" in state.error
@@ -148,40 +153,45 @@ def test_export_csv_round_trips(state, tmp_path):
 def test_compare_all_policies(state):
     state.load()
     assert state.compare() is True
-    c = state.comparison
+    c = state.comparison.frame
     assert len(c) == len(POLICIES) and set(c["policy"]) >= {"fingerprint", "name-only"}
     assert c.set_index("policy").loc["name-only", "wrong_methods"] == ["decode"]
-    assert set(state.comparison_memory["policy"]) == set(c["policy"])
+    outcome = state.comparison.verdicts()["name-only"].outcome
+    assert c.set_index("policy").loc["name-only", "outcome"] == "wrong" == outcome
+    assert "wrong under" in state.message and "name-only" in state.message.split("wrong under")[1]
+    assert set(state.comparison.memory()["policy"]) == set(c["policy"])
     figs = state.figures()
     assert {"policy trade-off", "memory by policy"} <= set(figs)
 
 
 def test_compare_loads_each_policy_once(state, monkeypatch):
-    """The comparison frame, the memory per method and the sessions come from one load per policy."""
+    """The comparison frame, the memory per method, the sessions and their verdicts come from one
+    load and one verification per policy."""
+    from toolkit import verification
     from toolkit.session import Session
 
     state.load()
     loads, verifies = [], []
-    real_load, real_verify = Session.load, Session.verify
+    real_load, real_verify = Session.load, verification.verify_session
 
     def counting_load(self, *a, **kw):
         loads.append(self.policy.name.value)
         return real_load(self, *a, **kw)
 
-    def counting_verify(self, *a, **kw):
-        verifies.append(self.policy.name.value)
-        return real_verify(self, *a, **kw)
+    def counting_verify(session, *a, **kw):
+        verifies.append(session.policy.name.value)
+        return real_verify(session, *a, **kw)
 
     monkeypatch.setattr(Session, "load", counting_load)
-    monkeypatch.setattr(Session, "verify", counting_verify)
+    monkeypatch.setattr(verification, "verify_session", counting_verify)
     assert state.compare() is True
-    assert sorted(loads) == sorted(state.comparison["policy"]) and len(loads) == len(POLICIES)
+    assert sorted(loads) == sorted(state.comparison.frame["policy"]) and len(loads) == len(POLICIES)
     assert sorted(verifies) == sorted(loads)
-    assert set(state.compared_sessions) == set(loads)
+    assert set(state.comparison.sessions) == set(loads)
     # the kept sessions are closed (no device memory held) and still answer
-    s = state.compared_sessions["name-only"]
+    s = state.comparison.session("name-only")
     assert not s.methods and len(s.decisions) == 2
-    mem = state.comparison_memory.set_index(["policy", "method"])["device_bytes"]
+    mem = state.comparison.memory().set_index(["policy", "method"])["device_bytes"]
     assert mem.loc[("no-sharing", "decode")] == 16384 and mem.loc[("name-only", "decode")] == 0
 
 
@@ -221,11 +231,13 @@ def test_view_load_renders_table_plots_and_summary(explorer):
     assert ex.state.error is None
     cells = _grid_text(ex)
     assert "_tensor_constant0" in cells and ">shared \u2717<" in cells  # decode's share: the culprit
-    assert "2 of 2 decisions" in ex.decisions.value
-    assert "WRONG" in ex.verification.value
+    # the one count, in the grid's info line (after the grid's own search too)
+    assert ex.grid._dt_args["language"]["info"] == "rows _START_-_END_ · _TOTAL_ of 2 decisions"
+    assert ex.grid._dt_args["language"]["infoFiltered"] == "(filtered)"  # after a space, when the grid is searched
+    assert ">wrong<" in ex.verification.value and ex.state.verdict.headline() in ex.summary.value.replace("&#x27;", "'")
     assert _matrix_figure(ex)["data"][0]["type"] == "heatmap" and bytes(ex.timeline.value).startswith(b"\x89PNG")
     assert "data:image/png;base64," in ex.matrix_png.value  # the matplotlib matrix, for PNG export
-    assert "WRONG OUTPUT in decode" in ex.status.value and ex.progress.value == 1.0
+    assert "wrong: decode" in ex.status.value and ex.progress.value == 1.0
     assert ex.constant.value == ("decode", "_tensor_constant0")
     assert "cached vs new" in ex.constant_detail.value
     assert not ex.load_button.disabled and ex.load_button.description == "Load"
@@ -236,7 +248,10 @@ def test_view_filters_and_selection(explorer):
     ex.load_button.click()
     ex.filter_decision.value = "loaded"
     assert ex.state.filter_decision == "loaded"
-    assert "1 of 2 decisions" in ex.decisions.value
+    language = ex.grid._dt_args["language"]
+    assert language["info"] == "rows _START_-_END_ · _TOTAL_ of 2 decisions (filtered)"
+    assert language["infoFiltered"] == ""  # "(filtered)" once, whether the grid's search narrows it more or not
+    assert len(ex.grid.df) == 1
     assert [v for _l, v in ex.constant.options] == [("prefill", "_tensor_constant0")]
     ex.filter_decision.value = ALL
     ex.constant.value = ("decode", "_tensor_constant0")
@@ -283,6 +298,7 @@ def test_view_compare_renders_tradeoff(explorer):
     assert bytes(ex.tradeoff.value).startswith(b"\x89PNG")
     assert bytes(ex.memory_policies.value).startswith(b"\x89PNG")
     assert "verify-always" in ex.comparison.value
+    assert ">outcome<" in ex.comparison.value and ">wrong<" in ex.comparison.value  # each policy's verdict
 
 
 def test_view_close_leaves_no_widgets(built_sample):
@@ -307,13 +323,14 @@ def test_view_close_leaves_no_widgets(built_sample):
 
 def test_decisions_say_whether_content_differs(state):
     assert state.load()
-    rows = state.filtered_decisions()
+    rows = state.rows
     assert "same_content" in rows.columns
     same = dict(zip(rows["method"], rows["same_content"]))
     assert pd.isna(same["prefill"]) and same["decode"] == False  # noqa: E712 (no entry / other bytes)
     assert state.selected == ("decode", "_tensor_constant0")  # the culprit is where the view starts
-    kind, sentence = state.content_verdict()
-    assert kind == "culprit" and sentence.startswith("content differs: shared anyway")
+    kind, sentence = state.content_verdict()  # the verdict's finding, confirmed by blame
+    assert kind == "culprit" and sentence.startswith("content differs: decode runs on prefill/_tensor_constant0")
+    assert sentence.endswith("blame: culprit: breaks standalone")
     state.select("prefill", "_tensor_constant0")
     assert state.content_verdict()[0] == "none"
     state.set(policy="fingerprint")
@@ -328,8 +345,8 @@ def test_three_methods_bad_share_marked_apart_from_the_good_one(built_sample):
     st = ExplorerState(sample="three_methods", policy="decline-on-mismatch", build=lambda name, **kw: prog)
     try:
         assert st.load()
-        rows = st.filtered_decisions()
-        grid = grid_frame(rows).assign(method_=rows["method"].tolist(), fqn_=rows["fqn"].tolist())
+        rows = st.rows
+        grid = grid_frame(rows, st.verdict).assign(method_=rows["method"].tolist(), fqn_=rows["fqn"].tolist())
         cell = {(m, f): d for m, f, d in zip(grid["method_"], grid["fqn_"], grid["decision"])}
         bad, good = cell[("probe", "proj.weight")], cell[("encode_again", "proj.weight")]
         assert "cs-culprit" in bad and "\u2717" in bad and "title=" in bad
@@ -350,7 +367,7 @@ def test_compile_progress_moves_per_method(built_sample):
         return prog
 
     st = ExplorerState(build=cold_build)
-    st.subscribe(lambda what: seen.append((st.phase, st.progress, st.message)) if what == "progress" else None)
+    st.observe(lambda _change: seen.append((st.phase, st.progress, st.message)), names="message")
     try:
         assert st.load()
         compile_steps = [(f, msg) for ph, f, msg in seen if ph == "compile"]
@@ -405,8 +422,8 @@ def test_refused_load_is_an_outcome_of_failure(built_sample):
     st = ExplorerState(policy="refuse-on-mismatch", build=lambda name, **kw: prog)
     try:
         assert st.load() is True  # the refusal is a result: its decisions say why
-        assert st.session.status != "loaded" and st.outcome == "failed" and st.phase == "failed"
-        assert "failed in" in st.message
+        assert st.verdict.failed_stage is not None and st.outcome == st.verdict.outcome == "failed"
+        assert st.phase == "failed" and "load failed: " in st.message and st.message == st.verdict.headline()
         st.set(policy="fingerprint")
         assert st.load() and st.outcome == "ok"
     finally:
@@ -460,14 +477,6 @@ def test_sample_description_is_rendered_not_raw_markdown(state):
     assert "<code>_tensor_constant0</code>" in h and "`" not in h
 
 
-def test_verification_names_the_suspect_constants(state):
-    from toolkit.widgets import _verification_html
-
-    assert state.load()
-    out = _verification_html(state.verification, state.session.decisions)
-    assert "shared although content differs" in out and ">_tensor_constant0<" in out
-
-
 # ------------------------------------------------------------------ the view: issue 12
 
 
@@ -500,7 +509,8 @@ def test_view_detail_says_content_differs_with_short_digests(explorer):
     ex.load_button.click()
     d = ex.state.selected_decision()
     detail = ex.constant_detail.value
-    assert "content differs: shared anyway" in detail and "constshare-verdict-culprit" in detail
+    assert "content differs: decode runs on prefill/_tensor_constant0" in detail.replace("&#x27;", "'")
+    assert "constshare-verdict-culprit" in detail and "culprit: breaks standalone" in detail
     new, cached = d["digest"], d["cached_digest"]
     assert new != cached
     # shortened in the cells, in full on hover
@@ -531,9 +541,9 @@ def test_view_bar_colour_follows_the_outcome(explorer, built_sample):
     ex.state._build = lambda name, **kw: refused
     ex.policy.value = "refuse-on-mismatch"
     ex.load_button.click()
-    assert ex.state.session.status != "loaded"
+    assert ex.state.verdict.failed_stage is not None
     assert ex.progress.bar_style == "danger"  # a refused load is red, never green
-    assert "failed in" in ex.status.value
+    assert "load failed: " in ex.status.value
 
 
 def test_view_export_result_replaced_and_absolute(explorer, tmp_path):
@@ -607,7 +617,9 @@ def no_real_load(monkeypatch):
 
 
 def test_dry_run_input_is_validated_and_marks_results_stale(state):
-    with pytest.raises(ValueError, match="dry_run is True or False"):
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError, match="'dry_run' trait .* expected a boolean"):
         state.set(dry_run="yes")
     assert state.load()
     assert not state.is_dry_run and state.banner == ""
@@ -649,12 +661,12 @@ def test_dry_compare_runs_every_policy_without_loading(tmp_path, no_real_load):
     st = ExplorerState(source="path", path=str(PTE), dry_run=True, export_dir=tmp_path)
     assert st.compare() is True, st.error
     assert no_real_load == ["dry run"] * len(POLICIES)
-    c = st.comparison
-    assert list(c["policy"]) == list(POLICIES) and st.comparison_dry
-    assert set(st.compared_sessions) == set(POLICIES)
-    assert all(not s.runtime.can_run for s in st.compared_sessions.values())
+    c = st.comparison.frame
+    assert list(c["policy"]) == list(POLICIES) and all(v.predicted for v in st.comparison.verdicts().values())
+    assert set(st.comparison.sessions) == set(POLICIES)
+    assert all(not s.runtime.can_run for s in st.comparison.sessions.values())
     assert st.comparison_banner.startswith("DRY RUN of every policy")
-    assert set(st.comparison_memory["policy"]) == set(POLICIES)
+    assert set(st.comparison.memory()["policy"]) == set(POLICIES)
     assert "prediction" in st.message
     st.close()
 
@@ -665,15 +677,16 @@ def test_dry_run_of_a_sample_predicts_the_culprit(built_sample, tmp_path, no_rea
                        build=lambda name, **kw: prog, export_dir=tmp_path)
     assert st.load() is True, st.error
     assert no_real_load == ["dry run"]
-    assert st.is_dry_run and st.outcome == "wrong" and "predicted WRONG OUTPUT in decode" in st.message
+    assert st.is_dry_run and st.outcome == "wrong" and "(predicted): wrong; wrong: decode" in st.message
     d = st.session.decisions.set_index(["method", "name"])["decision"].astype(str)
     assert d.loc[("decode", "_tensor_constant0")] == "shared"
     assert st.selected == ("decode", "_tensor_constant0")  # the predicted culprit is preselected
     assert st.verification["reason"].eq("not run (dry run)").all()
     assert st.compare() is True
     assert no_real_load == ["dry run"] * (1 + len(POLICIES))
-    c = st.comparison.set_index("policy")
+    c = st.comparison.frame.set_index("policy")
     assert c.loc["name-only", "wrong_methods"] == ["decode"] and c.loc["fingerprint", "wrong_methods"] == []
+    assert c.loc["name-only", "outcome"] == "wrong" and c.loc["fingerprint", "outcome"] == "ok"  # the predictions
     assert {"policy trade-off", "memory by policy"} <= set(st.figures())
     assert st.export_csv(tmp_path / "dry.csv") is True
     st.close()
@@ -701,7 +714,8 @@ def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
         assert ex.state.error is None and no_real_load == ["dry run"]
         assert ex.dry_banner.layout.display is None and "DRY RUN: a prediction" in ex.dry_banner.value
         assert "DRY RUN" in ex.summary.value
-        assert "not run (dry run)" in ex.verification.value and "WRONG" not in ex.verification.value
+        assert "not run (dry run)" in ex.verification.value and ">wrong<" not in ex.verification.value
+        assert ">prediction<" in ex.verification.value and ">ok<" in ex.verification.value
         assert _matrix_figure(ex)["data"][0]["type"] == "heatmap" and bytes(ex.timeline.value).startswith(b"\x89PNG")
         assert bytes(ex.memory.value).startswith(b"\x89PNG")
         ex.compare_button.click()
@@ -721,56 +735,116 @@ def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
 
 def test_load_blames_the_wrong_method_and_names_its_culprit(state):
     assert state.load()
-    b = state.blame
-    assert b is not None and list(b.loc[b["fixes"], "name"]) == ["_tensor_constant0"]
-    assert state.blamed() == {("decode", "_tensor_constant0"): b.loc[b["fixes"], "evidence"].iloc[0]}
-    assert state.blamed()[("decode", "_tensor_constant0")].startswith("content differs")
-    assert "blame: _tensor_constant0" in state.message
+    (culprit,) = state.verdict.culprits
+    assert (culprit.method, culprit.name) == ("decode", "_tensor_constant0") and culprit.broken == ("standalone",)
+    assert culprit.problem == "content differs" and culprit.evidence.startswith("cached ")
+    assert "culprits: decode/_tensor_constant0" in state.message and state.blame_note == ""
     # the decisions carry blame's verdict (session.blame() fills the culprit column)
-    rows = state.filtered_decisions().set_index(["method", "name"])
+    rows = state.rows.set_index(["method", "name"])
     assert rows.loc[("decode", "_tensor_constant0"), "culprit"] == "standalone"
     assert rows.loc[("prefill", "_tensor_constant0"), "culprit"] == ""
 
 
-def test_a_right_load_runs_no_blame(state):
+def test_a_right_load_runs_no_blame(state, monkeypatch):
+    from toolkit.session import Session
+
+    def no_blame(*a, **kw):
+        raise AssertionError("blame ran on a load whose methods are right")
+
+    monkeypatch.setattr(Session, "blame", no_blame)
     state.set(policy="fingerprint")
     assert state.load()
-    assert state.blame is None and state.blamed() == {} and "blame" not in state.message
+    assert state.verdict.culprits == [] and "culprit" not in state.message and state.blame_note == ""
+
+
+def test_a_failed_blame_is_a_note_and_its_findings_stay_not_tested(state, monkeypatch):
+    from toolkit.session import Session
+    from toolkit.widgets import findings_summary
+
+    def broken(*a, **kw):
+        raise RuntimeError("no memory left")
+
+    monkeypatch.setattr(Session, "blame", broken)
+    assert state.load() is True and state.error is None and state.outcome == "wrong"
+    assert state.blame_note == "blame could not run: RuntimeError: no memory left" and state.blame_note in state.message
+    assert [c.blame for c in state.verdict.constants] == ["not tested"]
+    assert findings_summary(state.verdict) == "1 constant run on other data: 1 not tested (no blame experiment)"
+    assert state.content_verdict()[0] == "not tested"
 
 
 def test_verification_row_of_the_wrong_method_names_its_culprit_with_evidence(state):
-    from toolkit.rendering import BLAME_COLUMN, blamed_by_method
-    from toolkit.widgets import _verification_html
+    from toolkit.rendering import verification_html
 
     assert state.load()
-    by_method = blamed_by_method(state.blame)
-    assert list(by_method) == ["decode"] and by_method["decode"][0].startswith("_tensor_constant0 (content differs")
-    out = _verification_html(state.verification, state.session.decisions, state.blame)
-    assert BLAME_COLUMN in out
+    out = verification_html(state.verification, state.verdict)
     wrong_row = next(r for r in out.split("<tr") if ">decode<" in r)
     right_row = next(r for r in out.split("<tr") if ">prefill<" in r)
-    assert "_tensor_constant0 (content differs: cached" in wrong_row and "WRONG" in wrong_row
-    assert "_tensor_constant0" not in right_row
+    assert "_tensor_constant0 (content differs; culprit: breaks standalone)" in wrong_row and ">wrong<" in wrong_row
+    assert "_tensor_constant0" not in right_row and ">ok<" in right_row
 
 
 def test_view_marks_blamed_rows_and_says_why(explorer):
+    from toolkit.rendering import FINDINGS_COLUMN
+
     ex = explorer
     ex.policy.value = "name-only"
     ex.load_button.click()
-    assert "culprits (blame)" in ex.verification.value and "_tensor_constant0 (content differs" in ex.verification.value
-    assert "1 culprit found by blame" in ex.decisions.value
-    df = ex.grid.df
-    col = df["culprit (blame)"].tolist()
-    assert "breaks standalone" in col[1] and "cs-culprit" in col[1] and "undoing this share fixes" in col[1]
-    assert "breaks" not in col[0]  # prefill's own constant is no culprit
+    assert FINDINGS_COLUMN in ex.verification.value
+    assert "_tensor_constant0 (content differs; culprit: breaks standalone)" in ex.verification.value
+    assert "1 constant run on other data: 1 culprit (undoing the share fixes the method)" in ex.decisions.value
+    assert "1 culprit (undoing the share fixes the method)" in ex.summary.value
+    col = ex.grid.df["blame"].tolist()
+    assert "culprit: breaks standalone" in col[1] and "cs-culprit" in col[1]
+    assert 'title="breaks standalone: cached' in col[1]  # the evidence on hover
+    assert col[0] == "<span></span>"  # prefill's own constant runs on its own data
     ex.state.select("decode", "_tensor_constant0")
-    assert "culprit: undoing this share fixes standalone" in ex.constant_detail.value
+    assert "culprit: breaks standalone" in ex.constant_detail.value
     ex.state.select("prefill", "_tensor_constant0")
-    assert "culprit:" not in ex.constant_detail.value
-    # an honest load: no blame column at all
+    assert "culprit:" not in ex.constant_detail.value and "constshare-verdict-none" in ex.constant_detail.value
+    # an honest load: no blame column, no findings
     ex.policy.value = "fingerprint"
     ex.load_button.click()
-    assert "culprit (blame)" not in ex.grid.df.columns and "culprits (blame)" not in ex.verification.value
+    assert "blame" not in ex.grid.df.columns and FINDINGS_COLUMN not in ex.verification.value
+
+
+def _verdict_of_three_findings():
+    from toolkit.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
+
+    def finding(method, name, blame, note, broken=()):
+        return ConstantFinding(method, name, name, DataProblem.CONTENT_DIFFERS, f"cached x from 'a', own {name}",
+                               f"a/{name}", blame, note, broken)
+
+    methods = (MethodVerdict("a", MethodOutcome.OK), MethodVerdict("b", MethodOutcome.WRONG),
+               MethodVerdict("c", MethodOutcome.OK))
+    return Verdict("p", "name-only", False, methods, (
+        finding("b", "w0", BlameStatus.CULPRIT, "breaks standalone", ("standalone",)),
+        finding("b", "w1", BlameStatus.HARMLESS, "undoing it fixes nothing: the culprits are elsewhere"),
+        finding("c", "w1", BlameStatus.HARMLESS, "the method verifies ok: the difference does not reach its outputs"),
+        # a share blame tried that has no known difference, and undoing it fixes nothing: it runs on equal data
+        ConstantFinding("b", "w2", "w2", None, "equal", "a/w2", BlameStatus.HARMLESS, "undoing it fixes nothing")))
+
+
+def test_findings_say_which_are_culprits_and_why_the_others_are_harmless():
+    from toolkit.widgets import count_text, findings_summary
+
+    v = _verdict_of_three_findings()
+    assert findings_summary(v) == (
+        "3 constants run on other data: 1 culprit (undoing the share fixes the method), 2 harmless (1: undoing it "
+        "fixes nothing: the culprits are elsewhere; 1: the method verifies ok: the difference does not reach its "
+        "outputs)")
+    assert findings_summary(v, {("b", "w1"), ("a", "w9")}) == (
+        "1 constant run on other data: 1 harmless (undoing it fixes nothing: the culprits are elsewhere)")
+    assert findings_summary(v, {("a", "w9")}) == "" and findings_summary(None) == ""
+    rows = pd.DataFrame([{"method": m, "name": n, "decision": "shared" if m != "a" else "loaded",
+                          "data_problem": "" if m == "a" else "content differs"}
+                         for m, n in (("a", "w0"), ("b", "w0"), ("b", "w1"), ("c", "w1"))])
+    blame = grid_frame(rows, v)["blame"].tolist()
+    assert blame[0] == "<span></span>" and "\u2717 culprit: breaks standalone" in blame[1] and "cs-culprit" in blame[1]
+    assert ">harmless<" in blame[2] and 'title="undoing it fixes nothing' in blame[2] and "cs-caught" in blame[2]
+    assert 'title="the method verifies ok' in blame[3]
+    assert "blame" not in grid_frame(rows).columns  # no verdict: nothing was tested
+    assert count_text(1, 2, True) == "1 of 2 decisions (filtered)" and count_text(2, 2, False) == "2 of 2 decisions"
+    assert count_text("_TOTAL_", 10_000, False) == "_TOTAL_ of 10,000 decisions"
 
 
 def test_view_matrix_hover_says_decision_and_reason(explorer):
@@ -789,23 +863,19 @@ def test_view_matrix_hover_says_decision_and_reason(explorer):
 
 
 def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest():
-    from toolkit.rendering import BLAME_COLUMN, MAX_NAMED, NO_CULPRIT, verification_html
+    from toolkit.rendering import MAX_NAMED, verification_html
+    from toolkit.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
 
-    v = pd.DataFrame([{"method": "a", "ran": True, "max_abs_err": 0.0, "atol": 1e-3, "rtol": 1e-3, "ok": True,
-                       "reason": ""},
-                      {"method": "b", "ran": True, "max_abs_err": 9.0, "atol": 1e-3, "rtol": 1e-3, "ok": False,
-                       "reason": "output differs"},
-                      {"method": "c", "ran": True, "max_abs_err": 9.0, "atol": 1e-3, "rtol": 1e-3, "ok": False,
-                       "reason": "output differs"}])
-    blame = pd.DataFrame([{"verification": "standalone", "method": "b", "name": f"w{i}", "fqn": f"w{i}",
-                           "decision": "shared", "shared_from": f"a/w{i}", "swap": "own copy", "fixes": True,
-                           "evidence": "content differs"} for i in range(40)])
-    out = verification_html(v, blame=blame)
+    v = pd.DataFrame([{"method": m, "ran": True, "max_abs_err": err, "atol": 1e-3, "rtol": 1e-3, "ok": err == 0,
+                       "reason": "" if err == 0 else "output differs"}
+                      for m, err in (("a", 0.0), ("b", 9.0), ("c", 9.0))])
+    verdict = Verdict("p", "name-only", False, tuple(MethodVerdict(m, o) for m, o in (
+        ("a", MethodOutcome.OK), ("b", MethodOutcome.WRONG), ("c", MethodOutcome.WRONG))), tuple(
+        ConstantFinding("b", f"w{i}", f"w{i}", DataProblem.CONTENT_DIFFERS, "differs", f"a/w{i}", BlameStatus.CULPRIT,
+                        "breaks standalone", ("standalone",)) for i in range(40)))
+    out = verification_html(v, verdict)
     row_b = next(r for r in out.split("<tr") if ">b<" in r)
-    assert f"... and {40 - MAX_NAMED:,} more" in row_b and "w0 (content differs)" in row_b and "w39" not in row_b
+    assert f"... and {40 - MAX_NAMED:,} more" in row_b and "w0 (content differs; culprit: breaks standalone)" in row_b
+    assert "w39" not in row_b
     row_c = next(r for r in out.split("<tr") if ">c<" in r)
-    assert NO_CULPRIT in row_c and BLAME_COLUMN in out  # wrong, and no single share explains it
-    # without blame: the digest suspects, capped the same way
-    d = pd.DataFrame([{"method": "b", "name": f"w{i}", "decision": "shared", "digest": "b" * 64,
-                       "cached_digest": "a" * 64} for i in range(40)])
-    assert f"... and {40 - MAX_NAMED:,} more" in verification_html(v, decisions=d)
+    assert ">wrong<" in row_c and "w0" not in row_c  # wrong, and no constant of it runs on other data

@@ -117,14 +117,16 @@ def compare_policies(program: "Program | str", policies: Iterable[str] | None = 
 
 
 def predict_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
-                     device: "str | Mapping[str, str] | None" = None) -> PolicyComparison:
+                     device: "str | Mapping[str, str] | None" = None,
+                     on_policy: Callable[[str, int, int], None] | None = None) -> PolicyComparison:
     """Every policy's dry run of ``program`` (no GPU, nothing loaded or run): one row per policy.
 
     The columns of :func:`compare_policies` that a prediction has, read from each dry run's
     verdict (``wrong_methods``: methods that would run on a shared constant whose content
     differs), plus ``floor_bytes``, the memory floor M (:func:`toolkit.memory_floor`), and
     ``x_floor``, ``device_bytes`` against it (NaN when nothing loads).
-    :attr:`PolicyComparison.sessions` holds the dry-run sessions (their tables).
+    :attr:`PolicyComparison.sessions` holds the dry-run sessions (their tables); ``on_policy`` as
+    for :func:`compare_policies`.
     """
     from .analysis import memory_floor, run_analysis
     from .sources import read_program_model
@@ -133,7 +135,9 @@ def predict_policies(program: "Program | str", policies: Iterable[str] | None = 
     names = [get_policy(p).name.value for p in (policies or POLICIES)]
     floor = memory_floor(prog, device=device).total_bytes
     rows, sessions = [], {}
-    for name in names:
+    for i, name in enumerate(names):
+        if on_policy is not None:
+            on_policy(name, i, len(names))
         s = run_analysis(prog, name, device=device).session
         row = {k: v for k, v in policy_row(s, s.verdict()).items() if k in PREDICT_COLUMNS}
         loaded = s.status is SessionStatus.LOADED

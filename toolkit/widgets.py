@@ -2,42 +2,24 @@
 
 Two layers, so the logic is testable without a browser or a kernel:
 
-- :class:`ExplorerState` holds every choice and result and performs the actions (load,
-  compare policies, select a constant, export the CSV).  It imports nothing from ipywidgets;
-  listeners registered with :meth:`ExplorerState.subscribe` hear what changed.  Actions never
-  raise for a user error: they record it in :attr:`ExplorerState.error` and return False.
-- :class:`Explorer` is the thin ipywidgets view.  It forwards widget events to the state and
-  re-renders on its notifications.  Long actions run on a worker thread so the notebook
-  stays responsive; the progress bar shows the step (each method of a cold compile) and the
-  elapsed time meanwhile.
+- :class:`ExplorerState`, a traitlets model: the choices, the results on screen (session,
+  verdict, comparison) and the progress are traits; its actions (load, compare, filter, select,
+  export) call :mod:`toolkit.session`, :mod:`toolkit.analysis` and :mod:`toolkit.compare` and
+  set traits.  Actions never raise for a user error: they set ``error`` and return False.
+- :class:`Explorer`, the ipywidgets view: widgets linked to the choices, each panel re-rendered
+  when a trait it shows changes (:data:`PANELS`); actions run on a worker thread.
 
-What the view promises (each is tested): results that no longer match the inputs (changed
-since, or being replaced by a load in progress, or left by a load that failed) are greyed
-with a banner saying what they are of; a failed or refused load turns the bar red; export
-results and errors appear next to the export button, the latest replacing the previous, with
-the file's absolute path; the Decisions grid (itables, when installed) scrolls inside a
-bounded box, sorts, searches and pages, and a click on a row selects that constant, whose
-detail is shown beside the grid and says in words whether its content differs from the
-cached tensor it was checked against.
+Everything it says about right and wrong is the session's verdict (:meth:`toolkit.session.Session.verdict`):
+the status line is its headline, the verification table its outcomes and findings, the
+Decisions tab and a constant's detail blame's culprit / harmless (and why) / not tested, the
+policies table :func:`toolkit.compare.policy_row`.  HTML goes through :mod:`toolkit.rendering`.
+A dry run (``dry_run=True``) shows the prediction (:func:`toolkit.analysis.run_analysis`,
+:func:`toolkit.compare.predict_policies`: no device, nothing run) and says so.
 
-**Dry run** (``dry_run=True``, the "dry run" checkbox): Load analyses the program instead of
-loading it (:func:`toolkit.analysis.run_analysis`: the loader's own decisions over the program
-model, no device, nothing run), so a CUDA ``.pte`` or ``.pt2`` can be explored on a CPU; Compare
-dry-runs every policy.  What is shown is a prediction, and says so (:attr:`ExplorerState.banner`);
-verification reads "not run (dry run)" for every method, and the wrong-output count of a dry
-comparison is the methods predicted to run on a shared constant whose content differs.  The path
-source takes a program directory, an ExecuTorch ``.pte`` (its ``.ptd`` beside it) or a torch
-``.pt2``.  A real load of a program that cannot be loaded here says so and suggests the dry run.
-
-Default export files are named from the program and policy names **sanitised** to plain file
-names (the program name comes from the manifest, which may be untrusted: ``../x`` or
-``/abs/victim`` must not choose where a file is written), in the chosen export folder
-(:attr:`ExplorerState.export_dir`, the working folder by default).  Nothing is overwritten
-unless asked: a default name that exists gets a numbered sibling, an explicit path that exists
-is refused unless ``overwrite=True``.
-
-ipywidgets, itables and matplotlib are imported lazily: ``import toolkit`` does not need them
-(they are the ``notebook`` extra).
+Default export files are named from the program and policy names sanitised to plain file
+names (the manifest may be untrusted: ``../x`` must not choose where a file is written), in
+``export_dir``; nothing is overwritten unless asked.  The model needs traitlets (an ipywidgets
+dependency); ipywidgets, itables and matplotlib are imported when a view or figure is made.
 """
 
 from __future__ import annotations
@@ -49,40 +31,46 @@ import re
 import threading
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
+import traitlets
 
 from .errors import IncompatibleProgramError, ToolkitError
 from .policies import POLICIES, get_policy
 from .rendering import (
-    CULPRIT_STYLE, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes, html_table,
-    markdown_html, markdown_text, verification_html,
+    CAUGHT_COLOUR, DECISION_COLOURS, RESULT_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
+    html_table, markdown_html, markdown_text, verification_html,
 )
 from .report import CollisionReport, collision_report
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
-from .tables import wrong_methods
-from .vocab import PolicyName, parse
+from .verdict import BlameStatus, ConstantFinding, MethodOutcome, Verdict
+from .vocab import Lookup, PolicyName, parse
 
 if TYPE_CHECKING:
-    from .session import Session
     from .model import Program
+    from .session import Session
 
 SOURCES = ("sample", "path")
+INPUTS = ("source", "sample", "path", "policy", "device", "dry_run")
 ALL = ""  # filter value meaning "no filter"
-DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "culprit", "reason_code",
-                          "reason", "shared_from")
+DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "culprit",
+                          "reason_code", "reason", "shared_from")
 PATH_HINT = ("a program directory (holding manifest.json), an ExecuTorch .pte (its .ptd beside it) "
              "or a torch .pt2 file")
 DRY_RUN_REASON = "not run (dry run)"
 DRY_RUN_HINT = "this program cannot be loaded here: tick “dry run” to analyze it without loading"
+PREDICTION = "dry run (a prediction, nothing loaded or run): "
 MAX_TABLE_ROWS = 300
 GRID_HEIGHT = "360px"  # the Decisions grid scrolls inside this height
 EXPORT_SUFFIX = "-collisions.csv"
+COMPARISON_COLUMNS = ["policy", "outcome", "stage", "wrong_methods", "not_runnable", "shared", "declined",
+                      "device_bytes", "error"]
+BAR_STYLES = {MethodOutcome.OK: "success", MethodOutcome.WRONG: "warning", MethodOutcome.FAILED: "danger",
+              MethodOutcome.REFUSED: "danger"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-Listener = Callable[[str], None]
 
 
 def _one_line(e: BaseException) -> str:
@@ -99,30 +87,18 @@ def _devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def dry_run_verification(session: "Session") -> pd.DataFrame:
-    """The verification frame of a dry-run session: every method "not run (dry run)" (a dry
-    run has nothing to run, so nothing is verified; its ``verify()`` is never asked)."""
+    """The verification frame of a dry run: every method "not run (dry run)" (its outcome is the
+    prediction's verdict; nothing ran, so ``verify()`` is never asked)."""
     from .verification import VERIFY_COLUMNS
 
     rows = [{"method": m.name, "ran": False, "max_abs_err": float("nan"), "atol": float("nan"),
              "rtol": float("nan"), "ok": False, "reason": DRY_RUN_REASON} for m in session.program.methods]
     return pd.DataFrame(rows, columns=VERIFY_COLUMNS)
-
-
-def is_dry_session(session: "Session | None") -> bool:
-    """Whether ``session`` was made by a runtime that cannot run (the dry run)."""
-    return session is not None and not getattr(getattr(session, "runtime", None), "can_run", True)
-
-
-def _dry_comparison_row(session: "Session") -> dict:
-    """One policy's comparison row from a dry run: ``wrong_methods`` are the methods predicted
-    to run on a shared constant whose content differs (nothing ran)."""
-    from .compare import policy_row
-    from .rendering import suspects_by_method
-
-    suspects = suspects_by_method(session.decisions)
-    return policy_row(session, wrong_methods=[m.name for m in session.program.methods if m.name in suspects],
-                      wrong_sequences=[], no_reference=[])
 
 
 def safe_file_name(text: str, *, fallback: str = "program", max_len: int = 80) -> str:
@@ -134,92 +110,110 @@ def safe_file_name(text: str, *, fallback: str = "program", max_len: int = 80) -
     return name or fallback
 
 
-class ExplorerState:
-    """Choices, results and actions of the explorer (no UI code).
+def count_text(shown: int | str, total: int, filtered: bool) -> str:
+    """The Decisions tab's one count, "N of M decisions (filtered)" (the grid's info line says it
+    with ``shown`` "_TOTAL_": the rows its search leaves)."""
+    n = f"{shown:,}" if isinstance(shown, int) else shown
+    return f"{n} of {total:,} decisions" + (" (filtered)" if filtered else "")
 
-    Notifications (the string a listener receives): ``"inputs"``, ``"progress"``, ``"busy"``,
-    ``"error"``, ``"session"``, ``"filters"``, ``"selection"``, ``"comparison"``, ``"export"``.
 
-    ``export_dir``: the folder default export files go to, and relative export paths are
-    taken from (default: the working folder when the state is made).
+def findings_summary(verdict: Verdict | None, keys: set[tuple[str, str]] | None = None) -> str:
+    """The constants that run on other data (a finding with a problem, or a culprit), of ``keys``
+    only when given, in one sentence: "N run on other data: K culprits, M harmless (why), J not
+    tested"; '' when there are none."""
+    found = [c for c in (verdict.constants if verdict is not None else ()) if (
+        c.problem is not None or c.blame is BlameStatus.CULPRIT) and (keys is None or (c.method, c.name) in keys)]
+    if not found:
+        return ""
+    by = {b: [c for c in found if c.blame is b] for b in BlameStatus}
+    parts = []
+    if by[BlameStatus.CULPRIT]:
+        parts.append(_plural(len(by[BlameStatus.CULPRIT]), "culprit") + " (undoing the share fixes the method)")
+    if by[BlameStatus.HARMLESS]:
+        notes = Counter(c.blame_note for c in by[BlameStatus.HARMLESS]).most_common()
+        why = notes[0][0] if len(notes) == 1 else "; ".join(f"{n:,}: {note}" for note, n in notes)
+        parts.append(f"{len(by[BlameStatus.HARMLESS]):,} harmless ({why})")
+    if by[BlameStatus.NOT_TESTED]:
+        parts.append(f"{len(by[BlameStatus.NOT_TESTED]):,} not tested"
+                     + (" (a prediction: nothing ran)" if verdict.predicted else " (no blame experiment)"))
+    return f"{_plural(len(found), 'constant')} run on other data: " + ", ".join(parts)
+
+
+def finding_of(verdict: Verdict | None, method: str, name: str) -> ConstantFinding | None:
+    """The verdict's finding for one constant (a culprit first), None when it runs on its own data."""
+    found = [c for c in verdict.findings(method) if c.name == name] if verdict is not None else []
+    return min(found, key=lambda c: c.blame is not BlameStatus.CULPRIT, default=None)
+
+
+class ExplorerState(traitlets.HasTraits):
+    """Choices, results and actions of the explorer (no UI code); views observe its traits.
+
+    ``build``: how a sample is built (default :func:`toolkit.samples.build_sample`); ``load``:
+    how a program is loaded (default :func:`toolkit.session.load_program`); ``export_dir``:
+    where default export files go and relative export paths are taken from (default: the
+    working folder when the state is made).  The inputs (:data:`INPUTS`) are validated as set.
     """
 
-    def __init__(self, *, source: str = "sample", sample: str = DEFAULT_SAMPLE, path: str = "",
-                 policy: str = PolicyName.FINGERPRINT.value, device: str = "cpu", dry_run: bool = False,
-                 build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
-                 export_dir: str | os.PathLike | None = None):
-        self.source = source
-        self.sample = sample
-        self.path = path
-        self.policy = policy
-        self.device = device
-        self.dry_run = bool(dry_run)
-        self._build = build
-        self._load = load
-        self.session: Session | None = None
-        self.program: Program | None = None
-        self.verification: pd.DataFrame | None = None
-        self.report: CollisionReport | None = None
-        self.blame: pd.DataFrame | None = None  # session.blame() of the load on screen (None: not run)
-        self.blame_note = ""
-        self.comparison: pd.DataFrame | None = None
-        self.comparison_memory: pd.DataFrame | None = None
-        self.compared_sessions: dict[str, Session] = {}  # closed sessions of the last comparison
-        self.comparison_dry = False  # the last comparison was a dry run of every policy
-        self.filter_method = ALL
-        self.filter_decision = ALL
-        self.filter_reason = ALL
-        self.selected: tuple[str, str] | None = None
-        self.busy = False
-        self.loading = False  # a load (not a comparison) is in progress
-        self.phase = ""
-        self.progress = 0.0
-        self.outcome = ""  # of the last action: "ok", "wrong" (outputs differ), "failed" (error or refused load)
-        self.message = "choose a program and a policy, then load"
-        self.error: str | None = None
-        self.error_detail = ""
-        self.error_scope = ""  # "export" for an export error (shown next to the export button)
-        self.export_dir = Path(export_dir if export_dir is not None else Path.cwd()).expanduser().resolve()
-        self.exported: Path | None = None
-        self.export_ok: bool | None = None  # outcome of the latest export (None: none yet)
-        self.export_message = ""
-        self.shown_inputs: tuple | None = None  # the inputs the results on screen were loaded from
-        self._listeners: list[Listener] = []
+    source = traitlets.Unicode("sample")
+    sample = traitlets.Unicode(DEFAULT_SAMPLE)
+    path = traitlets.Unicode("")
+    policy = traitlets.Unicode(PolicyName.FINGERPRINT.value)
+    device = traitlets.Unicode("cpu")
+    dry_run = traitlets.Bool(False)
+    # the results on screen, set together by a load (the view renders them on "session")
+    program = traitlets.Instance("toolkit.model.Program", allow_none=True)
+    session = traitlets.Instance("toolkit.session.Session", allow_none=True)
+    verification = traitlets.Instance(pd.DataFrame, allow_none=True)
+    verdict = traitlets.Instance(Verdict, allow_none=True)
+    report = traitlets.Instance(CollisionReport, allow_none=True)
+    shown_inputs = traitlets.Tuple(default_value=None, allow_none=True)  # the inputs the results on screen are of
+    blame_note = traitlets.Unicode("")  # why blame could not run, '' when it ran or was not needed
+    comparison = traitlets.Instance("toolkit.compare.PolicyComparison", allow_none=True)
+    # the Decisions tab: the filters and the rows they leave (what the grid shows and counts)
+    filter_method = traitlets.Unicode(ALL)
+    filter_decision = traitlets.Unicode(ALL)
+    filter_reason = traitlets.Unicode(ALL)
+    rows = traitlets.Instance(pd.DataFrame, args=(), kw={"columns": list(DECISION_TABLE_COLUMNS)})
+    selected = traitlets.Tuple(default_value=None, allow_none=True)  # (method, name)
+    # progress of the running action, and what became of the last one
+    busy = traitlets.Bool(False)
+    loading = traitlets.Bool(False)  # a load (not a comparison) is in progress
+    phase = traitlets.Unicode("")
+    progress = traitlets.Float(0.0)
+    message = traitlets.Unicode("choose a program and a policy, then load")
+    outcome = traitlets.UseEnum(MethodOutcome, default_value=None, allow_none=True)
+    error = traitlets.Unicode(None, allow_none=True)
+    error_detail = traitlets.Unicode("")
+    error_scope = traitlets.Unicode("")  # "export": shown next to the export button
+    export_dir = traitlets.Instance(Path)
+    exported = traitlets.Instance(Path, allow_none=True)
+    export_ok = traitlets.Bool(None, allow_none=True)  # the latest export's outcome (None: none yet)
+    export_message = traitlets.Unicode("")
+
+    def __init__(self, *, build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
+                 export_dir: str | os.PathLike | None = None, **inputs: Any):
+        super().__init__(export_dir=Path(export_dir if export_dir is not None else Path.cwd()).expanduser().resolve())
+        self._build, self._load = build, load
         self._lock = threading.Lock()
-        self.set(source=source, sample=sample, path=path, policy=policy, device=device, dry_run=dry_run)
-
-    # ------------------------------------------------------------------ observers
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener(what)`` on every change; returns a function that unsubscribes."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
-
-    def _notify(self, what: str) -> None:
-        for fn in list(self._listeners):
-            fn(what)
+        self.set(**inputs)
 
     # ------------------------------------------------------------------ inputs
+    @traitlets.validate("source", "sample", "policy")
+    def _valid_choice(self, proposal) -> str:
+        name, value = proposal.trait.name, proposal.value
+        if name == "policy":
+            return parse(PolicyName, value, what="policy").value
+        choices = SOURCES if name == "source" else sample_names()
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        return value
+
     def set(self, **choices: Any) -> None:
-        """Change source / sample / path / policy / device / dry_run, validated here (the API boundary)."""
+        """Change several of :data:`INPUTS` (each validated by its trait)."""
         for key, value in choices.items():
-            if key == "source":
-                if value not in SOURCES:
-                    raise ValueError(f"unknown source {value!r}; choose one of {SOURCES}")
-            elif key == "sample":
-                if value not in sample_names():
-                    raise ValueError(f"unknown sample {value!r}; available: {', '.join(sample_names())}")
-            elif key == "policy":
-                value = parse(PolicyName, value, what="policy").value
-            elif key == "device":
-                value = str(value)
-            elif key == "dry_run":
-                if not isinstance(value, (bool, int)) or isinstance(value, int) and value not in (0, 1):
-                    raise ValueError(f"dry_run is True or False, not {value!r}")
-                value = bool(value)
-            elif key != "path":
+            if key not in INPUTS:
                 raise TypeError(f"unknown explorer input {key!r}")
-            setattr(self, key, value)
-        self._notify("inputs")
+            setattr(self, key, str(value) if key == "device" else value)
 
     def inputs(self) -> tuple:
         """The current choices that a load depends on."""
@@ -230,15 +224,14 @@ class ExplorerState:
     def describe_inputs(inputs: tuple | None) -> str:
         if inputs is None:
             return "nothing"
-        source, where, policy, device, *rest = inputs
+        source, where, policy, device, dry = inputs
         what = f"sample {where!r}" if source == "sample" else f"{where!r}"
-        dry = "a dry run of " if rest and rest[0] else ""
-        return f"{dry}{what} under {policy!r} on {device}"
+        return f"{'a dry run of ' if dry else ''}{what} under {policy!r} on {device}"
 
     @property
     def is_dry_run(self) -> bool:
-        """Whether the results on screen are a dry run (a prediction, nothing loaded or run)."""
-        return is_dry_session(self.session)
+        """Whether the results on screen are a prediction (nothing loaded or run)."""
+        return self.verdict is not None and self.verdict.predicted
 
     @property
     def banner(self) -> str:
@@ -246,12 +239,11 @@ class ExplorerState:
         if not self.is_dry_run:
             return ""
         s = self.session
-        devices = ", ".join(sorted({str(d) for d in s.devices.values()})) if getattr(s, "devices", None) else ""
-        where = f" on {devices}" if devices else ""
+        devices = ", ".join(sorted({str(d) for d in s.devices.values()}))
         return (f"DRY RUN: a prediction, not a load. The decisions, sharing and memory below are what loading "
-                f"{s.program.name!r} under {s.policy.name.value!r}{where} would do, worked out from the "
-                f"program's metadata by the loader's own code; nothing was put on a device and nothing ran, "
-                f"so no output is verified: every method reads “{DRY_RUN_REASON}”.")
+                f"{s.program.name!r} under {s.policy.name.value!r}{' on ' + devices if devices else ''} would do, "
+                f"worked out from the program's metadata by the loader's own code; nothing was put on a device and "
+                f"nothing ran: each method's outcome is predicted, its verification “{DRY_RUN_REASON}”.")
 
     @property
     def stale(self) -> bool:
@@ -266,8 +258,7 @@ class ExplorerState:
             return ""
         shown = self.describe_inputs(self.shown_inputs)
         if self.loading:
-            return (f"loading {self.describe_inputs(self.inputs())}: the results below are still those of "
-                    f"{shown}")
+            return f"loading {self.describe_inputs(self.inputs())}: the results below are still those of {shown}"
         if self.error and self.error_scope != "export":
             return f"the last load failed: the results below are those of {shown}, not of the current choices"
         return f"the choices changed: the results below are those of {shown}; press Load to update them"
@@ -280,63 +271,53 @@ class ExplorerState:
     def _description(self) -> str:
         from .samples import sample_module
 
-        return sample_module(self.sample).DESCRIPTION
-
-    @property
-    def sample_description(self) -> str:
-        """The sample's description as plain text (markdown markup removed)."""
         try:
-            return markdown_text(self._description())
+            return sample_module(self.sample).DESCRIPTION
         except ToolkitError as e:
             return str(e)
 
     @property
+    def sample_description(self) -> str:
+        """The sample's description as plain text (markdown markup removed)."""
+        return markdown_text(self._description())
+
+    @property
     def sample_description_html(self) -> str:
         """The sample's description rendered from its markdown (escaped)."""
-        try:
-            return markdown_html(self._description())
-        except ToolkitError as e:
-            return f"<p>{html.escape(str(e))}</p>"
+        return markdown_html(self._description())
 
     # ------------------------------------------------------------------ progress / errors
     def _step(self, phase: str, fraction: float, message: str) -> None:
-        self.phase, self.progress, self.message = phase, fraction, message
-        self._notify("progress")
+        with self.hold_trait_notifications():
+            self.phase, self.progress, self.message = phase, fraction, message
 
     def _fail(self, what: str, e: BaseException, *, scope: str = "", hint: str = "") -> bool:
-        self.error = f"{what}: {_one_line(e)}" + (f" ({hint})" if hint else "")
-        self.error_detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        self.error_scope = scope
-        if scope == "export":
-            self.exported, self.export_ok, self.export_message = None, False, self.error
-            self._notify("export")
-            self._notify("error")
-            return False
-        self.outcome = "failed"
-        self._step("failed", self.progress, self.error)
-        self._notify("error")
+        error = f"{what}: {_one_line(e)}" + (f" ({hint})" if hint else "")
+        with self.hold_trait_notifications():
+            self.error_detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            self.error_scope, self.error = scope, error
+            if scope == "export":
+                self.exported, self.export_ok, self.export_message = None, False, error
+            else:
+                self.outcome, self.phase, self.message = MethodOutcome.FAILED, "failed", error
         return False
 
     def clear_error(self) -> None:
-        if self.error is not None:
+        with self.hold_trait_notifications():
             self.error, self.error_detail, self.error_scope = None, "", ""
-            self._notify("error")
 
     def _begin(self, *, loading: bool = False) -> bool:
         with self._lock:
             if self.busy:
                 return False
-            self.busy = True
-        self.loading = loading
-        self.outcome = ""
-        self.clear_error()
-        self._notify("busy")
+            with self.hold_trait_notifications():
+                self.busy, self.loading, self.outcome = True, loading, None
+                self.clear_error()
         return True
 
     def _end(self) -> None:
-        self.busy = False
-        self.loading = False
-        self._notify("busy")
+        with self.hold_trait_notifications():
+            self.busy = self.loading = False
 
     # ------------------------------------------------------------------ actions
     def open_program(self) -> "Program":
@@ -345,7 +326,7 @@ class ExplorerState:
 
         A sample that must be compiled reports each method as it starts (phase
         ``"compile"``): the bar moves from 5 % to 50 % over the methods."""
-        from .sources import open_program
+        from .sources import open_program, read_program_model
 
         if self.source == "sample":
             sample = self.sample
@@ -361,11 +342,8 @@ class ExplorerState:
         where = Path(self.path.strip()).expanduser()
         if where.is_file() and where.name != "manifest.json" and where.suffix.lower() not in (".pte", ".pt2"):
             raise ToolkitError(f"{str(where)!r} is not a program: expected {PATH_HINT}")
-        if self.dry_run:  # the model is enough: the .so and blob files need not be here
-            from .sources import read_program_model
-
-            return read_program_model(where)
-        return open_program(where)
+        # a dry run needs the model only: the .so and blob files need not be here
+        return read_program_model(where) if self.dry_run else open_program(where)
 
     def analysis_device(self, program: "Program") -> str:
         """Where a dry run places the methods: the chosen device when it is of the kind the
@@ -374,8 +352,8 @@ class ExplorerState:
         built = "cuda" if program.device == "cuda" else "cpu"
         return self.device if kind == built else built
 
-    def _load_hint(self, program: "Program", e: BaseException) -> str:
-        """The dry-run suggestion when ``e`` says the program cannot be loaded on this machine."""
+    def _load_hint(self, program: "Program", e: BaseException | None = None) -> str:
+        """The dry-run suggestion when the program cannot be loaded on this machine."""
         if isinstance(e, IncompatibleProgramError):
             return DRY_RUN_HINT
         if program.device == "cuda" or self.device.startswith("cuda"):
@@ -385,304 +363,241 @@ class ExplorerState:
                 return DRY_RUN_HINT
         return ""
 
-    def load(self) -> bool:
-        """Open or build the program, load it under the policy, verify every method, build the
-        report.  True on success (a refused load is a result too: True, outcome "failed");
-        on failure :attr:`error` says why and the previous results stay, marked stale."""
-        if not self._begin(loading=True):
-            return False
-        target = self.inputs()
-        if self.dry_run:
-            try:
-                return self._dry_load(target)
-            finally:
-                self._end()
-        try:
-            program = self._open_step("opening")
-            if program is None:
-                return False
-            self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}")
-            loader = self._load
-            if loader is None:
-                from .session import load_program as loader
-            try:
-                session = loader(program, self.policy, device=self.device)
-            except Exception as e:  # noqa: BLE001
-                return self._fail("could not load the program", e, hint=self._load_hint(program, e))
-            self._step("verify", 0.75, "running every method against its eager reference")
-            try:
-                verification = session.verify()
-            except Exception as e:  # noqa: BLE001
-                session.close()
-                return self._fail("could not verify the program", e)
-            blamed = self._blame_step(session, verification)
-            try:
-                report = collision_report(session, verification)
-            except Exception as e:  # noqa: BLE001
-                session.close()
-                return self._fail("could not verify the program", e)
-            self.loading = False
-            self._replace_session(program, session, verification, report, target, blame=blamed)
-            wrong = report.wrong_methods
-            if session.status != "loaded":
-                self.outcome = "failed"
-                hint = self._load_hint(program, RuntimeError(session.error or ""))
-                self._step("failed", 1.0,
-                           f"load of {program.name!r} under {self.policy!r} failed in {session.failed_method!r}: "
-                           f"{session.error}" + (f" ({hint})" if hint else ""))
-            else:
-                self.outcome = "wrong" if wrong else "ok"
-                culprits = list(dict.fromkeys(n for _m, n in self.blamed()))
-                self._step("done", 1.0, f"loaded {program.name!r} under {self.policy!r}: "
-                           + (f"WRONG OUTPUT in {', '.join(wrong)}" if wrong
-                              else f"not verified, no reference: {', '.join(report.unverified_methods)}"
-                              if report.unverified_methods else "every loaded method matches its reference")
-                           + (f" (blame: {', '.join(culprits[:5])}{' ...' if len(culprits) > 5 else ''})"
-                              if culprits else "") + (f" ({self.blame_note})" if self.blame_note else ""))
-            return True
-        finally:
-            self._end()
-
-    def _blame_step(self, session: "Session", verification: pd.DataFrame) -> pd.DataFrame | None:
-        """``session.blame()`` when a method that ran is wrong: which shares make it wrong, by
-        experiment (each suspect swapped for the method's own copy, the method re-run).  None
-        when every method is right; a failed blame is a note in :attr:`blame_note`, not a
-        failed load."""
-        self.blame_note = ""
-        wrong = wrong_methods(verification)
-        if session.status != "loaded" or not wrong:
-            return None
-        names = ", ".join(wrong)
-        self._step("blame", 0.85, f"finding the culprits of {names}: each shared constant swapped for the "
-                   f"method's own copy, the method re-run")
-        try:
-            return session.blame()
-        except Exception as e:  # noqa: BLE001 - the load and its verification still stand
-            self.blame_note = f"blame could not run: {_one_line(e)}"
-            return None
-
-    def blamed(self) -> dict[tuple[str, str], str]:
-        """(method, constant) -> blame's evidence, for every share whose undoing fixed its method."""
-        b = self.blame
-        if b is None or not len(b):
-            return {}
-        hit = b[b["fixes"].astype(bool)]
-        return {(cell_text(m), cell_text(n)): cell_text(e) for m, n, e in zip(hit["method"], hit["name"],
-                                                                              hit["evidence"])}
-
-    def _open_step(self, verb: str) -> "Program | None":
-        """The open step of a load or a dry run, with its progress; None (and :attr:`error`) on failure."""
-        what = (f"opening sample {self.sample!r} (a cold cache compiles every method first)"
-                if self.source == "sample" else f"{verb} {self.path!r}")
-        self._step("open", 0.05, what)
+    def _open_step(self) -> "Program | None":
+        """The open step of a load, with its progress; None (and :attr:`error`) on failure."""
+        self._step("open", 0.05, f"opening sample {self.sample!r} (a cold cache compiles every method first)"
+                   if self.source == "sample" else f"{'reading' if self.dry_run else 'opening'} {self.path!r}")
         try:
             return self.open_program()
         except Exception as e:  # noqa: BLE001 - shown in the widget
             self._fail("could not open the program", e)
             return None
 
-    def _dry_load(self, target: tuple) -> bool:
-        """Load's dry run: predict the load (no device, nothing run), verification "not run"."""
+    def _loaded_session(self, program: "Program") -> "Session | None":
+        """Load, verify (the verdict) and, when a method ran wrong, blame; None (and :attr:`error`) on failure."""
+        from .session import load_program
+
+        self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}")
+        try:
+            session = (self._load or load_program)(program, self.policy, device=self.device)
+        except Exception as e:  # noqa: BLE001
+            self._fail("could not load the program", e, hint=self._load_hint(program, e))
+            return None
+        self._step("verify", 0.75, "running every method and sequence against its eager reference")
+        try:
+            wrong = session.verdict().wrong_methods
+        except Exception as e:  # noqa: BLE001
+            session.close()
+            self._fail("could not verify the program", e)
+            return None
+        if wrong:
+            self._step("blame", 0.85, f"finding the culprits of {', '.join(wrong)}: each constant that runs on "
+                       f"other data swapped for the method's own copy, the method re-run")
+            try:
+                session.blame()
+            except Exception as e:  # noqa: BLE001 - the load and its verdict still stand
+                self.blame_note = f"blame could not run: {_one_line(e)}"
+        return session
+
+    def _predicted_session(self, program: "Program") -> "Session | None":
         from .analysis import run_analysis
 
-        program = self._open_step("reading")
-        if program is None:
-            return False
         device = self.analysis_device(program)
         self._step("analyze", 0.5, f"dry run of {program.name!r} under {self.policy!r} on {device}: predicting "
                    f"every decision (nothing is loaded)")
         try:
-            session = run_analysis(program, self.policy, device=device).session
-            verification = dry_run_verification(session)
-            report = collision_report(session, verification)
+            return run_analysis(program, self.policy, device=device).session
         except Exception as e:  # noqa: BLE001
-            return self._fail("could not analyze the program", e)
-        self.loading = False
-        self._replace_session(program, session, verification, report, target)
-        d = session.decisions
-        culprit_methods = set(d.loc[culprit_mask(d), "method"]) if len(d) else set()
-        suspects = [m.name for m in program.methods if m.name in culprit_methods]
-        head = f"dry run (a prediction, nothing loaded or run) of {program.name!r} under {self.policy!r} on {device}"
-        if session.status != "loaded":
-            self.outcome = "failed"
-            self._step("failed", 1.0, f"{head}: the load would fail in {session.failed_method!r}: {session.error}")
-        else:
-            self.outcome = "wrong" if suspects else "ok"
-            self._step("done", 1.0, f"{head}: " + (
-                f"predicted WRONG OUTPUT in {', '.join(suspects)} (shared although the content differs)"
-                if suspects else "no constant would be shared with other content; outputs not verified"))
-        return True
+            self._fail("could not analyze the program", e)
+            return None
 
-    def _replace_session(self, program, session, verification, report, inputs, *, blame=None) -> None:
+    def load(self) -> bool:
+        """Open or build the program, load it under the policy and take its verdict (verified,
+        and blamed when a method ran wrong; a dry run: predicted), build the report.  True on
+        success (a refused load is a result too: True, outcome "refused" or "failed"); on
+        failure :attr:`error` says why and the previous results stay, marked stale."""
+        if not self._begin(loading=True):
+            return False
+        target = self.inputs()
+        self.blame_note = ""
+        try:
+            program = self._open_step()
+            session = None if program is None else (
+                self._predicted_session(program) if self.dry_run else self._loaded_session(program))
+            if session is None:
+                return False
+            try:
+                verdict = session.verdict()
+                verification = dry_run_verification(session) if verdict.predicted else session.verify()
+                report = collision_report(session, verification)
+            except Exception as e:  # noqa: BLE001
+                session.close()
+                return self._fail("could not verify the program", e)
+            self._show(program, session, verification, verdict, report, target)
+            notes = [self.blame_note]
+            if verdict.failed_stage is not None and not verdict.predicted:
+                notes.append(self._load_hint(program))
+            with self.hold_trait_notifications():
+                self.outcome = verdict.outcome
+                failed = verdict.outcome in (MethodOutcome.FAILED, MethodOutcome.REFUSED)
+                self._step("failed" if failed else "done", 1.0, (PREDICTION if verdict.predicted else "")
+                           + verdict.headline() + "".join(f" ({n})" for n in notes if n))
+            return True
+        finally:
+            self._end()
+
+    def _show(self, program, session, verification, verdict, report, inputs) -> None:
+        """Put one load's results on screen (one notification each), the first finding selected."""
         old = self.session
-        self.program, self.session, self.verification, self.report = program, session, verification, report
-        self.blame = blame
-        self.shown_inputs = inputs
-        if self.comparison is not None and (old is None or old.program.root != program.root):
-            self.comparison = self.comparison_memory = None
-            self.compared_sessions = {}
-            self.comparison_dry = False
-            self._notify("comparison")
-        self.filter_method = self.filter_decision = self.filter_reason = ALL
-        self.selected = None
-        self.exported, self.export_ok, self.export_message = None, None, ""  # of the previous load
+        with self.hold_trait_notifications():
+            if self.comparison is not None and (old is None or old.program.root != program.root):
+                self.comparison = None
+            self.program, self.verification, self.verdict, self.report = program, verification, verdict, report
+            self.shown_inputs, self.loading = inputs, False
+            self.filter_method = self.filter_decision = self.filter_reason = ALL
+            self.exported, self.export_ok, self.export_message = None, None, ""  # of the previous load
+            self.session = session
+            self.rows = self._filtered()
+            self.selected = self._first_of_interest()
         if old is not None and old is not session:
             old.close()
-        self._notify("session")
-        self._notify("filters")
-        self._notify("export")
-        rows = self.filtered_decisions()
-        if len(rows):  # start on the first culprit, else the first collision: what the user came to see
-            culprits = rows[culprit_mask(rows)]
-            hits = rows[rows["lookup"].astype(str) == "hit"]
-            first = culprits.iloc[0] if len(culprits) else (hits.iloc[0] if len(hits) else rows.iloc[0])
-            self.select(first["method"], first["name"])
+
+    def _first_of_interest(self) -> tuple[str, str] | None:
+        """Where the Decisions tab starts: the first culprit, else the first constant that runs on
+        other data, else the first collision, else the first row."""
+        keys = list(zip(self.rows["method"], self.rows["name"]))
+        present = set(keys)
+        for c in sorted(self.verdict.constants, key=lambda c: c.blame is not BlameStatus.CULPRIT):
+            if (c.method, c.name) in present:
+                return (c.method, c.name)
+        hits = [k for k, lookup in zip(keys, self.rows["lookup"]) if lookup == Lookup.HIT]
+        return (hits or keys or [None])[0]
 
     def compare(self) -> bool:
-        """Load the current program under every policy: the correctness/memory trade-off.
-
-        In a dry run, every policy is dry-run instead (nothing is loaded)."""
+        """Load and verify the current program under every policy (:func:`toolkit.compare.compare_policies`):
+        the correctness/memory trade-off.  In a dry run, every policy is predicted instead
+        (:func:`toolkit.compare.predict_policies`: nothing is loaded)."""
         if not self._begin():
             return False
         try:
-            from .compare import compare_policies
+            from .compare import compare_policies, predict_policies
 
             try:
                 program = self.program or self.open_program()
             except Exception as e:  # noqa: BLE001
                 return self._fail("could not open the program", e)
-            if self.dry_run:
-                return self._dry_compare(program)
+            dry = self.dry_run
 
             def on_policy(pol: str, i: int, n: int) -> None:
-                self._step("compare", (i + 0.5) / (n + 1), f"loading and verifying under {pol!r} ({i + 1} of {n})")
+                self._step("compare", (i + 0.5) / (n + 1), f"dry run under {pol!r} ({i + 1} of {n}): nothing is "
+                           f"loaded" if dry else f"loading and verifying under {pol!r} ({i + 1} of {n})")
 
             try:
-                result = compare_policies(program, device=self.device, on_policy=on_policy)
+                result = (predict_policies(program, device=self.analysis_device(program), on_policy=on_policy) if dry
+                          else compare_policies(program, device=self.device, on_policy=on_policy))
             except Exception as e:  # noqa: BLE001
-                return self._fail("could not compare policies", e)
-            # one load per policy: the frame, the memory per method and the sessions all come from it
-            self.comparison, self.comparison_memory = result.frame, result.memory()
-            self.compared_sessions = result.sessions
-            self.comparison_dry = False
-            self.program = program
-            self._notify("comparison")  # results first: "done" means everything is on screen
-            self.outcome = "ok"
-            self._step("done", 1.0, f"compared {len(POLICIES)} policies on {program.name!r}")
+                return self._fail("could not dry-run the policies" if dry else "could not compare policies", e)
+            by: dict[str, list[str]] = {}
+            for name, v in result.verdicts().items():
+                by.setdefault(v.outcome.value, []).append(name)
+            with self.hold_trait_notifications():
+                self.program, self.comparison, self.outcome = program, result, MethodOutcome.OK
+                self._step("done", 1.0, f"compared {len(result.frame)} policies on {program.name!r}"
+                           + (" as a dry run (a prediction: nothing was loaded or run)" if dry else "") + ": "
+                           + "; ".join(f"{o} under {', '.join(names)}" for o, names in by.items()))
             return True
         finally:
             self._end()
 
-    def _dry_compare(self, program: "Program") -> bool:
-        from .analysis import run_analysis
-        from .compare import COMPARE_COLUMNS
-        from .tables import memory_by_policy_frame
-
-        device = self.analysis_device(program)
-        rows, sessions = [], {}
-        try:
-            for i, name in enumerate(POLICIES):
-                self._step("compare", (i + 0.5) / (len(POLICIES) + 1),
-                           f"dry run under {name!r} ({i + 1} of {len(POLICIES)}): nothing is loaded")
-                s = run_analysis(program, name, device=device).session
-                try:
-                    rows.append(_dry_comparison_row(s))
-                finally:
-                    s.close()
-                sessions[name] = s
-        except Exception as e:  # noqa: BLE001
-            return self._fail("could not dry-run the policies", e)
-        self.comparison = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
-        self.comparison_memory = memory_by_policy_frame(sessions.values())
-        self.compared_sessions, self.comparison_dry, self.program = sessions, True, program
-        self._notify("comparison")
-        self.outcome = "ok"
-        self._step("done", 1.0, f"dry-ran {len(POLICIES)} policies on {program.name!r} on {device} "
-                   f"(a prediction: nothing was loaded or run)")
-        return True
-
     @property
     def comparison_banner(self) -> str:
         """The sentence saying the comparison is a prediction, when it is a dry run; '' otherwise."""
-        if self.comparison is None or not self.comparison_dry:
+        if self.comparison is None or not any(v.predicted for v in self.comparison.verdicts().values()):
             return ""
-        return ("DRY RUN of every policy: a prediction, nothing was loaded or run. wrong_methods are the methods "
-                "predicted to run on a constant shared although its content differs.")
+        return ("DRY RUN of every policy: a prediction, nothing was loaded or run. Each row is its dry run's "
+                "verdict: wrong_methods would run on another constant's data.")
 
     # ------------------------------------------------------------------ browsing
     def filter_options(self) -> dict[str, list[str]]:
-        d = self.session.decisions if self.session is not None else pd.DataFrame(columns=["method", "decision",
-                                                                                        "reason_code"])
-        order = [m.name for m in self.session.program.methods] if self.session is not None else []
-        return {
-            "method": [m for m in order if m in set(d["method"])],
-            "decision": sorted({str(x) for x in d["decision"]}),
-            "reason": sorted({str(x) for x in d["reason_code"]}),
-        }
+        if self.session is None:
+            return {"method": [], "decision": [], "reason": []}
+        d = self.session.decisions
+        return {"method": [m.name for m in self.session.program.methods if m.name in set(d["method"])],
+                "decision": sorted({cell_text(x) for x in d["decision"]}),
+                "reason": sorted({cell_text(x) for x in d["reason_code"]})}
+
+    @property
+    def filtered(self) -> bool:
+        """Whether a filter is set (the Decisions tab's count says "(filtered)")."""
+        return any((self.filter_method, self.filter_decision, self.filter_reason))
+
+    @property
+    def total_decisions(self) -> int:
+        return len(self.session.decisions) if self.session is not None else 0
 
     def set_filters(self, *, method: str | None = None, decision: str | None = None, reason: str | None = None) -> None:
-        opts = self.filter_options()
-        for key, value in (("method", method), ("decision", decision), ("reason", reason)):
-            if value is None:
-                continue
-            if value != ALL and value not in opts[key]:
+        """Set filters (:data:`ALL`: none); the rows follow, and the selection stays among them."""
+        opts, chosen = self.filter_options(), {"method": method, "decision": decision, "reason": reason}
+        for key, value in chosen.items():
+            if value not in (None, ALL, *opts[key]):
                 raise ValueError(f"no {key} {value!r} in this load; choose one of {opts[key]}")
-            setattr(self, f"filter_{key}", value)
-        self._notify("filters")
-        rows = self.filtered_decisions()
-        keys = list(zip(rows["method"], rows["name"]))
-        if self.selected not in keys:
-            self.select(*keys[0]) if keys else self.select(None, None)
+        with self.hold_trait_notifications():
+            for key, value in chosen.items():
+                if value is not None:
+                    setattr(self, f"filter_{key}", value)
+            self.rows = self._filtered()
+            keys = list(zip(self.rows["method"], self.rows["name"]))
+            if self.selected not in keys:
+                self.selected = keys[0] if keys else None
 
-    def filtered_decisions(self) -> pd.DataFrame:
-        """The decision table under the current filters (a new frame), with ``same_content``
-        (cached and new content digests equal; NA: no cache entry)."""
+    def _filtered(self) -> pd.DataFrame:
+        """The decisions under the filters (a new frame), with ``same_content`` (see ``content_check``)."""
         if self.session is None:
             return pd.DataFrame(columns=list(DECISION_TABLE_COLUMNS))
         d = self.session.decisions
-        if self.filter_method:
-            d = d[d["method"] == self.filter_method]
-        if self.filter_decision:
-            d = d[d["decision"].astype(str) == self.filter_decision]
-        if self.filter_reason:
-            d = d[d["reason_code"].astype(str) == self.filter_reason]
+        for column, value in (("method", self.filter_method), ("decision", self.filter_decision),
+                              ("reason_code", self.filter_reason)):
+            if value:
+                d = d[d[column].map(cell_text) == value]
         return content_check(d.reset_index(drop=True))
 
     def select(self, method: str | None, name: str | None) -> None:
-        if method is None or name is None:
-            self.selected = None
-        else:
+        if method is not None and name is not None:
             d = self.session.decisions if self.session is not None else None
             if d is None or not ((d["method"] == method) & (d["name"] == name)).any():
                 raise ValueError(f"no decided constant {name!r} in method {method!r}")
-            self.selected = (method, name)
-        self._notify("selection")
+        self.selected = None if method is None or name is None else (method, name)
 
     def selected_decision(self) -> dict[str, Any] | None:
+        """The selected constant's decision, with ``same_content``, enums as their values."""
         if self.selected is None or self.session is None:
             return None
         d = self.session.decisions
-        row = d[(d["method"] == self.selected[0]) & (d["name"] == self.selected[1])]
+        row = content_check(d[(d["method"] == self.selected[0]) & (d["name"] == self.selected[1])])
         return {k: (v.value if hasattr(v, "value") else v) for k, v in row.iloc[0].to_dict().items()}
 
+    def selected_finding(self) -> ConstantFinding | None:
+        return finding_of(self.verdict, *self.selected) if self.selected is not None else None
+
     def content_verdict(self) -> tuple[str, str]:
-        """(kind, sentence) on the selected constant's content against the cache entry it was
-        checked against: kind ``"culprit"`` (shared although the content differs),
-        ``"caught"`` (differs, not shared), ``"same"``, or ``"none"`` (nothing to compare)."""
+        """(kind, sentence) on the selected constant.  One that runs on other data: its finding in
+        the verdict, kind blame's status (``"culprit"``, ``"harmless"``, ``"not tested"``); else
+        the content check: ``"caught"`` (differs, not shared), ``"same"``, or ``"none"`` (no cache entry)."""
         d = self.selected_decision()
         if d is None:
             return "none", ""
-        new, cached = cell_text(d.get("digest")).strip(), cell_text(d.get("cached_digest")).strip()
-        owner = cell_text(d.get("cached_method")) or "another method"
-        decision = cell_text(d.get("decision"))
-        if not new or not cached:
+        f = self.selected_finding()
+        if f is not None:
+            runs_on = f"{f.shared_from}'s tensor" if f.shared_from else "other data than its own"
+            blame = f"{f.blame.value}: {f.blame_note}" if f.blame_note else f.blame.value
+            return f.blame.value, (f"{f.problem.value if f.problem else 'no known difference'}: {d['method']} runs "
+                                   f"on {runs_on} ({f.evidence}); blame: {blame}")
+        same, owner = d.get("same_content"), cell_text(d.get("cached_method")) or "another method"
+        if same is None or same is pd.NA:
             return "none", "no cache entry to compare with: this constant was not found in the cache"
-        if new != cached:
-            if decision == "shared":
-                return "culprit", (f"content differs: shared anyway. {d['method']} runs on {owner}'s tensor, "
-                                   f"whose bytes are not this constant's (the content digests below disagree)")
-            return "caught", (f"content differs: {decision}, so the difference was caught; {d['method']} keeps "
-                              f"its own bytes (the content digests below disagree)")
+        if not same:
+            return "caught", (f"content differs: {cell_text(d['decision'])}, so the difference was caught; "
+                              f"{d['method']} keeps its own bytes (the content digests below disagree)")
         return "same", f"same content: this constant and {owner}'s cached tensor have equal content digests"
 
     def selected_comparison(self) -> pd.DataFrame:
@@ -691,43 +606,27 @@ class ExplorerState:
         if self.selected is None or self.session is None:
             return pd.DataFrame(columns=cols)
         c = self.session.comparisons
-        c = c[(c["method"] == self.selected[0]) & (c["name"] == self.selected[1])]
-        out = c[cols].copy()
-        out["field"] = out["field"].map(lambda v: getattr(v, "value", v))
+        out = c[(c["method"] == self.selected[0]) & (c["name"] == self.selected[1])][cols].copy()
+        out["field"] = out["field"].map(cell_text)
         return out.reset_index(drop=True)
 
     # ------------------------------------------------------------------ figures / export
-    def figures(self) -> dict[str, Any]:
-        """Matplotlib figures of the current results, by name (empty before a load)."""
+    def figures(self, *, session: bool = True, comparison: bool = True) -> dict[str, Any]:
+        """Matplotlib figures of the results on screen (of the load, of the comparison), by name."""
         from . import plots
 
         figs: dict[str, Any] = {}
-        if self.session is not None:
-            figs["collision matrix"] = plots.collision_matrix(self.session, verification=self.verification)
+        if session and self.session is not None:
+            figs["collision matrix"] = plots.collision_matrix(self.session, wrong_methods=self.verdict.wrong_methods)
             figs["timeline"] = plots.event_timeline(self.session)
             figs["memory"] = plots.memory_by_policy(self.session)
-        if self.comparison is not None and self.program is not None:
+        if comparison and self.comparison is not None and self.program is not None:
             floor = plots.minimum_device_bytes(self.program)
             figs["policy trade-off"] = plots.policy_tradeoff(self.comparison, minimum=floor,
                                                              title=f"{self.program.name}: correctness vs memory")
-            if self.comparison_memory is not None:
-                figs["memory by policy"] = plots.memory_by_policy(
-                    self.comparison_memory, minimum=floor,
-                    title=f"{self.program.name}: device memory per method and policy")
+            title = f"{self.program.name}: device memory per method and policy"
+            figs["memory by policy"] = plots.memory_by_policy(self.comparison.memory(), minimum=floor, title=title)
         return figs
-
-    def interactive_matrix(self):
-        """The collision matrix of the current results as a plotly figure (hover: each cell's
-        decision, reason and blame's verdict), or None before a load or without plotly."""
-        if self.session is None:
-            return None
-        try:
-            import plotly  # noqa: F401
-        except ImportError:
-            return None
-        from . import plots
-
-        return plots.interactive_collision_matrix(self.session, verification=self.verification)
 
     def default_export_name(self) -> str:
         """A plain file name for the report of the current load: program and policy names
@@ -779,17 +678,16 @@ class ExplorerState:
                 self.report.to_csv(fh)
         except Exception as e:  # noqa: BLE001
             return self._fail(f"could not write {str(target)!r}", e, scope="export")
-        self.exported, self.export_ok = target, True
-        dry = (f" (a dry run: predicted decisions, verification {DRY_RUN_REASON!r})" if self.is_dry_run else "")
-        self.export_message = f"wrote {len(self.report.frame)} rows to {target}{dry}"
-        self._notify("export")
+        dry = f" (a dry run: predicted decisions, verification {DRY_RUN_REASON!r})" if self.is_dry_run else ""
+        with self.hold_trait_notifications():
+            self.exported, self.export_ok = target, True
+            self.export_message = f"wrote {len(self.report.frame)} rows to {target}{dry}"
         return True
 
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
         self.session = None
-        self._listeners.clear()
 
 
 # ====================================================================== view
@@ -812,49 +710,52 @@ def _itable_class():
     return ITable
 
 
-def _table_html(frame: pd.DataFrame, columns, empty: str) -> str:
-    return html_table(frame, columns, max_rows=MAX_TABLE_ROWS, empty=empty,
-                      more_hint="narrow the filters to see them")
+def _table_html(frame: pd.DataFrame, columns, empty: str, **options: Any) -> str:
+    return html_table(frame, columns, max_rows=MAX_TABLE_ROWS, empty=empty, more_hint="narrow the filters to see them",
+                      **options)
 
 
-def _verification_html(v: pd.DataFrame | None, decisions: pd.DataFrame | None = None,
-                       blame: pd.DataFrame | None = None) -> str:
-    return verification_html(v, empty="no methods", decisions=decisions, blame=blame)
+def _box(cls: str, text: str) -> str:
+    """A line of (escaped) text in a styled box; '' for no text."""
+    return f"<div class='{cls}'>{html.escape(text)}</div>" if text else ""
 
 
 # what decides first (the decision, whether the content differs, why), then the identifiers
 GRID_COLUMNS = ("method", "name", "decision", "same content", "reason", "lookup", "bytes", "shared from", "fqn")
-BLAME_GRID_COLUMN = "culprit (blame)"  # shown when blame found one: which verification the share breaks
+BLAME_GRID_COLUMN = "blame"  # shown once blame ran: culprit (what it breaks), harmless, not tested; why on hover
+FINDING_COLOURS = {BlameStatus.CULPRIT: WRONG_COLOUR, BlameStatus.NOT_TESTED: WRONG_COLOUR,
+                   BlameStatus.HARMLESS: CAUGHT_COLOUR}  # a constant's detail, by blame's status
+BLAME_CLASSES = {BlameStatus.CULPRIT: "cs-culprit", BlameStatus.HARMLESS: "cs-caught", BlameStatus.NOT_TESTED: ""}
 
 
-def _span(text: str, cls: str = "", title: str = "") -> str:
+def _span(text: str = "", cls: str = "", title: str = "") -> str:
     attrs = f' class="{cls}"' if cls else ""
     if title:
         attrs += f' title="{html.escape(title, quote=True)}"'
     return f"<span{attrs}>{html.escape(text, quote=True)}</span>"
 
 
-def grid_frame(rows: pd.DataFrame, evidence: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
-    """The Decisions grid's cells: escaped HTML, one row per decision (same order as
-    ``rows``), decision coloured by class, culprits (shared, content differs) marked, the
-    full reason on hover over its code.  When blame named culprits (the ``culprit`` column of
-    the decisions, ``evidence`` by (method, name)), a "culprit (blame)" column marks them,
-    the evidence on hover."""
-    culprit = culprit_mask(rows).tolist() if len(rows) else []
-    blamed = [cell_text(x) for x in rows["culprit"]] if "culprit" in rows.columns and len(rows) else []
-    with_blame = any(blamed)
-    evidence = evidence or {}
-    out = []
-    wanted = [c for c in ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
-                          "shared_from", "nbytes") if c in rows.columns]
+def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFrame:
+    """The Decisions grid's cells: escaped HTML, one row per decision (same order as ``rows``),
+    decision coloured by class; a constant that runs on other data (its ``data_problem``, or a
+    culprit of ``verdict``) marked red with its problem on hover, unless blame found it harmless;
+    the reason on hover over its code.  Once blame ran (a finding of ``verdict`` not "not
+    tested"), a "blame" column gives each finding's status, why on hover."""
+    found: dict[tuple[str, str], ConstantFinding] = {}
+    for c in verdict.constants if verdict is not None else ():
+        if (c.method, c.name) not in found or c.blame is BlameStatus.CULPRIT:
+            found[(c.method, c.name)] = c
+    with_blame = any(c.blame is not BlameStatus.NOT_TESTED for c in found.values())
+    wanted = [c for c in ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "reason_code",
+                          "reason", "shared_from", "nbytes") if c in rows.columns]
     records = rows[wanted].to_dict("records") if len(rows) else []  # only what the cells show
-    for k, (r, bad) in enumerate(zip(records, culprit)):
-        blame_text = blamed[k] if with_blame else ""
-        bad = bad or bool(blame_text)
-        decision = cell_text(r.get("decision"))
-        same = r.get("same_content")
-        same_text = "" if same is None or same is pd.NA or (isinstance(same, float) and same != same) else (
-            "same" if bool(same) else "DIFFERS")
+    out = []
+    for r, problem in zip(records, culprit_mask(rows).tolist() if len(rows) else []):
+        f = found.get((cell_text(r.get("method")), cell_text(r.get("name"))))
+        bad = (problem or f is not None and f.blame is BlameStatus.CULPRIT) and not (
+            f is not None and f.blame is BlameStatus.HARMLESS)
+        decision, same = cell_text(r.get("decision")), r.get("same_content")
+        same_text = "" if same is None or same is pd.NA else ("same" if bool(same) else "DIFFERS")
         cls = "cs-culprit" if bad else (f"cs-d-{decision}" if decision in DECISION_COLOURS else "")
         same_cls = "cs-culprit" if bad else ("cs-caught" if same_text == "DIFFERS" else "")
         nbytes = r.get("nbytes")
@@ -862,7 +763,8 @@ def grid_frame(rows: pd.DataFrame, evidence: dict[tuple[str, str], str] | None =
             "method": _span(cell_text(r.get("method"))), "name": _span(cell_text(r.get("name"))),
             "fqn": _span(cell_text(r.get("fqn"))), "lookup": _span(cell_text(r.get("lookup"))),
             "decision": _span(decision + (" \u2717" if bad else ""), f"cs-tag {cls}",
-                              "shared although the content differs: the culprit of a wrong output" if bad else ""),
+                              f"runs on other data than its own: {cell_text(r.get('data_problem')) or 'a culprit'}"
+                              + (f" ({f.evidence})" if f is not None else "") if bad else ""),
             "same content": _span(same_text, f"cs-tag {same_cls}" if same_cls else ""),
             "reason": _span(cell_text(r.get("reason_code")), "cs-reason", cell_text(r.get("reason"))),
             "shared from": _span(cell_text(r.get("shared_from"))),
@@ -871,10 +773,9 @@ def grid_frame(rows: pd.DataFrame, evidence: dict[tuple[str, str], str] | None =
                            else ""),
         })
         if with_blame:
-            key = (cell_text(r.get("method")), cell_text(r.get("name")))
-            out[-1][BLAME_GRID_COLUMN] = _span(
-                f"\u2717 breaks {blame_text}" if blame_text else "", "cs-tag cs-culprit" if blame_text else "",
-                f"undoing this share fixes {blame_text}: {evidence.get(key, '')}" if blame_text else "")
+            out[-1][BLAME_GRID_COLUMN] = _span() if f is None else _span(
+                f"\u2717 culprit: {f.blame_note}" if f.blame is BlameStatus.CULPRIT else f.blame.value,
+                f"cs-tag {BLAME_CLASSES[f.blame]}", f"{f.blame_note or f.blame.value}: {f.evidence}")
     columns = list(GRID_COLUMNS)
     if with_blame:
         columns.insert(columns.index("same content") + 1, BLAME_GRID_COLUMN)
@@ -903,7 +804,8 @@ _CSS = """<style>
 .constshare-verdict { padding: 4px 8px; margin: 4px 0; border-radius: 3px; overflow-wrap: anywhere; }
 .constshare-explorer .constshare-detail-panel { overflow-x: auto; }
 .constshare-verdict-culprit { background: #f4cccc; color: #990000; font-weight: bold; }
-.constshare-verdict-caught { background: #fff2cc; }
+.constshare-verdict-not-tested { background: #f4cccc; color: #990000; }
+.constshare-verdict-harmless, .constshare-verdict-caught { background: #fff2cc; }
 .constshare-verdict-same { background: #d9ead3; }
 .constshare-verdict-none { background: #eeeeee; }
 .cs-tag { padding: 0 5px; border-radius: 3px; }
@@ -911,6 +813,19 @@ _CSS = """<style>
 .cs-caught { background: #fff2cc; }
 .cs-reason { border-bottom: 1px dotted #999; }
 """ + "".join(f".cs-d-{d} {{ background: {c}; }}\n" for d, c in DECISION_COLOURS.items()) + "</style>"
+
+# each panel of the view, and the state's traits it shows (re-rendered when one changes)
+PANELS = {
+    "_render_inputs": INPUTS,
+    "_render_stale": INPUTS + ("session", "shown_inputs", "loading", "error"),
+    "_render_progress": ("busy", "progress", "message", "outcome", "error"),
+    "_render_error": ("error",),
+    "_render_session": ("session",),
+    "_render_decisions": ("rows",),
+    "_render_selection": ("selected",),
+    "_render_comparison": ("comparison",),
+    "_render_export": ("session", "export_dir", "export_ok", "export_message"),
+}
 
 
 class Explorer:
@@ -937,25 +852,18 @@ class Explorer:
             self._widgets.append(obj)
             return obj
 
-        wide = w.Layout(width="auto")
-
         def picture():  # natural size, never stretched by the flex box around it; hidden while empty
             return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain",
                             display="none")
         self.title = mk(w.HTML, value=_CSS + "<h3 style='margin:4px 0'>constshare explorer</h3>")
-        self.source = mk(w.ToggleButtons, "constshare-source", options=list(SOURCES), value=s.source,
-                         description="program")
-        self.sample = mk(w.Dropdown, "constshare-sample", options=sample_names(), value=s.sample,
-                         description="sample")
-        self.path = mk(w.Text, "constshare-path", value=s.path, description="path",
+        self.source = mk(w.ToggleButtons, "constshare-source", options=list(SOURCES), description="program")
+        self.sample = mk(w.Dropdown, "constshare-sample", options=sample_names(), description="sample")
+        self.path = mk(w.Text, "constshare-path", description="path",
                        placeholder="a program directory, a .pte or a .pt2 file", tooltip=PATH_HINT,
                        layout=w.Layout(width="420px"))
-        self.sample_info = mk(w.HTML, "constshare-sample-info")
-        self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), value=s.policy,
-                         description="policy")
-        self.policy_info = mk(w.HTML, "constshare-policy-info")
-        self.device = mk(w.Dropdown, "constshare-device", options=_devices(), value=s.device, description="device")
-        self.dry_run = mk(w.Checkbox, "constshare-dry-run", value=s.dry_run, indent=False,
+        self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), description="policy")
+        self.device = mk(w.Dropdown, "constshare-device", options=sorted({*_devices(), s.device}), description="device")
+        self.dry_run = mk(w.Checkbox, "constshare-dry-run", indent=False,
                           description="dry run (analyze without loading)",
                           tooltip="predict every decision from the program's metadata: no device, nothing run "
                                   "(explore a CUDA .pte or .pt2 on a CPU)")
@@ -966,38 +874,29 @@ class Explorer:
                                  layout=w.Layout(width="auto", align_self="flex-start"))
         self.progress = mk(w.FloatProgress, "constshare-progress", value=0.0, min=0.0, max=1.0,
                            layout=w.Layout(width="260px"))
-        self.status = mk(w.HTML, "constshare-status", value=html.escape(s.message))
-        self.error = mk(w.HTML, "constshare-error-box", value="", layout=w.Layout(display="none"))
-        self.stale_banner = mk(w.HTML, "constshare-stale-box", value="", layout=w.Layout(display="none"))
-        self.dry_banner = mk(w.HTML, "constshare-dry-box", value="", layout=w.Layout(display="none"))
-        self.summary = mk(w.HTML, "constshare-summary")
-        self.verification = mk(w.HTML, "constshare-verification")
-        # the collision matrix: plotly (hover a cell: its decision and reason) in an Output widget,
-        # shown by plotly's JupyterLab renderer; the matplotlib one as a PNG download beside it
+        # the panels the render methods fill; the collision matrix: plotly (hover a cell: its decision and
+        # reason) in an Output widget, shown by plotly's JupyterLab renderer, the matplotlib one as a PNG download
+        (self.status, self.sample_info, self.policy_info, self.summary, self.verification, self.matrix_png,
+         self.decisions, self.constant_detail, self.comparison, self.export_result) = (
+            mk(w.HTML, f"constshare-{name}") for name in ("status", "sample-info", "policy-info", "summary",
+                                                           "verification", "matrix-png", "decisions",
+                                                           "constant-detail", "comparison", "export-result"))
+        self.error, self.stale_banner, self.dry_banner = (mk(w.HTML, f"constshare-{name}-box", layout=w.Layout(
+            display="none")) for name in ("error", "stale", "dry"))
         self.matrix = mk(w.Output, "constshare-matrix", layout=w.Layout(display="none", max_width="100%"))
-        self.matrix_png = mk(w.HTML, "constshare-matrix-png")
-        self.filter_method = mk(w.Dropdown, "constshare-filter-method", options=[("all", ALL)], value=ALL,
-                                description="method")
-        self.filter_decision = mk(w.Dropdown, "constshare-filter-decision", options=[("all", ALL)], value=ALL,
-                                  description="decision")
-        self.filter_reason = mk(w.Dropdown, "constshare-filter-reason", options=[("all", ALL)], value=ALL,
-                                description="reason")
-        self.decisions = mk(w.HTML, "constshare-decisions")
+        self.timeline, self.memory, self.tradeoff, self.memory_policies = (
+            mk(w.Image, f"constshare-{name}", format="png", layout=picture())
+            for name in ("timeline", "memory", "tradeoff", "memory-policies"))
+        self.filter_method, self.filter_decision, self.filter_reason = (
+            mk(w.Dropdown, f"constshare-filter-{key}", options=[("all", ALL)], value=ALL, description=key)
+            for key in ("method", "decision", "reason"))
         ITable = _itable_class()
         self.grid = None
         if ITable is not None:
-            self.grid = mk(ITable, "constshare-grid", df=grid_frame(content_check(pd.DataFrame(
-                columns=list(DECISION_TABLE_COLUMNS)))), **self._grid_options())
+            self.grid = mk(ITable, "constshare-grid", df=grid_frame(s.rows), **self._grid_options())
             self.grid.observe(self._pick_row, names="selected_rows")
         self.constant = mk(w.Dropdown, "constshare-constant", options=[], description="constant",
                            layout=w.Layout(width="100%", max_width="460px"))
-        self.constant_detail = mk(w.HTML, "constshare-constant-detail")
-        self.timeline = mk(w.Image, "constshare-timeline", format="png", layout=picture())
-        self.memory = mk(w.Image, "constshare-memory", format="png", layout=picture())
-        self.tradeoff = mk(w.Image, "constshare-tradeoff", format="png", layout=picture())
-        self.memory_policies = mk(w.Image, "constshare-memory-policies", format="png", layout=picture())
-        self.comparison = mk(w.HTML, "constshare-comparison",
-                             value="<p><i>press “Compare all policies” to load the program under every policy</i></p>")
         self.export_folder = mk(w.Text, "constshare-export-folder", value=str(s.export_dir), description="folder",
                                 layout=w.Layout(width="520px"))
         self.export_path = mk(w.Text, "constshare-export-path", value="", description="file",
@@ -1006,7 +905,6 @@ class Explorer:
                                    description="replace an existing file", indent=False)
         self.export_button = mk(w.Button, "constshare-export", description="Export CSV", icon="download",
                                 layout=w.Layout(width="auto"))
-        self.export_result = mk(w.HTML, "constshare-export-result")
 
         overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]),
                                         mk(w.VBox, children=[self.matrix, self.matrix_png],
@@ -1032,18 +930,14 @@ class Explorer:
         controls = mk(w.VBox, children=[
             self.source, mk(w.HBox, children=[self.sample, self.path]), self.sample_info,
             mk(w.HBox, children=[self.policy, self.device, self.dry_run]), self.policy_info,
-            mk(w.HBox, children=[self.load_button, self.progress, self.status], layout=wide),
+            mk(w.HBox, children=[self.load_button, self.progress, self.status], layout=w.Layout(width="auto")),
             self.error,
         ])
         self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.stale_banner,
                                                                      self.dry_banner, self.tabs])
 
-        self.source.observe(lambda ch: self._input(source=ch["new"]), names="value")
-        self.sample.observe(lambda ch: self._input(sample=ch["new"]), names="value")
-        self.path.observe(lambda ch: self._input(path=ch["new"]), names="value")
-        self.policy.observe(lambda ch: self._input(policy=ch["new"]), names="value")
-        self.device.observe(lambda ch: self._input(device=ch["new"]), names="value")
-        self.dry_run.observe(lambda ch: self._input(dry_run=ch["new"]), names="value")
+        # the choices: each widget linked to its trait (validated there)
+        self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS]
         for dd, key in ((self.filter_method, "method"), (self.filter_decision, "decision"),
                         (self.filter_reason, "reason")):
             dd.observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
@@ -1053,13 +947,16 @@ class Explorer:
         self.compare_button.on_click(lambda _b: self._run(self.state.compare))
         self.export_button.on_click(lambda _b: self.state.export_csv(self.export_path.value.strip() or None,
                                                                      overwrite=self.export_overwrite.value))
-        self._unsubscribe = self.state.subscribe(self._on_state)
-        self._render_inputs()
+        self._observers = [(self._shown(name), list(traits)) for name, traits in PANELS.items()]
+        for handler, names in self._observers:
+            s.observe(handler, names=names)
+        for name in PANELS:
+            getattr(self, name)()
 
-    @staticmethod
-    def _grid_options() -> dict[str, Any]:
+    def _grid_options(self, total: int = 0, filtered: bool = False) -> dict[str, Any]:
         # No DataTables scrolling (it sizes its columns when first drawn, and the Decisions tab is
-        # hidden then): the page of rows scrolls inside a box of GRID_HEIGHT (CSS below), header sticky.
+        # hidden then): the page of rows scrolls inside a box of GRID_HEIGHT (CSS above), header sticky.
+        # The info line is the tab's one count: after the filters above and the grid's own search.
         return dict(allow_html=True, maxBytes=0, showIndex=False, classes="display compact nowrap",
                     text_in_header_can_be_selected=False, paging=True, pageLength=50,
                     lengthMenu=[25, 50, 100, 500], order=[], select={"style": "single", "items": "row"},
@@ -1067,8 +964,10 @@ class Explorer:
                     layout={"topStart": "search", "topEnd": "pageLength", "bottomStart": "info",
                             "bottomEnd": "paging"},
                     style="width: 100%; margin: 0", autoWidth=False,
-                    language={"search": "search:", "info": "_START_-_END_ of _TOTAL_",
-                              "emptyTable": "no decision matches the filters"})
+                    language={"search": "search:", "emptyTable": "no decision matches the filters",
+                              "info": "rows _START_-_END_ · " + count_text("_TOTAL_", total, filtered),
+                              "infoEmpty": count_text(0, total, filtered),
+                              "infoFiltered": "" if filtered else "(filtered)"})  # DataTables adds a space
 
     # ------------------------------------------------------------------ display
     def _repr_mimebundle_(self, **kwargs):
@@ -1076,7 +975,10 @@ class Explorer:
 
     def close(self) -> None:
         """Close every widget of the view (their comms too) and the state's session."""
-        self._unsubscribe()
+        for handler, names in self._observers:
+            self.state.unobserve(handler, names=names)
+        for link in self._links:
+            link.unlink()
         for obj in reversed(self._widgets):
             # a widget's layout and style are widgets of their own, with their own comms
             for part in (getattr(obj, "layout", None), getattr(obj, "style", None)):
@@ -1091,10 +993,6 @@ class Explorer:
             fn(*args, **kw)
         except Exception as e:  # noqa: BLE001 - a bad choice becomes a message, not a traceback
             self.state._fail("invalid choice", e)
-
-    def _input(self, **kw) -> None:
-        if not self._updating:
-            self._guarded(self.state.set, **kw)
 
     def _filter(self, key: str, value: str) -> None:
         if not self._updating:
@@ -1123,9 +1021,8 @@ class Explorer:
         except Exception as e:  # noqa: BLE001
             self.state._fail("invalid export folder", e, scope="export")
             return
-        self.state.export_dir = folder
         self.state.clear_error()
-        self._render_export()
+        self.state.export_dir = folder
 
     def _run(self, action: Callable[[], bool]) -> None:
         if self.state.busy:
@@ -1150,32 +1047,16 @@ class Explorer:
             self._worker.join(timeout)
 
     # ------------------------------------------------------------------ state out
-    def _on_state(self, what: str) -> None:
-        try:
-            if what == "inputs":
-                self._render_inputs()
-                self._render_stale()
-            elif what in ("progress", "busy"):
-                self._render_progress()
-                self._render_stale()
-            elif what == "error":
-                self._render_error()
-                self._render_stale()
-            elif what == "session":
-                self._render_session()
-                self._render_stale()
-            elif what == "filters":
-                self._render_filters()
-            elif what == "selection":
-                self._render_selection()
-            elif what == "comparison":
-                self._render_comparison()
-            elif what == "export":
-                self._render_export()
-        except Exception as e:  # noqa: BLE001 - rendering must never leave a traceback wall
-            self.error.value = (f"<div class='constshare-error'>could not display {html.escape(what)}: "
-                                f"{html.escape(_one_line(e))}</div>")
-            self.error.layout.display = None
+    def _shown(self, name: str) -> Callable[[Any], None]:
+        """The observer that re-renders panel ``name``: rendering never leaves a traceback wall."""
+        def handler(_change) -> None:
+            try:
+                getattr(self, name)()
+            except Exception as e:  # noqa: BLE001
+                self.error.value = _box("constshare-error", f"could not display {name[len('_render_'):]}: "
+                                                            f"{_one_line(e)}")
+                self.error.layout.display = None
+        return handler
 
     def _set(self, widget, **values) -> None:
         self._updating = True
@@ -1193,47 +1074,33 @@ class Explorer:
 
     def _render_inputs(self) -> None:
         s = self.state
-        self._set(self.source, value=s.source)
-        self._set(self.sample, value=s.sample)
-        self._set(self.policy, value=s.policy)
-        self._set(self.dry_run, value=s.dry_run)
         if not s.busy:
             self.load_button.description = "Dry run" if s.dry_run else "Load"
-        self.sample.layout.display = None if s.source == "sample" else "none"
-        self.sample_info.layout.display = None if s.source == "sample" else "none"
-        self.path.layout.display = None if s.source == "path" else "none"
+        for widget, shown in ((self.sample, s.source == "sample"), (self.sample_info, s.source == "sample"),
+                              (self.path, s.source == "path")):
+            widget.layout.display = None if shown else "none"
         self.sample_info.value = (f"<div style='font-size: 12px; line-height: 1.45; max-width: 110ch'>"
                                   f"{s.sample_description_html}</div>")
         self.policy_info.value = (f"<div style='font-size: 11px; line-height: 1.45; max-width: 130ch'>"
-                                  f"<b>{html.escape(s.policy)}</b>: {html.escape(s.policy_summary)}</div>")
+                                  f"{markdown_html(f'**{s.policy}**: {s.policy_summary}')}</div>")
 
     def _render_stale(self) -> None:
-        s = self.state
-        reason = s.stale_reason
-        if reason:
-            self.stale_banner.value = f"<div class='constshare-stale-banner'>{html.escape(reason)}</div>"
-            self.stale_banner.layout.display = None
-            self.tabs.add_class("constshare-stale")
-        else:
-            self.stale_banner.value, self.stale_banner.layout.display = "", "none"
-            self.tabs.remove_class("constshare-stale")
+        reason = self.state.stale_reason
+        self.stale_banner.value = _box("constshare-stale-banner", reason)
+        self.stale_banner.layout.display = None if reason else "none"
+        (self.tabs.add_class if reason else self.tabs.remove_class)("constshare-stale")
 
     def _render_progress(self, elapsed: float | None = None) -> None:
         s = self.state
         self.progress.value = s.progress
-        if (s.error and s.error_scope != "export") or s.outcome == "failed":
-            style = "danger"
-        elif s.busy:
-            style = "info"
-        else:
-            style = {"ok": "success", "wrong": "warning"}.get(s.outcome, "info")
+        failed = bool(s.error and s.error_scope != "export")
+        style = "danger" if failed else ("info" if s.busy else BAR_STYLES.get(s.outcome, "info"))
         self.progress.bar_style = style
-        busy = s.busy
         for b in (self.load_button, self.compare_button, self.export_button):
-            b.disabled = busy
-        self.load_button.description = "Working…" if busy else ("Dry run" if s.dry_run else "Load")
-        clock = f" ({elapsed:.0f} s)" if busy and elapsed is not None and elapsed >= 1 else ""
-        colour = "#a00" if style == "danger" else ("#7f6000" if style == "warning" else "")
+            b.disabled = s.busy
+        self.load_button.description = "Working…" if s.busy else ("Dry run" if s.dry_run else "Load")
+        clock = f" ({elapsed:.0f} s)" if s.busy and elapsed is not None and elapsed >= 1 else ""
+        colour = {"danger": "#a00", "warning": "#7f6000"}.get(style)
         text = html.escape(s.message + clock)
         self.status.value = f"<span style='color: {colour}'>{text}</span>" if colour else text
 
@@ -1241,13 +1108,11 @@ class Explorer:
         s = self.state
         if not s.error or s.error_scope == "export":  # export errors are shown next to the export button
             self.error.value, self.error.layout.display = "", "none"
-            self._render_progress()
             return
         detail = (f"<details><summary>details</summary><pre>{html.escape(s.error_detail[-4000:])}</pre></details>"
                   if s.error_detail else "")
         self.error.value = f"<div class='constshare-error'><b>{html.escape(s.error)}</b>{detail}</div>"
         self.error.layout.display = None
-        self._render_progress()
 
     def _render_session(self) -> None:
         from .plots import figure_png
@@ -1255,84 +1120,73 @@ class Explorer:
         s = self.state
         if s.session is None:
             return
-        banner = s.banner
-        self.dry_banner.value = f"<div class='constshare-dry-banner'>{html.escape(banner)}</div>" if banner else ""
-        self.dry_banner.layout.display = None if banner else "none"
-        self.summary.value = (f"<div class='constshare-dry-banner'>{html.escape(banner)}</div>" if banner else "") \
-            + f"<pre>{html.escape(s.session.summary())}</pre>"
-        self.verification.value = "<b>verification</b>" + _verification_html(s.verification, s.session.decisions,
-                                                                              s.blame)
-        figs = s.figures()
+        v = s.verdict
+        self.dry_banner.value = _box("constshare-dry-banner", s.banner)
+        self.dry_banner.layout.display = None if s.banner else "none"
+        self.summary.value = (_box("constshare-dry-banner", s.banner) + _box("constshare-verdict", v.headline())
+                              + _box("constshare-findings", findings_summary(v))
+                              + f"<pre>{html.escape(s.session.summary())}</pre>")
+        self.verification.value = (f"<b>{'prediction' if v.predicted else 'verification'}</b>"
+                                   + verification_html(s.verification, v, empty="no methods"))
+        figs = s.figures(comparison=False)
         self._render_matrix(figure_png(figs["collision matrix"]))
         self._show_png(self.timeline, figure_png(figs["timeline"]))
         self._show_png(self.memory, figure_png(figs["memory"]))
-        # the grid and the export box follow on their own notifications ("filters", "export"), sent
-        # right after "session": rendering them here too would draw 10,000 rows twice
 
     def _render_matrix(self, png: bytes) -> None:
-        """The interactive matrix (plotly), and the matplotlib PNG as a download link; without
-        plotly, the PNG itself."""
+        """The interactive matrix (plotly: hover a cell for its decision, reason and blame's verdict),
+        and the matplotlib PNG as a download link; without plotly, the PNG itself."""
         s = self.state
-        fig = s.interactive_matrix()
         name = html.escape(s.default_export_name().replace(EXPORT_SUFFIX, "-collision-matrix.png"), quote=True)
         data = base64.b64encode(png).decode("ascii")
-        if fig is None:
+        try:
+            from .plots import interactive_collision_matrix, plotly_bundle
+
+            fig = interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods)
+        except ImportError:  # no plotly
             self.matrix.outputs = ()
             self.matrix.layout.display = "none"
             self.matrix_png.value = (f"<img class='constshare-plot' style='max-width: 100%' "
                                      f"src='data:image/png;base64,{data}'>")
             return
-        from .plots import plotly_bundle
-
         self.matrix.outputs = ({"output_type": "display_data", "data": plotly_bundle(fig), "metadata": {}},)
         self.matrix.layout.display = None
         self.matrix_png.value = (f"<div style='font-size: 12px'>hover a cell for its decision and reason · "
                                  f"<a download=\"{name}\" href=\"data:image/png;base64,{data}\">download as PNG</a>"
                                  f"</div>")
 
-    def _render_filters(self) -> None:
+    def _render_decisions(self) -> None:
+        """The filters, the grid (or, without itables, a table) and the count: all of ``state.rows``."""
         s = self.state
         opts = s.filter_options()
-        self._set(self.filter_method, options=[("all", ALL)] + [(m, m) for m in opts["method"]],
-                  value=s.filter_method)
-        self._set(self.filter_decision, options=[("all", ALL)] + [(d, d) for d in opts["decision"]],
-                  value=s.filter_decision)
-        self._set(self.filter_reason, options=[("all", ALL)] + [(r, r) for r in opts["reason"]],
-                  value=s.filter_reason)
-        rows = s.filtered_decisions()
-        total = len(s.session.decisions) if s.session is not None else 0
-        culprits = int(culprit_mask(rows).sum()) if len(rows) else 0
-        head = f"<p>{len(rows)} of {total} decisions"
-        if culprits:
-            head += (f" · <span style='{CULPRIT_STYLE}; padding: 0 5px'>{culprits} shared although the content "
-                     f"differs</span>")
-        n_blamed = int((rows["culprit"].map(cell_text) != "").sum()) if "culprit" in rows.columns and len(rows) else 0
-        if n_blamed:
-            head += (f" · <span style='{CULPRIT_STYLE}; padding: 0 5px'>{n_blamed} culprit"
-                     f"{'s' if n_blamed != 1 else ''} found by blame</span> (undoing the share fixes the method)")
-        head += " · click a row to see that constant</p>" if self.grid is not None and len(rows) else "</p>"
+        for dd, key in ((self.filter_method, "method"), (self.filter_decision, "decision"),
+                        (self.filter_reason, "reason")):
+            self._set(dd, options=[("all", ALL)] + [(o, o) for o in opts[key]], value=getattr(s, f"filter_{key}"))
+        rows = s.rows
         keys = list(zip(rows["method"], rows["name"]))
         self._grid_keys = keys
+        head = findings_summary(s.verdict, set(keys))
         if self.grid is not None:
-            self.decisions.value = head
-            selected = [keys.index(s.selected)] if s.selected in keys else []
+            self.decisions.value = _box("constshare-findings", " · ".join(
+                t for t in (head, "click a row to see that constant" if keys else "") if t))
             self._updating = True
             try:
                 # every option again: itables' update() forgets those not given (allow_html among them)
-                self.grid.update(grid_frame(rows, s.blamed()), selected_rows=selected, **self._grid_options())
+                self.grid.update(grid_frame(rows, s.verdict), selected_rows=[keys.index(s.selected)]
+                                 if s.selected in keys else [], **self._grid_options(s.total_decisions, s.filtered))
             finally:
                 self._updating = False
         else:  # no itables: the renderer's table, scrolling inside a bounded box
-            self.decisions.value = (head + f"<div style='max-height: {GRID_HEIGHT}; overflow: auto'>"
-                                    + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters")
-                                    + "</div>")
+            self.decisions.value = (_box("constshare-findings", " · ".join(
+                t for t in (count_text(len(rows), s.total_decisions, s.filtered), head) if t))
+                + f"<div style='max-height: {GRID_HEIGHT}; overflow: auto'>"
+                + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters") + "</div>")
         self._set(self.constant, options=[(f"{m} / {n}", (m, n)) for m, n in keys],
                   value=s.selected if s.selected in set(keys) else None)
 
     def _render_selection(self) -> None:
         s = self.state
-        keys = list(self.constant.options)
-        if s.selected is not None and s.selected in [v for _l, v in keys]:
+        if s.selected in [v for _l, v in self.constant.options]:
             self._set(self.constant, value=s.selected)
         if self.grid is not None:
             selected = [self._grid_keys.index(s.selected)] if s.selected in self._grid_keys else []
@@ -1343,39 +1197,30 @@ class Explorer:
             self.constant_detail.value = ""
             return
         kind, sentence = s.content_verdict()
-        if s.blamed().get((d["method"], d["name"])) is not None:
-            kind = "culprit"
-        verdict = (f"<div class='constshare-verdict constshare-verdict-{kind}'>{html.escape(sentence)}</div>"
-                   if sentence else "")
+        f = s.selected_finding()
+        same = d.get("same_content")
         facts = [("decision", d["decision"]), ("reason", d["reason"]), ("lookup", d["lookup"] or "not looked up"),
                  ("bytes", f"{format_bytes(d['nbytes'])} ({int(d['nbytes']):,})"),
-                 ("cached", f"{d['cached_method']}" if d["cached_method"] else "no cache entry")]
-        if d.get("shared_from"):
-            facts.append(("runs on", d["shared_from"]))
-        blamed = s.blamed().get((d["method"], d["name"]))
-        if blamed is not None:
-            facts.append(("blame", f"culprit: undoing this share fixes {cell_text(d.get('culprit'))} ({blamed})"))
-        head = html_table(pd.DataFrame(facts, columns=["fact", "value"]), max_rows=len(facts),
-                          colours={"value": lambda text: WRONG_COLOUR if kind == "culprit" and (
-                                   text == "shared" or text.startswith("culprit:")) else ""})
-        new, cached = cell_text(d["digest"]), cell_text(d["cached_digest"])
-        differs = bool(new and cached and new != cached)
-        # one row per side (a narrow table: the detail panel is narrow), the digests shortened
-        digests = pd.DataFrame([["this constant (" + cell_text(d["method"]) + ")", new],
-                                ["cached (" + (cell_text(d["cached_method"]) or "none") + ")", cached or ""],
-                                ["equal", ("NO" if differs else "yes") if new and cached else ""]],
-                               columns=["content digest", "value"])
-        digest_html = html_table(digests, max_rows=3, colours={
-            "value": lambda text: WRONG_COLOUR if differs and text else ""})
+                 ("cached", d["cached_method"] or "no cache entry"), ("runs on", d.get("shared_from")),
+                 ("content digest", d["digest"]), ("cached digest", d["cached_digest"]),
+                 ("same content", "" if same is None or same is pd.NA else "yes" if same else "NO")]
+        blame = "" if f is None else f"{f.blame.value}: {f.blame_note}" if f.blame_note else f.blame.value
+        if f is not None:
+            problem = f.problem.value if f.problem else "no known difference"
+            facts += [("runs on other data", f"{problem}: {f.evidence}"), ("blame", blame)]
+        facts = pd.DataFrame([(k, v) for k, v in facts if cell_text(v)], columns=["fact", "value"])
+        colour = FINDING_COLOURS.get(kind, "")
+        marked = {cell_text(d["decision"]), blame} if colour else set()
+        head = html_table(facts, max_rows=len(facts), colours={
+            "value": lambda text: WRONG_COLOUR if text == "NO" else (colour if text in marked else "")})
         comp = s.selected_comparison()
-        if len(comp):
-            shown = comp.assign(equal=["yes" if e else "NO" for e in comp["equal"]])
-            body = html_table(shown, max_rows=len(shown),
-                              colours={"equal": lambda text: WRONG_COLOUR if text == "NO" else ""})
-        else:
-            body = "<p><i>nothing was compared field by field for this constant (see the reason above)</i></p>"
+        body = html_table(comp.assign(equal=["yes" if e else "NO" for e in comp["equal"]]), max_rows=len(comp),
+                          empty="nothing was compared field by field for this constant (see the reason above)",
+                          colours={"equal": lambda text: WRONG_COLOUR if text == "NO" else ""})
         self.constant_detail.value = (f"<b>{html.escape(d['method'])} / {html.escape(d['name'])}</b>"
-                                      f"{verdict}{head}{digest_html}<b>cached vs new</b>{body}")
+                                      + _box(f"constshare-verdict constshare-verdict-{kind.replace(' ', '-')}",
+                                             sentence)
+                                      + head + "<b>cached vs new</b>" + body)
 
     def _render_comparison(self) -> None:
         from .plots import figure_png
@@ -1384,18 +1229,15 @@ class Explorer:
         if s.comparison is None:
             self._show_png(self.tradeoff, b"")
             self._show_png(self.memory_policies, b"")
-            self.comparison.value = "<p><i>press “Compare all policies” to load the program under every policy</i></p>"
+            self.comparison.value = markdown_html("*press “Compare all policies” to load it under every policy*")
             return
-        figs = s.figures()
+        figs = s.figures(session=False)
         self._show_png(self.tradeoff, figure_png(figs["policy trade-off"]))
-        self._show_png(self.memory_policies,
-                       figure_png(figs["memory by policy"]) if "memory by policy" in figs else b"")
-        # lists (wrong_methods, not_runnable) are shown comma-joined by the renderer
-        banner = s.comparison_banner
-        self.comparison.value = (f"<div class='constshare-dry-banner'>{html.escape(banner)}</div>" if banner
-                                 else "") + _table_html(s.comparison, ["policy", "status", "wrong_methods", "not_runnable",
-                                                           "shared", "declined", "device_bytes", "error"],
-                                            "no policies")
+        self._show_png(self.memory_policies, figure_png(figs["memory by policy"]))
+        # each row is the policy's verdict (compare.policy_row); lists shown comma-joined by the renderer
+        self.comparison.value = _box("constshare-dry-banner", s.comparison_banner) + _table_html(
+            s.comparison.frame, COMPARISON_COLUMNS, "no policies",
+            colours={"outcome": lambda text: RESULT_COLOURS.get(text, "")})
 
     def _render_export(self) -> None:
         s = self.state
@@ -1406,13 +1248,13 @@ class Explorer:
             self.export_path.placeholder = str(s.export_dir / s.default_export_name())
         if s.export_ok is None:
             self.export_result.value = ""
-            return
-        if not s.export_ok:
-            self.export_result.value = f"<div class='constshare-error'>{html.escape(s.export_message)}</div>"
-            return
-        target = s.exported
-        data = base64.b64encode(target.read_bytes()).decode("ascii")
-        name = html.escape(target.name, quote=True)
-        self.export_result.value = (f"<div class='constshare-ok'>wrote <code>{html.escape(str(target))}</code> "
-                                    f"({len(s.report.frame) if s.report is not None else 0} rows) · "
-                                    f"<a download=\"{name}\" href=\"data:text/csv;base64,{data}\">download</a></div>")
+        elif not s.export_ok:
+            self.export_result.value = _box("constshare-error", s.export_message)
+        else:
+            target = s.exported
+            data = base64.b64encode(target.read_bytes()).decode("ascii")
+            self.export_result.value = (
+                f"<div class='constshare-ok'>wrote <code>{html.escape(str(target))}</code> "
+                f"({len(s.report.frame) if s.report is not None else 0} rows) · "
+                f"<a download=\"{html.escape(target.name, quote=True)}\" href=\"data:text/csv;base64,{data}\">"
+                f"download</a></div>")
