@@ -290,12 +290,11 @@ def test_session_html_scales_and_points_at_the_culprits():
     assert collisions.count("<tr>") == 21  # header + the 20 hits, not all 50
     first_rows = re.findall(r"<tr>.*?</tr>", collisions, flags=re.S)[1:8]
     assert all(">w1" in r and f">{'shared'}<" in r for r in first_rows)  # w13..w19: the culprits come first
-    # their decision (col 3), same_content (col 4) and data_problem (col 5) cells, and only theirs, carry the
-    # culprit style
+    # their decision (col 3) and same_content (col 4) cells, and only theirs, carry the culprit style
     # (no lookup column among the collisions: every one is a hit)
     rule = next(sel for sel, body in re.findall(r"([^{}]+)\{([^{}]*)\}", collisions) if "#990000" in body)
     marked = set(re.findall(r"_row(\d+)_col(\d+)", rule))
-    assert marked == {(str(r), c) for r in range(7) for c in ("3", "4", "5")}, marked
+    assert marked == {(str(r), c) for r in range(7) for c in ("3", "4")}, marked
     assert CULPRIT_STYLE.startswith("background-color: #f4cccc")
     assert everything.count("<tr>") == 51 and "max-height: 32em; overflow: auto" in everything
     assert "content check: 7 run on other data than their own" in session_text(_decided_session(rows))

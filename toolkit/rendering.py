@@ -229,18 +229,17 @@ def equal_colour(text: str) -> str:
     return WRONG_COLOUR if text in ("False", "NO", "no") else ""
 
 
-_OUTCOME_RE = re.compile(r"ok|WRONG\b.*|not run|no reference|load refused|refused|failed|")
+# the verdict's outcomes (toolkit.verdict.MethodOutcome values) and the notebooks' scorecard texts
+RESULT_COLOURS = {"ok": OK_COLOUR, "wrong": WRONG_COLOUR, "not runnable": WRONG_COLOUR, "failed": WRONG_COLOUR,
+                  "refused": NOT_RUN_COLOUR, "not reached": NOT_RUN_COLOUR, "no reference": NOT_RUN_COLOUR,
+                  "not run": NOT_RUN_COLOUR, "load refused": NOT_RUN_COLOUR}
+_OUTCOME_RE = re.compile("|".join(map(re.escape, RESULT_COLOURS)) + r"|WRONG\b.*|")
 
 
 def outcome_colour(text: str) -> str:
-    """An outcome text: ``ok`` green, ``WRONG ...`` red, ``not run`` / ``load refused`` grey."""
-    if text == "ok":
-        return OK_COLOUR
-    if text.startswith("WRONG"):
-        return WRONG_COLOUR
-    if text in ("not run", "no reference", "load refused", "refused", "failed"):
-        return NOT_RUN_COLOUR
-    return ""
+    """An outcome text: ``ok`` green, ``wrong`` / ``WRONG ...`` / ``not runnable`` / ``failed`` red,
+    ``refused`` / ``no reference`` / ``not run`` grey."""
+    return WRONG_COLOUR if text.startswith("WRONG") else RESULT_COLOURS.get(text, "")
 
 
 def count_colour(text: str) -> str:
@@ -249,7 +248,7 @@ def count_colour(text: str) -> str:
 
 
 def _is_outcome_column(texts: list[str]) -> bool:
-    return any(t in ("ok",) or t.startswith("WRONG") for t in texts) and all(_OUTCOME_RE.fullmatch(t) for t in texts)
+    return any(t in ("ok", "wrong") or t.startswith("WRONG") for t in texts) and all(_OUTCOME_RE.fullmatch(t) for t in texts)
 
 
 def default_colourers(columns: Iterable[Any]) -> dict[Any, Colourer]:
@@ -491,8 +490,6 @@ def _number(v: Any, spec: str) -> str:
         return cell_text(v)
 
 
-RESULT_COLOURS = {"ok": OK_COLOUR, "wrong": WRONG_COLOUR, "not runnable": WRONG_COLOUR, "failed": WRONG_COLOUR,
-                  "refused": NOT_RUN_COLOUR, "not reached": NOT_RUN_COLOUR, "no reference": NOT_RUN_COLOUR}
 FINDINGS_COLUMN = "runs on other data"
 MAX_NAMED = 8  # constants named in one verification cell; the rest counted (every one is in the decisions)
 
@@ -528,7 +525,7 @@ def verification_html(frame: pd.DataFrame | None, verdict: Any, *, empty: str = 
     if not verdict.constants:
         drop.append(FINDINGS_COLUMN)
     return html_table(table.drop(columns=drop), max_rows=len(table), empty=empty,
-                      colours={"result": lambda text: RESULT_COLOURS.get(text, ""),
+                      colours={"result": outcome_colour,
                                FINDINGS_COLUMN: lambda text: WRONG_COLOUR if "culprit" in text else
                                (CAUGHT_COLOUR if text else "")})
 
@@ -588,8 +585,8 @@ def markdown_text(text: str) -> str:
 # ------------------------------------------------------------------ sessions
 
 
-SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "reason_code",
-                         "reason", "shared_from")
+SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
+                         "shared_from")
 # names and FQNs at a capped width, whole on hover: the collisions (where the share came from
 # narrower), and every decision (two more columns, so all narrower): a 50-decision BART
 # program's tables then fit a notebook at 1440 px with room to spare

@@ -344,8 +344,8 @@ def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequen
             key = (c.method, c.name, c.problem)
             seen.add(key)
             found.append(_with_blame(c, tried.get(key, []), verdicts, explained))
-    for key, rows in tried.items():  # problems only an experiment shows (state kept apart)
-        if key not in seen:
+    for key, rows in tried.items():  # what only an experiment shows: state kept apart, or a share that fixes
+        if key not in seen and (key[2] is not None or any(b.fixes for b in rows)):
             b = rows[0]
             found.append(_with_blame(ConstantFinding(b.method, b.name, b.fqn, b.problem, b.evidence, b.shared_from),
                                      rows, verdicts, explained))

@@ -41,8 +41,8 @@ import traitlets
 from .errors import IncompatibleProgramError, ToolkitError
 from .policies import POLICIES, get_policy
 from .rendering import (
-    CAUGHT_COLOUR, DECISION_COLOURS, RESULT_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
-    html_table, markdown_html, markdown_text, verification_html,
+    CAUGHT_COLOUR, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
+    html_table, markdown_html, markdown_text, outcome_colour, verification_html,
 )
 from .report import CollisionReport, collision_report
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
@@ -1237,7 +1237,7 @@ class Explorer:
         # each row is the policy's verdict (compare.policy_row); lists shown comma-joined by the renderer
         self.comparison.value = _box("constshare-dry-banner", s.comparison_banner) + _table_html(
             s.comparison.frame, COMPARISON_COLUMNS, "no policies",
-            colours={"outcome": lambda text: RESULT_COLOURS.get(text, "")})
+            colours={"outcome": outcome_colour})
 
     def _render_export(self) -> None:
         s = self.state
