@@ -62,7 +62,7 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
                  "device_bytes": 0, "load_s": 0.0, "error": msg} for p in policies]
     rows = []
     program = toolkit.open_program(pte)
-    cols = ["method", "name", "decision", "source"]
+    cols = ["method", "name", "decision", "origin"]
     for policy in policies:
         dry = run_analysis(program, policy)
         row = {"program": folder.name, "policy": policy, "exporter": "exported", "dry_status": str(dry.status),

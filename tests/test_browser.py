@@ -390,7 +390,7 @@ def test_explorer_in_jupyterlab(page, lab):
     _shot(pg, "explorer-timeline-llama.png")
 
     # a 10,000-constant synthetic program (no files but its manifest): the dry run, every tab
-    pg.click(".constshare-source button:has-text('path')")
+    pg.click(".constshare-program-from button:has-text('path')")
     pg.fill(".constshare-path input", str(lab["root"] / SYNTHETIC_DIR))
     pg.locator(".constshare-path input").press("Enter")
     pg.select_option(".constshare-policy select", SYNTHETIC_POLICY)

@@ -126,7 +126,7 @@ def test_all_hit_branch_shares_on_name_alone_without_a_blob(policy):
     assert not plan.upload_whole_blob
     d = by_name(out)["_tensor_constant0"]
     assert d.decision is Decision.SHARED and d.reason_code is Reason.NAME_HIT_UNCHECKED
-    assert d.comparisons == () and d.source is TensorOrigin.CACHE
+    assert d.comparisons == () and d.origin is TensorOrigin.CACHE
     # even a shape mismatch is not seen in this branch: the documented hole
     plan, out = run(policy, view(A_OTHER_SHAPE), FakeCache(cached(A)))
     assert by_name(out)["_tensor_constant0"].decision is Decision.SHARED
@@ -162,7 +162,7 @@ def test_refuse_on_mismatch_shares_a_matching_hit_on_the_miss_path():
 def test_decline_on_mismatch_keeps_own_copy_and_leaves_it_out_of_the_pairs():
     plan, out = run("decline-on-mismatch", view(A_OTHER_SHAPE, NEW), FakeCache(cached(A)))
     d = by_name(out)["_tensor_constant0"]
-    assert d.decision is Decision.DECLINED and d.source is TensorOrigin.WHOLE_BLOB and not d.enters_cache
+    assert d.decision is Decision.DECLINED and d.origin is TensorOrigin.WHOLE_BLOB and not d.enters_cache
     # "a constant rejected after extraction has to be left out of the user-managed pairs" (#21959)
     assert "_tensor_constant0" not in [x.constant.name for x in out.install]
     assert out.failure is None
@@ -209,7 +209,7 @@ def test_fingerprint_declines_equal_metadata_with_different_content(policy):
     assert not plan.upload_whole_blob
     d = by_name(out)["_tensor_constant0"]
     assert d.decision is Decision.DECLINED and d.reason_code is Reason.CONTENT_MISMATCH
-    assert d.source is TensorOrigin.OWN_UPLOAD and d.digest_comparison is not None and not d.digest_comparison.equal
+    assert d.origin is TensorOrigin.OWN_UPLOAD and d.digest_comparison is not None and not d.digest_comparison.equal
     assert all(c.equal for c in d.comparisons)
 
 
@@ -219,7 +219,7 @@ def test_fingerprint_shares_identical_constants_and_installs_everything(policy):
     d = by_name(out)
     assert d["_tensor_constant0"].decision is Decision.SHARED
     assert d["_tensor_constant0"].reason_code is Reason.FINGERPRINT_MATCH
-    assert d["head.weight"].decision is Decision.LOADED and d["head.weight"].source is TensorOrigin.OWN_UPLOAD
+    assert d["head.weight"].decision is Decision.LOADED and d["head.weight"].origin is TensorOrigin.OWN_UPLOAD
     # memory-optimal: every constant installed user-managed, nothing from a whole blob
     assert sorted(x.constant.name for x in out.install) == ["_tensor_constant0", "head.weight"]
 
@@ -241,7 +241,7 @@ def test_state_is_shared_exactly_when_provenance_says_one_buffer(policy, writer_
     other = replace(mine, storage="t8")
     plan, out = run(policy, view(other), FakeCache(cached(replace(theirs, mutated=writer_first))))
     d = by_name(out)["kv"]
-    assert d.decision is Decision.DECLINED and d.reason_code is Reason.OTHER_STATE and d.source is TensorOrigin.OWN_UPLOAD
+    assert d.decision is Decision.DECLINED and d.reason_code is Reason.OTHER_STATE and d.origin is TensorOrigin.OWN_UPLOAD
     assert "another buffer" in d.reason
 
 
@@ -300,14 +300,14 @@ def test_policy_objects_are_reusable_and_named():
 
 def test_blind_share_first_method_caches_everything_later_ones_share_unchecked():
     plan, out = run("blind-share", view(A, NEW, name="prefill"), FakeCache())
-    assert plan.upload_whole_blob and all(d.enters_cache and d.source is TensorOrigin.WHOLE_BLOB for d in out.decisions)
+    assert plan.upload_whole_blob and all(d.enters_cache and d.origin is TensorOrigin.WHOLE_BLOB for d in out.decisions)
     other = const("other.weight", fqn="other.weight", data="x", kind=ConstantKind.PARAMETER)
     plan, out = run("blind-share", view(A_OTHER_SHAPE, other), FakeCache(cached(A)))
     assert plan.upload_whole_blob and "#18667" in plan.blob_reason  # its own full blob, always
     d = by_name(out)
     # a shape mismatch is not looked at: re-pointed at the first method's tensor
     assert d["_tensor_constant0"].decision is Decision.SHARED and d["_tensor_constant0"].comparisons == ()
-    assert d["_tensor_constant0"].source is TensorOrigin.CACHE and d["_tensor_constant0"].reason_code is Reason.NAME_HIT
+    assert d["_tensor_constant0"].origin is TensorOrigin.CACHE and d["_tensor_constant0"].reason_code is Reason.NAME_HIT
     # not in the first method: own copy, never cached, never shared later
     assert d["other.weight"].decision is Decision.PRIVATE and not d["other.weight"].enters_cache
     assert d["other.weight"].reason_code is Reason.NOT_IN_FIRST_METHOD
@@ -352,12 +352,12 @@ def test_fqn_weight_cache_shares_a_storage_key_and_never_uploads_a_blob():
     plan, out = run("fqn-weight-cache", view(w, name="prefill"), FakeCache())
     d = by_name(out)["lin_weight"]
     assert not plan.upload_whole_blob
-    assert d.decision is Decision.LOADED and d.enters_cache and d.source is TensorOrigin.OWN_UPLOAD
+    assert d.decision is Decision.LOADED and d.enters_cache and d.origin is TensorOrigin.OWN_UPLOAD
     assert d.key == "cuda_fqn_weight:cpu:lin.weight"  # what the 1.5.x runtime caches it under
     assert d.constant.fqn == "lin.weight"  # the FQN stays the FQN
     plan, out = run("fqn-weight-cache", view(w), FakeCache(_keyed(w)))
     d = by_name(out)["lin_weight"]
-    assert d.decision is Decision.SHARED and d.reason_code is Reason.STORAGE_KEY_HIT and d.source is TensorOrigin.CACHE
+    assert d.decision is Decision.SHARED and d.reason_code is Reason.STORAGE_KEY_HIT and d.origin is TensorOrigin.CACHE
     assert d.digest_comparison.equal
 
 
@@ -399,7 +399,7 @@ def test_fqn_weight_cache_per_device_and_other_views():
     t = replace(w, strides=(1, 4))
     plan, out = run("fqn-weight-cache", view(t), FakeCache(_keyed(w)))
     d = by_name(out)["w"]
-    assert d.decision is Decision.DECLINED and d.source is TensorOrigin.OWN_UPLOAD and not d.enters_cache
+    assert d.decision is Decision.DECLINED and d.origin is TensorOrigin.OWN_UPLOAD and not d.enters_cache
     # two slots of one key in one method: the second gets its own upload, the cache one entry
     w_again = replace(w, name="w_0")
     plan, out = run("fqn-weight-cache", view(w, w_again, name="prefill"), FakeCache())

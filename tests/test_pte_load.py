@@ -311,7 +311,7 @@ def test_real_pte_decisions_match_the_dry_run():
     for policy in ("fingerprint", "name-only", "fqn-weight-cache"):
         s = toolkit.load_program(pte("shared_ok"), policy)
         try:
-            cols = ["method", "name", "decision", "source"]
+            cols = ["method", "name", "decision", "origin"]
             real = s.decisions[cols].reset_index(drop=True)
             dry = run_analysis(pte("shared_ok"), policy).decisions[cols].reset_index(drop=True)
             assert real.astype(str).equals(dry.astype(str)), (policy, real, dry)
@@ -368,7 +368,7 @@ def _loads_and_verifies_as_predicted(program, policy: str, name: str, *, same_de
     try:
         assert s.status == dry.status == "loaded", s.error
         if same_decisions:
-            cols = ["method", "name", "decision", "source"]
+            cols = ["method", "name", "decision", "origin"]
             assert s.decisions[cols].reset_index(drop=True).astype(str).equals(
                 dry.decisions[cols].reset_index(drop=True).astype(str)), (s.decisions[cols], dry.decisions[cols])
         v = s.verify().set_index("method")

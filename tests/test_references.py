@@ -118,7 +118,7 @@ def test_every_policy_on_a_cpu_pt2_loads_and_verifies_as_the_dry_run_predicts(pt
         s = toolkit.load_program(path, policy)
         try:
             assert (s.status, s.failed_stage, s.error) == (dry.status, dry.session.failed_stage, dry.session.error)
-            cols = ["method", "name", "fqn", "storage_key", "decision", "reason_code", "source"]
+            cols = ["method", "name", "fqn", "storage_key", "decision", "reason_code", "origin"]
             assert s.decisions[cols].equals(dry.decisions[cols]), policy
             assert s.device_bytes == dry.device_bytes, policy
             if policy == "fqn-weight-cache":  # 1.5.x's exporter refuses prefill_again: nothing is loaded
@@ -309,7 +309,7 @@ def test_a_cuda_pt2_loads_and_verifies_under_every_policy_as_the_dry_run_predict
         s = toolkit.load_program(path, policy)
         try:
             assert (s.status, s.failed_stage) == (dry.status, dry.session.failed_stage) == ("loaded", None), s.error
-            cols = ["method", "name", "fqn", "storage_key", "decision", "reason_code", "source"]
+            cols = ["method", "name", "fqn", "storage_key", "decision", "reason_code", "origin"]
             assert s.decisions[cols].equals(dry.decisions[cols]), policy
             assert s.device_bytes == dry.device_bytes, policy
             v = s.verify(references=refs).set_index("method")

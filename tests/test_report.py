@@ -202,7 +202,7 @@ def _fake_session(name: str, status: str = "loaded", error: str | None = None):
     for method, decision in (("m1", Decision.LOADED), ("m2", Decision.SHARED)):
         log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="buffer", mutated=False,
                    lookup="hit", decision=decision, reason_code=Reason.NAME_HIT, reason=f"<i>{name}</i>",
-                   source=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
+                   origin=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
                    digest="d", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
                    cached_digest="", slot_problem="")
     spec1, spec2 = SimpleNamespace(name="m1", blob_bytes=64), SimpleNamespace(name="m2", blob_bytes=64)
@@ -263,7 +263,7 @@ def _decided_session(rows):
                              cached_name=name, cached_digest=cached)
         log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="parameter", mutated=False,
                    lookup=lookup, decision=Decision(decision), reason_code=Reason.NAME_HIT, reason="why",
-                   source=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
+                   origin=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
                    digest=digest, cached_method="enc" if cached else "", cached_dtype="", cached_shape="",
                    cached_strides="", cached_digest=cached, slot_problem="",
                    data_problem=found.problem.value if found else "")

@@ -84,8 +84,8 @@ def test_inputs_are_validated(state):
         state.set(policy="share-everything")
     with pytest.raises(ValueError, match="unknown sample"):
         state.set(sample="nope")
-    with pytest.raises(ValueError, match="unknown source"):
-        state.set(source="url")
+    with pytest.raises(ValueError, match="unknown program_from"):
+        state.set(program_from="url")
     with pytest.raises(ValueError, match="unknown policy"):
         state.policy = "nope"  # a trait set directly is validated too
     state.set(policy="verify-always", device="cpu")
@@ -95,14 +95,14 @@ def test_inputs_are_validated(state):
 def test_errors_are_recorded_not_raised(state, tmp_path):
     assert state.load()
     first = state.session
-    state.set(source="path", path=str(tmp_path / "missing"))
+    state.set(program_from="path", path=str(tmp_path / "missing"))
     assert state.load() is False
     assert state.error.startswith("could not open the program") and "does not exist" in state.error
     assert "Traceback" in state.error_detail and "error" in state.heard and state.outcome == "failed"
     assert state.session is first  # the previous results stay
     state.set(path="  ")
     assert state.load() is False and "enter the path" in state.error
-    state.set(source="sample")
+    state.set(program_from="sample")
     assert state.load() is True and state.error is None
 
 
@@ -261,14 +261,14 @@ def test_view_filters_and_selection(explorer):
 
 def test_view_shows_errors_in_the_widget(explorer, tmp_path):
     ex = explorer
-    ex.source.value = "path"
+    ex.program_from.value = "path"
     assert ex.path.layout.display is None and ex.sample.layout.display == "none"
     ex.path.value = str(tmp_path / "nope")
     ex.load_button.click()  # must not raise
     assert ex.error.layout.display is None
     assert "could not open the program" in ex.error.value and "<details>" in ex.error.value
     assert ex.progress.bar_style == "danger"
-    ex.source.value = "sample"
+    ex.program_from.value = "sample"
     ex.load_button.click()
     assert ex.error.layout.display == "none"
 
@@ -412,7 +412,7 @@ def test_results_are_marked_stale(state, built_sample):
     gate.set()
     t.join(60)
     assert not state.stale
-    state.set(source="path", path="/nonexistent/program")
+    state.set(program_from="path", path="/nonexistent/program")
     assert state.load() is False
     assert state.stale and state.stale_reason.startswith("the last load failed")
 
@@ -628,7 +628,7 @@ def test_dry_run_input_is_validated_and_marks_results_stale(state):
 
 
 def test_dry_run_of_a_cuda_pte_on_a_cpu(tmp_path, no_real_load):
-    st = ExplorerState(source="path", path=str(PTE), dry_run=True, export_dir=tmp_path)
+    st = ExplorerState(program_from="path", path=str(PTE), dry_run=True, export_dir=tmp_path)
     assert st.load() is True, st.error
     assert no_real_load == ["dry run"]
     assert st.is_dry_run and st.session.status == "loaded" and st.error is None
@@ -648,7 +648,7 @@ def test_dry_run_of_a_cuda_pte_on_a_cpu(tmp_path, no_real_load):
 
 
 def test_real_load_of_a_cuda_pte_on_a_cpu_suggests_the_dry_run(tmp_path):
-    st = ExplorerState(source="path", path=str(PTE), export_dir=tmp_path)
+    st = ExplorerState(program_from="path", path=str(PTE), export_dir=tmp_path)
     if st.load():  # a CUDA machine loads it: nothing to suggest
         pytest.skip("this machine can load the CUDA program")
     assert "could not load the program" in st.error and "tick “dry run”" in st.error
@@ -658,7 +658,7 @@ def test_real_load_of_a_cuda_pte_on_a_cpu_suggests_the_dry_run(tmp_path):
 
 
 def test_dry_compare_runs_every_policy_without_loading(tmp_path, no_real_load):
-    st = ExplorerState(source="path", path=str(PTE), dry_run=True, export_dir=tmp_path)
+    st = ExplorerState(program_from="path", path=str(PTE), dry_run=True, export_dir=tmp_path)
     assert st.compare() is True, st.error
     assert no_real_load == ["dry run"] * len(POLICIES)
     c = st.comparison.frame
@@ -693,7 +693,7 @@ def test_dry_run_of_a_sample_predicts_the_culprit(built_sample, tmp_path, no_rea
 
 
 def test_path_source_takes_pte_pt2_and_names_them(tmp_path):
-    st = ExplorerState(source="path", path="")
+    st = ExplorerState(program_from="path", path="")
     assert st.load() is False and ".pte" in st.error and ".pt2" in st.error and "manifest.json" in st.error
     other = tmp_path / "weights.bin"
     other.write_bytes(b"x")
@@ -705,7 +705,7 @@ def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
     require("ipywidgets", extra="notebook")
     from toolkit.widgets import Explorer
 
-    ex = Explorer(ExplorerState(source="path", path=str(PTE), export_dir=tmp_path), background=False)
+    ex = Explorer(ExplorerState(program_from="path", path=str(PTE), export_dir=tmp_path), background=False)
     try:
         assert ".pte" in ex.path.placeholder and ex.dry_banner.layout.display == "none"
         ex.dry_run.value = True

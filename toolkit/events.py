@@ -121,7 +121,7 @@ class Decided(Event):
     decision: Decision
     reason_code: Reason
     reason: str
-    source: TensorOrigin
+    origin: TensorOrigin
     shared_from: str  # "method/name" of the tensor used when shared, else ""
     nbytes: int
     dtype: str

@@ -319,7 +319,7 @@ class ProgramLoad:
             raise LoadError(outcome.failure)
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
-        own = [d.constant for d in outcome.decisions if d.source is TensorOrigin.OWN_UPLOAD]
+        own = [d.constant for d in outcome.decisions if d.origin is TensorOrigin.OWN_UPLOAD]
         t = time.perf_counter()
         for c, tensor, how in handle.upload_constants(own):
             loaded.own_tensors[c.name] = tensor
@@ -333,7 +333,7 @@ class ProgramLoad:
         install: dict[str, Any] = {}
         problems: dict[str, str] = {}
         for d in outcome.install:
-            tensor = d.shared_from.tensor if d.source is TensorOrigin.CACHE else loaded.own_tensors[d.constant.name]
+            tensor = d.shared_from.tensor if d.origin is TensorOrigin.CACHE else loaded.own_tensors[d.constant.name]
             have, have_bytes = self.runtime.facts(tensor)
             problem = slot_problem(have, have_bytes, d.constant, device.type, device.index)
             if problem:
@@ -346,8 +346,8 @@ class ProgramLoad:
         self._record_decisions(m, device, outcome, plan, problems)
         for d in outcome.decisions:  # what each slot runs on: for state resets and blame
             loaded.tensors[d.constant.name] = (
-                d.shared_from.tensor if d.source is TensorOrigin.CACHE else
-                loaded.own_tensors[d.constant.name] if d.source is TensorOrigin.OWN_UPLOAD else
+                d.shared_from.tensor if d.origin is TensorOrigin.CACHE else
+                loaded.own_tensors[d.constant.name] if d.origin is TensorOrigin.OWN_UPLOAD else
                 extracted.get(d.constant.name))
         if loaded.runnable:
             handle.install(install)
@@ -356,7 +356,7 @@ class ProgramLoad:
 
         for d in outcome.decisions:
             if d.enters_cache:
-                if d.source is TensorOrigin.WHOLE_BLOB:
+                if d.origin is TensorOrigin.WHOLE_BLOB:
                     tensor, keep = extracted[d.constant.name], handle
                 else:
                     tensor, keep = loaded.own_tensors[d.constant.name], None
@@ -435,7 +435,7 @@ class ProgramLoad:
             self.log.record(
                 ev.Decided, m, device=dev, name=c.name, fqn=c.fqn, constant_kind=c.kind.value, mutated=c.mutated,
                 lookup=d.lookup.value if d.lookup else "", decision=d.decision, reason_code=d.reason_code,
-                reason=d.reason, source=d.source,
+                reason=d.reason, origin=d.origin,
                 shared_from=f"{d.shared_from.owner_method}/{d.shared_from.name}"
                 if d.decision is Decision.SHARED and d.shared_from else "",
                 nbytes=c.nbytes, dtype=c.dtype, shape=shown(c.shape), strides=shown(c.strides), digest=c.digest,

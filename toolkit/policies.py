@@ -116,7 +116,7 @@ class ConstantDecision:
     decision: Decision
     reason_code: Reason
     reason: str
-    source: TensorOrigin
+    origin: TensorOrigin  # where the bytes the method runs on come from
     shared_from: CachedView | None = None
     comparisons: tuple[FieldComparison, ...] = ()
     digest_comparison: DigestComparison | None = None
@@ -130,7 +130,7 @@ class ConstantDecision:
     @property
     def installed_user_managed(self) -> bool:
         """True when the container is pointed at a tensor not from its own blob."""
-        return self.source is not TensorOrigin.WHOLE_BLOB and self.decision is not Decision.REFUSED
+        return self.origin is not TensorOrigin.WHOLE_BLOB and self.decision is not Decision.REFUSED
 
 
 @dataclass(frozen=True)

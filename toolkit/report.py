@@ -27,7 +27,7 @@ decision                  str    loaded / shared / declined / private / refused;
                                  load failed before this method was reached
 reason_code               str    :class:`toolkit.vocab.Reason` value
 reason                    str    the sentence explaining the decision
-source                    str    where the bytes the method runs on came from
+origin                    str    where the bytes the method runs on came from
 shared_from               str    ``method/name`` of the tensor used when shared
 nbytes                    int    bytes of storage the constant's slot reads
 new_dtype                 str    this method's constant: dtype
@@ -89,7 +89,7 @@ PathOrHandle = Union[str, "os.PathLike[str]", IO[str]]
 REPORT_SCHEMA: dict[str, str] = {
     "program": "str", "policy": "str", "load_order": "int", "method": "str", "name": "str", "fqn": "str",
     "storage_key": "str", "constant_kind": "str", "mutated": "bool", "collision": "bool", "lookup": "str", "decision": "str",
-    "reason_code": "str", "reason": "str", "source": "str", "shared_from": "str", "nbytes": "int",
+    "reason_code": "str", "reason": "str", "origin": "str", "shared_from": "str", "nbytes": "int",
     "new_dtype": "str", "new_shape": "str", "new_strides": "str", "new_digest": "str",
     "cached_method": "str", "cached_dtype": "str", "cached_shape": "str", "cached_strides": "str",
     "cached_digest": "str", "same_metadata": "optional_bool", "same_content": "optional_bool",
@@ -162,7 +162,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
             }
             if d is None:
                 row.update(storage_key="", collision=False, lookup="", decision="", reason_code="", reason=not_reached,
-                           source="",
+                           origin="",
                            shared_from="", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
                            cached_digest="", same_metadata=pd.NA, same_content=pd.NA, data_problem="", culprit="")
             else:
@@ -170,7 +170,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                 row.update(
                     storage_key=_str(d.get("storage_key", "")),
                     collision=_str(d["lookup"]) == "hit", lookup=_str(d["lookup"]), decision=_str(d["decision"]),
-                    reason_code=_str(d["reason_code"]), reason=_str(d["reason"]), source=_str(d["source"]),
+                    reason_code=_str(d["reason_code"]), reason=_str(d["reason"]), origin=_str(d["origin"]),
                     shared_from=_str(d["shared_from"]), cached_method=_str(d["cached_method"]),
                     cached_dtype=_str(d["cached_dtype"]), cached_shape=_str(d["cached_shape"]),
                     cached_strides=_str(d["cached_strides"]), cached_digest=_str(d["cached_digest"]),

@@ -22,7 +22,7 @@ LOOKUP_COLUMNS = ["seq", "method", "name", "fqn", "storage_key", "result", "cach
 COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", "equal"]
 DECISION_COLUMNS = [
     "seq", "method", "device", "name", "fqn", "storage_key", "constant_kind", "mutated", "lookup", "decision", "reason_code",
-    "reason", "source", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
+    "reason", "origin", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
     "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "data_problem", "culprit",
 ]
 MEMORY_COLUMNS = ["seq", "time_s", "method", "device", "phase", "bytes_in_use", "measure"]

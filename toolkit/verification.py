@@ -112,7 +112,7 @@ class Reference:
 
     inputs: tuple[torch.Tensor, ...]
     outputs: tuple[torch.Tensor, ...]
-    source: str  # where it came from: "the program's file ...", "supplied", "safetensors file ...", "computed"
+    given_as: str  # where it came from: "the program's file ...", "supplied", "safetensors file ...", "computed"
     supplied: bool = True  # given by the caller (not the program's own file)
 
 
@@ -300,7 +300,7 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
                              "verify(references={...})")
         else:
             try:
-                if ref.source:
+                if ref.given_as:
                     inputs, expected = list(ref.inputs), list(ref.outputs)
                 else:
                     inputs, expected = read_reference(session.program, spec, check_integrity=session.check_integrity)

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from .model import Program
     from .session import Session
 
-SOURCES = ("sample", "path")
-INPUTS = ("source", "sample", "path", "policy", "device", "dry_run")
+PROGRAM_FROM = ("sample", "path")  # where the explorer takes its program from
+INPUTS = ("program_from", "sample", "path", "policy", "device", "dry_run")
 ALL = ""  # filter value meaning "no filter"
 DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "culprit",
                           "reason_code", "reason", "shared_from")
@@ -154,7 +154,7 @@ class ExplorerState(traitlets.HasTraits):
     working folder when the state is made).  The inputs (:data:`INPUTS`) are validated as set.
     """
 
-    source = traitlets.Unicode("sample")
+    program_from = traitlets.Unicode("sample")
     sample = traitlets.Unicode(DEFAULT_SAMPLE)
     path = traitlets.Unicode("")
     policy = traitlets.Unicode(PolicyName.FINGERPRINT.value)
@@ -198,12 +198,12 @@ class ExplorerState(traitlets.HasTraits):
         self.set(**inputs)
 
     # ------------------------------------------------------------------ inputs
-    @traitlets.validate("source", "sample", "policy")
+    @traitlets.validate("program_from", "sample", "policy")
     def _valid_choice(self, proposal) -> str:
         name, value = proposal.trait.name, proposal.value
         if name == "policy":
             return parse(PolicyName, value, what="policy").value
-        choices = SOURCES if name == "source" else sample_names()
+        choices = PROGRAM_FROM if name == "program_from" else sample_names()
         if value not in choices:
             raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
         return value
@@ -217,15 +217,15 @@ class ExplorerState(traitlets.HasTraits):
 
     def inputs(self) -> tuple:
         """The current choices that a load depends on."""
-        where = self.sample if self.source == "sample" else self.path.strip()
-        return (self.source, where, self.policy, self.device, self.dry_run)
+        where = self.sample if self.program_from == "sample" else self.path.strip()
+        return (self.program_from, where, self.policy, self.device, self.dry_run)
 
     @staticmethod
     def describe_inputs(inputs: tuple | None) -> str:
         if inputs is None:
             return "nothing"
-        source, where, policy, device, dry = inputs
-        what = f"sample {where!r}" if source == "sample" else f"{where!r}"
+        program_from, where, policy, device, dry = inputs
+        what = f"sample {where!r}" if program_from == "sample" else f"{where!r}"
         return f"{'a dry run of ' if dry else ''}{what} under {policy!r} on {device}"
 
     @property
@@ -328,7 +328,7 @@ class ExplorerState(traitlets.HasTraits):
         ``"compile"``): the bar moves from 5 % to 50 % over the methods."""
         from .sources import open_program, read_program_model
 
-        if self.source == "sample":
+        if self.program_from == "sample":
             sample = self.sample
 
             def on_method(name: str, i: int, n: int) -> None:
@@ -366,7 +366,7 @@ class ExplorerState(traitlets.HasTraits):
     def _open_step(self) -> "Program | None":
         """The open step of a load, with its progress; None (and :attr:`error`) on failure."""
         self._step("open", 0.05, f"opening sample {self.sample!r} (a cold cache compiles every method first)"
-                   if self.source == "sample" else f"{'reading' if self.dry_run else 'opening'} {self.path!r}")
+                   if self.program_from == "sample" else f"{'reading' if self.dry_run else 'opening'} {self.path!r}")
         try:
             return self.open_program()
         except Exception as e:  # noqa: BLE001 - shown in the widget
@@ -856,7 +856,7 @@ class Explorer:
             return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain",
                             display="none")
         self.title = mk(w.HTML, value=_CSS + "<h3 style='margin:4px 0'>constshare explorer</h3>")
-        self.source = mk(w.ToggleButtons, "constshare-source", options=list(SOURCES), description="program")
+        self.program_from = mk(w.ToggleButtons, "constshare-program-from", options=list(PROGRAM_FROM), description="program")
         self.sample = mk(w.Dropdown, "constshare-sample", options=sample_names(), description="sample")
         self.path = mk(w.Text, "constshare-path", description="path",
                        placeholder="a program directory, a .pte or a .pt2 file", tooltip=PATH_HINT,
@@ -928,7 +928,7 @@ class Explorer:
         for i, t in enumerate(["Overview", "Decisions", "Timeline & memory", "Policies", "Export"]):
             self.tabs.set_title(i, t)
         controls = mk(w.VBox, children=[
-            self.source, mk(w.HBox, children=[self.sample, self.path]), self.sample_info,
+            self.program_from, mk(w.HBox, children=[self.sample, self.path]), self.sample_info,
             mk(w.HBox, children=[self.policy, self.device, self.dry_run]), self.policy_info,
             mk(w.HBox, children=[self.load_button, self.progress, self.status], layout=w.Layout(width="auto")),
             self.error,
@@ -1076,8 +1076,8 @@ class Explorer:
         s = self.state
         if not s.busy:
             self.load_button.description = "Dry run" if s.dry_run else "Load"
-        for widget, shown in ((self.sample, s.source == "sample"), (self.sample_info, s.source == "sample"),
-                              (self.path, s.source == "path")):
+        for widget, shown in ((self.sample, s.program_from == "sample"), (self.sample_info, s.program_from == "sample"),
+                              (self.path, s.program_from == "path")):
             widget.layout.display = None if shown else "none"
         self.sample_info.value = (f"<div style='font-size: 12px; line-height: 1.45; max-width: 110ch'>"
                                   f"{s.sample_description_html}</div>")
