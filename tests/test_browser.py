@@ -248,7 +248,7 @@ def test_explorer_in_jupyterlab(page, lab):
 
     # the overview: the verdict, verification (blame names the culprit) and the collision matrix
     summary = pg.inner_text(".constshare-summary")
-    assert "under policy 'name-only': loaded" in summary and "(verified): wrong; wrong: decode" in summary
+    assert "under policy 'name-only': loaded" in summary and "'total_collision' under 'name-only': wrong; wrong: decode" in summary
     assert "1 culprit (undoing the share fixes the method)" in summary
     verification = pg.inner_text(".constshare-verification")
     assert "wrong" in verification and "runs on other data" in verification
@@ -348,7 +348,7 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.select_option(".constshare-policy select", "fingerprint")
     pg.click("button.constshare-load")
     pg.wait_for_function(
-        "() => (document.querySelector('.constshare-status')?.textContent || '').includes('(verified): ok')",
+        "() => (document.querySelector('.constshare-status')?.textContent || '').includes(\"under 'fingerprint': ok\")",
         timeout=180_000, polling=500)
     assert pg.locator(".constshare-stale-box").is_hidden()
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
@@ -598,7 +598,7 @@ def _bart_explorer(pg, stem: str) -> dict:
     ex.scroll_into_view_if_needed()
     ex.locator("button.constshare-load").click()
     pg.wait_for_function("(s) => (document.querySelector(s + ' .constshare-status')?.textContent || '')"
-                         ".includes('(verified): wrong; wrong: ')", arg=scope, timeout=300_000, polling=500)
+                         ".includes(': wrong; wrong: ')", arg=scope, timeout=300_000, polling=500)
     assert "decoder" in ex.locator(".constshare-status").inner_text().split("wrong: ")[1]
     verification = ex.locator(".constshare-verification").inner_text()
     assert "runs on other data" in verification and "culprit: breaks" in verification, verification
