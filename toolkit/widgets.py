@@ -315,11 +315,8 @@ class ExplorerState(traitlets.HasTraits):
 
     # ------------------------------------------------------------------ actions
     def open_program(self) -> "Program":
-        """The chosen program: a sample (built on first use, cached), or a program directory, an
-        ExecuTorch ``.pte`` (its ``.ptd`` beside it) or a torch ``.pt2`` file.
-
-        A sample that must be compiled reports each method as it starts (phase
-        ``"compile"``): the bar moves from 5 % to 50 % over the methods."""
+        """The chosen program: a sample (built on first use, cached; a compile moves the bar from 5 %
+        to 50 % over the methods, phase ``"compile"``), or a program directory, ``.pte`` or ``.pt2``."""
         from .sources import open_program, read_program_model
 
         if self.program_from == "sample":
@@ -468,9 +465,8 @@ class ExplorerState(traitlets.HasTraits):
         return (hits or keys or [None])[0]
 
     def compare(self) -> bool:
-        """Load and verify the current program under every policy (:func:`toolkit.compare.compare_policies`):
-        the correctness/memory trade-off.  In a dry run, every policy is predicted instead
-        (:func:`toolkit.compare.predict_policies`: nothing is loaded)."""
+        """Load and verify the current program under every policy (:func:`toolkit.compare.compare_policies`);
+        in a dry run, predict each (:func:`toolkit.compare.predict_policies`: nothing is loaded)."""
         if not self._begin():
             return False
         try:
