@@ -259,7 +259,10 @@ def test_an_execution_plan_with_swapped_outputs_maps_them():
     """A plan whose outputs are the delegate's in another order (and one copied on its way)."""
     from dataclasses import replace
 
-    from toolkit.sources.executorch import _output_order, _Plan
+    from toolkit.sources.executorch import _io_orders, _Plan
+
+    def _output_order(plan, delegate):
+        return _io_orders(plan, delegate)[1]
 
     ops = ["et_copy::_h2d_copy", "et_copy::_d2h_copy", "aten::add"]
     calls = [("kernel", 0, [0, 10, 10]), ("kernel", 0, [1, 11, 11]),
@@ -267,6 +270,7 @@ def test_an_execution_plan_with_swapped_outputs_maps_them():
              ("kernel", 1, [21, 31, 31])]
     plan = _Plan("m", [0, 1], [22, 31, 20], [], calls, ops, "execution_plan[0]")
     assert _output_order(plan, 0) == (2, 1, 0)
+    assert _io_orders(plan, 0)[0] == (0, 1)  # the .so's inputs 10, 11: copies of the method's inputs 0, 1
     assert _output_order(replace(plan, outputs=[22, 99]), 0) is None  # 99 comes from no output of the .so
     assert _output_order(replace(plan, calls=calls[:2]), 0) is None  # no delegate call
     # a value that is not a copy of the delegate's output (another kernel computes it) is not traced

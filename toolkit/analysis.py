@@ -55,9 +55,6 @@ class Analysis:
         """Constant bytes the load would put on devices (whole blobs + own uploads), as the loader accounts."""
         return sum(m.device_bytes for m in self.methods)
 
-    def methods_frame(self) -> pd.DataFrame:
-        return self.session.method_results
-
 
 def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fingerprint", *,
                  device: "str | Mapping[str, str] | None" = None, record: bool = True) -> Analysis:

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .rendering import DECISION_COLOURS, cell_text, content_check, culprit_mask
-from .rendering import format_bytes as _format_bytes
-from .tables import wrong_methods
+from .rendering import DECISION_COLOURS, cell_text, content_check, culprit_mask, format_bytes
+from .tables import wrong_methods as _wrong_methods
 from .vocab import Decision
 
 if TYPE_CHECKING:
@@ -65,15 +65,6 @@ def _axes(ax: "Axes | None", figsize: tuple[float, float]) -> tuple["Figure", "A
 def _title(ax: "Axes", text: str) -> None:
     """A title that wraps at the figure's edges rather than being cut."""
     ax.set_title(text, fontsize=10, wrap=True)
-
-
-def format_bytes(n: float) -> str:
-    """``16384`` -> ``"16 KiB"``."""
-    return _format_bytes(n)
-
-
-def _wrong_from(verification: pd.DataFrame | None) -> set[str]:
-    return set(wrong_methods(verification))
 
 
 # ------------------------------------------------------------------ collision matrix
@@ -148,7 +139,7 @@ def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
         order = [m.name for m in s.program.methods]
         default_title = f"{s.program.name}: {s.policy.name.value}"
     if verification is not None or wrong_methods or isinstance(session_or_decisions, pd.DataFrame):
-        wrong = _wrong_from(verification) | set(wrong_methods)
+        wrong = set(_wrong_methods(verification)) | set(wrong_methods)
     else:  # a session's own verdict
         wrong = set(session_or_decisions.verdict().wrong_methods)
     culprits = culprit_cells(decisions)
@@ -231,12 +222,8 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     ax.set_xlim(0, max(n_cols, 1))
     ax.set_ylim(max(n_rows, 1), 0)
     ax.set_xticks([j + 0.5 for j in range(n_cols)])
-    if vertical:
-        ax.set_xticklabels([plain_text(_short(k)) for k in grid.columns], rotation=90, ha="center", fontsize=8)
-    else:
-        ax.set_xticklabels([plain_text(_short(k)) for k in grid.columns], rotation=45 if tilted else 0,
-                           ha="right" if tilted else "center", rotation_mode="anchor" if tilted else "default",
-                           fontsize=8)
+    ax.set_xticklabels([plain_text(_short(k)) for k in grid.columns], rotation=90 if vertical else 45 if tilted else 0,
+                       ha="right" if tilted else "center", rotation_mode="anchor" if tilted else "default", fontsize=8)
     ax.set_yticks([i + 0.5 for i in range(n_rows)])
     ax.set_yticklabels([plain_text(f"\u2717 {m} (wrong)" if m in wrong else m) for m in grid.index])
     for lbl, m in zip(ax.get_yticklabels(), grid.index):
@@ -290,8 +277,6 @@ def plotly_text(text: Any) -> str:
 
 
 def _hover_lines(text: str, prefix: str) -> list[str]:
-    import textwrap
-
     lines = textwrap.wrap(cell_text(text), _HOVER_WIDTH - len(prefix)) or [""]
     return [plotly_text(prefix) + plotly_text(lines[0])] + ["&nbsp;&nbsp;" + plotly_text(x) for x in lines[1:]]
 
@@ -410,7 +395,7 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     longest_method = max([len(m) + (10 if m in view.wrong else 0) for m in methods] or [1])
     width = int(min(max(cell * max(n_cols, 1) + 7.5 * longest_method + 40, 460), MAX_PLOTLY_WIDTH))
     shown_title = title if title is not None else view.title
-    title_lines = _wrap(cell_text(shown_title), max(40, (width - 40) // 7))
+    title_lines = textwrap.wrap(cell_text(shown_title), max(40, (width - 40) // 7)) or [""]
     top = 34 + 17 * len(title_lines) + 26  # the title, then the legend in one row above the cells
     height = int(top + 34 * max(n_rows, 1) + label_px + 20)
     fig.update_layout(
@@ -432,12 +417,6 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
         fig.add_annotation(text="no constants decided", x=0.5, y=0.5, xref="paper", yref="paper",
                            showarrow=False)
     return fig
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, width) or [""]
 
 
 def plotly_bundle(fig) -> dict[str, Any]:
@@ -572,7 +551,7 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
     methods = list(dict.fromkeys(ev["method"])) if len(ev) else []
     fig, ax = _axes(ax, (8.0, 1.6 + 0.7 * max(len(methods), 1)))
     y = {m: i for i, m in enumerate(methods)}
-    scale, unit = _time_unit(float(ev["time_s"].max()) if len(ev) else 0.0)
+    scale, unit = (1000.0, "ms") if (float(ev["time_s"].max()) if len(ev) else 0.0) < 1.0 else (1.0, "s")
     decided = ev[ev["kind"] == "decided"] if len(ev) and "decision" in ev else ev.iloc[:0]
     kinds = [d for d in _DECISION_ORDER if d in set(decided["decision"].astype(str))] if len(decided) else []
     # lanes of the decision ticks inside a method's row, one per kind present
@@ -620,12 +599,6 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
     return fig
 
 
-def _time_unit(max_s: float) -> tuple[float, str]:
-    if max_s < 1.0:
-        return 1000.0, "ms"
-    return 1.0, "s"
-
-
 # ------------------------------------------------------------------ policy comparison
 
 
@@ -650,6 +623,12 @@ def _overlap(a, b) -> float:
     w = min(a.x1, b.x1) - max(a.x0, b.x0)
     h = min(a.y1, b.y1) - max(a.y0, b.y0)
     return w * h if w > 0 and h > 0 else 0.0
+
+
+def _move(ann, dx: float, dy: float, ha: str, va: str) -> None:
+    ann.xyann = (dx, dy)
+    ann.set_horizontalalignment(ha)
+    ann.set_verticalalignment(va)
 
 
 def _label_placer():
@@ -687,9 +666,7 @@ def _label_placer():
             for ann in self.labels:
                 best, best_cost = None, None
                 for dx, dy, ha, va in _CANDIDATES:
-                    ann.xyann = (dx, dy)
-                    ann.set_horizontalalignment(ha)
-                    ann.set_verticalalignment(va)
+                    _move(ann, dx, dy, ha, va)
                     box = ann.get_window_extent(renderer)
                     outside = (max(frame.x0 - box.x0, 0) + max(box.x1 - frame.x1, 0)) * box.height + (
                         max(frame.y0 - box.y0, 0) + max(box.y1 - frame.y1, 0)) * box.width
@@ -698,10 +675,7 @@ def _label_placer():
                         best, best_cost = (dx, dy, ha, va), cost
                     if cost == 0:
                         break
-                dx, dy, ha, va = best
-                ann.xyann = (dx, dy)
-                ann.set_horizontalalignment(ha)
-                ann.set_verticalalignment(va)
+                _move(ann, *best)
                 placed.append(ann.get_window_extent(renderer))
 
     return LabelPlacer

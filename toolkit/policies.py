@@ -260,14 +260,10 @@ def _refuse_rest(plan: Plan, decided: list[ConstantDecision], why: str, origin: 
     return out
 
 
-def _lookups(method: MethodView, cache: CacheView, eligible) -> tuple[LookupResult, ...]:
-    out = []
-    for c in method.constants:
-        if not c.fqn or not eligible(c):
-            continue
-        entry = cache.get(c.fqn)
-        out.append(LookupResult(c, Lookup.HIT if entry is not None else Lookup.MISS, entry))
-    return tuple(out)
+def _lookups(method: MethodView, cache: CacheView) -> tuple[LookupResult, ...]:
+    """Every named constant looked up by its FQN."""
+    return tuple(LookupResult(c, Lookup.MISS if (e := cache.get(c.fqn)) is None else Lookup.HIT, e)
+                 for c in method.constants if c.fqn)
 
 
 # ------------------------------------------------------------------ policies
@@ -294,7 +290,6 @@ class Policy(abc.ABC):
     name: ClassVar[PolicyName]
     summary: ClassVar[str]
     reproduces: ClassVar[tuple[UpstreamRevision, ...]] = ()  # the revision itself first; () for ours
-    shares: ClassVar[bool] = True
     memory_optimal: ClassVar[bool] = False  # never uploads a whole blob; installs everything user-managed
 
     @abc.abstractmethod
@@ -331,7 +326,6 @@ class NoSharing(Policy):
         UpstreamRevision(18864, "875f7c8019", "2026-04-14", "compile spec share_kv_cache_across_methods, off by default"),
         UpstreamRevision(18667, "266ff2d71d", "2026-04-10", "the first sharing: everything before it shares nothing"),
     )
-    shares = False
 
     def plan(self, method, cache):
         return Plan(method, (), True, "sharing is off: every method uploads its own blob")
@@ -347,16 +341,16 @@ class NoSharing(Policy):
 class _ExecuTorchPolicy(Policy):
     """cuda_backend.cpp's weight_sharing_across_methods path, parametrised by revision."""
 
-    compare_on_miss_path: ClassVar[bool]
-    refuse_on_mismatch: ClassVar[bool]  # before #21959: a mismatch fails the whole load
-    verify_all_hit: ClassVar[bool]  # #21706: re-upload in the all-hit branch to compare
+    compare_on_miss_path: ClassVar[bool] = True
+    refuse_on_mismatch: ClassVar[bool] = False  # before #21959: a mismatch fails the whole load
+    verify_all_hit: ClassVar[bool] = False  # #21706: re-upload in the all-hit branch to compare
 
     def __init__(self, blob_available: bool = True):
         # #21706 keeps name-only sharing when blob/extract entry points are unavailable.
         self.blob_available = blob_available
 
     def plan(self, method, cache):
-        lookups = _lookups(method, cache, lambda c: True)
+        lookups = _lookups(method, cache)
         has_unnamed = any(not c.fqn for c in method.constants)
         misses = [lr for lr in lookups if lr.result is Lookup.MISS]
         if misses or has_unnamed:
@@ -423,8 +417,6 @@ class NameOnly(_ExecuTorchPolicy):
     reproduces = (UpstreamRevision(18901, "922adad721", "2026-04-27", "the unchecked core of "
                                    "weight_sharing_across_methods: no revision shipped exactly this"),)
     compare_on_miss_path = False
-    refuse_on_mismatch = False
-    verify_all_hit = False
 
 
 class RefuseOnMismatch(_ExecuTorchPolicy):
@@ -435,26 +427,19 @@ class RefuseOnMismatch(_ExecuTorchPolicy):
         UpstreamRevision(20241, "182be0e26e", "2026-06-15", "comment only: unchanged"),
         UpstreamRevision(20424, "3a9abee4b2", "2026-06-22", "payload keys only: unchanged"),
     )
-    compare_on_miss_path = True
     refuse_on_mismatch = True
-    verify_all_hit = False
 
 
 class DeclineOnMismatch(_ExecuTorchPolicy):
     name = PolicyName.DECLINE_ON_MISMATCH
     summary = "compare metadata on the miss path; decline a mismatch (own copy, not in the pairs); all-hit shares on name"
     reproduces = (UpstreamRevision(21959, "e4b18fa9aa", "2026-08-20", "main's dense-blob path"),)
-    compare_on_miss_path = True
-    refuse_on_mismatch = False
-    verify_all_hit = False
 
 
 class VerifyAlways(_ExecuTorchPolicy):
     name = PolicyName.VERIFY_ALWAYS
     summary = "like decline-on-mismatch, and re-upload the blob in the all-hit branch to compare metadata"
     reproduces = (UpstreamRevision(21706, "144ce1bc77", "2026-08-19", "closed, never merged"),)
-    compare_on_miss_path = True
-    refuse_on_mismatch = False
     verify_all_hit = True
 
 
@@ -505,7 +490,7 @@ class Fingerprint(Policy):
     match_content_across_names: ClassVar[bool] = False
 
     def plan(self, method, cache):
-        lookups = _lookups(method, cache, lambda c: True)
+        lookups = _lookups(method, cache)
         return Plan(method, lookups, False, "decided from the manifest: only needed constants are uploaded")
 
     def decide(self, plan, new_meta, cache):
@@ -580,7 +565,7 @@ class BlindShare(Policy):
     )
 
     def plan(self, method, cache):
-        lookups = _lookups(method, cache, lambda c: True)
+        lookups = _lookups(method, cache)
         return Plan(method, lookups, True, "every method uploads its own full weights blob (#18667)")
 
     def decide(self, plan, new_meta, cache):

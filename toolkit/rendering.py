@@ -1,42 +1,32 @@
 """HTML tables for notebooks, reports and the explorer: one renderer, through pandas' Styler.
 
-Everything that shows a frame as HTML (the session's notebook display, the collision
-report's, the explorer's tables, the notebooks' tables through :func:`table`) goes through
-:func:`html_table` or :func:`verification_html`, so all of them
+Everything that shows a frame as HTML (the session's notebook display, the collision report's,
+the explorer's tables, the notebooks' through :func:`table`) goes through :func:`html_table` or
+:func:`verification_html`, so all of them
 
-- escape every value that comes from the data: cells, column labels, the caption, the
-  "empty" text, the "more rows" hint and the hover titles (constant names and FQNs come
-  from the program, which may be untrusted).  Cells are first turned into display text here
-  (see :func:`cell_text`) and only then handed to ``Styler.format(escape="html")``, so no
-  value reaches the page unescaped, whatever its type;
-- switch MathJax off for the table (pandas adds the ``tex2jax_ignore mathjax_ignore``
-  classes), so a ``$...$`` in a name is shown as typed, not typeset;
-- read at real sizes: the table keeps its natural width (``table-layout: auto``, inside a
-  box that scrolls sideways rather than squeezing columns), identifiers and codes stay on
-  one line, and prose columns (:data:`TEXT_COLUMNS`: ``reason``, ``error`` ...) wrap at a
-  capped width instead of one word per line; text is left-aligned, numbers right-aligned;
-- colour the ``decision`` column by :data:`DECISION_COLOURS`, the boolean verification
-  columns (``ok``, ``method_ok``, ``correct``) and outcome texts (``ok`` / ``WRONG ...``)
-  red or green, an unequal ``equal`` red, and point at the culprit: a row whose method
-  **runs on other data** for that constant (a ``data_problem``, see :func:`culprit_mask`)
-  gets its decision, ``same_content`` and ``data_problem`` cells in bold red; a content
-  difference that was caught (declined, refused) is marked amber;
-- shorten what is long: a sha256 digest shows its first characters, or, next to another
-  digest in the same row that shares a long prefix, the place where the two part; the
-  full digest is the cell's hover title.  Byte counts (:data:`BYTES_COLUMNS`) show as
-  ``16 KiB`` with the exact count on hover; ``reason_code`` shows the full ``reason`` on
-  hover; a column the caller caps (``capped``: long names, a payload) stays on one line at
-  that width, cut with an ellipsis, its whole text on hover;
-- show None / NaN / ``pd.NA`` as an empty cell, an Enum member by its ``.value`` and a
-  list, tuple or set as comma-joined text.
+- escape every value from the data (cells, column labels, caption, "empty" text, "more rows"
+  hint, hover titles: names and FQNs come from the program, which may be untrusted): cells are
+  turned into display text (:func:`cell_text`) and only then given to
+  ``Styler.format(escape="html")``, so no value reaches the page unescaped, whatever its type;
+- switch MathJax off (the ``tex2jax_ignore mathjax_ignore`` classes): a ``$...$`` in a name is
+  shown as typed;
+- read at real sizes: natural width (``table-layout: auto``, in a box that scrolls sideways),
+  identifiers and codes on one line, prose (:data:`TEXT_COLUMNS`) wrapped at a capped width;
+  text left-aligned, numbers right-aligned;
+- colour ``decision`` by :data:`DECISION_COLOURS`, the boolean verification columns and outcome
+  texts red or green, an unequal ``equal`` red; a row whose method **runs on other data** for
+  that constant (a ``data_problem``, :func:`culprit_mask`) gets its decision, ``same_content``
+  and ``data_problem`` cells in bold red; a content difference caught (declined, refused) amber;
+- shorten what is long: a sha256 digest to its first characters (beside another digest of the
+  row sharing a long prefix: where the two part), the full digest on hover; byte counts
+  (:data:`BYTES_COLUMNS`) as ``16 KiB``, the exact count on hover; ``reason_code`` with the
+  ``reason`` on hover; a ``capped`` column cut with an ellipsis at that width, whole on hover;
+- show None / NaN / ``pd.NA`` as an empty cell, an Enum by its ``.value``, a list, tuple or set
+  comma-joined.
 
-The output is plain HTML (a ``<style>`` block scoped to the table's id, then the table, in
-a ``<div>``; a ``<details>`` element in the session view): no JavaScript, and the same
-frame always renders to the same text (the table id is a digest of what is shown, not
-random).
-
-This module imports only pandas and the standard library (pandas' Styler needs jinja2,
-imported by pandas when a table is first rendered).
+The output is plain HTML (a ``<style>`` block scoped to the table's id, then the table, in a
+``<div>``): no JavaScript, and the same frame always renders to the same text (the table id is
+a digest of what is shown).  Only pandas (its Styler needs jinja2) and the standard library.
 """
 
 from __future__ import annotations
@@ -169,10 +159,6 @@ def short_digest(digest: str, other: str | None = None, width: int = DIGEST_SHOW
 # ------------------------------------------------------------------ content check
 
 
-def _digest_text(v: Any) -> str:
-    return cell_text(v).strip()
-
-
 def content_check(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of decision rows with ``same_content``: whether the constant's content digest
     equals the digest of the cache entry it was checked against (``digest`` vs
@@ -182,11 +168,9 @@ def content_check(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.copy()
     if "digest" not in out.columns or "cached_digest" not in out.columns:
         return out
-    values = []
-    for new, cached in zip(out["digest"].tolist(), out["cached_digest"].tolist()):
-        a, b = _digest_text(new), _digest_text(cached)
-        values.append(pd.NA if not a or not b else a == b)
-    col = pd.array(values, dtype="boolean")
+    pairs = [(cell_text(n).strip(), cell_text(c).strip()) for n, c in zip(out["digest"].tolist(),
+                                                                         out["cached_digest"].tolist())]
+    col = pd.array([a == b if a and b else pd.NA for a, b in pairs], dtype="boolean")
     if "same_content" in out.columns:
         out["same_content"] = col
     else:

@@ -1,20 +1,12 @@
 """Moving constants' bytes from a host weights blob into device tensors the toolkit owns.
 
 The loader's per-constant uploads (memory-optimal policies) go through one uploader per
-CUDA device.  Paths, fastest first:
-
-* :class:`MappedBlobUploader` (the default on CUDA): a blob's first load goes through the
-  :class:`HostStager`; afterwards, in the background, the uploaded constants' pages are
-  page-locked in place (``cudaHostRegister``, read-only, on a read-only mapping), and a
-  reload of the same blob copies straight out of the page cache with no host-side copy.
-  The :class:`HostLockCache` keeps those pages locked between loads, within a budget.
-* :class:`HostStager`: parallel ``preadv`` from the file into reusable pinned buffers, each
-  chunk's device copy overlapping the next chunk's read.  ``LoadOptions(upload="staged")``
-  selects it alone (nothing is ever locked).
-* ``upload_constant(..., staging=None)``: a fresh pinned buffer per constant.
-
-On CPU the bytes are simply read into a plain tensor.  Every path returns bytes equal to
-the blob's; ``tests/test_upload.py`` checks each one byte for byte.
+CUDA device, fastest first: :class:`MappedBlobUploader` (the default on CUDA: a blob's pages
+page-locked in place, kept locked between loads by the :class:`HostLockCache`, so a reload
+copies straight out of the page cache); :class:`HostStager` (``LoadOptions(upload="staged")``:
+parallel ``preadv`` into reusable pinned buffers, nothing ever locked); ``upload_constant(...,
+staging=None)``: a fresh pinned buffer per constant.  On CPU the bytes are read into a plain
+tensor.  Every path returns bytes equal to the blob's (``tests/test_upload.py``, byte for byte).
 """
 
 from __future__ import annotations
@@ -95,16 +87,13 @@ def as_constant(raw: torch.Tensor, spec: ConstantSpec) -> torch.Tensor:
 class HostStager:
     """Reusable pinned staging for per-constant host-to-device uploads straight from a blob file.
 
-    One upload streams the constant's bytes in chunks through ``slots`` pinned buffers:
-    while chunk i is copied to the device (asynchronously, on the current stream), chunk i+1
-    is read from the file, by several threads at once (``os.preadv`` releases the GIL).  No
-    side stream: the first one a process asks torch for creates torch's whole stream pool,
-    which measured ~70 MiB of device memory on an H200, and the copies overlap the host
-    reads on the current stream just as well.  The
-    pinned buffers are allocated once per stager, not per constant: pinning is slow
-    (cudaHostAlloc), and a fresh pinned buffer per constant cost more than the copy.
-    Created by the loader, one per CUDA device of a session; it holds pinned host memory
-    (``slots * chunk_bytes``) until dropped.
+    One upload streams the constant's bytes in chunks through ``slots`` pinned buffers: while
+    chunk i is copied to the device (asynchronously, on the current stream), chunk i+1 is read
+    by several threads at once (``os.preadv`` releases the GIL).  No side stream: the first one
+    a process asks torch for creates torch's whole stream pool (~70 MiB of device memory on an
+    H200), and the copies overlap the reads on the current stream just as well.  The pinned
+    buffers (``slots * chunk_bytes``) are allocated once per stager: pinning (cudaHostAlloc) a
+    fresh buffer per constant cost more than the copy.
     """
 
     def __init__(self, device: torch.device, *, chunk_bytes: int = 64 << 20, slots: int = 3,
@@ -342,19 +331,13 @@ class LockedMapping:
                 i += 1
             return out
 
-    @property
-    def locked_bytes(self) -> int:
-        """Bytes locked now."""
+    def _bytes(self, *, done: bool) -> int:
         with self.guard:
             held = list(self.futures.items())
-        return sum(e - s for (s, e), f in held if f.done() and not _lock_failed(f))
+        return sum(e - s for (s, e), f in held if (f.done() or not done) and not _lock_failed(f))
 
-    @property
-    def held_bytes(self) -> int:
-        """Bytes locked or being locked (what the budget counts)."""
-        with self.guard:
-            held = list(self.futures.items())
-        return sum(e - s for (s, e), f in held if not _lock_failed(f))
+    locked_bytes = property(lambda self: self._bytes(done=True), doc="Bytes locked now.")
+    held_bytes = property(lambda self: self._bytes(done=False), doc="Bytes locked or being locked (the budget's).")
 
     def unlock_and_unmap(self) -> None:
         """Unlock every locked region (waiting for locks still running), then unmap."""
@@ -393,12 +376,11 @@ def lock_budget(budget_bytes: int | None) -> int:
 class HostLockCache:
     """Blob mappings whose locked pages outlive one load, up to ``budget_bytes`` in all.
 
-    A blob's first load stages its bytes and locks their pages afterwards, in the
-    background; loading the same blob again (another policy, another session, the explorer)
-    finds its pages still locked and copies at the device's full copy speed.
-    The locked pages are the page cache's own: no second host copy of any blob.  Mappings
-    nobody is using are unlocked least recently used first once ``budget_bytes`` is
-    exceeded (:func:`lock_budget`; 0: unlock every blob once its load is done).
+    Loading a blob again (another policy, another session, the explorer) finds its pages still
+    locked and copies at the device's full copy speed.  The locked pages are the page cache's
+    own: no second host copy of any blob.  Mappings nobody uses are unlocked least recently
+    used first once ``budget_bytes`` is exceeded (:func:`lock_budget`; 0: unlock each blob
+    once its load is done).
     """
 
     def __init__(self, budget_bytes: int | None = None):
@@ -493,12 +475,11 @@ class MappedBlobUploader:
       method's uploads are done, :meth:`release` locks those pages in the background;
     * ``hybrid``: ``locked`` from the front of the constant and ``staged`` from its back at once.
 
-    Either way the pages stay locked, and a later load of the same blob (another policy,
-    another session, the explorer) copies straight from them at the device's copy speed
-    (``UploadPath.MAPPED_WARM``; ``UploadPath.MAPPED`` if it had to wait for locking still
-    running).  Measured on the H200, 2026-12-01 (``benchmarks/upload_throughput.py``,
-    ``peers.py``): a first load at 0.49-0.51 of a pinned copy locked, 0.39-0.44 staged (0.20
-    inside a whole load), hybrid 0.57 alone but 0.20 inside a load; a reload at 0.96.
+    Either way the pages stay locked, and a later load of the same blob copies straight from
+    them (``UploadPath.MAPPED_WARM``; ``MAPPED`` if it waited for locking still running).
+    Measured on the H200, 2026-12-01 (``benchmarks/upload_throughput.py``, ``peers.py``): a
+    first load at 0.49-0.51 of a pinned copy locked, 0.39-0.44 staged (0.20 inside a whole
+    load), hybrid 0.57 alone but 0.20 inside a load; a reload at 0.96.
 
     Budget 0 (``LoadOptions(host_lock_bytes=0)``) locks nothing: every load stages.  If mapping
     or locking fails (a filesystem without mmap, a driver without read-only registration),
@@ -507,10 +488,9 @@ class MappedBlobUploader:
 
     def __init__(self, device: torch.device, *, region_bytes: int = 256 << 20, locks: HostLockCache | None = None,
                  first_load: FirstLoad | str = FirstLoad.LOCKED, piece_bytes: int = 64 << 20):
-        if region_bytes <= 0 or region_bytes % mmap.PAGESIZE:
-            raise ValueError(f"region_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
-        if piece_bytes <= 0 or piece_bytes % mmap.PAGESIZE:
-            raise ValueError(f"piece_bytes must be a positive multiple of the page size ({mmap.PAGESIZE})")
+        for what, n in (("region_bytes", region_bytes), ("piece_bytes", piece_bytes)):
+            if n <= 0 or n % mmap.PAGESIZE:
+                raise ValueError(f"{what} must be a positive multiple of the page size ({mmap.PAGESIZE})")
         self.first_load = parse(FirstLoad, first_load, what="first load")
         self.piece_bytes = int(piece_bytes)
         self.device = device

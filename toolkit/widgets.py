@@ -1,25 +1,18 @@
 """The notebook explorer: pick a program, a policy and a device, load, and browse what happened.
 
-Two layers, so the logic is testable without a browser or a kernel:
-
-- :class:`ExplorerState`, a traitlets model: the choices, the results on screen (session,
-  verdict, comparison) and the progress are traits; its actions (load, compare, filter, select,
-  export) call :mod:`toolkit.session`, :mod:`toolkit.analysis` and :mod:`toolkit.compare` and
-  set traits.  Actions never raise for a user error: they set ``error`` and return False.
+- :class:`ExplorerState`, a traitlets model (testable without a browser or a kernel): the choices,
+  the results on screen and the progress are traits; its actions (load, compare, filter, select,
+  export) call :mod:`toolkit.session`, :mod:`toolkit.analysis` and :mod:`toolkit.compare`.  They
+  never raise for a user error: they set ``error`` and return False.
 - :class:`Explorer`, the ipywidgets view: widgets linked to the choices, each panel re-rendered
   when a trait it shows changes (:data:`PANELS`); actions run on a worker thread.
 
-Everything it says about right and wrong is the session's verdict (:meth:`toolkit.session.Session.verdict`):
-the status line is its headline, the verification table its outcomes and findings, the
-Decisions tab and a constant's detail blame's culprit / harmless (and why) / not tested, the
-policies table :func:`toolkit.compare.policy_row`.  HTML goes through :mod:`toolkit.rendering`.
-A dry run (``dry_run=True``) shows the prediction (:func:`toolkit.analysis.run_analysis`,
-:func:`toolkit.compare.predict_policies`: no device, nothing run) and says so.
-
-Default export files are named from the program and policy names sanitised to plain file
-names (the manifest may be untrusted: ``../x`` must not choose where a file is written), in
-``export_dir``; nothing is overwritten unless asked.  The model needs traitlets (an ipywidgets
-dependency); ipywidgets, itables and matplotlib are imported when a view or figure is made.
+Everything it says about right and wrong is the session's verdict: the status line is its
+headline, the verification table its outcomes and findings, a constant's detail blame's status.
+A dry run shows the prediction (:func:`toolkit.analysis.run_analysis`: no device, nothing run)
+and says so.  Export file names are sanitised from the program and policy names (the manifest
+may be untrusted: ``../x`` must not choose where a file is written); nothing is overwritten
+unless asked.  ipywidgets, itables and matplotlib are imported when a view or figure is made.
 """
 
 from __future__ import annotations
@@ -56,6 +49,7 @@ if TYPE_CHECKING:
 PROGRAM_FROM = ("sample", "path")  # where the explorer takes its program from
 INPUTS = ("program_from", "sample", "path", "policy", "device", "dry_run")
 ALL = ""  # filter value meaning "no filter"
+FILTERS = ("method", "decision", "reason")  # the Decisions tab's filters (state.filter_<key>)
 DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "culprit",
                           "reason_code", "reason", "shared_from")
 PATH_HINT = ("a program directory (holding manifest.json), an ExecuTorch .pte (its .ptd beside it) "
@@ -321,11 +315,8 @@ class ExplorerState(traitlets.HasTraits):
 
     # ------------------------------------------------------------------ actions
     def open_program(self) -> "Program":
-        """The chosen program: a sample (built on first use, cached), or a program directory, an
-        ExecuTorch ``.pte`` (its ``.ptd`` beside it) or a torch ``.pt2`` file.
-
-        A sample that must be compiled reports each method as it starts (phase
-        ``"compile"``): the bar moves from 5 % to 50 % over the methods."""
+        """The chosen program: a sample (built on first use, cached; a compile moves the bar from 5 %
+        to 50 % over the methods, phase ``"compile"``), or a program directory, ``.pte`` or ``.pt2``."""
         from .sources import open_program, read_program_model
 
         if self.program_from == "sample":
@@ -474,9 +465,8 @@ class ExplorerState(traitlets.HasTraits):
         return (hits or keys or [None])[0]
 
     def compare(self) -> bool:
-        """Load and verify the current program under every policy (:func:`toolkit.compare.compare_policies`):
-        the correctness/memory trade-off.  In a dry run, every policy is predicted instead
-        (:func:`toolkit.compare.predict_policies`: nothing is loaded)."""
+        """Load and verify the current program under every policy (:func:`toolkit.compare.compare_policies`);
+        in a dry run, predict each (:func:`toolkit.compare.predict_policies`: nothing is loaded)."""
         if not self._begin():
             return False
         try:
@@ -520,7 +510,7 @@ class ExplorerState(traitlets.HasTraits):
     # ------------------------------------------------------------------ browsing
     def filter_options(self) -> dict[str, list[str]]:
         if self.session is None:
-            return {"method": [], "decision": [], "reason": []}
+            return {key: [] for key in FILTERS}
         d = self.session.decisions
         return {"method": [m.name for m in self.session.program.methods if m.name in set(d["method"])],
                 "decision": sorted({cell_text(x) for x in d["decision"]}),
@@ -889,7 +879,7 @@ class Explorer:
             for name in ("timeline", "memory", "tradeoff", "memory-policies"))
         self.filter_method, self.filter_decision, self.filter_reason = (
             mk(w.Dropdown, f"constshare-filter-{key}", options=[("all", ALL)], value=ALL, description=key)
-            for key in ("method", "decision", "reason"))
+            for key in FILTERS)
         ITable = _itable_class()
         self.grid = None
         if ITable is not None:
@@ -938,9 +928,8 @@ class Explorer:
 
         # the choices: each widget linked to its trait (validated there)
         self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS]
-        for dd, key in ((self.filter_method, "method"), (self.filter_decision, "decision"),
-                        (self.filter_reason, "reason")):
-            dd.observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
+        for key in FILTERS:
+            getattr(self, f"filter_{key}").observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
         self.constant.observe(self._pick_constant, names="value")
         self.export_folder.observe(self._export_folder, names="value")
         self.load_button.on_click(lambda _b: self._run(self.state.load))
@@ -1159,9 +1148,9 @@ class Explorer:
         """The filters, the grid (or, without itables, a table) and the count: all of ``state.rows``."""
         s = self.state
         opts = s.filter_options()
-        for dd, key in ((self.filter_method, "method"), (self.filter_decision, "decision"),
-                        (self.filter_reason, "reason")):
-            self._set(dd, options=[("all", ALL)] + [(o, o) for o in opts[key]], value=getattr(s, f"filter_{key}"))
+        for key in FILTERS:
+            self._set(getattr(self, f"filter_{key}"), options=[("all", ALL)] + [(o, o) for o in opts[key]],
+                      value=getattr(s, f"filter_{key}"))
         rows = s.rows
         keys = list(zip(rows["method"], rows["name"]))
         self._grid_keys = keys

@@ -68,11 +68,6 @@ def tensor_meta(t: torch.Tensor) -> TensorMeta:
     )
 
 
-def device_index(d: torch.device) -> int:
-    """AOTI reports index -1 for CPU tensors; cuda tensors carry their ordinal."""
-    return d.index if d.index is not None else -1
-
-
 # c10::ScalarType codes, as get_constant_names_to_dtypes() reports them.
 SCALAR_TYPE_NAMES = {
     0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
@@ -102,12 +97,10 @@ class AotiContainer:
         """internal name -> original FQN."""
         return dict(self._runner.get_constant_names_to_original_fqns())
 
-    def constant_dtype_codes(self) -> dict[str, int]:
-        return dict(self._runner.get_constant_names_to_dtypes())
-
     def constant_dtypes(self) -> dict[str, str]:
         """internal name -> dtype name, as compiled into the .so ("?N" for a code not in the table)."""
-        return {n: SCALAR_TYPE_NAMES.get(code, f"?{code}") for n, code in self.constant_dtype_codes().items()}
+        return {n: SCALAR_TYPE_NAMES.get(code, f"?{code}")
+                for n, code in dict(self._runner.get_constant_names_to_dtypes()).items()}
 
     def upload_blob(self, blob_path: Path) -> None:
         """One allocation for all the method's constants (stays resident even after user-managed swaps)."""
@@ -162,8 +155,6 @@ def non_owning_alias(t: torch.Tensor) -> torch.Tensor:
         if t.device.type == "cuda":
             raw = torch.as_tensor(_CudaArray(ptr, n), device=t.device)
         elif t.device.type == "cpu":
-            import ctypes
-
             import numpy as np
 
             raw = torch.from_numpy(np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)))
@@ -180,7 +171,6 @@ def cuda_in_use_bytes(device: torch.device) -> int:
     """Driver-level bytes in use on a device (sees AOTI's plain cudaMalloc, unlike the caching allocator)."""
     free, total = torch.cuda.mem_get_info(device)
     return int(total - free)
-
 
 
 def torch_compatible(built: str, running: str) -> bool:

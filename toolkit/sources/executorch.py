@@ -423,30 +423,15 @@ def _kind(fqn: str) -> ConstantKind:
     return ConstantKind.LIFTED_CONSTANT if fqn.startswith("_tensor_constant") else ConstantKind.PARAMETER
 
 
-def _input_order(plan: _Plan, delegate: int) -> tuple[int, ...] | None:
-    src = {v: i for i, v in enumerate(plan.inputs)}
-    for kind, idx, args in plan.calls:
-        if kind == "kernel":
-            op = plan.operators[idx] if 0 <= idx < len(plan.operators) else ""
-            if COPY_OPS.match(op) and len(args) >= 2 and args[0] in src:
-                src[args[-1]] = src[args[0]]
-        elif idx == delegate:
-            traced = [a in src for a in args]
-            n = sum(traced)
-            if n == 0 or not all(traced[:n]):  # inputs traced, then outputs: anything else is unknown
-                return None
-            return tuple(src[a] for a in args[:n])
-    return None
-
-
-def _output_order(plan: _Plan, delegate: int) -> tuple[int, ...] | None:
-    """For each output of the method, which output of the delegate's ``.so`` gives it: the
-    delegate call's arguments after its traced inputs are its outputs, followed through the
-    copy kernels after it (``et_copy::_d2h_copy``) to the plan's outputs.  None when an output
-    cannot be traced (then the ``.so``'s order is taken as the method's)."""
+def _io_orders(plan: _Plan, delegate: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(input order, output order) of the delegate's ``.so``: for each of its inputs, the method
+    input feeding it; for each method output, the ``.so`` output giving it.  Both are traced
+    through the copy kernels (``et_copy::_d2h_copy`` ...): the delegate call's arguments are its
+    traced inputs, then its outputs, followed to the plan's outputs.  None where a value cannot
+    be traced (then the ``.so``'s order is taken as the method's)."""
     src = {v: i for i, v in enumerate(plan.inputs)}
     made: dict[int, int] = {}  # value -> index of the .so output it holds
-    seen = False
+    inputs: tuple[int, ...] | None = None
     for kind, idx, args in plan.calls:
         if kind == "kernel":
             op = plan.operators[idx] if 0 <= idx < len(plan.operators) else ""
@@ -455,17 +440,15 @@ def _output_order(plan: _Plan, delegate: int) -> tuple[int, ...] | None:
                     src[args[-1]] = src[args[0]]
                 if args[0] in made:
                     made[args[-1]] = made[args[0]]
-        elif idx == delegate and not seen:
+        elif idx == delegate and inputs is None:
             traced = [a in src for a in args]
             n = sum(traced)
-            if n == 0 or not all(traced[:n]):
-                return None
+            if n == 0 or not all(traced[:n]):  # inputs traced, then outputs: anything else is unknown
+                return None, None
+            inputs = tuple(src[a] for a in args[:n])
             made.update({a: k for k, a in enumerate(args[n:])})
-            seen = True
     order = [made.get(v) for v in plan.outputs]
-    if not seen or any(k is None for k in order):
-        return None
-    return tuple(order)  # type: ignore[arg-type]
+    return inputs, (None if inputs is None or any(k is None for k in order) else tuple(order))  # type: ignore[arg-type]
 
 
 class _Builder:
@@ -599,11 +582,11 @@ class _Builder:
         ref = f"reference_{plan.name}.safetensors"
         ref = ref if (self.root / ref).is_file() else ""
         label = payload.label + (f": {', '.join(payload.so_keys)}" if len(payload.so_keys) > 1 else "")
+        input_order, output_order = _io_orders(plan, d.index)
         return MethodSpec(
             name=plan.name, so_file=so.file, blob_file=blob_file, reference_file=ref, blob_bytes=blob_bytes,
             num_inputs=len(plan.inputs), num_outputs=len(plan.outputs), constants=tuple(constants),
-            location=PteLocation(so, weights, label), input_order=_input_order(plan, d.index),
-            output_order=_output_order(plan, d.index))
+            location=PteLocation(so, weights, label), input_order=input_order, output_order=output_order)
 
     def _fqn_constants(self, plan: _Plan, payload: _Payload):
         names = aoti_internal_names(e["fqn"] for e in payload.entries)
