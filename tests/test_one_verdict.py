@@ -22,7 +22,7 @@ from toolkit.compare import compare_policies, predict_policies
 from toolkit.plots import collision_matrix_view
 from toolkit.rendering import verification_html
 from toolkit.report import collision_report, read_report
-from toolkit.samples import sample_names
+from toolkit.samples import sample_module, sample_names
 from toolkit.verdict import BAD_OUTCOMES, ExitCode, MethodOutcome
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +49,10 @@ def _findings(v) -> set[tuple[str, str]]:
 def test_every_surface_tells_the_same_verdict(sample, built_sample, tmp_path, capsys):
     prog = built_sample(sample)
     real, predicted = compare_policies(prog), predict_policies(prog)
+    for policy, s in real.sessions.items():  # the truth each sample states, independently of the toolkit
+        v, expected = s.verdict(), sample_module(sample).EXPECTED[policy]
+        assert (set(v.wrong_methods), set(v.not_runnable), set(v.wrong_sequences), v.failed_stage is None) == \
+            (expected.wrong, expected.not_runnable, expected.sequence_wrong, expected.loaded), policy
     for comparison in (real, predicted):
         frame = comparison.frame.set_index("policy")
         for policy, s in comparison.sessions.items():

@@ -298,3 +298,15 @@ def test_session_html_scales_and_points_at_the_culprits():
     assert CULPRIT_STYLE.startswith("background-color: #f4cccc")
     assert everything.count("<tr>") == 51 and "max-height: 32em; overflow: auto" in everything
     assert "content check: 7 run on other data than their own" in session_text(_decided_session(rows))
+
+
+def test_every_column_is_documented_in_its_order_and_type():
+    """docs/report_columns.md lists the columns the CSV has, in the CSV's order, each with its type."""
+    from pathlib import Path
+
+    from toolkit.report import REPORT_SCHEMA
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report_columns.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `(\w+)` \| (\w+) \| .+ \|$", doc, flags=re.M)
+    kinds = {"optional_bool": "bool"}
+    assert listed == [(c, kinds.get(k, k)) for c, k in REPORT_SCHEMA.items()]

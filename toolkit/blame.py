@@ -1,18 +1,13 @@
 """Blame: which sharing decisions make a method wrong, found by experiment on the live load.
 
 For every method that verifies wrong (alone, or in a sequence), each decision that could
-explain it is tried on its own: a shared constant is swapped for the method's own copy
-(uploaded from its own file), or a buffer the eager program shares but this load keeps
-apart is pointed at the writer's tensor; the verification is re-run, and the swap undone.
-A swap that makes the verification pass names a culprit.  Evidence says what differs: the
-content digests, the provenance of state, or the slot the guard refused.  Every experiment
-is one ``culprit_tried`` event.
-
-When no single swap fixes it but the wrong output has several causes that only act together
-(a KV cache of one buffer per layer, every one kept apart), all the candidates are swapped at
-once (a consistent set: no slot both given and taken) and, if that fixes it, reduced to a
-minimal set by dropping each member whose swap is not needed; each member of that set is a
-culprit, one row and one event each, its swap saying how many it needs beside it.
+explain it is undone on its own through ``Session.swap_constant`` (a shared constant swapped
+for the method's own copy, a buffer the eager program shares but this load keeps apart
+pointed at the writer's tensor), the verification re-run and the swap undone; a swap that
+makes it pass names a culprit.  When only several swaps together fix it (a KV cache of one
+buffer per layer), all are made at once (no slot both given and taken) and reduced to a
+minimal set, each member a culprit.  Every experiment is one ``culprit_tried`` event; what
+differs is the verdict's finding (:func:`toolkit.verdict.find_problem`).
 """
 
 from __future__ import annotations

@@ -158,6 +158,10 @@ def _say_verdict(v) -> None:
 
 
 def cmd_report(a) -> int:
+    """One policy: the decisions, the verification (a dry run: the prediction), the verdict; the
+    collision report CSV (the same columns for a dry run, ``method_outcome`` predicted)."""
+    from .analysis import run_analysis
+    from .report import to_csv
     from .session import load_program
 
     _check_device(a.device)
@@ -167,18 +171,20 @@ def cmd_report(a) -> int:
         raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
     prog = _program(a.program, a.device)
     if a.dry_run:
-        return _dry_report(prog, a)
-    s = load_program(prog, a.policy, device=a.device, progress=True)
-    _out(s.summary())
+        s = run_analysis(prog, a.policy, device=a.device).session
+        _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
+             f"a prediction, nothing was loaded or run")
+    else:
+        s = load_program(prog, a.policy, device=a.device, progress=True)
+        _out(s.summary())
     _out()
     _print_frame(s.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
-    _out()
-    verification = s.verify(references=refs)
-    _print_frame(verification)
+    verification = None if a.dry_run else s.verify(references=refs)
+    if verification is not None:
+        _out()
+        _print_frame(verification)
     verdict = s.verdict()
     if a.csv:
-        from .report import to_csv
-
         to_csv(s, a.csv, verification=verification)  # verified once, above
         _out(f"\ncollision report written to {Path(a.csv).resolve()}")
     s.close()
@@ -188,26 +194,6 @@ def cmd_report(a) -> int:
     if verdict.no_reference:
         _out(f"not verified (no reference): {', '.join(verdict.no_reference)}; pass --reference "
              "METHOD=FILE.safetensors")
-    return int(verdict.exit_code)
-
-
-def _dry_report(prog, a) -> int:
-    """Every decision a load would take, from the program's metadata alone (no GPU, nothing run);
-    the exit code is the prediction's verdict's."""
-    from .analysis import run_analysis
-
-    r = run_analysis(prog, a.policy, device=a.device)
-    verdict = r.session.verdict()
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
-         f"a prediction, nothing was loaded or run")
-    _out()
-    _print_frame(r.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
-    if a.csv:
-        r.decisions.to_csv(a.csv, index=False)
-        _out(f"\ndry-run decisions written to {Path(a.csv).resolve()}")
-    _out()
-    _say_verdict(verdict)
-    _out(verdict.headline())
     return int(verdict.exit_code)
 
 

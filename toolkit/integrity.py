@@ -11,15 +11,11 @@ atime, and themselves change ctime).  It does not catch a change that bypasses t
 file system (writing the raw block device) or a file on a file system with coarse or no
 timestamps; :func:`verified_files` ``.clear()`` (or ``LoadOptions(rehash=True)``) hashes everything again.
 
-Speed.  One sha256 stream runs on one core (about 1.4 GB/s on the H200's host, 2026-12-01),
-so a multi-GiB blob would take seconds.  Our builder therefore also records the sha256 of
-every :data:`CHUNK_BYTES` piece of a file (program format version 3): those pieces are
-hashed on every core at once (:func:`chunk_sha256s`; ``hashlib`` releases the GIL), and the
-file passes when every piece matches.  That trusts sha256 exactly as much as the whole-file
-digest does (a change to any byte changes its piece's digest); it only gives up one
-number standing for the whole file, which the manifest still records beside the pieces.
-A record without pieces (format versions 1-2, files of other formats) is hashed whole.
-``LoadOptions.hash_threads`` caps the threads of a load (default: every core, at most 32).
+Speed: one sha256 stream runs at about 1.4 GB/s (the H200's host, 2026-12-01), so our builder
+also records the sha256 of every :data:`CHUNK_BYTES` piece (program format 3), hashed on every
+core at once (:func:`chunk_sha256s`; ``LoadOptions.hash_threads`` caps the threads); a file
+passes when every piece matches, which trusts sha256 as much as the whole-file digest does.  A
+record without pieces (formats 1-2, files of other formats) is hashed whole.
 """
 
 from __future__ import annotations

@@ -1,59 +1,9 @@
 """CSV collision reports: one row per (method, constant) of one load.
 
 A report says, for every constant of every method, what the policy decided and why, the
-metadata and content digest on both sides of the cache lookup (``new_*`` is this method's
-constant, ``cached_*`` the cache entry it was checked against), and whether the method then
-reproduced its eager reference.
-
-Columns, in this fixed order (:data:`REPORT_COLUMNS`; the order never depends on the data,
-so two reports diff line by line; rows are sorted by load order, then constant name):
-
-========================  =====  ==============================================================
-column                    type   meaning
-========================  =====  ==============================================================
-program                   str    program name
-policy                    str    sharing policy of the load (:class:`toolkit.PolicyName`)
-load_order                int    position of the method in the program's load order (0-based)
-method                    str    method name
-name                      str    AOTInductor internal constant name (``_tensor_constant0``)
-fqn                       str    original FQN, the key the shared cache is looked up by
-storage_key               str    the key it is looked up by instead, when not the FQN (under
-                                 ``fqn-weight-cache``: ExecuTorch 1.5.x's storage key); else empty
-constant_kind             str    parameter / buffer / lifted_constant
-mutated                   bool   the method's graph writes this buffer
-collision                 bool   the FQN was already in the cache when this method loaded
-lookup                    str    hit / miss / empty when never looked up
-decision                  str    loaded / shared / declined / private / refused; empty when the
-                                 load failed before this method was reached
-reason_code               str    :class:`toolkit.vocab.Reason` value
-reason                    str    the sentence explaining the decision
-origin                    str    where the bytes the method runs on came from
-shared_from               str    ``method/name`` of the tensor used when shared
-nbytes                    int    bytes of storage the constant's slot reads
-new_dtype                 str    this method's constant: dtype
-new_shape                 str    ... shape, as a Python tuple
-new_strides               str    ... strides
-new_digest                str    ... sha256 of its bytes in the weights blob
-cached_method             str    method owning the cache entry it was checked against
-cached_dtype              str    that entry's dtype
-cached_shape              str    ... shape
-cached_strides            str    ... strides
-cached_digest             str    ... content digest
-same_metadata             bool   dtype, shape and strides equal on both sides (empty: no entry)
-same_content              bool   digests equal on both sides (empty: no entry)
-data_problem              str    why the method runs on other data than its own for this constant
-                                 (:class:`toolkit.verdict.DataProblem`); empty when it does not
-method_outcome            str    the method's outcome in the load's verdict
-                                 (:class:`toolkit.verdict.MethodOutcome`; a dry run: predicted)
-method_ran                bool   the method ran on its reference inputs
-method_ok                 bool   its outputs matched the eager reference within tolerance; empty
-                                 when nothing was compared (no reference, not run, a dry run)
-max_abs_err               float  largest absolute output error (empty when it did not run)
-verify_reason             str    why verification failed, if it did
-culprit                   str    verifications this decision breaks, as ``session.blame()``
-                                 found by experiment (``standalone`` or a sequence name);
-                                 empty when blame was not run or found nothing here
-========================  =====  ==============================================================
+metadata and content digest on both sides of the cache lookup, what the verdict says of the
+constant and its method, and how the method's verification went.  The columns, their types
+and meanings, in their fixed order (:data:`REPORT_COLUMNS`): ``docs/report_columns.md``.
 
 Spreadsheet safety: constant names come from the program, which may be untrusted.  A text
 cell beginning with ``=``, ``+``, ``-``, ``@``, tab or carriage return would be evaluated as

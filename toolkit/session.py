@@ -53,22 +53,15 @@ class Session(ProgramLoad):
         return super().run(method, inputs if inputs is not None else [])
 
     def verify(self, sequence: str | None = None, references: "Mapping[str, Any] | None" = None) -> "pd.DataFrame":
-        """Run the program against the eager reference and compare outputs.
+        """Run the program against its references and compare outputs (a frame, computed once per
+        set of loaded methods and references; a closed session answers with its last one).
 
-        Without ``sequence``: every loaded method alone on its reference inputs, state reset to
-        its initial contents before each.  With ``sequence``: that sequence's steps in order,
-        from the initial state, state carried between steps as the loaded program carries it
-        (one row per step).  Computed once per set of loaded methods (and references given):
-        asking again returns the same frame (a copy).  A closed session answers with its last
-        verification.
-
-        ``references`` (methods alone): ``{method: reference}``, each ``{"inputs": [...],
-        "outputs": [...]}`` or ``(inputs, outputs)`` in the method's own input order, a
-        safetensors file (``input.N``, ``output.N``), or ``(module, example_args)`` to compute
-        it from (:func:`toolkit.verification.resolve_references`); they replace the program's
-        own.  A method that did not run (no reference, not loaded, not runnable) has ``ok``
-        ``pd.NA``: neither ok nor wrong; ``reason`` says why.  References that do not fit the
-        method raise :class:`~toolkit.errors.ReferenceDataError` naming the method and field.
+        Without ``sequence``: every loaded method alone, from its initial state.  With
+        ``sequence``: its steps in order, state carried as the loaded program carries it.
+        ``references`` replace the program's own, per method (see
+        :func:`toolkit.verification.resolve_references`: inputs and outputs, a safetensors file,
+        or a module and its inputs); ones that do not fit raise ``ReferenceDataError``.  A method
+        that did not run has ``ok`` ``pd.NA``, neither ok nor wrong, and ``reason`` says why.
         """
         from . import verification
 

@@ -9,6 +9,7 @@ verdict and decides nothing again.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
@@ -160,10 +161,6 @@ class Verdict:
     @property
     def no_reference(self) -> list[str]:
         return self._with(MethodOutcome.NO_REFERENCE)
-
-    @property
-    def failed_methods(self) -> list[str]:
-        return self._with(MethodOutcome.FAILED, MethodOutcome.REFUSED)
 
     @property
     def wrong_sequences(self) -> list[str]:
@@ -320,7 +317,7 @@ def _with_blame(found: ConstantFinding, tried: list[BlameRow], verdicts: Mapping
 
 
 def _replace(f: ConstantFinding, blame: BlameStatus, note: str, broken: tuple[str, ...] = ()) -> ConstantFinding:
-    return ConstantFinding(f.method, f.name, f.fqn, f.problem, f.evidence, f.shared_from, blame, note, broken)
+    return dataclasses.replace(f, blame=blame, blame_note=note, broken=broken)
 
 
 def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequence[MethodFacts],

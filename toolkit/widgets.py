@@ -7,12 +7,10 @@
 - :class:`Explorer`, the ipywidgets view: widgets linked to the choices, each panel re-rendered
   when a trait it shows changes (:data:`PANELS`); actions run on a worker thread.
 
-Everything it says about right and wrong is the session's verdict: the status line is its
-headline, the verification table its outcomes and findings, a constant's detail blame's status.
-A dry run shows the prediction (:func:`toolkit.analysis.run_analysis`: no device, nothing run)
-and says so.  Export file names are sanitised from the program and policy names (the manifest
-may be untrusted: ``../x`` must not choose where a file is written); nothing is overwritten
-unless asked.  ipywidgets, itables and matplotlib are imported when a view or figure is made.
+Everything it says about right and wrong is the session's verdict (a dry run's: the prediction,
+said so).  Export file names are sanitised from the (maybe untrusted) program and policy names;
+nothing is overwritten unless asked.  ipywidgets, itables and matplotlib are imported when a
+view or figure is made.
 """
 
 from __future__ import annotations

@@ -4,14 +4,11 @@ Wraps ``AOTIModelContainerRunnerCpu/Cuda`` (one container per method) and its co
 :mod:`toolkit.upload` moves constant bytes from a host blob to the device.
 :class:`AotiRuntime` is the real implementation of :class:`toolkit.runtimes.Runtime`.
 
-Programs of other formats load here too, with no ExecuTorch C++ runtime: an ExecuTorch ``.pte``
-(its ``.so`` is in the ``.pte``'s named data, extracted once to a private cache, torch's
-libraries made global first because ExecuTorch links the ``.so`` without libtorch; weights from
-the ``.ptd``, each constant from its own file, installed user-managed) and a torch ``.pt2``.
-The ``.so`` may take its inputs, and give its outputs, in another order than the method
-(``MethodSpec.input_order``, ``MethodSpec.output_order``, traced through a ``.pte``'s execution
-plan): :meth:`AotiMethod.run` maps both (:func:`so_inputs`, :func:`method_outputs`).  Such files
-record no torch version: only the device kind is checked.
+An ExecuTorch ``.pte`` and a torch ``.pt2`` load here too, with no ExecuTorch C++ runtime: the
+``.so`` is extracted once to a private cache (torch's libraries made global first: ExecuTorch
+links it without libtorch), each constant installed user-managed from its own file, and the
+method's inputs and outputs mapped to the ``.so``'s order (:func:`so_inputs`,
+:func:`method_outputs`).  Such files record no torch version: only the device kind is checked.
 
 Every compiled model loaded here checks its inputs' dtype, sizes, strides and device when it
 runs (AOTInductor's generated ``check_input_N``, on when ``AOTI_RUNTIME_CHECK_INPUTS`` is set,

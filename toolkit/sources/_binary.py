@@ -1,21 +1,14 @@
 """Bounds-checked binary readers for the sources: mapped files, records, FlatBuffer tables.
 
-:class:`MappedFile` maps a program's file read-only (a ``.ptd`` may be many GB: nothing is
-copied but what is parsed or hashed) and computes its :class:`~toolkit.model.FileRecord` once,
-noting it in the :class:`~toolkit.integrity.VerifiedFiles` it is given (a load then need not hash it again).
-
-:class:`Table` is a small reader of FlatBuffer tables, for the few fields the sources need.
-
-No schema compiler and no ``flatbuffers`` package: a table is found through its vtable, a
-field by its index in the schema (declaration order; a union takes two slots, its type and
-its value).  Every read is checked against the buffer, and every failure is a
-:class:`~toolkit.errors.ProgramError` naming the file, the field as a dotted path
-(``execution_plan[1].delegates[0].processed``) and the byte offset, so a truncated or
-malformed file can never make the reader index out of range, loop, or allocate without
-bound (a vector's length is checked against the bytes that remain before anything is read).
-
-Also :class:`Bytes` and :class:`Cursor`, the same checks for plain little-endian records
-(headers, payloads).
+:class:`MappedFile` maps a program's file read-only (nothing is copied but what is parsed or
+hashed) and computes its :class:`~toolkit.model.FileRecord` once, noting it in the
+:class:`~toolkit.integrity.VerifiedFiles` it is given.  :class:`Table` reads FlatBuffer tables
+with no schema compiler: a table through its vtable, a field by its index in the schema (a union
+takes two slots).  :class:`Bytes` and :class:`Cursor` read plain little-endian records.  Every
+read is checked against the buffer, and every failure is a :class:`~toolkit.errors.ProgramError`
+naming the file, the field as a dotted path (``execution_plan[1].delegates[0].processed``) and
+the byte offset: a malformed file can never make a reader index out of range, loop, or allocate
+without bound (a vector's length is checked against the bytes that remain first).
 """
 
 from __future__ import annotations

@@ -1,36 +1,15 @@
 """torch AOTInductor packages: a ``.pt2`` archive holding one model or several.
 
-Layout, read from ``torch/_inductor/package/package.py`` and ``torch/export/pt2_archive/_package.py``
-(torch 2.13) and checked on packages built with ``torch._inductor.aoti_compile_and_package`` and
-``package_aoti``: a zip whose members all lie under one root folder, ``archive_format`` holding
-``pt2``; each model's AOTInductor files under ``data/aotinductor/<model>/`` (``<hash>.wrapper.so``,
-its generated ``<hash>.wrapper.cpp``, ``<hash>.wrapper_metadata.json`` with ``AOTI_DEVICE_KEY``);
-its constants in one of two formats (``aot_inductor.package_constants_on_disk_format``):
-
-* ``binary_blob``: ``<hash>.wrapper_weights.blob`` beside the ``.so``, AOTInductor's dense blob
-  (constants in the order of the constant table, each storage padded to 64 bytes unless every
-  constant is on CUDA);
-* ``pickle_weights``: ``data/weights/weight_<N>``, each a ``torch.save`` archive of one complete
-  storage (its raw bytes in the nested member ``<name>/data/0``), and per model
-  ``weights_config.json``, ``{fqn: [weight file, shape, stride, storage offset]}``.  Packaging
-  deduplicates by storage identity, not by name: two models that held one tensor point at one
-  ``weight_<N>``.
-
-The constant table (internal name, FQN, dtype, device, shape, stride, storage offset, storage
-bytes, kind, folded) is read from the generated ``.wrapper.cpp`` (``constants_info_[i].<field> =
-...;``), the number of inputs and outputs from its ``AOTInductorModelBase(inputs, outputs,
-constants, ...)``.  No torch: the nested pickle is scanned with :mod:`pickletools` (opcodes only,
-nothing executed) for the storage's type (its dtype), key, and whether it was saved as a
-parameter.  A package without the generated source is refused (a source never opens a ``.so``).
-
-The program model: format ``torch-pt2``, one method per model in archive order, ``root`` the
-archive's folder, one :class:`~toolkit.model.FileRecord` (the archive).  Every member the model
-needs must be stored uncompressed (torch writes them so): a constant's ``file`` is the archive, its
-``offset`` the absolute offset of its storage (inside the nested archive for ``pickle_weights``); a
-method's :class:`Pt2Location` locates its ``.so`` and blob members; ``so_key`` is ``<sha256 of the
-.so>_so_blob``, the key ExecuTorch would give it.  ``pickle_weights``: ``blob_bytes`` is the size
-the dense blob would have, ``storage_key`` the weight member.  ``mutated`` is False (not recorded),
-``reference_file`` "" (no eager outputs), ``torch_version`` ``"unknown"``.
+A zip under one root folder; each model's files under ``data/aotinductor/<model>/`` (its
+``.wrapper.so``, generated ``.wrapper.cpp`` and ``.wrapper_metadata.json``), its constants as a
+dense ``binary_blob`` beside the ``.so`` or as ``pickle_weights`` (``data/weights/weight_<N>``,
+one ``torch.save`` storage each, per model a ``weights_config.json``).  The constant table and
+the input/output counts are read from the generated ``.wrapper.cpp``; the nested pickles are
+scanned with :mod:`pickletools` (opcodes only, nothing executed, no torch).  A package without
+the generated source is refused (a source never opens a ``.so``).  The program model: format
+``torch-pt2``, one method per model in archive order; every member it needs stored uncompressed;
+a constant's ``offset`` is the absolute offset of its storage in the archive.  The layout, each
+field of the model, and what torch's own loader does: ``docs/upstream.md``.
 """
 
 from __future__ import annotations
