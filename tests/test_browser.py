@@ -344,7 +344,8 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.select_option(".constshare-sample select", LARGE_SAMPLE)
     pg.wait_for_function("() => (document.querySelector('.constshare-stale-box')?.textContent || '')"
                          ".includes('press Load')")
-    assert "constshare-stale" in (pg.get_attribute(".constshare-tabs", "class") or "")
+    pg.wait_for_function("() => document.querySelector('.constshare-tabs').classList.contains('constshare-stale')",
+                         timeout=10_000)  # the two widget updates reach the page one after the other
     pg.select_option(".constshare-policy select", "fingerprint")
     pg.click("button.constshare-load")
     pg.wait_for_function(

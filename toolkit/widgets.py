@@ -1073,9 +1073,9 @@ class Explorer:
 
     def _render_stale(self) -> None:
         reason = self.state.stale_reason
+        (self.tabs.add_class if reason else self.tabs.remove_class)("constshare-stale")  # before the banner says so
         self.stale_banner.value = _box("constshare-stale-banner", reason)
         self.stale_banner.layout.display = None if reason else "none"
-        (self.tabs.add_class if reason else self.tabs.remove_class)("constshare-stale")
 
     def _render_progress(self, elapsed: float | None = None) -> None:
         s = self.state
