@@ -47,8 +47,9 @@ class Entry:
 
 
 class FakeCache:
-    def __init__(self, *entries: Entry):
+    def __init__(self, *entries: Entry, first_container: str = ""):
         self.by_fqn = {e.fqn: e for e in entries}
+        self.first_container = first_container
 
     def get(self, fqn):
         return self.by_fqn.get(fqn)
@@ -281,11 +282,138 @@ def test_content_dedup_rescues_a_declined_name_with_a_content_twin():
 
 def test_empty_fqn_is_never_looked_up():
     c = const("folded", fqn="", data="x")
-    for policy in ["decline-on-mismatch", "fingerprint"]:
+    for policy in ["no-sharing", "verify-always", "blind-share", "fingerprint"]:
         plan, out = run(policy, view(c), FakeCache())
         assert plan.lookups == ()
-        assert by_name(out)["folded"].reason_code is Reason.EMPTY_FQN
+        assert by_name(out)["folded"].reason_code in (Reason.EMPTY_FQN, Reason.SHARING_DISABLED)
         assert by_name(out)["folded"].decision is Decision.PRIVATE
+
+
+# ------------------------------------------------------------------ upstream's edge cases (issue 23)
+# cuda_backend.cpp builds fqn_to_name[fqn] = name over the named constants only (the last name per
+# FQN wins), extract_constants_map emplaces (the first tensor per FQN wins), and the all-hit branch
+# of 922/e4b skips the blob: a slot no pair names is then never filled.
+
+DENSE = ["name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always"]
+TWIN = const("layers_0_bias_twin", fqn="layers.0.bias", shape=(2, 4, 8), dtype="float16", data="twin")
+BIAS = const("layers_0_bias", fqn="layers.0.bias", shape=(2, 4, 8), dtype="float16", data="bias")
+
+
+def decisions(out):
+    return {d.constant.name: (d.decision, d.reason_code) for d in out.decisions}
+
+
+@pytest.mark.parametrize("policy", DENSE + ["blind-share"])
+def test_repeated_fqn_in_the_first_method_keeps_both_copies_and_caches_the_first(policy):
+    plan, out = run(policy, view(TWIN, BIAS, name="m0"), FakeCache())
+    d = by_name(out)
+    assert plan.upload_whole_blob and out.failure is None and out.install == ()
+    assert d["layers_0_bias_twin"].decision is Decision.LOADED and d["layers_0_bias_twin"].enters_cache
+    assert d["layers_0_bias"].decision is Decision.PRIVATE and not d["layers_0_bias"].enters_cache
+    assert d["layers_0_bias"].reason_code is Reason.SAME_KEY_IN_METHOD
+
+
+@pytest.mark.parametrize("policy", DENSE + ["blind-share"])
+def test_repeated_fqn_in_a_later_method_re_points_only_the_last_slot(policy):
+    cache = FakeCache(cached(TWIN, owner="m0"), first_container="m0")
+    plan, out = run(policy, view(TWIN, BIAS, name="m1"), cache)
+    d = by_name(out)
+    assert [x.constant.name for x in out.install] == ["layers_0_bias"]
+    assert d["layers_0_bias"].decision is Decision.SHARED
+    if plan.upload_whole_blob:  # blind-share, verify-always (#21706 re-uploads): the twin keeps its copy
+        assert d["layers_0_bias_twin"].decision is Decision.PRIVATE
+    else:  # the all-hit branch of 922/e4b: the blob is skipped, nothing fills the twin
+        assert d["layers_0_bias_twin"].decision is Decision.NEVER_FILLED
+        assert policy in ("name-only", "refuse-on-mismatch", "decline-on-mismatch")
+    # with a miss the blob is uploaded under every policy: the twin keeps its own copy
+    plan, out = run(policy, view(TWIN, BIAS, NEW, name="m1"), cache)
+    assert plan.upload_whole_blob and by_name(out)["layers_0_bias_twin"].decision is Decision.PRIVATE
+    assert by_name(out)["layers_0_bias"].decision is Decision.SHARED
+
+
+def test_repeated_fqn_is_compared_through_the_first_slot_upstream_extracts():
+    """check_cached_constant_match gets extracted_map[fqn]: the first slot's tensor, not the last's."""
+    other_shape = replace(TWIN, shape=(4, 4, 8), strides=(32, 8, 1), nbytes=256)
+    cache = FakeCache(cached(TWIN, owner="m0"))
+    _, out = run("decline-on-mismatch", view(other_shape, BIAS, NEW, name="m1"), cache)
+    assert by_name(out)["layers_0_bias"].decision is Decision.DECLINED
+    _, out = run("refuse-on-mismatch", view(other_shape, BIAS, NEW, name="m1"), cache)
+    assert out.failure == refusal_message("layers_0_bias", "m1")
+
+
+B16 = const("b", fqn="layers.1.bias", shape=(16, 4), data="m0")
+B32 = const("b", fqn="layers.1.bias", shape=(32, 4), data="m1")
+X = const("x", fqn="", shape=(4, 8), data="x")
+
+
+@pytest.mark.parametrize("policy", DENSE + ["blind-share"])
+def test_an_unnamed_constant_is_no_miss_and_is_never_filled_in_the_all_hit_branch(policy):
+    plan, out = run(policy, view(B32, X, name="m1"), FakeCache(cached(B16, owner="m0"), first_container="m0"))
+    got = decisions(out)
+    assert out.failure is None  # 922 does not refuse: the hit is never compared
+    if policy == "verify-always":  # #21706 re-uploads: x gets its copy, b's shape mismatch declines it
+        assert got == {"b": (Decision.DECLINED, Reason.METADATA_MISMATCH), "x": (Decision.PRIVATE, Reason.EMPTY_FQN)}
+    elif policy == "blind-share":  # every method has its own blob; b re-pointed, unchecked
+        assert got == {"b": (Decision.SHARED, Reason.NAME_HIT), "x": (Decision.PRIVATE, Reason.EMPTY_FQN)}
+    else:
+        assert not plan.upload_whole_blob
+        assert got["b"][0] is Decision.SHARED and got["x"] == (Decision.NEVER_FILLED, Reason.BLOB_SKIPPED)
+    # a method with no named constant at all takes the all-hit branch too
+    plan, out = run(policy, view(X, name="m1"), FakeCache())
+    assert by_name(out)["x"].decision is (Decision.NEVER_FILLED if policy in DENSE[:3] else Decision.PRIVATE)
+    plan, out = run(VerifyAlways(blob_available=False), view(X, name="m1"), FakeCache())
+    assert by_name(out)["x"].decision is Decision.NEVER_FILLED
+
+
+def test_blind_share_first_container_is_the_first_with_constants_named_or_not():
+    t0 = const("t0", fqn="", data="m0")
+    _, out = run("blind-share", view(t0, name="m0"), FakeCache())
+    assert out.first_container  # upstream sets constants_extracted_ though nothing was extracted by FQN
+    _, out = run("blind-share", view(name="m0"), FakeCache())
+    assert not out.first_container  # num_constants == 0: the flag stays unset
+    named = const("t0", fqn="_tensor_constant0", data="m1")
+    _, out = run("blind-share", view(named, name="m1"), FakeCache(first_container="m0"))
+    assert decisions(out) == {"t0": (Decision.PRIVATE, Reason.NOT_IN_FIRST_METHOD)} and not out.first_container
+
+
+def _program(*methods):
+    from toolkit.model import FileRecord, MethodSpec, Program
+    from toolkit.sources.directory import PLACEHOLDER_SHA256
+
+    files = {"weights.blob": FileRecord(PLACEHOLDER_SHA256, 0)}
+    specs = []
+    for name, consts in methods:
+        files[f"{name}.so"] = FileRecord(PLACEHOLDER_SHA256, 0)
+        specs.append(MethodSpec(name=name, so_file=f"{name}.so", blob_file="weights.blob", reference_file="",
+                                blob_bytes=sum(c.nbytes for c in consts), num_inputs=1, num_outputs=1,
+                                constants=tuple(replace(c, file="weights.blob") for c in consts)))
+    return Program(name="edge", description="issue 23", device="cpu", torch_version="synthetic", created_utc="",
+                   methods=tuple(specs), files=files)
+
+
+@pytest.mark.parametrize("policy", ["name-only", "refuse-on-mismatch", "decline-on-mismatch"])
+def test_dry_run_says_a_never_filled_slot_is_not_runnable(policy):
+    from toolkit.analysis import run_analysis
+    from toolkit.verdict import DataProblem, MethodOutcome
+
+    a = run_analysis(_program(("m0", [B16]), ("m1", [B32, X])), policy)
+    assert a.status == "loaded"
+    v = {m.method: m for m in a.verdict.methods}
+    assert v["m1"].outcome is MethodOutcome.NOT_RUNNABLE and "never filled" in v["m1"].reason
+    row = a.decisions.set_index(["method", "name"]).loc[("m1", "x")]
+    assert row["decision"] == "never filled" and row["data_problem"] == DataProblem.SLOT_NEVER_FILLED.value
+    # the repeated FQN loads (no KeyError from the cache) and the twin is never filled in m1
+    a = run_analysis(_program(("m0", [TWIN, BIAS]), ("m1", [TWIN, BIAS])), policy)
+    assert a.status == "loaded"
+    assert {m.method: m.outcome for m in a.verdict.methods}["m1"] is MethodOutcome.NOT_RUNNABLE
+
+
+def test_dry_run_blind_share_shares_nothing_after_an_unnamed_first_method():
+    from toolkit.analysis import run_analysis
+
+    t1, t2 = (const("t0", fqn="_tensor_constant0", data=d) for d in ("m1", "m2"))
+    a = run_analysis(_program(("m0", [const("t0", fqn="", data="m0")]), ("m1", [t1]), ("m2", [t2])), "blind-share")
+    assert set(a.decisions["decision"]) == {"private"}
 
 
 def test_policy_objects_are_reusable_and_named():

@@ -42,6 +42,7 @@ class SharedConstantCache:
         self._by_fqn: dict[str, CacheEntry] = {}
         self._by_content: dict[tuple[str, TensorMeta], CacheEntry] = {}
         self.lock = threading.RLock()  # the upstream backend guards loads with a mutex
+        self.first_container = ""  # blind-share: the method upstream's constants_extracted_ flag was set by
 
     # CacheView protocol (what policies see)
     def get(self, fqn: str) -> CacheEntry | None:
@@ -62,12 +63,13 @@ class SharedConstantCache:
     def __len__(self) -> int:
         return len(self._by_fqn)
 
-    def snapshot(self) -> tuple[dict, dict, dict]:
+    def snapshot(self) -> tuple[dict, dict, dict, str]:
         """State to restore if a method load fails half-way."""
-        return dict(self._by_fqn), dict(self._by_content), {id(e): set(e.users) for e in self._by_fqn.values()}
+        return (dict(self._by_fqn), dict(self._by_content), {id(e): set(e.users) for e in self._by_fqn.values()},
+                self.first_container)
 
-    def restore(self, snap: tuple[dict, dict, dict]) -> None:
-        by_fqn, by_content, users = snap
+    def restore(self, snap: tuple[dict, dict, dict, str]) -> None:
+        by_fqn, by_content, users, self.first_container = snap
         self._by_fqn = dict(by_fqn)
         self._by_content = dict(by_content)
         for e in self._by_fqn.values():

@@ -343,6 +343,13 @@ class ProgramLoad:
                 self.log.record(ev.OutOfBoundsAlias, m, name=d.constant.name, fqn=d.constant.fqn, problem=problem)
                 continue
             install[d.constant.name] = tensor
+        for d in outcome.decisions:  # upstream leaves the slot empty: the method reads garbage
+            if d.decision is Decision.NEVER_FILLED:
+                loaded.runnable = False
+                loaded.problems.append(f"{d.constant.name}: never filled: {d.reason}")
+                problems[d.constant.name] = f"never filled: {d.reason}"
+        if outcome.first_container:
+            self.cache.first_container = m
         self._record_decisions(m, device, outcome, plan, problems)
         for d in outcome.decisions:  # what each slot runs on: for state resets and blame
             loaded.tensors[d.constant.name] = (

@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 WRONG_COLOUR = "#cc0000"
 CULPRIT_FACE = "#ea9999"  # a cell whose method runs on other data (its data_problem)
 _DECISION_ORDER = [d.value for d in Decision]
-_DECISION_LETTER = {"loaded": "L", "shared": "S", "declined": "D", "private": "P", "refused": "R"}
+_DECISION_LETTER = {"loaded": "L", "shared": "S", "declined": "D", "private": "P", "refused": "R", "never filled": "N"}
 # Saturated variants of the table colours, for lines and markers (the table ones are pastel backgrounds).
-_STRONG = {"loaded": "#6aa84f", "shared": "#3d85c6", "declined": "#f1c232", "private": "#999999", "refused": "#cc0000"}
+_STRONG = {"loaded": "#6aa84f", "shared": "#3d85c6", "declined": "#f1c232", "private": "#999999", "refused": "#cc0000",
+           "never filled": "#660000"}
 # past this many constants, the collision matrix keeps only the names more than one method holds
 LARGE_MATRIX = 40
 # and at most this many columns: the culprits first, then the other collisions that were not an

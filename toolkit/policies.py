@@ -43,7 +43,9 @@ class CacheView(Protocol):
 
     def find_content(self, digest: str, meta: TensorMeta) -> CachedView | None: ...
 
-    def __len__(self) -> int: ...  # entries cached so far (blind-share: is this the first method?)
+    def __len__(self) -> int: ...  # entries cached so far
+
+    first_container: str  # blind-share: the method whose load set upstream's constants_extracted_ ("" none)
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ class Outcome:
     # where the modelled system fails: LOAD (the runtime refuses the method) or EXPORT
     # (the exporter refuses the whole program: nothing of it would exist to load)
     stage: Stage = Stage.LOAD
+    first_container: bool = False  # blind-share: this load sets upstream's constants_extracted_ flag
 
     @property
     def install(self) -> tuple[ConstantDecision, ...]:
@@ -260,6 +263,30 @@ def _refuse_rest(plan: Plan, decided: list[ConstantDecision], why: str, origin: 
     return out
 
 
+def _fqn_slots(method: MethodView) -> tuple[dict[str, ConstantSpec], dict[str, ConstantSpec]]:
+    """Upstream's view of a method's named constants, per FQN: the first constant with it (whose
+    tensor ``extract_constants_map`` returns: it ``emplace``s) and the last (the internal name
+    ``fqn_to_name[fqn] = name`` keeps: the only slot ever re-pointed)."""
+    first: dict[str, ConstantSpec] = {}
+    last: dict[str, ConstantSpec] = {}
+    for c in method.constants:
+        if c.fqn:
+            first.setdefault(c.fqn, c)
+            last[c.fqn] = c
+    return first, last
+
+
+def _unpointed(c: ConstantSpec, blob: bool, why: str) -> ConstantDecision:
+    """A slot upstream's pairs do not name: its own copy from the blob, or never filled when the
+    all-hit branch skipped the blob."""
+    if blob:
+        return ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN if not c.fqn else Reason.SAME_KEY_IN_METHOD,
+                                f"{why}: its own copy from the method's blob", TensorOrigin.WHOLE_BLOB)
+    return ConstantDecision(c, None, Decision.NEVER_FILLED, Reason.BLOB_SKIPPED,
+                            f"{why}, and every named constant hit: the blob is skipped, nothing fills this slot",
+                            TensorOrigin.WHOLE_BLOB)
+
+
 def _lookups(method: MethodView, cache: CacheView) -> tuple[LookupResult, ...]:
     """Every named constant looked up by its FQN."""
     return tuple(LookupResult(c, Lookup.MISS if (e := cache.get(c.fqn)) is None else Lookup.HIT, e)
@@ -350,12 +377,11 @@ class _ExecuTorchPolicy(Policy):
         self.blob_available = blob_available
 
     def plan(self, method, cache):
-        lookups = _lookups(method, cache)
-        has_unnamed = any(not c.fqn for c in method.constants)
-        misses = [lr for lr in lookups if lr.result is Lookup.MISS]
-        if misses or has_unnamed:
+        lookups = _lookups(method, cache)  # upstream counts named constants only
+        misses = {lr.constant.fqn for lr in lookups if lr.result is Lookup.MISS}
+        if misses:
             return Plan(method, lookups, True, f"{len(misses)} cache miss(es): upload the whole blob")
-        if self.verify_all_hit and self.blob_available and lookups:
+        if self.verify_all_hit and self.blob_available and method.constants:
             return Plan(method, lookups, True, "all names hit: re-upload the whole blob to compare (#21706)")
         return Plan(method, lookups, False, "all names hit: the blob is skipped")
 
@@ -363,16 +389,23 @@ class _ExecuTorchPolicy(Policy):
         m = plan.method
         decisions: list[ConstantDecision] = []
         failure: str | None = None
+        first_of, last_of = _fqn_slots(m)
         for c in m.constants:
             lr = plan.lookup(c.name)
             if lr is None:  # constants with an empty FQN are skipped by the backend
-                decisions.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
-                                                  "no original FQN: never looked up", TensorOrigin.WHOLE_BLOB))
+                decisions.append(_unpointed(c, plan.upload_whole_blob, "no original FQN: never looked up"))
                 continue
-            if lr.result is Lookup.MISS:
+            if lr.result is Lookup.MISS and first_of[c.fqn] is c:
                 decisions.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                                   "first method with this FQN: loaded from its blob and cached",
                                                   TensorOrigin.WHOLE_BLOB, enters_cache=True))
+                continue
+            if last_of[c.fqn] is not c or lr.result is Lookup.MISS:
+                # a miss re-pointed at its twin when the method has a hit is not modelled (own copy here)
+                decisions.append(replace(_unpointed(c, plan.upload_whole_blob, (
+                    f"{last_of[c.fqn].name!r} holds FQN {c.fqn!r} in upstream's FQN-to-name map (the last wins)"
+                    if last_of[c.fqn] is not c else f"{first_of[c.fqn].name!r} of this method cached FQN {c.fqn!r}"
+                )), lookup=lr.result))
                 continue
             entry = lr.entry
             assert entry is not None
@@ -387,9 +420,10 @@ class _ExecuTorchPolicy(Policy):
                 decisions.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.NAME_HIT,
                                                   "name hit: shared without comparing", TensorOrigin.CACHE, entry))
                 continue
-            if new_meta is None or c.name not in new_meta:
-                raise ValueError(f"{self.name}: metadata of extracted constant {c.name!r} is required")
-            comps = compare_metadata(entry.meta, new_meta[c.name])
+            extracted = first_of[c.fqn].name  # extract_constants_map's tensor for this FQN
+            if new_meta is None or extracted not in new_meta:
+                raise ValueError(f"{self.name}: metadata of extracted constant {extracted!r} is required")
+            comps = compare_metadata(entry.meta, new_meta[extracted])
             if all(x.equal for x in comps):
                 decisions.append(ConstantDecision(
                     c, Lookup.HIT, Decision.SHARED, Reason.METADATA_MATCH,
@@ -552,8 +586,8 @@ class BlindShare(Policy):
     later method is pointed at the first method's tensor for every FQN they share
     (user-managed), nothing compared.  Only the first method's constants are ever shared.
 
-    "The first method" is the one that meets an empty cache; a second constant with an FQN the
-    first method already holds stays private.  History and approximations: ``docs/upstream.md``.
+    "The first method" is the first with constants, named or not (upstream's flag); only the last
+    slot per FQN is re-pointed (upstream's map).  History: ``docs/upstream.md``.
     """
 
     name = PolicyName.BLIND_SHARE
@@ -570,23 +604,22 @@ class BlindShare(Policy):
 
     def decide(self, plan, new_meta, cache):
         m = plan.method
-        first = len(cache) == 0
-        taken: set[str] = set()
+        # upstream's constants_extracted_: set by the first method with constants, named or not
+        first = len(cache) == 0 and not cache.first_container
+        first_of, last_of = _fqn_slots(m)
         out: list[ConstantDecision] = []
         for c in m.constants:
             lr = plan.lookup(c.name)
             if lr is None:
                 out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
                                             "no original FQN: never shared", TensorOrigin.WHOLE_BLOB))
-            elif first and c.fqn not in taken:
-                taken.add(c.fqn)
+            elif first and first_of[c.fqn] is c:
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                             "first method: extracted from its blob, kept by FQN for the others",
                                             TensorOrigin.WHOLE_BLOB, enters_cache=True))
-            elif first:
-                out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.NOT_IN_FIRST_METHOD,
-                                            "another constant of the first method holds this FQN: own copy",
-                                            TensorOrigin.WHOLE_BLOB))
+            elif first or (lr.result is Lookup.HIT and last_of[c.fqn] is not c):
+                out.append(replace(_unpointed(c, True, f"{(first_of if first else last_of)[c.fqn].name!r} of this "
+                                              f"method holds FQN {c.fqn!r}"), lookup=lr.result))
             elif lr.result is Lookup.HIT:
                 out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.NAME_HIT,
                                             f"the first method {lr.entry.owner_method!r} has this FQN: re-pointed at "
@@ -595,7 +628,7 @@ class BlindShare(Policy):
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.PRIVATE, Reason.NOT_IN_FIRST_METHOD,
                                             "the first method has no constant with this FQN: own copy from the "
                                             "method's blob, never shared", TensorOrigin.WHOLE_BLOB))
-        return Outcome(m.name, tuple(out))
+        return Outcome(m.name, tuple(out), first_container=first and bool(m.constants))
 
 
 FQN_WEIGHT_PREFIX = "cuda_fqn_weight"

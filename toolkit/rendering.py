@@ -43,6 +43,7 @@ import pandas as pd
 # decision -> background colour; the one palette of the notebook display, reports, explorer and plots.
 DECISION_COLOURS: dict[str, str] = {
     "loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc", "private": "#eeeeee", "refused": "#f4cccc",
+    "never filled": "#ea9999",
 }
 OK_COLOUR = "#d9ead3"      # a method that reproduced its reference
 WRONG_COLOUR = "#f4cccc"   # a method that did not

@@ -41,11 +41,12 @@ class DataProblem(enum.StrEnum):
     CONTENT_DIFFERS = "content differs"  # shared, and the cached content digest is not its own
     STATE_LEAKED = "state leaked"  # shared state that is another buffer of the eager program
     STATE_NOT_SHARED = "state not shared"  # one buffer of the eager program, kept apart by this load
+    SLOT_NEVER_FILLED = "slot never filled"  # upstream writes nothing into the slot (it reads garbage)
 
     @property
     def standalone(self) -> bool:
         """Wrong even when the method runs alone from its initial state (state problems need a writer first)."""
-        return self in (DataProblem.SLOT_MISMATCH, DataProblem.CONTENT_DIFFERS)
+        return self in (DataProblem.SLOT_MISMATCH, DataProblem.CONTENT_DIFFERS, DataProblem.SLOT_NEVER_FILLED)
 
 
 class BlameStatus(enum.StrEnum):
@@ -89,6 +90,8 @@ def find_problem(*, method: str, name: str, fqn: str, decision: Decision, digest
     ``cached_*`` describe the cache entry the method was given or checked against ("" when none)."""
     shared = decision is Decision.SHARED
     source = f"{cached_method}/{cached_name}" if shared and cached_method else ""
+    if decision is Decision.NEVER_FILLED:
+        return ConstantFinding(method, name, fqn, DataProblem.SLOT_NEVER_FILLED, slot_problem, source)
     if slot_problem:
         return ConstantFinding(method, name, fqn, DataProblem.SLOT_MISMATCH, slot_problem, source)
     if not shared:

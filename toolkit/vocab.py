@@ -59,6 +59,7 @@ class Decision(enum.StrEnum):
     DECLINED = "declined"  # a provisional hit was rejected: own copy, left out of the pairs
     PRIVATE = "private"  # own copy, never offered for sharing
     REFUSED = "refused"  # the whole load failed on this constant
+    NEVER_FILLED = "never filled"  # upstream writes nothing into the slot: the method cannot run
 
 
 class Lookup(enum.StrEnum):
@@ -120,7 +121,8 @@ class Reason(enum.StrEnum):
     NO_BLOB_TO_COMPARE = "no_blob_to_compare"
     NOT_IN_FIRST_METHOD = "not_in_first_method"  # blind-share: only the first method's constants are shared
     STORAGE_KEY_HIT = "storage_key_hit"  # fqn-weight-cache: the storage key is cached for this device
-    SAME_KEY_IN_METHOD = "same_key_in_method"  # fqn-weight-cache: a second slot of one storage key
+    SAME_KEY_IN_METHOD = "same_key_in_method"  # another slot of this method has its FQN (or storage key)
+    BLOB_SKIPPED = "blob_skipped"  # the all-hit branch skips the blob: a slot nothing points at stays empty
     EXPORT_REFUSED = "export_refused"  # fqn-weight-cache: the exporter refuses the program
 
 
