@@ -313,6 +313,17 @@ def test_repeated_fqn_in_the_first_method_keeps_both_copies_and_caches_the_first
     assert d["layers_0_bias"].reason_code is Reason.SAME_KEY_IN_METHOD
 
 
+@pytest.mark.parametrize("policy", ["fingerprint", "content-dedup"])
+def test_our_policies_cache_the_first_slot_of_a_repeated_fqn_and_upload_the_rest(policy):
+    """Not a crash (the cache holds one entry per FQN): the second slot gets its own upload."""
+    _plan, out = run(policy, view(TWIN, BIAS, name="m0"), FakeCache())
+    d = by_name(out)
+    assert out.failure is None and d["layers_0_bias_twin"].enters_cache and not d["layers_0_bias"].enters_cache
+    assert (d["layers_0_bias"].decision, d["layers_0_bias"].reason_code) == (Decision.PRIVATE,
+                                                                          Reason.SAME_KEY_IN_METHOD)
+    assert d["layers_0_bias"].origin is TensorOrigin.OWN_UPLOAD
+
+
 @pytest.mark.parametrize("policy", DENSE + ["blind-share"])
 def test_repeated_fqn_in_a_later_method_re_points_only_the_last_slot(policy):
     cache = FakeCache(cached(TWIN, owner="m0"), first_container="m0")

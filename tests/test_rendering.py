@@ -126,7 +126,10 @@ def test_mathjax_is_off_for_names_with_dollars():
 
 def test_the_palette():
     assert DECISION_COLOURS == {"loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc",
-                                "private": "#eeeeee", "refused": "#f4cccc"}
+                                "private": "#eeeeee", "refused": "#f4cccc", "never filled": "#ea9999"}
+    from toolkit.vocab import Decision
+
+    assert set(DECISION_COLOURS) == {d.value for d in Decision}  # every decision has its colour
 
 
 def test_every_decision_gets_its_colour():

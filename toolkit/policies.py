@@ -572,6 +572,13 @@ class Fingerprint(Policy):
                 out.append(ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.CONTENT_MISMATCH,
                                             "same name and metadata but different data (digest differs): declined",
                                             TensorOrigin.OWN_UPLOAD, lr.entry, comps, dig))
+        entering: set[str] = set()  # an FQN twice in one method: the cache takes the first, the rest upload their own
+        for i, d in enumerate(out):
+            if d.enters_cache and d.cache_key in entering:
+                out[i] = ConstantDecision(d.constant, d.lookup, Decision.PRIVATE, Reason.SAME_KEY_IN_METHOD,
+                                          "another constant of this method enters the cache under this FQN: own "
+                                          "copy uploaded", TensorOrigin.OWN_UPLOAD)
+            entering.update([d.cache_key] if d.enters_cache else [])
         return Outcome(m.name, tuple(out))
 
 
