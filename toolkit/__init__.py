@@ -23,6 +23,8 @@ _EXPORTS = {
     "LoadOptions": "options", "options_from_environment": "options",
     "POLICIES": "policies", "Policy": "policies", "get_policy": "policies",
     "open_program": "sources",
+    "BlameStatus": "verdict", "DataProblem": "verdict", "ExitCode": "verdict", "MethodOutcome": "verdict",
+    "Verdict": "verdict",
     "Decision": "vocab", "Lookup": "vocab", "MethodStatus": "vocab", "PolicyName": "vocab",
     "ProgramFormat": "vocab", "SessionStatus": "vocab",
 }
