@@ -689,3 +689,34 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
     other = built_sample("partial_collision_shape")  # two graphs, two .so files: two keys
     assert len(set().union(*lifted_keys(other).values())) == 2
     assert run_analysis(other, "fqn-weight-cache").status == "loaded"
+
+
+@pytest.mark.parametrize("policy", DENSE)
+def test_repeated_fqn_that_misses_beside_a_hit_re_points_the_last_slot_at_the_first_slots_tensor(policy):
+    """Step 3 runs when the method has a hit: fqn_to_name's last slot gets the entry just cached from its blob."""
+    cache = FakeCache(cached(B16, owner="m0"))
+    plan, out = run(policy, view(B16, TWIN, BIAS, name="m1"), cache)
+    d = by_name(out)
+    assert plan.upload_whole_blob and out.failure is None
+    assert d["layers_0_bias_twin"].decision is Decision.LOADED and d["layers_0_bias_twin"].enters_cache
+    bias = d["layers_0_bias"]
+    assert (bias.decision, bias.reason_code, bias.origin) == (Decision.SHARED, Reason.SAME_KEY_IN_METHOD,
+                                                             TensorOrigin.WHOLE_BLOB)
+    assert (bias.shared_from.owner_method, bias.shared_from.name) == ("m1", "layers_0_bias_twin")
+    assert not bias.enters_cache and "layers_0_bias" in [x.constant.name for x in out.install]
+    # no hit: step 3 is skipped, both slots keep their own copies
+    _, out = run(policy, view(TWIN, BIAS, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
+    assert by_name(out)["layers_0_bias"].decision is Decision.PRIVATE
+
+
+@pytest.mark.parametrize("policy", DENSE)
+def test_dry_run_of_the_re_pointed_twin_runs_on_the_first_slots_data(policy):
+    from toolkit.analysis import run_analysis
+    from toolkit.verdict import DataProblem, MethodOutcome
+
+    a = run_analysis(_program(("m0", [B16]), ("m1", [B16, TWIN, BIAS])), policy)
+    assert a.status == "loaded"
+    assert {m.method: m.outcome for m in a.verdict.methods}["m1"] is MethodOutcome.WRONG
+    row = a.decisions.set_index(["method", "name"]).loc[("m1", "layers_0_bias")]
+    assert (row["decision"], row["shared_from"]) == ("shared", "m1/layers_0_bias_twin")
+    assert row["data_problem"] == DataProblem.CONTENT_DIFFERS.value

@@ -131,8 +131,10 @@ class ConstantDecision:
 
     @property
     def installed_user_managed(self) -> bool:
-        """True when the container is pointed at a tensor not from its own blob."""
-        return self.origin is not TensorOrigin.WHOLE_BLOB and self.decision is not Decision.REFUSED
+        """True when the container is pointed at a tensor not from its own blob, or (shared from another slot
+        of this method, ``shared_from``) not from its own slot of it."""
+        return self.decision is Decision.SHARED or (self.origin is not TensorOrigin.WHOLE_BLOB
+                                                    and self.decision is not Decision.REFUSED)
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,9 @@ class Outcome:
 
 @dataclass(frozen=True)
 class StoredConstant:
-    """What an exporter stored under a key first (a :class:`CachedView`: decision rows show it
-    as the entry the refused constant was checked against)."""
+    """A constant as a :class:`CachedView` that is no cache entry: what an exporter stored under a key
+    first (the entry a refused constant was checked against), or the first slot of an FQN repeated in a
+    method whose tensor another slot of it is re-pointed at."""
 
     fqn: str  # the storage key
     name: str
@@ -430,8 +433,17 @@ class _ExecuTorchPolicy(Policy):
                                                   "first method with this FQN: loaded from its blob and cached",
                                                   TensorOrigin.WHOLE_BLOB, enters_cache=True))
                 continue
+            if lr.result is Lookup.MISS and last_of[c.fqn] is c and any(x.result is Lookup.HIT for x in plan.lookups):
+                # step 3 runs (a hit): the pair fqn_to_name[fqn] -> the cache's entry, just added from this blob
+                first = first_of[c.fqn]
+                decisions.append(ConstantDecision(
+                    c, Lookup.MISS, Decision.SHARED, Reason.SAME_KEY_IN_METHOD,
+                    f"{first.name!r} of this method cached FQN {c.fqn!r} from its blob; the method has a hit, so "
+                    "upstream's pairs re-point this slot (the last name per FQN) at that tensor", TensorOrigin.WHOLE_BLOB,
+                    StoredConstant(c.fqn, first.name, m.name, (new_meta or {}).get(first.name, m.meta(first)),
+                                   first.digest, first.mutated, first.storage, first.nbytes)))
+                continue
             if last_of[c.fqn] is not c or lr.result is Lookup.MISS:
-                # a miss re-pointed at its twin when the method has a hit is not modelled (own copy here)
                 decisions.append(replace(_unpointed(c, plan.upload_whole_blob, (
                     f"{last_of[c.fqn].name!r} holds FQN {c.fqn!r} in upstream's FQN-to-name map (the last wins)"
                     if last_of[c.fqn] is not c else f"{first_of[c.fqn].name!r} of this method cached FQN {c.fqn!r}"
