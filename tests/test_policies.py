@@ -349,12 +349,47 @@ def test_repeated_fqn_is_compared_through_the_first_slot_upstream_extracts():
     _, out = run("decline-on-mismatch", view(other_shape, BIAS, NEW, name="m1"), cache)
     assert by_name(out)["layers_0_bias"].decision is Decision.DECLINED
     _, out = run("refuse-on-mismatch", view(other_shape, BIAS, NEW, name="m1"), cache)
-    assert out.failure == refusal_message("layers_0_bias", "m1")
+    assert out.failure == refusal_message("layers.0.bias", "m1")
 
 
 B16 = const("b", fqn="layers.1.bias", shape=(16, 4), data="m0")
 B32 = const("b", fqn="layers.1.bias", shape=(32, 4), data="m1")
 X = const("x", fqn="", shape=(4, 8), data="x")
+
+
+def test_refusal_names_the_fqn_after_the_first_mismatching_field_as_922_logs_them():
+    _, out = run("refuse-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
+    assert out.failure == ("Constant 'layers.1.bias' in method 'm1' is incompatible with the cached version from a "
+                           "previous method. Refusing to share.")
+    assert by_name(out)["b"].reason == ("Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); "
+                                        f"then: {out.failure}")
+    _, out = run("decline-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
+    assert by_name(out)["b"].reason == (
+        "Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); then: Constant 'layers.1.bias' in "
+        "method 'm1' differs from the cached copy; using this method's own copy instead of sharing")
+
+
+def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
+    from toolkit.policies import check_cached_constant_match as line
+
+    a = TensorMeta("float32", (4, 4), (4, 1), "cuda", 0)
+    assert line("w", a, a) is None
+    assert line("w", a, replace(a, dtype="bfloat16", shape=(4,))) == "Constant 'w': dtype mismatch (cached=6, new=15)"
+    assert line("w", a, replace(a, shape=(4,), strides=(1,))) == "Constant 'w': dim mismatch (cached=2, new=1)"
+    assert line("w", a, replace(a, shape=(4, 8), strides=(1, 4))) == ("Constant 'w': size mismatch at dim 1 "
+                                                                     "(cached=4, new=8)")
+    assert line("w", a, replace(a, strides=(1, 4))) == "Constant 'w': stride mismatch at dim 0 (cached=4, new=1)"
+    assert line("w", a, replace(a, device_index=1)) == "Constant 'w': device mismatch (cached=1:0, new=1:1)"
+
+
+def test_refusal_says_upstream_may_name_another_fqn_when_several_mismatch():
+    w16, w32 = const("w", fqn="enc.w", shape=(16, 4), data="a"), const("w", fqn="enc.w", shape=(32, 4), data="b")
+    _, out = run("refuse-on-mismatch", view(B32, w32, NEW, name="m1"),
+                 FakeCache(cached(B16, owner="m0"), cached(w16, owner="m0")))
+    assert "FQNs 'layers.1.bias', 'enc.w' all mismatch: upstream names the first in its unordered_map's" in (
+        by_name(out)["b"].reason)
+    _, out = run("refuse-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
+    assert "unordered_map" not in by_name(out)["b"].reason
 
 
 @pytest.mark.parametrize("policy", DENSE + ["blind-share"])
@@ -654,3 +689,34 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
     other = built_sample("partial_collision_shape")  # two graphs, two .so files: two keys
     assert len(set().union(*lifted_keys(other).values())) == 2
     assert run_analysis(other, "fqn-weight-cache").status == "loaded"
+
+
+@pytest.mark.parametrize("policy", DENSE)
+def test_repeated_fqn_that_misses_beside_a_hit_re_points_the_last_slot_at_the_first_slots_tensor(policy):
+    """Step 3 runs when the method has a hit: fqn_to_name's last slot gets the entry just cached from its blob."""
+    cache = FakeCache(cached(B16, owner="m0"))
+    plan, out = run(policy, view(B16, TWIN, BIAS, name="m1"), cache)
+    d = by_name(out)
+    assert plan.upload_whole_blob and out.failure is None
+    assert d["layers_0_bias_twin"].decision is Decision.LOADED and d["layers_0_bias_twin"].enters_cache
+    bias = d["layers_0_bias"]
+    assert (bias.decision, bias.reason_code, bias.origin) == (Decision.SHARED, Reason.SAME_KEY_IN_METHOD,
+                                                             TensorOrigin.WHOLE_BLOB)
+    assert (bias.shared_from.owner_method, bias.shared_from.name) == ("m1", "layers_0_bias_twin")
+    assert not bias.enters_cache and "layers_0_bias" in [x.constant.name for x in out.install]
+    # no hit: step 3 is skipped, both slots keep their own copies
+    _, out = run(policy, view(TWIN, BIAS, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
+    assert by_name(out)["layers_0_bias"].decision is Decision.PRIVATE
+
+
+@pytest.mark.parametrize("policy", DENSE)
+def test_dry_run_of_the_re_pointed_twin_runs_on_the_first_slots_data(policy):
+    from toolkit.analysis import run_analysis
+    from toolkit.verdict import DataProblem, MethodOutcome
+
+    a = run_analysis(_program(("m0", [B16]), ("m1", [B16, TWIN, BIAS])), policy)
+    assert a.status == "loaded"
+    assert {m.method: m.outcome for m in a.verdict.methods}["m1"] is MethodOutcome.WRONG
+    row = a.decisions.set_index(["method", "name"]).loc[("m1", "layers_0_bias")]
+    assert (row["decision"], row["shared_from"]) == ("shared", "m1/layers_0_bias_twin")
+    assert row["data_problem"] == DataProblem.CONTENT_DIFFERS.value

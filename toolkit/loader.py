@@ -23,7 +23,7 @@ from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
 from .model import MethodSpec, Program, TensorMeta, shown
 from .options import LoadOptions
-from .policies import ExportRefusal, MethodView, Outcome, Plan, Policy, slot_problem
+from .policies import ConstantDecision, ExportRefusal, MethodView, Outcome, Plan, Policy, slot_problem
 from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes
 from .verdict import ConstantFinding, find_problem
 from .vocab import Decision, MethodStatus, SessionStatus, Stage, TensorOrigin
@@ -332,8 +332,13 @@ class ProgramLoad:
         # The out-of-bounds guard: AOTInductor checks nothing when a tensor is installed.
         install: dict[str, Any] = {}
         problems: dict[str, str] = {}
+        def runs_on(d: ConstantDecision) -> Any:  # the tensor a slot runs on (shared from this blob: another slot's)
+            return (d.shared_from.tensor if d.origin is TensorOrigin.CACHE else
+                    loaded.own_tensors[d.constant.name] if d.origin is TensorOrigin.OWN_UPLOAD else
+                    extracted.get(d.shared_from.name if d.decision is Decision.SHARED else d.constant.name))
+
         for d in outcome.install:
-            tensor = d.shared_from.tensor if d.origin is TensorOrigin.CACHE else loaded.own_tensors[d.constant.name]
+            tensor = runs_on(d)
             have, have_bytes = self.runtime.facts(tensor)
             problem = slot_problem(have, have_bytes, d.constant, device.type, device.index)
             if problem:
@@ -352,10 +357,7 @@ class ProgramLoad:
             self.cache.first_container = m
         self._record_decisions(m, device, outcome, plan, problems)
         for d in outcome.decisions:  # what each slot runs on: for state resets and blame
-            loaded.tensors[d.constant.name] = (
-                d.shared_from.tensor if d.origin is TensorOrigin.CACHE else
-                loaded.own_tensors[d.constant.name] if d.origin is TensorOrigin.OWN_UPLOAD else
-                extracted.get(d.constant.name))
+            loaded.tensors[d.constant.name] = runs_on(d)
         if loaded.runnable:
             handle.install(install)
             self._probe_peak(device, loaded)
@@ -374,7 +376,7 @@ class ProgramLoad:
                 self.cache.add(entry)
                 self.log.record(ev.CacheEntryAdded, m, name=d.constant.name, fqn=d.constant.fqn,
                              owner_kind=entry.owner_kind)
-            elif d.decision is Decision.SHARED and d.shared_from is not None:
+            elif d.decision is Decision.SHARED and d.origin is TensorOrigin.CACHE:
                 d.shared_from.users.add(m)
         measured = self._sample_memory(m, device, "after", pending=loaded)
         self.log.record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,

@@ -131,8 +131,10 @@ class ConstantDecision:
 
     @property
     def installed_user_managed(self) -> bool:
-        """True when the container is pointed at a tensor not from its own blob."""
-        return self.origin is not TensorOrigin.WHOLE_BLOB and self.decision is not Decision.REFUSED
+        """True when the container is pointed at a tensor not from its own blob, or (shared from another slot
+        of this method, ``shared_from``) not from its own slot of it."""
+        return self.decision is Decision.SHARED or (self.origin is not TensorOrigin.WHOLE_BLOB
+                                                    and self.decision is not Decision.REFUSED)
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,9 @@ class Outcome:
 
 @dataclass(frozen=True)
 class StoredConstant:
-    """What an exporter stored under a key first (a :class:`CachedView`: decision rows show it
-    as the entry the refused constant was checked against)."""
+    """A constant as a :class:`CachedView` that is no cache entry: what an exporter stored under a key
+    first (the entry a refused constant was checked against), or the first slot of an FQN repeated in a
+    method whose tensor another slot of it is re-pointed at."""
 
     fqn: str  # the storage key
     name: str
@@ -239,12 +242,42 @@ def slot_problem(have: TensorMeta, have_bytes: int, slot: ConstantSpec, device_t
     return None
 
 
-def refusal_message(name: str, method: str) -> str:
-    """The error ExecuTorch printed before #21959, verbatim."""
+# SlimTensor's c10::ScalarType and DeviceType (backends/aoti/slim/c10/core at 922adad721), as upstream prints them
+_SLIM_SCALAR_TYPE = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6,
+                     "bool": 11, "bfloat16": 15}
+_SLIM_DEVICE_TYPE = {"cpu": 0, "cuda": 1}
+
+
+def check_cached_constant_match(fqn: str, cached: TensorMeta, new: TensorMeta) -> str | None:
+    """The line upstream's ``check_cached_constant_match`` logs (922adad721, e4b18fa9aa, 144ce1bc77: one
+    code), verbatim, or None on a match: only the first field that differs, in its order.  Dtype and device
+    type are the integers of SlimTensor's enums (a dtype SlimTensor lacks: its name)."""
+    pre = f"Constant '{fqn}': "
+    if cached.dtype != new.dtype:
+        dt = [_SLIM_SCALAR_TYPE.get(m.dtype, m.dtype) for m in (cached, new)]
+        return f"{pre}dtype mismatch (cached={dt[0]}, new={dt[1]})"
+    if cached.rank != new.rank:
+        return f"{pre}dim mismatch (cached={cached.rank}, new={new.rank})"
+    for what, a, b in (("size", cached.shape, new.shape), ("stride", cached.strides, new.strides)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"{pre}{what} mismatch at dim {i} (cached={x}, new={y})"
+    dev = [f"{_SLIM_DEVICE_TYPE.get(m.device_type, m.device_type)}:{m.device_index}" for m in (cached, new)]
+    return None if dev[0] == dev[1] else f"{pre}device mismatch (cached={dev[0]}, new={dev[1]})"
+
+
+def refusal_message(fqn: str, method: str) -> str:
+    """The error 922adad721 logs after :func:`check_cached_constant_match`'s line, verbatim (it names the FQN)."""
     return (
-        f"Constant '{name}' in method '{method}' is incompatible with the cached version "
+        f"Constant '{fqn}' in method '{method}' is incompatible with the cached version "
         "from a previous method. Refusing to share."
     )
+
+
+def decline_message(fqn: str, method: str) -> str:
+    """What e4b18fa9aa and 144ce1bc77 log after :func:`check_cached_constant_match`'s line, verbatim."""
+    return (f"Constant '{fqn}' in method '{method}' differs from the cached copy; "
+            "using this method's own copy instead of sharing")
 
 
 def _refuse_rest(plan: Plan, decided: list[ConstantDecision], why: str, origin: TensorOrigin
@@ -400,8 +433,17 @@ class _ExecuTorchPolicy(Policy):
                                                   "first method with this FQN: loaded from its blob and cached",
                                                   TensorOrigin.WHOLE_BLOB, enters_cache=True))
                 continue
+            if lr.result is Lookup.MISS and last_of[c.fqn] is c and any(x.result is Lookup.HIT for x in plan.lookups):
+                # step 3 runs (a hit): the pair fqn_to_name[fqn] -> the cache's entry, just added from this blob
+                first = first_of[c.fqn]
+                decisions.append(ConstantDecision(
+                    c, Lookup.MISS, Decision.SHARED, Reason.SAME_KEY_IN_METHOD,
+                    f"{first.name!r} of this method cached FQN {c.fqn!r} from its blob; the method has a hit, so "
+                    "upstream's pairs re-point this slot (the last name per FQN) at that tensor", TensorOrigin.WHOLE_BLOB,
+                    StoredConstant(c.fqn, first.name, m.name, (new_meta or {}).get(first.name, m.meta(first)),
+                                   first.digest, first.mutated, first.storage, first.nbytes)))
+                continue
             if last_of[c.fqn] is not c or lr.result is Lookup.MISS:
-                # a miss re-pointed at its twin when the method has a hit is not modelled (own copy here)
                 decisions.append(replace(_unpointed(c, plan.upload_whole_blob, (
                     f"{last_of[c.fqn].name!r} holds FQN {c.fqn!r} in upstream's FQN-to-name map (the last wins)"
                     if last_of[c.fqn] is not c else f"{first_of[c.fqn].name!r} of this method cached FQN {c.fqn!r}"
@@ -429,20 +471,34 @@ class _ExecuTorchPolicy(Policy):
                     c, Lookup.HIT, Decision.SHARED, Reason.METADATA_MATCH,
                     "metadata equal to the cached tensor (data not compared)", TensorOrigin.CACHE, entry, comps))
             elif self.refuse_on_mismatch:
-                failure = refusal_message(c.name, m.name)
+                failure = refusal_message(c.fqn, m.name)
                 decisions.append(ConstantDecision(c, Lookup.HIT, Decision.REFUSED, Reason.METADATA_MISMATCH,
-                                                  f"{_mismatch_text(comps)}: {failure}", TensorOrigin.WHOLE_BLOB,
-                                                  entry, comps))
+                                                  f"{check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted])}"
+                                                  f"; then: {failure}{self._other_mismatches(plan, new_meta, c)}",
+                                                  TensorOrigin.WHOLE_BLOB, entry, comps))
                 break  # upstream returns at the first mismatch
             else:
                 # #21959: keep this method's own copy; the rejected name must also stay out of
                 # the user-managed pairs, or the container is pointed at a tensor it did not ask for.
                 decisions.append(ConstantDecision(
                     c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
-                    f"{_mismatch_text(comps)}: declined, own copy kept", TensorOrigin.WHOLE_BLOB, entry, comps))
+                    f"{check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted])}; then: "
+                    f"{decline_message(c.fqn, m.name)}", TensorOrigin.WHOLE_BLOB, entry, comps))
         if failure is not None:
             decisions = _refuse_rest(plan, decisions, f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
         return Outcome(m.name, tuple(decisions), failure)
+
+
+    @staticmethod
+    def _other_mismatches(plan: Plan, new_meta: Mapping[str, TensorMeta], refused: ConstantSpec) -> str:
+        """Upstream checks FQNs in its ``unordered_map``'s order, not in constant order: where other hits
+        mismatch too, the FQN it names may be another (hash order is not modelled)."""
+        first_of, last_of = _fqn_slots(plan.method)
+        others = [lr.constant.fqn for lr in plan.lookups
+                  if lr.result is Lookup.HIT and lr.constant is last_of[lr.constant.fqn] and lr.constant is not refused
+                  and check_cached_constant_match("", lr.entry.meta, new_meta[first_of[lr.constant.fqn].name])]
+        return (f" (FQNs {', '.join(map(repr, [refused.fqn, *others]))} all mismatch: upstream names the first in its "
+                "unordered_map's iteration order, not necessarily this one)" if others else "")
 
 
 class NameOnly(_ExecuTorchPolicy):
