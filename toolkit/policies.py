@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar, Mapping, Protocol, Sequence
 
 from .model import ConstantSpec, TensorMeta, required_nbytes, shown
