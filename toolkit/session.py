@@ -122,15 +122,15 @@ class Session(ProgramLoad):
         set of verifications and blames."""
         predicted = not self.runtime.can_run
         verified = not predicted and (self.status is not SessionStatus.CLOSED or None in self._verifications)
-        checks = check_rows(self._last_verification(None)) if verified else None
+        standalone = self._last_verification(None) if verified else None  # each frame computed once (memoized)
         sequences = {}
         if verified and self.load_outcome is SessionStatus.LOADED:
-            sequences = {q.name: check_rows(self._last_verification(q.name)) for q in self.program.sequences
+            sequences = {q.name: self._last_verification(q.name) for q in self.program.sequences
                          if self.status is not SessionStatus.CLOSED or q.name in self._verifications}
         key = (tuple((k, id(v[1])) for k, v in self._verifications.items()),
                tuple(id(b) for b in self._blames.values()), self.load_outcome)
         if self._verdict is not None and self._verdict[0] == key:
-            return self._verdict[1]
+            return self._verdict[1]  # nothing new since: no frame is read again
         blamed = [BlameRow(r["verification"], r["method"], r["name"], r["fqn"], bool(r["fixes"]),
                            DataProblem(r["problem"]) if r["problem"] else None, r["evidence"], r["shared_from"])
                   for b in self._blames.values() for r in b.to_dict("records") if r["swap"]]
@@ -138,7 +138,9 @@ class Session(ProgramLoad):
             program=self.program.name, policy=self.policy.name.value, predicted=predicted,
             methods=[MethodFacts(r.method, r.status, r.runnable, r.problems, r.error, r.findings)
                      for r in self.results.values()],
-            checks=checks, sequences=sequences, blame=blamed, error=self.error or "",
+            checks=check_rows(standalone) if standalone is not None else None,
+            sequences={name: check_rows(frame) for name, frame in sequences.items()}, blame=blamed,
+            error=self.error or "",
             failed_stage=self.failed_stage,
             oracle="supplied reference" if "references" in self._verifications.get(None, ((),))[0] else
             "eager reference")
