@@ -61,7 +61,8 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
                  "status": "no program", "wrong_alone": "", "sequences": "", "decisions_match": None,
                  "device_bytes": 0, "load_s": 0.0, "error": msg} for p in policies]
     rows = []
-    program = toolkit.open_program(pte)
+    table = folder / "constant_table.json"  # generation 1/2: the table only the .so holds
+    program = toolkit.open_program(pte, constant_table=json.loads(table.read_text()) if table.is_file() else None)
     cols = ["method", "name", "decision", "origin"]
     for policy in policies:
         dry = run_analysis(program, policy)
