@@ -188,3 +188,14 @@ def test_every_export_loads_on_the_gpu_under_every_policy_as_its_dry_run_predict
         if len(before) and before.iloc[0]["status"] == "loaded":
             assert (row["wrong_alone"], row["sequences"]) == (before.iloc[0]["wrong_alone"],
                                                             before.iloc[0]["sequences"]), row["policy"]
+
+
+def test_the_readme_holds_the_table_of_the_h200_runs():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import real_exports_table
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    table = real_exports_table.table()
+    assert "`whisper_cached`" in table and "executorch 1.2.0 (generation 1)" in table
+    assert table in (REPO / "README.md").read_text()
