@@ -292,7 +292,6 @@ def cmd_scan(a) -> int:
     pool = ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
                                mp_context=multiprocessing.get_context("spawn"), initializer=_scan_worker)
     done: dict[str, list[dict]] = {}
-    futures = {}
     try:
         with _sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
             futures = {pool.submit(scan_program, path, policies): path for path in paths}
