@@ -66,12 +66,12 @@ def _load_source_module(source: str):
     return mod
 
 
-def _program(ref: str, device: str | None):
+def _program(ref: str, device: str | None, constant_table: str | None = None):
     from .sources import open_program
     from .samples import build_sample, sample_names
 
     if Path(ref).exists():  # a program directory, or a file of another format (.pte, .pt2)
-        return open_program(ref)
+        return open_program(ref, **({"constant_table": constant_table} if constant_table else {}))
     if ref in sample_names():
         kind = "cuda" if device and device.startswith("cuda") else "cpu"
         return build_sample(ref, device=kind, progress=True)
@@ -169,7 +169,7 @@ def cmd_report(a) -> int:
     refs = _references(a.reference)
     if refs and a.dry_run:
         raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
-    prog = _program(a.program, a.device)
+    prog = _program(a.program, a.device, a.constant_table)
     if a.dry_run:
         s = run_analysis(prog, a.policy, device=a.device).session
         _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
@@ -280,7 +280,7 @@ def cmd_compare(a) -> int:
     refs = _references(a.reference)
     if refs and a.dry_run:
         raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
-    prog = _program(a.program, a.device)
+    prog = _program(a.program, a.device, a.constant_table)
     if a.dry_run:
         return _dry_compare(prog, policies, a)
     comparison = compare_policies(prog, policies, device=a.device, progress=True, references=refs)
@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--dry-run", action="store_true", help=dry_help)
         parser.add_argument("--reference", action="append", metavar="METHOD=FILE",
                             help="a method's reference (safetensors: input.N, output.N); repeat per method")
+        parser.add_argument("--constant-table", metavar="FILE", help="an ExecuTorch .pte of payload generation "
+                            "1 or 2: its constant table, JSON (default: constant_table.json beside the .pte)")
 
     r = sub.add_parser("report", help="load under one policy: decision table and verification")
     r.add_argument("program")
