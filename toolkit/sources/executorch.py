@@ -628,7 +628,8 @@ class _Builder:
         if self.table is None:
             raise ProgramError(
                 f"method {method!r}: this payload generation keeps the constant table only inside the .so; "
-                "reading it needs the .so opened by a runtime: pass constant_table= (see AotiConstant)",
+                "reading it needs the .so opened by a runtime: pass constant_table= (see AotiConstant; the CLI's "
+                f"--constant-table FILE), or put {DEFAULT_CONSTANT_TABLE_FILE} beside the .pte",
                 path=self.pte.path, field=field)
         try:
             if callable(self.table):
