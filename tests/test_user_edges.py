@@ -79,3 +79,15 @@ def test_the_cli_reads_the_table_beside_the_file_and_takes_one(tmp_path, capsys)
     (tmp_path / "bad.json").write_text("[]")
     assert main(["report", str(bare / "prog.pte"), "--dry-run", "--constant-table", str(tmp_path / "bad.json")]) == 2
     assert str(tmp_path / "bad.json") in capsys.readouterr().err
+
+
+def test_a_programs_repr_is_a_short_summary():
+    from toolkit.synthetic import SyntheticSpec, generate
+
+    p = generate(SyntheticSpec(methods=12, constants=400))
+    text = repr(p)
+    lines = text.splitlines()
+    assert len(lines) == 1 + 8 + 1 and max(map(len, lines)) < 120  # was one line of thousands of characters
+    assert lines[0].startswith(f"Program {p.name!r}: 12 methods") and "(in memory)" in lines[0]
+    assert lines[1].startswith(f"  {p.methods[0].name}: 400 constants") and "4 more methods" in lines[-1]
+    assert p._repr_html_() == "<pre>" + text.replace("'", "&#x27;") + "</pre>"
