@@ -190,7 +190,7 @@ def cmd_report(a) -> int:
         raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
     prog = _program(a.program, a.device, a.constant_table)
     if a.dry_run:
-        s = run_analysis(prog, a.policy, device=a.device).session
+        s = run_analysis(prog, a.policy, device=a.device, progress=True).session
         _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
              f"a prediction, nothing was loaded or run")
     else:
@@ -267,6 +267,7 @@ def cmd_scan(a) -> int:
 
     from .ci_report import UNREADABLE, html_report, scan_summary
     from .policies import POLICIES, get_policy
+    from .progress import progress_bar
     from .rendering import html_table
     from .verdict import BAD_OUTCOMES
 
@@ -282,7 +283,9 @@ def cmd_scan(a) -> int:
     # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
     with ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        rows = [r for result in pool.map(scan_program, paths, [policies] * len(paths)) for r in result]
+        done = progress_bar(pool.map(scan_program, paths, [policies] * len(paths)), total=len(paths), desc="scanning",
+                            unit="program")
+        rows = [r for result in done for r in result]
     frame = pd.DataFrame(rows, columns=SCAN_COLUMNS)
     _print_scan(scan_summary(frame, root), len(frame), a.csv or a.html)
     if a.csv:
