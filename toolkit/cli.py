@@ -3,7 +3,8 @@
   constshare build   SOURCE [--device cpu|cuda] [--out DIR]
   constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
                      [--reference M=FILE ...] [--constant-table FILE]
-  constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
+  constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
+                     [--reference M=FILE ...] [--constant-table FILE]
   constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--html FILE] [--junit FILE] [--jobs N]
   constshare samples
 
