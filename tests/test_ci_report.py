@@ -183,3 +183,24 @@ def test_the_html_report_shows_the_culprit_in_chromium_offline(scanned):
             page.screenshot(path=str(ARTIFACTS / "ci-report-scan.png"), full_page=True)
         finally:
             browser.close()
+
+
+def test_report_of_a_real_load_names_the_culprit_in_junit_and_html(built_sample, tmp_path):
+    from toolkit import load_program
+
+    prog = built_sample("total_collision")
+    html, xml = tmp_path / "r.html", tmp_path / "r.xml"
+    rc = main(["report", str(prog.root), "--policy", "name-only", "--html", str(html), "--junit", str(xml)])
+    s = load_program(prog, "name-only")
+    s.verify()
+    v = s.verdict()
+    s.close()
+    assert rc == int(v.exit_code) == 1 and v.wrong_methods
+    root = ET.parse(xml).getroot()
+    check_junit_shape(root)
+    failures = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
+    assert {m for m, f in failures.items() if f is not None} == {m.method for m in v.methods if m.outcome in BAD_OUTCOMES}
+    for m in v.wrong_methods:
+        assert all(c.name in failures[m].get("message") for c in v.findings(m))
+    text = html.read_text()
+    assert text.index('id="culprits"') < text.index("Verification") < text.index("Decisions") and "<svg" in text
