@@ -2,7 +2,7 @@
 # Run on the H200 device machine (not in CI): build every sample for CUDA in a plain
 # python3 (no LD_PRELOAD), then run the GPU-marked tests. Usage: bash .ci/gpu_tests.sh [build|test|all]
 set -uo pipefail
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CONSTSHARE_CACHE=$PWD/.cache/programs
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CONSTSHARE_CACHE=$PWD/.cache
 step=${1:-all}
 if [ "$step" = build ] || [ "$step" = all ]; then
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0)); import os; print('CXX=', os.environ.get('CXX'), 'LD_PRELOAD=', os.environ.get('LD_PRELOAD'))"

@@ -1,16 +1,13 @@
-"""Shared fixtures: sample programs are built once per test session (and cached on disk
-under CONSTSHARE_CACHE, default .cache/programs in the repo, so re-runs reuse them)."""
+"""Shared fixtures: sample programs are built once per test session (and cached on disk in the
+one build cache, CONSTSHARE_CACHE or ~/.cache/constshare, the README's and the CLI's)."""
 
 from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("CONSTSHARE_CACHE", str(REPO / ".cache" / "programs"))
 
 
 def in_ci() -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.options import FirstLoad, LoadOptions, UploadMode, options_from_environment
+from toolkit.options import FirstLoad, LoadOptions, UploadMode, cache_folder, options_from_environment
 
 TOOLKIT = Path(__file__).resolve().parents[1] / "toolkit"
 
@@ -56,9 +56,11 @@ def test_the_build_cache_folder_comes_from_the_options(monkeypatch, tmp_path):
     from toolkit.samples import cache_root
 
     monkeypatch.setenv("CONSTSHARE_CACHE", str(tmp_path))
-    assert cache_root() == tmp_path
+    assert cache_root() == tmp_path / "programs"
+    assert cache_folder(LoadOptions(cache_dir=tmp_path / "x"), "so") == tmp_path / "x" / "so"
     monkeypatch.delenv("CONSTSHARE_CACHE")
     assert cache_root() == Path.home() / ".cache" / "constshare" / "programs"
+    assert cache_folder(LoadOptions(), "so") == Path.home() / ".cache" / "constshare" / "so"  # one root, two parts
 
 
 def test_a_load_keeps_its_options_and_check_integrity_overrides_them(built_sample, monkeypatch):

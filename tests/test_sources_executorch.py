@@ -146,10 +146,11 @@ def test_multi_arch_payloads_model_the_first_regular_variant():
             assert [c.digest for c in m.constants] == [c.digest for c in ref.method(m.name).constants]
 
 
-def test_generations_1_and_2_need_the_constant_table():
+def test_generations_1_and_2_need_the_constant_table(tmp_path):
     for folder in ("synthetic-gen1", "synthetic-gen2"):
+        bare = shutil.copytree(FIXTURES / folder, tmp_path / folder, ignore=shutil.ignore_patterns("*.json"))
         with pytest.raises(ProgramError, match="constant table only inside the .so") as e:
-            open_program(FIXTURES / folder)
+            open_program(bare)
         assert e.value.path.endswith("prog.pte") and "processed" in e.value.field
         # rows as AotiConstant records, or a callable given (method, .so bytes)
         rows = {m: [AotiConstant(r["name"], r["fqn"], r["dtype"], tuple(r["shape"]), tuple(r["strides"]),

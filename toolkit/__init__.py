@@ -1,13 +1,15 @@
 """constshare toolkit: load multi-method AOTInductor programs with cross-method constant
 sharing, record every decision, and verify every method against its eager reference.
 
-Public names are imported on first use (PEP 562), so ``import toolkit.analysis`` or a
-dry run never loads torch, and ``import toolkit`` stays cheap.
+Public names and submodules (``toolkit.report``, ``toolkit.plots``) are imported on first use
+(PEP 562), so ``import toolkit.analysis`` or a dry run never loads torch, and ``import toolkit``
+stays cheap.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 _EXPORTS = {
@@ -34,9 +36,12 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif "." not in name and importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule: toolkit.report, toolkit.plots
+        value = importlib.import_module(f".{name}", __name__)
+    else:
         raise AttributeError(f"module 'toolkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 

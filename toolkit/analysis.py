@@ -57,11 +57,13 @@ class Analysis:
 
 
 def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fingerprint", *,
-                 device: "str | Mapping[str, str] | None" = None, record: bool = True) -> Analysis:
+                 device: "str | Mapping[str, str] | None" = None, record: bool = True,
+                 progress: bool = False) -> Analysis:
     """Predict a load of ``program`` under ``policy``, method by method, in load order.
 
     A dry-run load: the same orchestrator as :func:`toolkit.load_program`, over the program
     model alone.  A failed method stops the load; later methods are "not reached".
+    ``progress``: a bar per constant (:func:`toolkit.progress.progress_bar`).
     """
     from .loader import resolve_devices
     from .session import Session
@@ -76,7 +78,7 @@ def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fing
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load()
+        s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load(progress=progress)
         frame = analysis_frame(s.log, s.results.values(), policy=pol.name.value)
     finally:
         if gc_was_enabled:

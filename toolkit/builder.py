@@ -383,8 +383,7 @@ def build_program(
     (:func:`storage_keys`).  The directory appears only once it is complete (built aside,
     then renamed), so a failed build leaves nothing half-written behind.
     """
-    from tqdm.auto import tqdm
-
+    from .progress import progress_bar
     from .sources import open_program
 
     out = Path(out_dir)
@@ -413,7 +412,7 @@ def build_program(
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
         specs = []
-        bar = tqdm(items, desc="building", unit="method", disable=not progress)
+        bar = progress_bar(items, enabled=progress, desc="building", unit="method")
         for i, (mname, (module, args)) in enumerate(bar):
             bar.set_description(f"compiling {mname}")
             if on_method:

@@ -1,9 +1,11 @@
 """Load multi-method AOTInductor programs with cross-method constant sharing, and check every method.
 
   constshare build   SOURCE [--device cpu|cuda] [--out DIR]
-  constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
-  constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--dry-run] [--reference M=FILE ...]
-  constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--jobs N]
+  constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
+                     [--reference M=FILE ...] [--constant-table FILE]
+  constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
+                     [--reference M=FILE ...] [--constant-table FILE]
+  constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--html FILE] [--junit FILE] [--jobs N]
   constshare samples
 
 SOURCE is a sample name (see samples) or a Python file or module defining methods() as the
@@ -71,12 +73,12 @@ def _load_source_module(source: str):
     return mod
 
 
-def _program(ref: str, device: str | None):
+def _program(ref: str, device: str | None, constant_table: str | None = None):
     from .sources import open_program
     from .samples import build_sample, sample_names
 
     if Path(ref).exists():  # a program directory, or a file of another format (.pte, .pt2)
-        return open_program(ref)
+        return open_program(ref, **({"constant_table": constant_table} if constant_table else {}))
     if ref in sample_names():
         kind = "cuda" if device and device.startswith("cuda") else "cpu"
         return build_sample(ref, device=kind, progress=True)
@@ -106,20 +108,39 @@ def _check_device(device: str | None) -> None:
         parse_device(device)  # ValueError naming the choices
 
 
-def _check_csv(path: str | None, force: bool) -> None:
-    """Refuse a CSV target before any work: empty, a folder, a device or FIFO, a missing or
-    unwritable folder, or (without --force) a file."""
+def _check_csv(path: str | None, force: bool, option: str = "--csv") -> None:
+    """Refuse an output file (``option``) before any work: empty, a folder, a device or FIFO, a
+    missing or unwritable folder, or (without --force) a file."""
     from .report import check_output
 
     if path is None:
         return
     if not path.strip():
-        raise ToolkitError("--csv: an empty path")
+        raise ToolkitError(f"{option}: an empty path")
     if Path(path).is_dir():
-        raise ToolkitError(f"--csv {path}: is a folder; give a file name inside it")
+        raise ToolkitError(f"{option} {path}: is a folder; give a file name inside it")
     check_output(path)
     if Path(path).exists() and not force:
-        raise ToolkitError(f"--csv {path}: exists already; pass --force to overwrite it")
+        raise ToolkitError(f"{option} {path}: exists already; pass --force to overwrite it")
+
+
+def _check_reports(a) -> None:
+    """--html and --junit, checked as --csv is."""
+    _check_csv(a.html, a.force, "--html")
+    _check_csv(a.junit, a.force, "--junit")
+
+
+def _write_reports(a, verdicts, html_of, labels=None, unreadable=None) -> None:
+    """The HTML report (``html_of()`` builds it) and the JUnit XML the options ask for."""
+    from .ci_report import junit_xml
+    from .report import write_text_atomically
+
+    if a.html:
+        write_text_atomically(a.html, html_of())
+        _out(f"HTML report written to {Path(a.html).resolve()}")
+    if a.junit:
+        write_text_atomically(a.junit, junit_xml(verdicts, labels=labels, unreadable=unreadable))
+        _out(f"JUnit XML written to {Path(a.junit).resolve()}")
 
 
 def cmd_build(a) -> int:
@@ -181,12 +202,13 @@ def cmd_report(a) -> int:
 
     _check_device(a.device)
     _check_csv(a.csv, a.force)
+    _check_reports(a)
     refs = _references(a.reference)
     if refs and a.dry_run:
         raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
-    prog = _program(a.program, a.device)
+    prog = _program(a.program, a.device, a.constant_table)
     if a.dry_run:
-        s = run_analysis(prog, a.policy, device=a.device).session
+        s = run_analysis(prog, a.policy, device=a.device, progress=True).session
         _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
              f"a prediction, nothing was loaded or run")
     else:
@@ -203,6 +225,10 @@ def cmd_report(a) -> int:
     if a.csv:
         to_csv(s, a.csv, verification=verification)  # verified once, above
         _out(f"\ncollision report written to {Path(a.csv).resolve()}")
+    if a.html or a.junit:
+        from .ci_report import session_html_report
+
+        _write_reports(a, [verdict], lambda: session_html_report(s, verification))
     s.close()
     _out()
     _say_verdict(verdict)
@@ -228,9 +254,10 @@ def find_programs(root: Path) -> list[Path]:
 def scan_program(path: str, policies: list[str]) -> list[dict]:
     """Dry-run one program under each policy (run in a worker process): rows of SCAN_COLUMNS.
 
-    ``outcome`` is the method's predicted outcome (its verdict); ``wrong_data`` marks an outcome
-    that fails the gate (exit code 1): it would run wrong or not at all, its load would fail,
-    or the program cannot be read."""
+    ``outcome`` is the method's predicted outcome (its verdict), ``unreadable`` for a program that
+    cannot be opened; ``wrong_data`` marks an outcome that fails the gate (exit code 1) because it
+    would run wrong, not at all, or its load would fail (a program that cannot be read fails the gate
+    too, yet runs on no data).  Each row also carries its policy's ``verdict`` (not a CSV column)."""
     from .analysis import run_analysis
     from .sources import open_program
     from .verdict import BAD_OUTCOMES
@@ -239,14 +266,15 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
         program = open_program(path)
     except ToolkitError as e:
         return [{"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
-                 "outcome": "unreadable", "wrong_data": True, "error": str(e)}]
+                 "outcome": "unreadable", "wrong_data": False, "error": str(e)}]
     rows = []
     for policy in policies:
         s = run_analysis(program, policy).session
-        for m in s.verdict().methods:
+        verdict = s.verdict()
+        for m in verdict.methods:
             rows.append({"program": program.name, "path": path, "policy": policy, "status": str(s.status),
                          "method": m.method, "outcome": m.outcome.value, "wrong_data": m.outcome in BAD_OUTCOMES,
-                         "error": m.reason if m.outcome in BAD_OUTCOMES else ""})
+                         "error": m.reason if m.outcome in BAD_OUTCOMES else "", "verdict": verdict})
     return rows
 
 
@@ -277,10 +305,15 @@ def cmd_scan(a) -> int:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from .ci_report import UNREADABLE, html_report, scan_summary
     from .policies import POLICIES, get_policy
+    from .progress import progress_bar
+    from .rendering import html_table
     from .report import write_table
+    from .verdict import BAD_OUTCOMES
 
     _check_csv(a.csv, a.force)
+    _check_reports(a)
     root = Path(a.folder)
     if not root.is_dir():
         raise ToolkitError(f"{a.folder}: not a folder")
@@ -292,12 +325,15 @@ def cmd_scan(a) -> int:
     pool = ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
                                mp_context=multiprocessing.get_context("spawn"), initializer=_scan_worker)
     done: dict[str, list[dict]] = {}
+    bar = progress_bar(total=len(paths), desc="scanning", unit="program")  # a bar on a TTY, else a line each
     try:
         with _sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
             futures = {pool.submit(scan_program, path, policies): path for path in paths}
         for f in as_completed(futures):
             done[futures[f]] = f.result()
-            print(f"scanned {len(done)}/{len(paths)}: {printable(futures[f])}", file=sys.stderr)
+            if bar.disable:
+                print(f"scanned {len(done)}/{len(paths)}: {printable(futures[f])}", file=sys.stderr)
+            bar.update(1)
     except KeyboardInterrupt:  # stop at once: what is queued is cancelled, what runs is killed
         workers = list((pool._processes or {}).values())  # Python < 3.14 has no public terminate_workers()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -306,20 +342,38 @@ def cmd_scan(a) -> int:
         for w in workers:
             w.join()
     finally:
+        bar.close()
         pool.shutdown(cancel_futures=True)
-    frame = pd.DataFrame([r for path in paths for r in done.get(path, [])], columns=SCAN_COLUMNS)
-    _print_frame(frame.drop(columns=["program"]))  # the path says which program
+    rows = [r for path in paths for r in done.get(path, [])]
+    frame = pd.DataFrame(rows, columns=SCAN_COLUMNS)
+    _print_scan(scan_summary(frame, root), len(frame), a.csv or a.html)
     if a.csv:
         write_table(frame, a.csv)
         _out(f"\nscan written to {Path(a.csv).resolve()}")
     if len(done) < len(paths):
         _out(f"\ninterrupted: {len(done)} of {len(paths)} programs scanned (those above)")
         return EXIT_INTERRUPTED
-    bad = frame[frame["wrong_data"]]
+    by_policy = {(r["path"], r["policy"]): r["verdict"] for r in rows if "verdict" in r}
+    verdicts, labels = list(by_policy.values()), [str(Path(p).relative_to(root)) for p, _policy in by_policy]
+    unreadable = {str(Path(r["path"]).relative_to(root)): r["error"] for r in rows if r["outcome"] == UNREADABLE}
+    _write_reports(a, verdicts, lambda: html_report(
+        verdicts, labels=labels, unreadable=unreadable, title=f"constshare scan of {a.folder}",
+        tables=[("Programs: the worst outcome of each", html_table(scan_summary(frame, root), max_rows=len(paths)))]),
+        labels, unreadable)
+    bad = frame[frame["outcome"].isin([*BAD_OUTCOMES, UNREADABLE])]
     _out(f"\n{len(paths)} programs, {len(policies)} policies: "
          + (f"{len(bad)} method(s) would fail the gate (run wrong, not run, or not load)" if len(bad)
             else "every method would run on its own data"))
     return int(ExitCode.PROBLEM if len(bad) else ExitCode.OK)
+
+
+def _print_scan(summary: pd.DataFrame, rows: int, detail_in: str | None) -> None:
+    """One compact row per program (its worst outcome, failing methods and policies, the first
+    error shortened); every row in full goes to the CSV or the HTML report."""
+    _print_frame(summary)
+    if rows > len(summary):
+        _out(f"(one row per program; {'every' if detail_in else 'for every'} program, policy and method "
+             + (f"in {detail_in})" if detail_in else "pass --csv FILE or --html FILE)"))
 
 
 def cmd_compare(a) -> int:
@@ -327,6 +381,7 @@ def cmd_compare(a) -> int:
 
     _check_device(a.device)
     _check_csv(a.csv, a.force)
+    _check_reports(a)
     policies = a.policies.split(",") if a.policies else None
     if policies:
         from .policies import get_policy
@@ -336,7 +391,7 @@ def cmd_compare(a) -> int:
     refs = _references(a.reference)
     if refs and a.dry_run:
         raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
-    prog = _program(a.program, a.device)
+    prog = _program(a.program, a.device, a.constant_table)
     if a.dry_run:
         return _dry_compare(prog, policies, a)
     _say_native_code(prog)
@@ -358,6 +413,13 @@ def _show_comparison(comparison, a, what: str) -> int:
     verdicts = comparison.verdicts()
     for v in verdicts.values():
         _say_verdict(v)
+    if a.html or a.junit:
+        from .ci_report import html_report
+        from .rendering import html_table
+
+        _write_reports(a, list(verdicts.values()), lambda: html_report(
+            list(verdicts.values()), title=f"constshare {what} of {next(iter(verdicts.values())).program if verdicts else a.program}",
+            tables=[("Policies", html_table(df, max_rows=len(df)))]))
     bad = [name for name, v in verdicts.items() if v.exit_code is ExitCode.PROBLEM]
     what = "would fail, run a method on other data or leave one not runnable" if what.startswith("dry") else \
         "failed, ran a method wrong or left one not runnable"
@@ -400,14 +462,23 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--out")
     b.add_argument("--rebuild", action="store_true", help="ignore a cached sample build")
     b.set_defaults(fn=cmd_build)
+    def report_args(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--html", metavar="FILE", help="write one self-contained HTML report (summary, alerts, "
+                            "culprits, tables, plots; opens offline)")
+        parser.add_argument("--junit", metavar="FILE", help="write JUnit XML: a test case per program and method, a "
+                            "wrong one a failure naming its culprit")
+
     def load_args(parser: argparse.ArgumentParser, csv_help: str, dry_help: str) -> None:
         """What report and compare both take: the program, a device, the CSV, a dry run, references."""
         parser.add_argument("--device")
         parser.add_argument("--csv", help=csv_help)
-        parser.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
+        parser.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
         parser.add_argument("--dry-run", action="store_true", help=dry_help)
         parser.add_argument("--reference", action="append", metavar="METHOD=FILE",
                             help="a method's reference (safetensors: input.N, output.N); repeat per method")
+        report_args(parser)
+        parser.add_argument("--constant-table", metavar="FILE", help="an ExecuTorch .pte of payload generation "
+                            "1 or 2: its constant table, JSON (default: constant_table.json beside the .pte)")
 
     r = sub.add_parser("report", help="load under one policy: decision table and verification")
     r.add_argument("program")
@@ -425,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("folder")
     sc.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
     sc.add_argument("--csv", help="one row per program, policy and method")
-    sc.add_argument("--force", action="store_true", help="overwrite an existing --csv file")
+    sc.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
+    report_args(sc)
     sc.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
     sc.set_defaults(fn=cmd_scan)
     s = sub.add_parser("samples", help="list the sample programs")

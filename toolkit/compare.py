@@ -97,12 +97,12 @@ def compare_policies(program: "Program | str", policies: Iterable[str] | None = 
     against; ``references``: as for :meth:`Session.verify`, used for every policy).
     ``on_policy(name, i, n)`` is called before each load (for progress displays).
     """
-    from tqdm.auto import tqdm
+    from .progress import progress_bar
 
     prog = open_program(program)
     names = [get_policy(p).name.value for p in (policies or POLICIES)]
     rows, sessions = [], {}
-    for i, name in enumerate(tqdm(names, desc="comparing policies", disable=not progress)):
+    for i, name in enumerate(progress_bar(names, enabled=progress, desc="comparing policies", unit="policy")):
         if on_policy is not None:
             on_policy(name, i, len(names))
         s = load_program(prog, name, device=device)

@@ -52,6 +52,10 @@ class ReferenceDataError(ProgramError):
     method does not take.  ``field`` says which (``references[decode].inputs[1].shape``)."""
 
 
+class UnknownPolicyError(ToolkitError, ValueError):
+    """A policy name that is not one of :data:`toolkit.policies.POLICIES` (the message names them)."""
+
+
 class BuildError(ToolkitError):
     """Building a program failed (export, compile, or the check of the produced .so)."""
 

@@ -115,6 +115,7 @@ class ProgramLoad:
         self.load_seconds: float = 0.0
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
+        self._bar: Any = None  # load()'s progress bar, advanced by _advance()
 
     @property
     def check_integrity(self) -> bool:
@@ -127,14 +128,17 @@ class ProgramLoad:
         Refused (LoadError, nothing changed) once the session is loaded, failed or closed.
         After an interrupt the session is still "not loaded" and ``load()`` resumes.
         """
-        from tqdm.auto import tqdm
+        from .progress import progress_bar
 
         if self.status is not SessionStatus.NOT_LOADED:
             raise LoadError(f"session of {self.program.name!r} under {self.policy.name.value!r} is "
                             f"{self.status.value}: load a new session (toolkit.load_program) instead")
         t0 = time.perf_counter()
         specs = [m for m in self.program.methods if m.name not in self.methods]
-        bar = tqdm(specs, desc=f"loading ({self.policy.name})", unit="method", disable=not progress)
+        # per constant, the method in the postfix: a 10,000-constant method moves while it loads
+        bar = self._bar = progress_bar(total=sum(len(s.constants) for s in specs), enabled=progress,
+                                       desc=f"{'loading' if self.runtime.can_run else 'dry run'} ({self.policy.name})",
+                                       unit="constant")
         try:
             refusal = self.export_refusal()
             if refusal is not None:  # no program was written: nothing is checked, opened or uploaded
@@ -155,7 +159,7 @@ class ProgramLoad:
                     self.log.record(ev.LoadFailed, spec.name, error=str(e))
                     self._fail(spec.name, e)
                     return self
-            for spec in bar:
+            for spec in specs:
                 bar.set_postfix_str(spec.name)
                 try:
                     self.load_method(spec.name)
@@ -166,8 +170,14 @@ class ProgramLoad:
                 self.status = self.load_outcome = SessionStatus.LOADED
         finally:
             bar.close()
+            self._bar = None
             self.load_seconds = time.perf_counter() - t0
         return self
+
+    def _advance(self, constants: int) -> None:
+        """The one progress point: ``constants`` more of the method being loaded are done."""
+        if self._bar is not None:
+            self._bar.update(constants)
 
     def _fail(self, method: str, e: ToolkitError, stage: Stage = Stage.LOAD) -> None:
         self.status = self.load_outcome = SessionStatus.FAILED
@@ -328,6 +338,7 @@ class ProgramLoad:
             now = time.perf_counter()
             self.log.record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t, path=how)
             t = now
+            self._advance(1)
 
         # The out-of-bounds guard: AOTInductor checks nothing when a tensor is installed.
         install: dict[str, Any] = {}
@@ -383,6 +394,7 @@ class ProgramLoad:
                         measure="max of cudaMemGetInfo after each allocating step" if measured
                         else "max of constant bytes held by the loader")
         self.log.record(ev.MethodLoaded, m, runnable=loaded.runnable, seconds=time.perf_counter() - t_start)
+        self._advance(len(spec.constants) - len(loaded.own_tensors))  # the rest: shared, from the blob, ...
         return loaded
 
     def _check_against_compiled(self, spec: MethodSpec, handle: MethodRuntime, so: Path) -> None:

@@ -16,6 +16,7 @@ has a :class:`FileRecord` (size, sha256).  Every byte offset is absolute in the 
 from __future__ import annotations
 
 import functools
+import html
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,6 +269,22 @@ class Program:
     @property
     def method_names(self) -> list[str]:
         return [m.name for m in self.methods]
+
+    def __repr__(self) -> str:
+        """A few lines: what it is and where, then a line per method (the first 8)."""
+        where = f" at {self.root}" if self.root is not None else " (in memory)"
+        lines = [f"Program {self.name!r}: {len(self.methods)} methods, {self.format} for {self.device}, "
+                 f"torch {self.torch_version}{where}"]
+        lines += [f"  {m.name}: {len(m.constants):,} constants, {m.blob_bytes:,} blob bytes, {m.num_inputs} inputs, "
+                  f"{m.num_outputs} outputs" for m in self.methods[:8]]
+        if len(self.methods) > 8:
+            lines.append(f"  ... and {len(self.methods) - 8} more methods (program.methods)")
+        if self.sequences:
+            lines.append("  sequences: " + ", ".join(q.name for q in self.sequences))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(repr(self))}</pre>"
 
     def path(self, rel: str) -> Path:
         if self.root is None:

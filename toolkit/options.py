@@ -38,13 +38,23 @@ class LoadOptions:
     check_integrity: bool = True  # every file checked against its size and sha256 before it is used
     rehash: bool = False  # hash every file again, also those verified unchanged earlier in this process
     hash_threads: int | None = None  # threads hashing a file's pieces; None: every core, at most 32
-    cache_dir: Path | None = None  # built samples (default ~/.cache/constshare/programs); .so files in its so/
+    cache_dir: Path | None = None  # the build cache (default ~/.cache/constshare): see cache_folder()
 
     def __post_init__(self) -> None:
         for name, kind in (("upload", UploadMode), ("first_load", FirstLoad)):
             object.__setattr__(self, name, parse(kind, getattr(self, name), what=f"LoadOptions.{name}"))
         if self.hash_threads is not None and self.hash_threads < 1:
             raise ValueError(f"LoadOptions.hash_threads={self.hash_threads!r}: expected a positive integer or None")
+
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "constshare"
+
+
+def cache_folder(options: LoadOptions | None = None, part: str = "programs") -> Path:
+    """The one build cache (``options.cache_dir``, default: ``CONSTSHARE_CACHE``, else
+    ``~/.cache/constshare``): built samples in its ``programs/``, extracted ``.so`` files in ``so/``."""
+    options = options_from_environment() if options is None else options
+    return Path(options.cache_dir or DEFAULT_CACHE_DIR) / part
 
 
 _FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
@@ -68,7 +78,7 @@ def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOp
       nothing (``host_lock_bytes``; default a quarter of physical memory);
     * ``CONSTSHARE_REHASH``: ``1``/``true``/``yes`` hashes every file again (``rehash``);
     * ``CONSTSHARE_HASH_THREADS``: threads hashing a file's pieces (``hash_threads``);
-    * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``).
+    * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``; :func:`cache_folder`).
     """
     env = os.environ if environ is None else environ
     values = {}

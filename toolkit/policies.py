@@ -16,10 +16,12 @@ alone.  Both see identical decisions because the logic lives only here.
 from __future__ import annotations
 
 import abc
+import difflib
 import functools
 from dataclasses import dataclass, replace
 from typing import ClassVar, Mapping, Protocol, Sequence
 
+from .errors import UnknownPolicyError
 from .model import ConstantSpec, TensorMeta, required_nbytes, shown
 from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
 
@@ -862,4 +864,8 @@ def get_policy(policy: str | PolicyName | Policy) -> Policy:
     """A policy instance from a name (checked against :data:`POLICIES`) or an instance."""
     if isinstance(policy, Policy):
         return policy
-    return POLICY_CLASSES[parse(PolicyName, policy, what="policy")]()
+    try:
+        return POLICY_CLASSES[parse(PolicyName, policy, what="policy")]()
+    except ValueError as e:
+        close = difflib.get_close_matches(str(policy), POLICIES, n=1)
+        raise UnknownPolicyError(f"{e}" + (f" (did you mean {close[0]!r}?)" if close else "")) from None

@@ -19,7 +19,7 @@ import torch
 
 from .errors import ToolkitError
 from .model import Program
-from .options import options_from_environment
+from .options import cache_folder
 from .policies import POLICIES
 
 DEFAULT_SAMPLE = "total_collision"
@@ -62,8 +62,8 @@ def sample_module(name: str):
 
 
 def cache_root() -> Path:
-    """Where built samples are cached: ``LoadOptions.cache_dir``, which ``CONSTSHARE_CACHE`` sets."""
-    return options_from_environment().cache_dir or Path.home() / ".cache" / "constshare" / "programs"
+    """Where built samples are cached: the build cache's ``programs/`` (:func:`~toolkit.options.cache_folder`)."""
+    return cache_folder()
 
 
 def _cache_key(mod, device: str) -> str:

@@ -33,7 +33,7 @@ import torch
 
 from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
 from ..model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
-from ..options import LoadOptions
+from ..options import LoadOptions, cache_folder
 from ..vocab import ProgramFormat, UploadPath
 from . import CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
@@ -389,7 +389,7 @@ class AotiMethod:
         so = program.path(method.so_file)
         if isinstance(method.location, PackedLocation):
             so = extract_so(program.path(method.location.so.file), method.location.so.offset, method.location.so.size,
-                            Path(runtime.options.cache_dir or Path.home() / ".cache" / "constshare") / "so")
+                            cache_folder(runtime.options, "so"))
             make_torch_global()
         try:
             self.container = AotiContainer.create(so, self.device)

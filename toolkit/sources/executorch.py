@@ -7,7 +7,8 @@ Methods are the execution plans with one CUDA delegate; its ``processed`` bytes,
 three payload generations (named-data keys; ``.so`` and weights keys; the ``ETCUDAFQN3``,
 ``4``, ``5`` and ``0`` per-FQN manifests of 1.5.x), say where its ``.so`` and weights lie.
 Generations 1 and 2 keep the constant table inside the ``.so``, which a source never opens:
-pass ``constant_table=`` (:class:`AotiConstant`); the offsets then follow AOTInductor's dense
+pass ``constant_table=`` (:class:`AotiConstant` rows per method, or a JSON file of them; by
+default ``constant_table.json`` beside the ``.pte``); the offsets then follow AOTInductor's dense
 ``binary_blob`` layout and must add up to the blob's size.  ``reader="executorch"`` parses
 with upstream's own reader instead (the ``executorch`` extra), as a cross-check.  The payload
 generations, how each field of the model is filled, and why our own reader: ``docs/upstream.md``.
@@ -32,6 +33,7 @@ from ..vocab import ConstantKind, ProgramFormat
 from ._binary import Bytes, Cursor, MappedFile, Table, root
 
 DEFAULT_DATA_FILE = "aoti_cuda_blob.ptd"
+DEFAULT_CONSTANT_TABLE_FILE = "constant_table.json"  # read from beside the .pte when constant_table= is not given
 CUDA_BACKEND_ID = "CudaBackend"
 PTE_IDENTIFIER, PTD_IDENTIFIER = b"ET12", b"FT01"
 EXTRA = "executorch"
@@ -456,7 +458,7 @@ class _Builder:
         self.root, self.verified = pte.parent, verified
         self.pte_path = pte
         self.reader = reader
-        self.table = constant_table
+        self.table, self.table_file = constant_table, None  # table_file: the JSON file it was read from
         self.files: dict[str, MappedFile] = {}
         self.pte = self._open(pte)
         self.ptds = [self._open(p) for p in data]
@@ -618,10 +620,16 @@ class _Builder:
         return constants, blob_file, PerConstantStorages(), total
 
     def _table(self, method: str, so: Region, field: str) -> list:
+        if self.table is None and (self.root / DEFAULT_CONSTANT_TABLE_FILE).is_file():
+            self.table = self.root / DEFAULT_CONSTANT_TABLE_FILE
+        if isinstance(self.table, (str, os.PathLike)):
+            self.table_file = Path(self.table)
+            self.table = _read_constant_table(self.table_file)
         if self.table is None:
             raise ProgramError(
                 f"method {method!r}: this payload generation keeps the constant table only inside the .so; "
-                "reading it needs the .so opened by a runtime: pass constant_table= (see AotiConstant)",
+                "reading it needs the .so opened by a runtime: pass constant_table= (see AotiConstant; the CLI's "
+                f"--constant-table FILE), or put {DEFAULT_CONSTANT_TABLE_FILE} beside the .pte",
                 path=self.pte.path, field=field)
         try:
             if callable(self.table):
@@ -629,8 +637,11 @@ class _Builder:
             else:
                 rows = self.table[method]
         except KeyError:
-            raise ProgramError(f"constant_table has no entry for method {method!r}", path=self.pte.path,
+            raise ProgramError(f"constant_table has no entry for method {method!r}", path=self.table_file or self.pte.path,
                                field=field) from None
+        if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+            raise ProgramError(f"constant_table[{method!r}] is a {type(rows).__name__}, not a list of rows",
+                               path=self.table_file or self.pte.path, field=field)
         return list(rows)
 
     def _blob_constants(self, plan: _Plan, d: _Delegate, payload: _Payload, so: Region, pw: str):
@@ -651,8 +662,11 @@ class _Builder:
                     r = AotiConstant(**{**r, "shape": tuple(r["shape"]), "strides": tuple(r["strides"]),
                                         "kind": ConstantKind(r.get("kind", "parameter"))})
                 except (TypeError, KeyError, ValueError) as e:
-                    raise ProgramError(f"constant table row is not an AotiConstant: {e}", path=self.pte.path,
+                    raise ProgramError(f"constant table row is not an AotiConstant: {e}", path=self.table_file or self.pte.path,
                                        field=w) from None
+            elif not isinstance(r, (AotiConstant, ConstantSpec)):
+                raise ProgramError(f"constant table row is a {type(r).__name__}, not an AotiConstant or a mapping",
+                                   path=self.table_file or self.pte.path, field=w)
             shape, strides = tuple(r.shape), tuple(r.strides)
             if r.dtype not in DTYPE_ITEMSIZE or len(shape) != len(strides):
                 raise ProgramError(f"constant {r.name!r}: dtype {r.dtype!r}, shape {shape}, strides {strides} "
@@ -676,6 +690,18 @@ class _Builder:
                                "table is not this .so's", path=self.files[blob.file].path,
                                field=f"named_data[{payload.weights_key!r}]")
         return constants, blob.file, blob, blob.size
+
+
+def _read_constant_table(path: Path) -> dict:
+    """A constant table JSON file: {method: [row, ...]}, each row :class:`AotiConstant`'s fields."""
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ProgramError(f"constant table cannot be read: {e}", path=path) from None
+    if not isinstance(table, dict):
+        raise ProgramError(f"constant table is a JSON {type(table).__name__}, not an object of method -> rows",
+                           path=path)
+    return table
 
 
 def _data_files(pte: Path, data) -> list[Path]:

@@ -1,0 +1,60 @@
+"""Progress that moves: loads and dry runs count constants (the method in the postfix), builds
+methods, scans programs; one line on a terminal, nothing when the output is not a TTY."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from toolkit.analysis import run_analysis
+from toolkit.synthetic import SyntheticSpec, write_synthetic
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return write_synthetic(SyntheticSpec(methods=3, constants=400), tmp_path_factory.mktemp("p") / "syn")
+
+
+def test_a_dry_run_counts_constants_on_a_terminal(program, monkeypatch):
+    term = Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    a = run_analysis(program, "fingerprint", progress=True)
+    text = term.getvalue()
+    total = sum(len(m.constants) for m in a.session.program.methods)
+    assert "dry run (fingerprint)" in text and f"{total}/{total}" in text
+    counts = [int(n) for n in re.findall(rf"(\d+)/{total}", text)]
+    assert counts == sorted(counts) and counts[-1] == total
+    assert "method_2" in text  # the method being loaded, in the postfix
+
+
+def test_no_progress_when_not_a_tty_or_not_asked(program, monkeypatch, capsys):
+    quiet = io.StringIO()  # a pipe, a CI log
+    monkeypatch.setattr("sys.stderr", quiet)
+    run_analysis(program, "fingerprint", progress=True)
+    run_analysis(program, "fingerprint")
+    assert quiet.getvalue() == ""
+    term = Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    run_analysis(program, "fingerprint")  # progress=False: nothing, even on a terminal
+    assert term.getvalue() == ""
+
+
+def test_scan_shows_a_line_per_program_done_on_a_terminal(program, tmp_path, monkeypatch):
+    import shutil
+
+    from toolkit.cli import main
+
+    zoo = tmp_path / "zoo"
+    for name in ("a", "b"):
+        shutil.copytree(program.parent, zoo / name)
+    term = Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    main(["scan", str(zoo), "--policies", "fingerprint", "--jobs", "1"])
+    assert "scanning" in term.getvalue() and "2/2" in term.getvalue()
