@@ -110,5 +110,4 @@ def generate(program: Program, spec: MethodSpec, draws: int, seed: int
     shown = ", ".join(f"{s.dtype}{list(s.shape)}" for s in specs) or "no inputs"
     ints = f"; integers in [0, {bound}): {why}" if any(not getattr(torch, s.dtype).is_floating_point
                                                        for s in specs) else ""
-    return sets, (f"{draws} draws (seed {seed}) of {shown} as {source} declares them: floats standard normal"
-                  f"{ints}")
+    return sets, f"{draws} draws (seed {seed}) of {shown} (dtypes, shapes: {source}): floats standard normal{ints}"
