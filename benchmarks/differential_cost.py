@@ -57,12 +57,7 @@ def child(args) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--program-dir", default="/tmp/llm_scale")
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--ffn", type=int, default=14336)
-    ap.add_argument("--vocab", type=int, default=128256)
-    ap.add_argument("--dtype", default="bfloat16")
+    llm_scale.add_shape_args(ap)
     ap.add_argument("--policy", default="fingerprint")
     ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
     ap.add_argument("--out", default=None)

@@ -376,4 +376,5 @@ def verdict_from_dict(d: Mapping) -> Verdict:
                                  "blame": BlameStatus(c["blame"]), "broken": tuple(c["broken"])})
               for c in d["constants"]),
         tuple(SequenceVerdict(s["sequence"], MethodOutcome(s["outcome"]), s["first_bad_step"], s["reason"],
-                              s.get("checked_against", ""), s.get("oracle_detail", "")) for s in d["sequences"]), d["error"], stage(d["failed_stage"]))
+                              s.get("checked_against", ""), s.get("oracle_detail", "")) for s in d["sequences"]),
+        d["error"], stage(d["failed_stage"]))

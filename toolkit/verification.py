@@ -371,8 +371,12 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
     return frame
 
 
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def _run_failed(e: RuntimeError) -> str:
-    return f"run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    return f"run failed: {_first_line(e)}"
 
 
 # ------------------------------------------------------------------ the differential oracle
@@ -438,8 +442,8 @@ def _outputs(session: "Session", method: str, inputs: list[torch.Tensor]) -> lis
 def differential_row(session: "Session", spec: MethodSpec, input_sets: list[list[torch.Tensor]], oracle: str,
                      inputs_how: str) -> dict[str, Any]:
     """Run ``spec`` on each input set under the session's load and under an unshared load of it alone
-    (loaded, run twice per set, freed again: the two loads never hold this method together beyond
-    it), each run from the initial state; the verification row's fields."""
+    (loaded, run twice per set, freed again: the unshared side holds one method at a time), each run
+    from the initial state; the verification row's fields."""
     out: dict[str, Any] = {"oracle": oracle}
     shared = []
     try:
@@ -453,16 +457,18 @@ def differential_row(session: "Session", spec: MethodSpec, input_sets: list[list
         load.load_method(spec.name)
         if not load.methods[spec.name].runnable:
             raise ToolkitError("the unshared load cannot run it: " + "; ".join(load.methods[spec.name].problems))
-        repeats = []
+        repeats, fresh = [], True  # just loaded: at its initial state (a reset may rewrite every constant)
         for inputs in input_sets:
             pair = []
             for _ in range(2):
-                load.reset_state()
+                if not fresh:
+                    load.reset_state()
+                fresh = False
                 pair.append(_outputs(load, spec.name, inputs))
             repeats.append(tuple(pair))
     except (ToolkitError, RuntimeError) as e:
         return {**out, "ok": pd.NA, "oracle_detail": inputs_how,
-                "reason": f"{NO_REFERENCE}: the unshared load of {spec.name!r} failed: {str(e).splitlines()[0]}"}
+                "reason": f"{NO_REFERENCE}: the unshared load of {spec.name!r} failed: {_first_line(e)}"}
     finally:
         _free(load)
     per = [compare_unshared(o, r) for o, r in zip(shared, repeats)]
@@ -470,8 +476,8 @@ def differential_row(session: "Session", spec: MethodSpec, input_sets: list[list
     tolerances = sorted({p["tolerance"] for p in per})
     return {**out, "ran": True, "max_abs_err": max(p["max_abs_err"] for p in per),
             "atol": max(p["atol"] for p in per), "rtol": 0.0, "ok": not bad,
-            "reason": "" if not bad else f"output differs from the unshared load on draw {', '.join(str(i + 1) for i in bad)} "
-                                         f"of {len(per)}",
+            "reason": "" if not bad else
+            f"output differs from the unshared load on draw {', '.join(str(i + 1) for i in bad)} of {len(per)}",
             "oracle_detail": f"{inputs_how}; compared {' / '.join(tolerances)}",
             "draws": ", ".join("ok" if p["ok"] else "differs" for p in per)}
 
@@ -524,7 +530,7 @@ def _unshared_sequence(session: "Session", steps: list[tuple[str, list[torch.Ten
                 try:
                     run.append(_outputs(load, m, inputs))
                 except (ToolkitError, RuntimeError) as e:
-                    stopped = f"the unshared load could not run step {i} ({m}): {str(e).splitlines()[0]}"
+                    stopped = f"the unshared load could not run step {i} ({m}): {_first_line(e)}"
                     break
     except ToolkitError as e:
         return [], "", f"the unshared load failed: {e}"
