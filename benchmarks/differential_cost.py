@@ -1,7 +1,8 @@
 """What the differential oracle costs (issue 24): one verification against the unshared load vs one
 against the eager references, at the 16 GiB-per-method scale of ``llm_scale.py``.
 
-    python benchmarks/differential_cost.py [--program-dir DIR] [--policy fingerprint] [--reuse] [--out DIR]
+    python benchmarks/differential_cost.py [--program-dir DIR] [--policy fingerprint] [--reuse | --build-only]
+                                           [--out DIR]
                                            [llm_scale.py's --layers/--hidden/--ffn/--vocab/--dtype]
 
 Builds llm_scale's Llama-8B-shaped prefill/decode program (16.5 GiB of bf16 constants per method,
@@ -60,6 +61,7 @@ def main(argv=None):
     llm_scale.add_shape_args(ap)
     ap.add_argument("--policy", default="fingerprint")
     ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
+    ap.add_argument("--build-only", action="store_true", help="build the program and stop (then run with --reuse)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -72,6 +74,8 @@ def main(argv=None):
     if not (args.reuse and (Path(args.program_dir) / "manifest.json").is_file()):
         built = _common.run_child(llm_scale.__file__, ["build", *shape], timeout=900)
         print(f"build: {built['build_seconds']:.0f} s", flush=True)
+    if args.build_only:
+        return None
     from toolkit import open_program
 
     per = max(sum(c.nbytes for c in m.constants) for m in open_program(args.program_dir).methods)

@@ -16,12 +16,13 @@ import torch
 import toolkit
 from toolkit import inputs, verification
 from toolkit.policies import POLICIES
+from toolkit.samples import sample_names
 from toolkit.verdict import MethodOutcome
 from toolkit.vocab import ProgramFormat
 
 from executorch_fixtures import unpacked
 
-SAMPLES = ("total_collision", "shared_state", "mutated_buffer")
+SAMPLES = ("total_collision", "shared_state", "mutated_buffer")  # on the CPU (every sample on the GPU, below)
 # (program, sequence): where the file cannot tell intended sharing from a wrong one.  ExecuTorch 1.5.1
 # stores mutated_buffer's two independent `kv` buffers (equal zeros) under one storage key, so the
 # unshared side, one storage per key, holds them as one: the oracle cannot see them shared wrongly
@@ -136,7 +137,7 @@ def _real(name: str):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", SAMPLES)
+@pytest.mark.parametrize("name", sample_names())
 def test_gpu_differential_equals_eager_on_samples(built_sample, name):
     program = built_sample(name, device="cuda")
     for policy in POLICIES:
