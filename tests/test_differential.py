@@ -86,6 +86,25 @@ def test_verdict_names_its_oracle_per_method_and_the_generated_inputs(built_samp
         s.close()
 
 
+def test_a_sequence_is_checked_against_the_intended_shared_state(built_sample):
+    """shared_state's cache is one buffer of the eager program: the unshared side holds it once, so
+    keeping it apart (no-sharing) is wrong there too; the verdict says which model of state it used."""
+    import dataclasses
+
+    from toolkit.verdict import verdict_from_dict
+
+    s = toolkit.load_program(built_sample("shared_state"), "no-sharing")
+    try:
+        s.verify(sequence="generate", oracle="unshared")
+        v = s.verdict()
+        (q,) = v.sequences
+        assert q.outcome is MethodOutcome.WRONG and q.checked_against == verification.UNSHARED_REFERENCE_INPUTS
+        assert "one tensor per storage of the eager program" in q.oracle_detail
+        assert verdict_from_dict(dataclasses.asdict(v)) == v  # as an isolated worker sends it back
+    finally:
+        s.close()
+
+
 def test_a_method_without_reference_or_declared_inputs_stays_unverified(built_sample):
     from dataclasses import replace
 
