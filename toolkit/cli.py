@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import ToolkitError
-from .verdict import EXIT_CODE_TABLE, BlameStatus, ExitCode, MethodOutcome
+from .verdict import EXIT_CODE_TABLE, ORACLES, BlameStatus, ExitCode, MethodOutcome
 from .vocab import Stage
 
 # C0 controls (but newline and tab) and C1 controls: a name holding ESC [ ... could
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--policy", default="fingerprint", choices=POLICIES)
     load_args(r, "write the collision report CSV here",
               "predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)")
-    r.add_argument("--oracle", default="auto", choices=("auto", "reference", "unshared", "generated"),
+    r.add_argument("--oracle", default="auto", choices=ORACLES,
                    help="check each method against its reference and, without one, against its own unshared load "
                         "on generated inputs (auto); references only; the unshared load for every method; "
                         "the unshared load on generated inputs only")

@@ -19,7 +19,7 @@ from .policies import Policy, get_policy
 from .runtimes import Runtime
 from .sources import open_program
 from .tables import check_rows
-from .verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict
+from .verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict, check_oracle
 from .vocab import SessionStatus
 
 if TYPE_CHECKING:
@@ -71,10 +71,9 @@ class Session(ProgramLoad):
         """
         from . import verification
 
-        if oracle not in verification.ORACLES:
-            raise ValueError(f"oracle must be one of {verification.ORACLES}, got {oracle!r}")
         if draws < 1:
             raise ValueError(f"draws must be at least 1, got {draws!r}")
+        check_oracle(oracle)  # before anything runs
         if sequence is not None:
             self.program.sequence(sequence)  # KeyError naming the sequences there are
             if references is not None:

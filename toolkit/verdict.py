@@ -29,6 +29,21 @@ class MethodOutcome(enum.StrEnum):
     NOT_REACHED = "not reached"  # an earlier method failed the load first
 
 
+# What a verification row was checked against (its ``oracle`` column, :attr:`MethodVerdict.checked_against`).
+EAGER, SUPPLIED = "eager reference", "supplied reference"
+UNSHARED_REFERENCE_INPUTS = "unshared load, reference inputs"  # the same method loaded alone, on its own bytes
+UNSHARED_SUPPLIED_INPUTS = "unshared load, supplied inputs"
+UNSHARED_GENERATED = "unshared load, generated inputs"
+# ``verify(oracle=...)``, ``report --oracle``: "auto" (a reference where there is one, else the unshared load
+# on generated inputs), "reference" (references only), "unshared" (the unshared load for every method, on the
+# reference's inputs where there is one), "generated" (the unshared load on generated inputs only)
+ORACLES = ("auto", "reference", "unshared", "generated")
+
+
+def check_oracle(oracle: str) -> None:
+    if oracle not in ORACLES:
+        raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+
 # outcomes that make a load's result a failure (exit code 1)
 BAD_OUTCOMES = frozenset({MethodOutcome.WRONG, MethodOutcome.NOT_RUNNABLE, MethodOutcome.FAILED,
                           MethodOutcome.REFUSED, MethodOutcome.NOT_REACHED})
@@ -336,7 +351,7 @@ def _replace(f: ConstantFinding, blame: BlameStatus, note: str, broken: tuple[st
 def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequence[MethodFacts],
                   checks: Sequence[CheckRow] | None = None, sequences: Mapping[str, Sequence[CheckRow]] | None = None,
                   blame: Sequence[BlameRow] = (), error: str = "", failed_stage: Stage | None = None,
-                  oracle: str = "eager reference") -> Verdict:
+                  oracle: str = EAGER) -> Verdict:
     """The verdict of one load from its facts.  ``checks``: the standalone verification (None: not
     verified, or a dry run); ``sequences``: each verified sequence's steps; ``blame``: every
     experiment of ``session.blame()``, standalone or of a sequence."""

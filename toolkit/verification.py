@@ -24,6 +24,8 @@ import torch
 from .errors import ProgramError, ReferenceDataError, ToolkitError
 from .inputs import generate
 from .model import MethodSpec, Program
+from .verdict import (EAGER, SUPPLIED, UNSHARED_GENERATED, UNSHARED_REFERENCE_INPUTS,  # noqa: F401 (re-exported)
+                      UNSHARED_SUPPLIED_INPUTS, check_oracle)
 from .vocab import ProgramFormat
 
 if TYPE_CHECKING:
@@ -34,16 +36,7 @@ SEQUENCE_COLUMNS = ["sequence", "step", *VERIFY_COLUMNS]
 # the reason of a method nothing can be checked against; its ``ok`` is pd.NA (neither ok nor wrong)
 NO_REFERENCE = "no reference"
 
-# What a row was checked against (its ``oracle`` column, the verdict's ``checked_against``).
-EAGER, SUPPLIED = "eager reference", "supplied reference"
-UNSHARED_REFERENCE_INPUTS = "unshared load, reference inputs"
-UNSHARED_SUPPLIED_INPUTS = "unshared load, supplied inputs"
-UNSHARED_GENERATED = "unshared load, generated inputs"
-# verify(oracle=...): "auto" (a reference where there is one, else the unshared load on generated
-# inputs), "reference" (references only), "unshared" (the unshared load for every method, on the
-# reference's inputs where there is one), "generated" (the unshared load on generated inputs only)
-ORACLES = ("auto", "reference", "unshared", "generated")
-UNSHARED_POLICY = "no-sharing"
+UNSHARED_POLICY = "no-sharing"  # the unshared side of the differential oracle: each method on its own bytes
 
 
 def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -302,8 +295,7 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
     model refuses (another input shape or dtype), or whose outputs have another shape or dtype
     than the method's, raises :class:`~toolkit.errors.ReferenceDataError`.
     """
-    if oracle not in ORACLES:
-        raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+    check_oracle(oracle)
     refs = resolve_references(session, references) if references or oracle == "unshared" else None
     rows = []
     for spec in session.program.methods:
@@ -556,8 +548,7 @@ def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> p
 
     Checked against the eager sequence the program stores, or (``oracle="unshared"``) against the
     same steps run on an unshared load holding the program's intended shared state."""
-    if oracle not in ORACLES:
-        raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+    check_oracle(oracle)
     rows = []
     try:
         steps = read_sequence_reference(session.program, name, check_integrity=session.check_integrity)
