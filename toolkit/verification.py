@@ -286,7 +286,7 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
 
     ``ok`` is a nullable boolean: True (matches), False (differs, or its run failed), or
     ``pd.NA`` where nothing was compared (no reference, not loaded, not runnable: ``reason``
-    says which), neither ok nor wrong.  ``oracle`` (:data:`ORACLES`) says what a method is
+    says which), neither ok nor wrong.  ``oracle`` (:data:`toolkit.verdict.ORACLES`) says what a method is
     checked against, named per row (``oracle``, ``oracle_detail``): its reference (the
     program's or one in ``references``, see :func:`resolve_references`, checked before
     anything runs), or the same method loaded on its own bytes (:func:`differential_row`) on
@@ -442,8 +442,8 @@ def differential_row(session: "Session", spec: MethodSpec, input_sets: list[list
         for inputs in input_sets:
             session.reset_state()
             shared.append(_outputs(session, spec.name, inputs))
-    except RuntimeError as e:
-        return {**out, "oracle_detail": inputs_how, "reason": _run_failed(e)}
+    except (ToolkitError, RuntimeError) as e:
+        return {**out, "oracle_detail": inputs_how, "reason": str(e) if isinstance(e, ToolkitError) else _run_failed(e)}
     load = _unshared_load(session)
     try:
         load.load_method(spec.name)
