@@ -1,7 +1,7 @@
 """The programs exported by ExecuTorch 1.5.1's CUDA backend on the H200, and what we expect of them.
 
 Written by ``fixtures/make_executorch_fixtures.py`` (run on the H200, see its docstring) into
-``executorch-1.5.1-cuda/<name>/``, committed packed as ``fixtures/executorch-1.5.1-cuda-exports.tgz``
+``executorch-1.5.1-cuda/<name>/``, committed packed as ``fixtures/executorch-1.5.1-cuda-exports.tar.xz``
 and unpacked on first use into ``fixtures/.unpacked/`` (:func:`unpacked`): every attempt has a ``result.json``; an exported
 program has ``prog.pte`` + ``aoti_cuda_blob.ptd``; a refused one has ``refusal.txt`` (the
 exporter's message, verbatim).  ``MANIFEST`` lists the folders the script wrote.
@@ -41,16 +41,17 @@ HERE = Path(__file__).resolve().parent
 UNPACKED = HERE / "fixtures" / ".unpacked"  # git-ignored
 
 
-def unpacked(version: str) -> Path:
-    """``fixtures/executorch-<version>-cuda-exports.tgz`` (what the script's ``--pack`` wrote,
-    committed: 13 MB where the folder is 49 MB, mostly the .so files) unpacked once into
-    ``fixtures/.unpacked/executorch-<version>-cuda``; again whenever the archive changes."""
+def unpacked(version: str, kind: str = "cuda") -> Path:
+    """``fixtures/executorch-<version>-<kind>-exports.tar.xz`` (what the script's ``--pack`` wrote on
+    the device, recompressed here with ``tar -cJf``: xz finds what the .so files have in common,
+    3.5 MB where gzip needed 13 MB) unpacked once into ``fixtures/.unpacked/executorch-<version>-<kind>``;
+    again whenever the archive changes."""
     import shutil
     import tarfile
     import tempfile
 
-    packed = HERE / "fixtures" / f"executorch-{version}-cuda-exports.tgz"
-    root = UNPACKED / f"executorch-{version}-cuda"
+    packed = HERE / "fixtures" / f"executorch-{version}-{kind}-exports.tar.xz"
+    root = UNPACKED / f"executorch-{version}-{kind}"
     if not packed.is_file():
         return root
     digest = hashlib.sha256(packed.read_bytes()).hexdigest()

@@ -116,3 +116,75 @@ def test_unencodable_text_is_refused_when_the_manifest_is_read(base, tmp_path, w
     edit_manifest(root, craft)
     with pytest.raises(ManifestError, match="not valid Unicode"):
         open_program(root)
+
+
+# ------------------------------------------------------------------ every CSV the CLI writes
+
+HOSTILE = ("=1+1", "@SUM(1)", "+2+3", "-4+5")
+
+
+def hostile_zoo(root, n: int = 1, constants: int = 3) -> list:
+    """``n`` program directories named ``=HYPERLINK(i)``, program names ``=p<i>``, the first
+    constants' FQNs formulas: made in milliseconds (synthetic manifests, placeholder files of
+    the recorded sizes: enough for a dry run, never loadable)."""
+    import json
+
+    from toolkit.synthetic import SyntheticSpec, write_synthetic
+
+    out = []
+    for i in range(n):
+        manifest = write_synthetic(SyntheticSpec(methods=2, constants=constants, device="cpu", hidden=8, seed=i,
+                                                 name=f"=p{i}"), root / f"=HYPERLINK({i})")
+        d = json.loads(manifest.read_text())
+        for m, fqn in zip(d["methods"], HOSTILE):
+            m["constants"][0]["fqn"] = fqn
+        manifest.write_text(json.dumps(d))
+        for rel, rec in d["files"].items():
+            (manifest.parent / rel).parent.mkdir(parents=True, exist_ok=True)
+            (manifest.parent / rel).write_bytes(b"\0" * rec["bytes"])
+        out.append(manifest.parent)
+    return out
+
+
+def test_every_cli_csv_neutralises_hostile_cells(tmp_path, monkeypatch, capsys):
+    """report --dry-run, compare --dry-run and scan: the hostile program name, FQNs and paths
+    reach each CSV (escaped, read back by csv), no cell starts a formula, and none of them is
+    written by pandas' own writer."""
+    from toolkit.cli import main
+
+    (prog,) = hostile_zoo(tmp_path)
+    monkeypatch.chdir(tmp_path)  # scan . : the path cells are the hostile folder names themselves
+    monkeypatch.setattr(pd.DataFrame, "to_csv", lambda *a, **k: pytest.fail("a CSV bypassed the one writer"))
+    runs = {"report": ["report", prog.name, "--dry-run", "--csv", "r.csv"],
+            "compare": ["compare", prog.name, "--dry-run", "--csv", "c.csv"],
+            "scan": ["scan", ".", "--policies", "fingerprint", "--csv", "s.csv", "--jobs", "1"]}
+    escaped = {"report": {"'=p0", "'=1+1", "'@SUM(1)"}, "compare": set(), "scan": {"'=p0", "'=HYPERLINK(0)"}}
+    for what, argv in runs.items():
+        assert main(argv) in (0, 1), (what, capsys.readouterr().err)
+        text = (tmp_path / argv[argv.index("--csv") + 1]).read_text(encoding="utf-8")
+        cells = [c for row in csv.reader(io.StringIO(text)) for c in row]
+        assert not [c for c in cells if c.startswith(FORMULA_TRIGGERS)], what
+        assert escaped[what] <= set(cells), what
+    scanned = pd.read_csv(tmp_path / "s.csv", dtype=str, keep_default_na=False)
+    assert set(scanned["path"]) == {"'=HYPERLINK(0)"} and set(scanned["program"]) == {"'=p0"}
+
+
+def test_the_toolkit_has_one_csv_writer():
+    """No module but report.py writes CSV itself: every pandas ``to_csv`` call is a report's
+    (CollisionReport.to_csv, which is report.write_table), and ``csv.writer`` is used only there."""
+    import ast
+    from pathlib import Path
+
+    import toolkit
+
+    bad = []
+    for path in Path(toolkit.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            receiver = ast.unparse(node.func.value)
+            if node.func.attr == "to_csv" and receiver not in ("report", "self.report"):
+                bad.append(f"{path.name}:{node.lineno} {receiver}.to_csv")
+            if node.func.attr in ("writer", "DictWriter") and receiver == "csv" and path.name != "report.py":
+                bad.append(f"{path.name}:{node.lineno} csv.{node.func.attr}")
+    assert not bad, "CSV written around report.write_table: " + ", ".join(bad)

@@ -56,7 +56,7 @@ def test_every_expected_fixture_is_present_once_the_manifest_is():
             pytest.fail(f"{len(present())} exported fixture folder(s) but no {MANIFEST.name}: "
                         f"the script writes it at the end; run it again: {RUN_COMMAND}")
         pytest.fail(f"the 1.5.1 exports are missing ({MANIFEST}): the repository holds them as "
-                    f"tests/fixtures/executorch-1.5.1-cuda-exports.tgz (written by {RUN_COMMAND} --pack DIR)")
+                    f"tests/fixtures/executorch-1.5.1-cuda-exports.tar.xz (written by {RUN_COMMAND} --pack DIR)")
     missing = sorted(set(EXPECTED) - set(listed))
     assert not missing, f"{MANIFEST.name} does not list {missing}: export them ({RUN_COMMAND} --only {','.join(missing)})"
     absent = sorted(set(listed) - set(present()))

@@ -16,7 +16,7 @@ _EXPORTS = {
     "compare_policies": "compare", "PolicyComparison": "compare",
     "BuildError": "errors", "IncompatibleProgramError": "errors", "IntegrityError": "errors", "LoadError": "errors",
     "ManifestError": "errors", "ProgramError": "errors", "ReferenceDataError": "errors", "ToolkitError": "errors",
-    "WorkerCrashedError": "errors",
+    "OutputError": "errors", "WorkerCrashedError": "errors",
     "IsolatedLoad": "isolation", "load_isolated": "isolation",
     "Session": "session", "load_program": "session",
     "Program": "model",

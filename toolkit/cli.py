@@ -17,10 +17,13 @@ over the policies and programs asked for; --dry-run: the prediction's):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +31,8 @@ import pandas as pd
 from .errors import ToolkitError
 from .verdict import EXIT_CODE_TABLE, ORACLES, BlameStatus, ExitCode, MethodOutcome
 from .vocab import Stage
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command a Ctrl-C stopped
 
 # C0 controls (but newline and tab) and C1 controls: a name holding ESC [ ... could
 # rewrite the terminal; they are printed escaped.
@@ -85,6 +90,15 @@ def _print_frame(df: pd.DataFrame) -> None:
         _out(df.to_string(index=False))
 
 
+def _say_native_code(program) -> None:
+    """Before a full load: that it runs the program's native code (once per process, on stderr)."""
+    from .report import native_code_notice
+
+    notice = native_code_notice(program)
+    if notice:
+        print(f"constshare: {printable(notice)}", file=sys.stderr)
+
+
 def _check_device(device: str | None) -> None:
     from .runtimes import parse_device
 
@@ -93,17 +107,18 @@ def _check_device(device: str | None) -> None:
 
 
 def _check_csv(path: str | None, force: bool) -> None:
-    """Refuse a CSV target before any work: empty, a folder, a missing folder, or (without --force) a file."""
+    """Refuse a CSV target before any work: empty, a folder, a device or FIFO, a missing or
+    unwritable folder, or (without --force) a file."""
+    from .report import check_output
+
     if path is None:
         return
     if not path.strip():
         raise ToolkitError("--csv: an empty path")
-    p = Path(path)
-    if p.is_dir():
+    if Path(path).is_dir():
         raise ToolkitError(f"--csv {path}: is a folder; give a file name inside it")
-    if not p.parent.is_dir():
-        raise ToolkitError(f"--csv {path}: folder {str(p.parent)!r} does not exist")
-    if p.exists() and not force:
+    check_output(path)
+    if Path(path).exists() and not force:
         raise ToolkitError(f"--csv {path}: exists already; pass --force to overwrite it")
 
 
@@ -175,6 +190,7 @@ def cmd_report(a) -> int:
         _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
              f"a prediction, nothing was loaded or run")
     else:
+        _say_native_code(prog)
         s = load_program(prog, a.policy, device=a.device, progress=True)
         _out(s.summary())
     _out()
@@ -238,13 +254,35 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
     return rows
 
 
+def _scan_worker() -> None:
+    """A scan worker's setup: its (disabled) progress bars take a thread lock, not tqdm's
+    default semaphore, which a worker stopped by Ctrl-C would leave to the resource tracker."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored in this process meanwhile (on the main thread): processes started then inherit it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def cmd_scan(a) -> int:
     """Dry-run every program under a folder, in parallel worker processes; exit 1 if any method
     would run on wrong data under a policy asked for (a gate for the CI of a model zoo)."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from .policies import POLICIES, get_policy
+    from .report import write_table
 
     _check_csv(a.csv, a.force)
     root = Path(a.folder)
@@ -255,14 +293,32 @@ def cmd_scan(a) -> int:
     if not paths:
         raise ToolkitError(f"{a.folder}: no program found (program directories, .pte or .pt2 files)")
     # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
-    with ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        rows = [r for result in pool.map(scan_program, paths, [policies] * len(paths)) for r in result]
-    frame = pd.DataFrame(rows, columns=SCAN_COLUMNS)
+    pool = ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
+                               mp_context=multiprocessing.get_context("spawn"), initializer=_scan_worker)
+    done: dict[str, list[dict]] = {}
+    try:
+        with _sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
+            futures = {pool.submit(scan_program, path, policies): path for path in paths}
+        for f in as_completed(futures):
+            done[futures[f]] = f.result()
+            print(f"scanned {len(done)}/{len(paths)}: {printable(futures[f])}", file=sys.stderr)
+    except KeyboardInterrupt:  # stop at once: what is queued is cancelled, what runs is killed
+        workers = list((pool._processes or {}).values())  # Python < 3.14 has no public terminate_workers()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.join()
+    finally:
+        pool.shutdown(cancel_futures=True)
+    frame = pd.DataFrame([r for path in paths for r in done.get(path, [])], columns=SCAN_COLUMNS)
     _print_frame(frame.drop(columns=["program"]))  # the path says which program
     if a.csv:
-        frame.to_csv(a.csv, index=False)
+        write_table(frame, a.csv)
         _out(f"\nscan written to {Path(a.csv).resolve()}")
+    if len(done) < len(paths):
+        _out(f"\ninterrupted: {len(done)} of {len(paths)} programs scanned (those above)")
+        return EXIT_INTERRUPTED
     bad = frame[frame["wrong_data"]]
     _out(f"\n{len(paths)} programs, {len(policies)} policies: "
          + (f"{len(bad)} method(s) would fail the gate (run wrong, not run, or not load)" if len(bad)
@@ -287,6 +343,7 @@ def cmd_compare(a) -> int:
     prog = _program(a.program, a.device)
     if a.dry_run:
         return _dry_compare(prog, policies, a)
+    _say_native_code(prog)
     comparison = compare_policies(prog, policies, device=a.device, progress=True, references=refs)
     return _show_comparison(comparison, a, "comparison")
 
@@ -297,7 +354,9 @@ def _show_comparison(comparison, a, what: str) -> int:
     df = comparison.frame
     _print_frame(df.drop(columns=[c for c in ("error", "stage", "floor_bytes") if c in df.columns]))
     if a.csv:
-        df.to_csv(a.csv, index=False)
+        from .report import write_table
+
+        write_table(df, a.csv)
         _out(f"\n{what} written to {Path(a.csv).resolve()}")
     _out()
     verdicts = comparison.verdicts()
@@ -335,7 +394,8 @@ def cmd_samples(a) -> int:
 def main(argv: list[str] | None = None) -> int:
     from .policies import POLICIES
 
-    p = argparse.ArgumentParser(prog="constshare", description=__doc__ + EXIT_CODE_TABLE,
+    p = argparse.ArgumentParser(prog="constshare", description=__doc__ + EXIT_CODE_TABLE + f"\n  {EXIT_INTERRUPTED}  "
+                                "interrupted (Ctrl-C); scan writes what it scanned before",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="export and compile a program")
@@ -386,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ToolkitError, ValueError) as e:
         print(f"constshare: error: {printable(e)}", file=sys.stderr)
         return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        print("constshare: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -26,6 +26,14 @@ class ProgramError(ToolkitError):
         super().__init__(f"{': '.join(where)}: {message}" if where else message)
 
 
+class OutputError(ToolkitError):
+    """An output file (a CSV the toolkit writes) cannot be written; ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str | Path):
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}")
+
+
 class ManifestError(ProgramError):
     """The manifest cannot be read, or a field in it does not parse or is out of range."""
 

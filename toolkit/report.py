@@ -15,22 +15,30 @@ the frame :func:`collision_report` built.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import io
 import math
+import numbers
 import os
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Union
+from typing import IO, TYPE_CHECKING, Any, Mapping, Union
 
+import numpy as np
 import pandas as pd
 
+from .errors import OutputError
 from .model import shown
 from .rendering import html_table
 from .verdict import DataProblem, MethodOutcome
+from .vocab import ProgramFormat
 
 if TYPE_CHECKING:
+    from .model import Program
     from .session import Session
 
 PathOrHandle = Union[str, "os.PathLike[str]", IO[str]]
@@ -226,12 +234,34 @@ def report_html(frame: pd.DataFrame, caption: str = "", columns=HTML_COLUMNS, ma
     return f"<div class='constshare-report'>{body}</div>"
 
 
+_NATIVE_CODE_NOTICED: list[str] = []  # the program it was given for, once per process
+
+
+def native_code_notice(program: "Program") -> str | None:
+    """What a full load does, said once per process before the first load of a program not
+    built here (built here: a program directory in the build cache, which our builder wrote);
+    None when it needs no saying."""
+    from .samples import cache_root
+
+    root = Path(program.root).resolve() if program.root is not None else None
+    if _NATIVE_CODE_NOTICED or (program.format is ProgramFormat.DIRECTORY and root is not None
+                                and root.is_relative_to(cache_root().resolve())):
+        return None
+    _NATIVE_CODE_NOTICED.append(str(root))
+    return (f"loading {program.name!r} from {root} runs the native code compiled into it (its .so files) in this "
+            "process: load only programs you trust; a dry run runs none")
+
+
 # ------------------------------------------------------------------ CSV
 
 
-def _cell(kind: str, v: Any) -> str:
+def _cell(kind: str | None, v: Any) -> str:
+    """One CSV cell; ``kind`` None: taken from the value's type (text for anything not a number)."""
     if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return ""
+    if kind is None:
+        kind = ("bool" if isinstance(v, (bool, np.bool_)) else "int" if isinstance(v, numbers.Integral)
+                else "float" if isinstance(v, numbers.Real) else "str")
     if kind in ("bool", "optional_bool"):
         return "True" if bool(v) else "False"
     if kind == "int":
@@ -242,22 +272,71 @@ def _cell(kind: str, v: Any) -> str:
 
 
 def write_csv(frame: pd.DataFrame, path_or_handle: PathOrHandle) -> None:
-    """Write report rows: UTF-8, a header row, RFC 4180 quoting and CRLF, text cells neutralised."""
+    """Write report rows (:data:`REPORT_COLUMNS`, typed by :data:`REPORT_SCHEMA`): :func:`write_table`."""
     missing = [c for c in REPORT_COLUMNS if c not in frame.columns]
     if missing:
         raise ReportError(f"not a collision report frame: columns {missing} are missing")
+    write_table(frame[list(REPORT_COLUMNS)], path_or_handle, REPORT_SCHEMA)
+
+
+def write_table(frame: pd.DataFrame, path_or_handle: PathOrHandle, kinds: Mapping[str, str] | None = None) -> None:
+    """Write any frame as CSV, the toolkit's one CSV writer: UTF-8, a header row, RFC 4180
+    quoting and CRLF, every text cell neutralised (the module docstring); ``kinds``: column ->
+    kind as in :data:`REPORT_SCHEMA` (default: each value's type).  A path is written
+    atomically (:func:`write_text_atomically`)."""
+    kinds = kinds or {}
     buf = io.StringIO()
     # CRLF as RFC 4180 says; it also makes the writer quote any cell holding a lone CR.
     w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
-    w.writerow(REPORT_COLUMNS)
-    records = frame[list(REPORT_COLUMNS)].itertuples(index=False, name=None)
-    for rec in records:
-        w.writerow([_cell(REPORT_SCHEMA[c], v) for c, v in zip(REPORT_COLUMNS, rec)])
-    text = buf.getvalue()
+    columns = [str(c) for c in frame.columns]
+    w.writerow([neutralize(c) for c in columns])
+    for rec in frame.itertuples(index=False, name=None):
+        w.writerow([_cell(kinds.get(c), v) for c, v in zip(columns, rec)])
     if hasattr(path_or_handle, "write"):
-        path_or_handle.write(text)  # type: ignore[union-attr]
+        path_or_handle.write(buf.getvalue())  # type: ignore[union-attr]
     else:
-        Path(path_or_handle).write_text(text, encoding="utf-8", newline="")  # type: ignore[arg-type]
+        write_text_atomically(path_or_handle, buf.getvalue())  # type: ignore[arg-type]
+
+
+def check_output(path: "str | os.PathLike[str]") -> Path:
+    """The file ``path`` names (symlinks followed), once it can be written in place of what is
+    there: a regular file or nothing, in a folder this process may write; else
+    :class:`~toolkit.errors.OutputError` naming it."""
+    target = Path(os.path.realpath(path))
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputError(f"cannot be written: {e.strerror or e}", path=path) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError("is not a regular file (a folder, device, FIFO or socket): give a file path", path=path)
+    if not target.parent.is_dir():
+        raise OutputError(f"folder {str(target.parent)!r} does not exist", path=path)
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise OutputError(f"folder {str(target.parent)!r} is not writable (read-only or immutable)", path=path)
+    return target
+
+
+def write_text_atomically(path: "str | os.PathLike[str]", text: str) -> None:
+    """Write ``text`` (UTF-8, newlines as given) to ``path``: into a temporary file in the same
+    folder, then renamed over it, so a failed write (disk full, read-only folder) leaves the old
+    file or none, never half a file; the failure is an :class:`~toolkit.errors.OutputError`."""
+    target = check_output(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 is for secrets; a report is read by others
+        os.replace(tmp, target)
+    except BaseException as e:  # an interrupt too: no temporary file is left behind
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise OutputError(f"cannot be written: {e.strerror or e}", path=path) from None
+        raise
 
 
 def to_csv(session_or_report: "Session | CollisionReport", path_or_handle: PathOrHandle,

@@ -35,7 +35,7 @@ from .rendering import (
     CAUGHT_COLOUR, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
     html_table, markdown_html, markdown_text, outcome_colour, verification_html,
 )
-from .report import CollisionReport, collision_report
+from .report import CollisionReport, collision_report, native_code_notice
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
 from .verdict import BlameStatus, ConstantFinding, MethodOutcome, Verdict
 from .vocab import Lookup, PolicyName, parse
@@ -366,7 +366,9 @@ class ExplorerState(traitlets.HasTraits):
         """Load, verify (the verdict) and, when a method ran wrong, blame; None (and :attr:`error`) on failure."""
         from .session import load_program
 
-        self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}")
+        notice = native_code_notice(program)
+        self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}"
+                   + (f" ({notice})" if notice else ""))
         try:
             session = (self._load or load_program)(program, self.policy, device=self.device)
         except Exception as e:  # noqa: BLE001

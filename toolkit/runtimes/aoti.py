@@ -391,7 +391,12 @@ class AotiMethod:
             so = extract_so(program.path(method.location.so.file), method.location.so.offset, method.location.so.size,
                             Path(runtime.options.cache_dir or Path.home() / ".cache" / "constshare") / "so")
             make_torch_global()
-        self.container = AotiContainer.create(so, self.device)
+        try:
+            self.container = AotiContainer.create(so, self.device)
+        except BaseException:
+            if isinstance(method.location, PackedLocation):  # extracted above: a .so that fails to load leaves the cache
+                so.unlink(missing_ok=True)
+            raise
 
     def _path(self, c: ConstantSpec) -> Path:
         return self._program.path(c.file or self._spec.blob_file)
