@@ -26,7 +26,7 @@ from .inputs import generate
 from .model import MethodSpec, Program
 from .verdict import (EAGER, SUPPLIED, UNSHARED_GENERATED, UNSHARED_REFERENCE_INPUTS,  # noqa: F401 (re-exported)
                       UNSHARED_SUPPLIED_INPUTS, check_oracle)
-from .vocab import ProgramFormat
+from .vocab import ConstantKind, ProgramFormat
 
 if TYPE_CHECKING:
     from .loader import ProgramLoad as Session
@@ -490,14 +490,18 @@ def intended_state(load: "Session") -> tuple[str, list[str]]:
     """Point constants of different loaded methods that the program means to be one storage at one
     tensor (our programs: the eager storage they came from; a ``.pte``/``.pt2``: their storage key).
 
-    Returns the state model in words and, for a ``.pte``/``.pt2``, each key several methods hold:
-    the file cannot say whether it was one buffer of the eager program or several under one key."""
+    Returns the state model in words and what a ``.pte``/``.pt2`` cannot say: a key several methods
+    hold (one buffer of the eager program, or several stored once?) and an FQN several methods hold
+    under different keys (several buffers, or one the exporter stored per method?)."""
     by_provenance = load.program.format is ProgramFormat.DIRECTORY
     first: dict[str, tuple[str, Any]] = {}
     held: dict[str, list[str]] = {}
+    keys_of: dict[str, dict[str, str]] = {}  # FQN -> method -> key, for what the file cannot say
     for lm in load.methods.values():
         for c in lm.spec.constants:
             key = c.storage if by_provenance else c.storage_key
+            if c.fqn and c.kind is not ConstantKind.LIFTED_CONSTANT:
+                keys_of.setdefault(c.fqn, {})[lm.name] = key
             if not key:
                 continue
             if key not in first:
@@ -510,10 +514,14 @@ def intended_state(load: "Session") -> tuple[str, list[str]]:
             held.setdefault(key, [owner]).append(lm.name)
     if by_provenance:
         return "state: one tensor per storage of the eager program (the build's provenance)", []
-    blind = [f"{k} (held by {', '.join(ms)})" for k, ms in held.items()]
+    blind = [f"{k} (held by {', '.join(ms)}) was one buffer of the eager program or several" for k, ms in held.items()]
+    apart = sorted(f for f, by in keys_of.items() if len(by) > 1 and len(set(by.values())) > 1)
+    if apart:
+        blind.append(f"{len(apart)} FQN(s) held by several methods under different keys ({', '.join(apart[:3])}"
+                     f"{', ...' if len(apart) > 3 else ''}) were several buffers or one")
     return ("state: one storage per storage key" + (
-        "; the file cannot tell whether " + "; ".join(blind) + " was one buffer of the eager program or several: "
-        "the oracle cannot see state wrongly shared under one key" if blind else "")), blind
+        "; the file cannot tell whether " + "; whether ".join(blind) + ": the oracle cannot see state shared "
+        "wrongly under one key, or kept apart wrongly under several" if blind else "")), blind
 
 
 def _unshared_sequence(session: "Session", steps: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]
