@@ -90,7 +90,8 @@ def main(argv=None):
         print(f"  {what:>8}: differential {diff[f'{what}_s']:.2f} s = {t:.2f} x the reference verification's "
               f"{ref[f'{what}_s']:.2f} s; peak above the session {p / GIB:.2f} GiB = {p / per:.2f} x one method's "
               f"constants (reference: {p_ref / GIB:.2f} GiB); peak device use "
-              f"{(ref['held_bytes'] + p) / max(ref['held_bytes'] + p_ref, 1):.2f} x the reference's; wrong: differential "
+              f"{(ref['held_bytes'] + p) / max(ref['held_bytes'] + p_ref, 1):.2f} x the reference's; "
+              f"wrong: differential "
               f"{diff[f'{what}_wrong']}, eager reference {ref[f'{what}_wrong']}", flush=True)
     df = pd.DataFrame(rows)
     df["method_constant_bytes"] = per
