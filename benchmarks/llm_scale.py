@@ -228,16 +228,21 @@ def child_integrity(args) -> dict:
             "hash_threads": hash_threads()}
 
 
-def main(argv=None):
-    from toolkit import POLICIES
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_shape_args(ap: argparse.ArgumentParser) -> None:
+    """Where the program is built and its shape (llm_scale.py's and differential_cost.py's)."""
     ap.add_argument("--program-dir", default="/tmp/llm_scale")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--ffn", type=int, default=14336)
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--dtype", default="bfloat16")
+
+
+def main(argv=None):
+    from toolkit import POLICIES
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_shape_args(ap)
     ap.add_argument("--compute", default="weights", choices=["weights", "float32"],
                     help="float32: upcast every weight in the graph, so verification compares float32 kernels "
                          "(bf16 kernels differ from eager's by a rounding step: every method 'wrong' at 8B)")

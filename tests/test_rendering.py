@@ -112,7 +112,8 @@ def test_hostile_verification_is_escaped():
                             methods=[MethodFacts("<script>m</script>", MethodStatus.LOADED, True)])
     out = verification_html(v, verdict)
     assert "<script" not in out and "<b>" not in out
-    assert _Parsed(out).texts("td") == ["<script>m</script>", "wrong", "1", "1e-05", "0.0001", '"&<b>bad</b>']
+    assert _Parsed(out).texts("td") == ["<script>m</script>", "wrong", "eager reference", "1", "1e-05", "0.0001",
+                                        '"&<b>bad</b>']
 
 
 def test_mathjax_is_off_for_names_with_dollars():
@@ -180,10 +181,11 @@ def test_verification_results_are_coloured():
                                                                                                  dtype="boolean"),
                       "reason": ["", "outputs differ", "not loaded"]})
     p = _Parsed(verification_html(v, _verdict(v, {"c": (MethodStatus.NOT_REACHED, False)})))
-    assert p.texts("th") == ["method", "result", "max abs err", "atol", "rtol", "reason"]
+    assert p.texts("th") == ["method", "result", "checked against", "max abs err", "atol", "rtol", "reason"]
     assert p.column(1) == [("ok", "#d9ead3"), ("wrong", "#f4cccc"), ("not reached", "#eeeeee")]
-    assert [t for t, _c in p.column(2)] == ["0", "0.123", ""]
-    assert [t for t, _c in p.column(5)] == ["", "outputs differ", "not loaded"]
+    assert [t for t, _c in p.column(2)] == ["eager reference", "eager reference", ""]  # the verdict's oracle
+    assert [t for t, _c in p.column(3)] == ["0", "0.123", ""]
+    assert [t for t, _c in p.column(6)] == ["", "outputs differ", "not loaded"]
 
 
 def test_verification_empty():
@@ -438,5 +440,5 @@ def test_verification_names_the_constants_that_run_on_other_data():
                           storage="", slot_problem="", cached_method="prefill", cached_name="w", cached_digest="a" * 64)]
     p = _Parsed(verification_html(v, _verdict(v, findings=found)))
     assert p.texts("th")[-1] == "runs on other data"
-    assert p.column(6) == [("", None), ("w (content differs)", "#fff2cc")]  # not tested by blame: amber
+    assert p.column(7) == [("", None), ("w (content differs)", "#fff2cc")]  # not tested by blame: amber
     assert "runs on other data" not in verification_html(v, _verdict(v))  # nothing found: no column

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import ToolkitError
-from .verdict import EXIT_CODE_TABLE, BlameStatus, ExitCode, MethodOutcome
+from .verdict import EXIT_CODE_TABLE, ORACLES, BlameStatus, ExitCode, MethodOutcome
 from .vocab import Stage
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command a Ctrl-C stopped
@@ -217,10 +217,10 @@ def cmd_report(a) -> int:
         _out(s.summary())
     _out()
     _print_frame(s.decisions[["method", "name", "fqn", "lookup", "decision", "reason"]])
-    verification = None if a.dry_run else s.verify(references=refs)
+    verification = None if a.dry_run else s.verify(references=refs, oracle=a.oracle, draws=a.draws, seed=a.seed)
     if verification is not None:
         _out()
-        _print_frame(verification)
+        _print_frame(verification.drop(columns=["oracle_detail"]))
     verdict = s.verdict()
     if a.csv:
         to_csv(s, a.csv, verification=verification)  # verified once, above
@@ -232,6 +232,10 @@ def cmd_report(a) -> int:
     s.close()
     _out()
     _say_verdict(verdict)
+    for m in [*verdict.methods, *verdict.sequences]:
+        if m.checked_against and m.checked_against != "prediction":
+            _out(f"{getattr(m, 'method', None) or m.sequence}: checked against {m.checked_against}"
+                 + (f" ({m.oracle_detail})" if m.oracle_detail else ""))
     _out(verdict.headline())
     if verdict.no_reference:
         _out(f"not verified (no reference): {', '.join(verdict.no_reference)}; pass --reference "
@@ -485,6 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--policy", default="fingerprint", choices=POLICIES)
     load_args(r, "write the collision report CSV here",
               "predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)")
+    r.add_argument("--oracle", default="auto", choices=ORACLES,
+                   help="check each method against its reference and, without one, against its own unshared load "
+                        "on generated inputs (auto); references only; the unshared load for every method; "
+                        "the unshared load on generated inputs only")
+    r.add_argument("--draws", type=int, default=3, help="random input draws of a generated-input check (default 3)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
     r.set_defaults(fn=cmd_report)
     c = sub.add_parser("compare", help="load under every policy and tabulate")
     c.add_argument("program")

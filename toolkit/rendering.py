@@ -495,18 +495,22 @@ def findings_text(verdict: Any, method: str) -> str:
 
 def verification_html(frame: pd.DataFrame | None, verdict: Any, *, empty: str = "no methods") -> str:
     """The verification frame (``Session.verify()``) as a table of method, result (the verdict's
-    outcome: ok green, wrong / not runnable / failed red, others grey), max abs err, atol, rtol,
+    outcome: ok green, wrong / not runnable / failed red, others grey), what it was checked
+    against (the verdict's oracle), max abs err, atol, rtol,
     reason, and the constants each method runs on other data for, culprits first, with blame's
     confirmation (culprit, harmless and why, not tested); every value escaped."""
     if frame is None or not len(frame):
         return _note(_escape(empty))
     outcomes = {m.method: m.outcome.value for m in verdict.methods}
+    oracles = {m.method: m.checked_against for m in verdict.methods}
     rows = [{"method": cell_text(r.get("method")), "result": outcomes.get(cell_text(r.get("method")), ""),
+             "checked against": oracles.get(cell_text(r.get("method")), ""),
              "max abs err": _number(r.get("max_abs_err"), ".3g"), "atol": _number(r.get("atol"), "g"),
              "rtol": _number(r.get("rtol"), "g"), "reason": cell_text(r.get("reason")),
              FINDINGS_COLUMN: findings_text(verdict, cell_text(r.get("method")))} for r in frame.to_dict("records")]
-    table = pd.DataFrame(rows, columns=["method", "result", "max abs err", "atol", "rtol", "reason", FINDINGS_COLUMN])
-    drop = [c for c in ("atol", "rtol", "max abs err") if (table[c] == "").all()]
+    table = pd.DataFrame(rows, columns=["method", "result", "checked against", "max abs err", "atol", "rtol", "reason",
+                                        FINDINGS_COLUMN])
+    drop = [c for c in ("checked against", "atol", "rtol", "max abs err") if (table[c] == "").all()]
     if not verdict.constants:
         drop.append(FINDINGS_COLUMN)
     return html_table(table.drop(columns=drop), max_rows=len(table), empty=empty,

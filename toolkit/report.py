@@ -51,7 +51,7 @@ REPORT_SCHEMA: dict[str, str] = {
     "new_dtype": "str", "new_shape": "str", "new_strides": "str", "new_digest": "str",
     "cached_method": "str", "cached_dtype": "str", "cached_shape": "str", "cached_strides": "str",
     "cached_digest": "str", "same_metadata": "optional_bool", "same_content": "optional_bool",
-    "data_problem": "str", "method_outcome": "str", "method_ran": "bool", "method_ok": "optional_bool", "max_abs_err": "float", "verify_reason": "str",
+    "data_problem": "str", "method_outcome": "str", "oracle": "str", "method_ran": "bool", "method_ok": "optional_bool", "max_abs_err": "float", "verify_reason": "str",
     "culprit": "str",
 }
 REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
@@ -95,6 +95,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
         verification = session.verify()
     ver = {r["method"]: r for r in verification.to_dict("records")} if verification is not None else {}
     outcomes = {m.method: m.outcome.value for m in verdict.methods}
+    oracles = {m.method: m.checked_against for m in verdict.methods}
     decisions = session.decisions
     decided = {(r["method"], r["name"]): r for r in decisions.to_dict("records")}
     program, policy = session.program.name, session.policy.name.value
@@ -117,6 +118,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                 "method_ran": ran, "method_ok": pd.NA if ok is pd.NA else bool(ok),
                 "max_abs_err": float(err) if ran and err is not None else math.nan,
                 "verify_reason": _str(v.get("reason", "")), "method_outcome": outcomes.get(spec.name, ""),
+                "oracle": oracles.get(spec.name, ""),
             }
             if d is None:
                 row.update(storage_key="", collision=False, lookup="", decision="", reason_code="", reason=not_reached,

@@ -19,7 +19,7 @@ from .policies import Policy, get_policy
 from .runtimes import Runtime
 from .sources import open_program
 from .tables import check_rows
-from .verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict
+from .verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict, check_oracle
 from .vocab import SessionStatus
 
 if TYPE_CHECKING:
@@ -52,37 +52,47 @@ class Session(ProgramLoad):
             inputs, _ = self.reference(method)
         return super().run(method, inputs if inputs is not None else [])
 
-    def verify(self, sequence: str | None = None, references: "Mapping[str, Any] | None" = None) -> "pd.DataFrame":
-        """Run the program against its references and compare outputs (a frame, computed once per
-        set of loaded methods and references; a closed session answers with its last one).
+    def verify(self, sequence: str | None = None, references: "Mapping[str, Any] | None" = None, *,
+               oracle: str = "auto", draws: int = 3, seed: int = 0) -> "pd.DataFrame":
+        """Run the program against its oracles and compare outputs (a frame, computed once per
+        set of loaded methods, references and oracle; a closed session answers with its last one).
 
         Without ``sequence``: every loaded method alone, from its initial state.  With
         ``sequence``: its steps in order, state carried as the loaded program carries it.
-        ``references`` replace the program's own, per method (see
-        :func:`toolkit.verification.resolve_references`: inputs and outputs, a safetensors file,
-        or a module and its inputs); ones that do not fit raise ``ReferenceDataError``.  A method
-        that did not run has ``ok`` ``pd.NA``, neither ok nor wrong, and ``reason`` says why.
+        ``oracle`` (each row's ``oracle`` column names what it used): ``"auto"`` checks a method
+        against its reference and, where it has none, against the same method loaded alone on its
+        own bytes, on ``draws`` inputs generated from the program (``seed``);
+        ``"reference"`` references only; ``"unshared"`` the unshared load for every method (on the
+        reference's inputs where there is one; a sequence on an unshared load holding the
+        program's intended shared state).  ``references`` replace the program's own, per method
+        (see :func:`toolkit.verification.resolve_references`); ones that do not fit raise
+        ``ReferenceDataError``.  A method that did not run has ``ok`` ``pd.NA``, neither ok nor
+        wrong, and ``reason`` says why.
         """
         from . import verification
 
+        if draws < 1:
+            raise ValueError(f"draws must be at least 1, got {draws!r}")
+        check_oracle(oracle)  # before anything runs
         if sequence is not None:
             self.program.sequence(sequence)  # KeyError naming the sequences there are
             if references is not None:
                 raise ValueError("references= applies to methods run alone; a sequence is checked against the "
                                  "eager sequence the program stores")
-        key = self._verification_key(sequence)
+        key = self._verification_key(sequence) + (oracle, draws, seed)
         hit = self._verifications.get(sequence)
         if references is not None:  # checked and run every time: the caller may change them in place
             if self.status is SessionStatus.CLOSED:
                 raise LoadError("the session is closed: verify with references before close()")
-            hit = (key + ("references",), verification.verify_session(self, references))
+            hit = (key + ("references",),
+                   verification.verify_session(self, references, oracle=oracle, draws=draws, seed=seed))
             self._verifications[sequence] = hit
             return hit[1].copy()
         if self.status is SessionStatus.CLOSED and hit is not None:
             return hit[1].copy()
         if hit is None or hit[0] != key:
-            hit = (key, verification.verify_session(self) if sequence is None
-                   else verification.verify_sequence(self, sequence))
+            hit = (key, verification.verify_session(self, oracle=oracle, draws=draws, seed=seed) if sequence is None
+                   else verification.verify_sequence(self, sequence, oracle=oracle))
             self._verifications[sequence] = hit
         return hit[1].copy()
 
@@ -90,7 +100,7 @@ class Session(ProgramLoad):
         return sequence, tuple(sorted((n, id(lm)) for n, lm in self.methods.items()))
 
     def _last_verification(self, sequence: str | None) -> "pd.DataFrame":
-        """The verification of the loaded methods (with the references last given, if any), run if there is none."""
+        """The last verification of the loaded methods (whatever its oracle and references), run if there is none."""
         hit = self._verifications.get(sequence)
         if hit is not None and (self.status is SessionStatus.CLOSED or hit[0][:2] == self._verification_key(sequence)):
             return hit[1]
@@ -141,9 +151,7 @@ class Session(ProgramLoad):
             checks=check_rows(standalone) if standalone is not None else None,
             sequences={name: check_rows(frame) for name, frame in sequences.items()}, blame=blamed,
             error=self.error or "",
-            failed_stage=self.failed_stage,
-            oracle="supplied reference" if "references" in self._verifications.get(None, ((),))[0] else
-            "eager reference")
+            failed_stage=self.failed_stage)
         self._verdict = (key, v)
         return v
 

@@ -232,7 +232,8 @@ def verdict_frames(verdict: Verdict) -> tuple[pd.DataFrame, pd.DataFrame]:
 def check_rows(verification: "pd.DataFrame") -> list[CheckRow]:
     """A verification frame (``Session.verify()``, of methods alone or of a sequence) as the verdict's rows."""
     return [CheckRow(str(r["method"]), bool(r["ran"]), None if pd.isna(r["ok"]) else bool(r["ok"]), str(r.get("reason", "")),
-                     int(r["step"]) if "step" in r else None) for r in verification.to_dict("records")]
+                     int(r["step"]) if "step" in r else None, str(r.get("oracle") or ""),
+                     str(r.get("oracle_detail") or "")) for r in verification.to_dict("records")]
 
 
 def wrong_methods(verification: "pd.DataFrame | None") -> list[str]:

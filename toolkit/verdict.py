@@ -29,6 +29,21 @@ class MethodOutcome(enum.StrEnum):
     NOT_REACHED = "not reached"  # an earlier method failed the load first
 
 
+# What a verification row was checked against (its ``oracle`` column, :attr:`MethodVerdict.checked_against`).
+EAGER, SUPPLIED = "eager reference", "supplied reference"
+UNSHARED_REFERENCE_INPUTS = "unshared load, reference inputs"  # the same method loaded alone, on its own bytes
+UNSHARED_SUPPLIED_INPUTS = "unshared load, supplied inputs"
+UNSHARED_GENERATED = "unshared load, generated inputs"
+# ``verify(oracle=...)``, ``report --oracle``: "auto" (a reference where there is one, else the unshared load
+# on generated inputs), "reference" (references only), "unshared" (the unshared load for every method, on the
+# reference's inputs where there is one), "generated" (the unshared load on generated inputs only)
+ORACLES = ("auto", "reference", "unshared", "generated")
+
+
+def check_oracle(oracle: str) -> None:
+    if oracle not in ORACLES:
+        raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
+
 # outcomes that make a load's result a failure (exit code 1)
 BAD_OUTCOMES = frozenset({MethodOutcome.WRONG, MethodOutcome.NOT_RUNNABLE, MethodOutcome.FAILED,
                           MethodOutcome.REFUSED, MethodOutcome.NOT_REACHED})
@@ -126,7 +141,10 @@ class MethodVerdict:
     outcome: MethodOutcome
     reason: str = ""
     stage: Stage | None = None  # where it failed (FAILED, REFUSED)
-    checked_against: str = ""  # the oracle: "eager reference", "supplied reference", "prediction", ""
+    # the oracle: "eager reference", "supplied reference", "unshared load, generated inputs" (or reference /
+    # supplied inputs: toolkit.verification's names), "prediction", ""
+    checked_against: str = ""
+    oracle_detail: str = ""  # how: the inputs it generated, the tolerance, the state model, what it cannot see
 
 
 @dataclass(frozen=True)
@@ -135,6 +153,8 @@ class SequenceVerdict:
     outcome: MethodOutcome  # OK, WRONG, FAILED (a step could not run), NO_REFERENCE
     first_bad_step: int | None = None
     reason: str = ""
+    checked_against: str = ""  # as MethodVerdict's
+    oracle_detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -238,6 +258,8 @@ class CheckRow:
     ok: bool | None
     reason: str = ""
     step: int | None = None
+    oracle: str = ""  # what it was checked against ("" : the verdict's default)
+    oracle_detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -280,26 +302,29 @@ def _method_verdict(f: MethodFacts, check: CheckRow | None, *, predicted: bool, 
         return MethodVerdict(f.method, MethodOutcome.OK, "", None, "prediction")
     if check is None:
         return MethodVerdict(f.method, MethodOutcome.NO_REFERENCE, "not verified")
+    by = (check.oracle or oracle, check.oracle_detail)
     if ran_wrong(check):
-        return MethodVerdict(f.method, MethodOutcome.WRONG, check.reason, None, oracle)
+        return MethodVerdict(f.method, MethodOutcome.WRONG, check.reason, None, *by)
     if check.ran:
-        return MethodVerdict(f.method, MethodOutcome.OK, "", None, oracle)
+        return MethodVerdict(f.method, MethodOutcome.OK, "", None, *by)
     if check.ok is None:
-        return MethodVerdict(f.method, MethodOutcome.NO_REFERENCE, check.reason)
-    return MethodVerdict(f.method, MethodOutcome.FAILED, check.reason, Stage.RUN, oracle)
+        return MethodVerdict(f.method, MethodOutcome.NO_REFERENCE, check.reason, None, check.oracle,
+                             check.oracle_detail)
+    return MethodVerdict(f.method, MethodOutcome.FAILED, check.reason, Stage.RUN, *by)
 
 
-def _sequence_verdict(name: str, steps: Sequence[CheckRow]) -> SequenceVerdict:
+def _sequence_verdict(name: str, steps: Sequence[CheckRow], oracle: str) -> SequenceVerdict:
+    by = (steps[0].oracle or oracle, steps[0].oracle_detail) if steps else (oracle, "")
     for st in steps:
         if st.ran and not ran_wrong(st):
             continue
         i = st.step if st.step is not None else 0
         if ran_wrong(st):
-            return SequenceVerdict(name, MethodOutcome.WRONG, i, f"step {i} ({st.method}): {st.reason}")
+            return SequenceVerdict(name, MethodOutcome.WRONG, i, f"step {i} ({st.method}): {st.reason}", *by)
         if st.ok is None:
-            return SequenceVerdict(name, MethodOutcome.NO_REFERENCE, i, st.reason)
-        return SequenceVerdict(name, MethodOutcome.FAILED, i, f"step {i} ({st.method}): {st.reason}")
-    return SequenceVerdict(name, MethodOutcome.OK)
+            return SequenceVerdict(name, MethodOutcome.NO_REFERENCE, i, st.reason, *by)
+        return SequenceVerdict(name, MethodOutcome.FAILED, i, f"step {i} ({st.method}): {st.reason}", *by)
+    return SequenceVerdict(name, MethodOutcome.OK, None, "", *by)
 
 
 def _with_blame(found: ConstantFinding, tried: list[BlameRow], verdicts: Mapping[str, MethodVerdict],
@@ -326,7 +351,7 @@ def _replace(f: ConstantFinding, blame: BlameStatus, note: str, broken: tuple[st
 def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequence[MethodFacts],
                   checks: Sequence[CheckRow] | None = None, sequences: Mapping[str, Sequence[CheckRow]] | None = None,
                   blame: Sequence[BlameRow] = (), error: str = "", failed_stage: Stage | None = None,
-                  oracle: str = "eager reference") -> Verdict:
+                  oracle: str = EAGER) -> Verdict:
     """The verdict of one load from its facts.  ``checks``: the standalone verification (None: not
     verified, or a dry run); ``sequences``: each verified sequence's steps; ``blame``: every
     experiment of ``session.blame()``, standalone or of a sequence."""
@@ -350,7 +375,7 @@ def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequen
             found.append(_with_blame(ConstantFinding(b.method, b.name, b.fqn, b.problem, b.evidence, b.shared_from),
                                      rows, verdicts, explained))
     return Verdict(program, policy, predicted, tuple(verdicts.values()), tuple(found),
-                   tuple(_sequence_verdict(n, s) for n, s in (sequences or {}).items()), error, failed_stage)
+                   tuple(_sequence_verdict(n, s, oracle) for n, s in (sequences or {}).items()), error, failed_stage)
 
 
 def verdict_from_dict(d: Mapping) -> Verdict:
@@ -361,9 +386,10 @@ def verdict_from_dict(d: Mapping) -> Verdict:
     return Verdict(
         d["program"], d["policy"], d["predicted"],
         tuple(MethodVerdict(m["method"], MethodOutcome(m["outcome"]), m["reason"], stage(m["stage"]),
-                            m["checked_against"]) for m in d["methods"]),
+                            m["checked_against"], m.get("oracle_detail", "")) for m in d["methods"]),
         tuple(ConstantFinding(**{**c, "problem": DataProblem(c["problem"]) if c["problem"] else None,
                                  "blame": BlameStatus(c["blame"]), "broken": tuple(c["broken"])})
               for c in d["constants"]),
-        tuple(SequenceVerdict(s["sequence"], MethodOutcome(s["outcome"]), s["first_bad_step"], s["reason"])
-              for s in d["sequences"]), d["error"], stage(d["failed_stage"]))
+        tuple(SequenceVerdict(s["sequence"], MethodOutcome(s["outcome"]), s["first_bad_step"], s["reason"],
+                              s.get("checked_against", ""), s.get("oracle_detail", "")) for s in d["sequences"]),
+        d["error"], stage(d["failed_stage"]))

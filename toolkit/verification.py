@@ -22,15 +22,21 @@ import pandas as pd
 import torch
 
 from .errors import ProgramError, ReferenceDataError, ToolkitError
+from .inputs import generate
 from .model import MethodSpec, Program
+from .verdict import (EAGER, SUPPLIED, UNSHARED_GENERATED, UNSHARED_REFERENCE_INPUTS,  # noqa: F401 (re-exported)
+                      UNSHARED_SUPPLIED_INPUTS, check_oracle)
+from .vocab import ConstantKind, ProgramFormat
 
 if TYPE_CHECKING:
     from .loader import ProgramLoad as Session
 
-VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]
+VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason", "oracle", "oracle_detail", "draws"]
 SEQUENCE_COLUMNS = ["sequence", "step", *VERIFY_COLUMNS]
 # the reason of a method nothing can be checked against; its ``ok`` is pd.NA (neither ok nor wrong)
 NO_REFERENCE = "no reference"
+
+UNSHARED_POLICY = "no-sharing"  # the unshared side of the differential oracle: each method on its own bytes
 
 
 def dtype_tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -282,21 +288,31 @@ def _so_input_problem(e: RuntimeError, spec: MethodSpec, method: str) -> Referen
                               field=_field(method, f".inputs[{j}].{_CHECK_FIELD[m.group(2)]}"))
 
 
-def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None) -> pd.DataFrame:
-    """One row per method of the program: did it run, how far from the eager reference, ok?
+def _empty_row(**fields: Any) -> dict[str, Any]:
+    return {"ran": False, "max_abs_err": math.nan, "atol": math.nan, "rtol": math.nan, "ok": False, "reason": "",
+            "oracle": "", "oracle_detail": "", "draws": "", **fields}
+
+
+def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None, *, oracle: str = "auto",
+                   draws: int = 3, seed: int = 0) -> pd.DataFrame:
+    """One row per method of the program: did it run, how far from its oracle, ok?
 
     ``ok`` is a nullable boolean: True (matches), False (differs, or its run failed), or
     ``pd.NA`` where nothing was compared (no reference, not loaded, not runnable: ``reason``
-    says which), neither ok nor wrong.  ``references``: see :func:`resolve_references` (checked
-    before anything runs).  A supplied reference the compiled model refuses (another input
-    shape or dtype), or whose outputs have another shape or dtype than the method's, raises
-    :class:`~toolkit.errors.ReferenceDataError`: it does not belong to this method.
+    says which), neither ok nor wrong.  ``oracle`` (:data:`toolkit.verdict.ORACLES`) says what a method is
+    checked against, named per row (``oracle``, ``oracle_detail``): its reference (the
+    program's or one in ``references``, see :func:`resolve_references`, checked before
+    anything runs), or the same method loaded on its own bytes (:func:`differential_row`) on
+    the reference's inputs or, where there is none, ``draws`` inputs generated from the
+    program (:func:`toolkit.inputs.generate`, ``seed``).  A supplied reference the compiled
+    model refuses (another input shape or dtype), or whose outputs have another shape or dtype
+    than the method's, raises :class:`~toolkit.errors.ReferenceDataError`.
     """
-    refs = resolve_references(session, references) if references else None
+    check_oracle(oracle)
+    refs = resolve_references(session, references) if references or oracle == "unshared" else None
     rows = []
     for spec in session.program.methods:
-        row: dict[str, Any] = {"method": spec.name, "ran": False, "max_abs_err": math.nan,
-                               "atol": math.nan, "rtol": math.nan, "ok": False, "reason": ""}
+        row = _empty_row(method=spec.name)
         lm = session.methods.get(spec.name)
         ref: Reference | None = None
         if refs is not None:
@@ -307,11 +323,21 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
             row["ok"] = pd.NA
             row["reason"] = ("not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems) if lm else
                              "not loaded" + (f": {session.error}" if session.failed_method == spec.name else ""))
-        elif ref is None:
-            row["ok"] = pd.NA
-            row["reason"] = (f"{NO_REFERENCE}: the program holds none for {spec.name!r}; pass "
-                             "verify(references={...})")
+        elif oracle == "unshared" and ref is not None:
+            row.update(differential_row(session, spec, [list(ref.inputs)],
+                                        UNSHARED_SUPPLIED_INPUTS if ref.supplied else UNSHARED_REFERENCE_INPUTS,
+                                        f"inputs: {ref.given_as}"))
+        elif ref is None or oracle == "generated":
+            generated = generate(session.program, spec, draws, seed) if oracle != "reference" else None
+            if generated is not None:
+                row.update(differential_row(session, spec, generated[0], UNSHARED_GENERATED, generated[1]))
+            else:
+                row["ok"] = pd.NA
+                row["reason"] = (f"{NO_REFERENCE}: the program holds none for {spec.name!r}" +
+                                 ("" if oracle == "reference" else " and does not declare its inputs") +
+                                 "; pass verify(references={...})")
         else:
+            row["oracle"] = SUPPLIED if ref.supplied else EAGER
             try:
                 if ref.given_as:
                     inputs, expected = list(ref.inputs), list(ref.outputs)
@@ -342,11 +368,187 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
             except ToolkitError as e:
                 row["reason"] = str(e)
             except RuntimeError as e:
-                row["reason"] = f"run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                row["reason"] = _run_failed(e)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=VERIFY_COLUMNS)
     frame["ok"] = frame["ok"].astype("boolean")
     return frame
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _run_failed(e: RuntimeError) -> str:
+    return f"run failed: {_first_line(e)}"
+
+
+# ------------------------------------------------------------------ the differential oracle
+
+
+def _unshared_load(session: "Session") -> "Session":
+    """The same program on the same devices and runtime under ``no-sharing``: each method on its own bytes."""
+    from .loader import ProgramLoad
+    from .policies import get_policy
+
+    return ProgramLoad(session.program, get_policy(UNSHARED_POLICY), session.devices, record=False,
+                       runtime=session.runtime, options=session.options)
+
+
+def _free(load: "Session") -> None:
+    """Unload every method of the unshared side and give its device memory back."""
+    for name in list(load.methods):
+        load.unload(name)
+    if any(d.type == "cuda" for d in load.devices.values()):
+        torch.cuda.empty_cache()
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+
+def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    """Same dtypes, shapes and bytes (a NaN equals the same NaN)."""
+    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape and torch.equal(_bits(x), _bits(y))
+                                    for x, y in zip(a, b))
+
+
+def _max_abs(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    errs = [0.0]
+    for x, y in zip(a, b):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return math.inf
+        if x.numel():
+            d = (x.double() - y.double()).abs()
+            both_nan = torch.isnan(x.double()) & torch.isnan(y.double())
+            errs.append(float(torch.where(both_nan, 0.0, d.nan_to_num(math.inf)).max()))
+    return max(errs)
+
+
+def compare_unshared(outputs: list[torch.Tensor], repeats: tuple[list[torch.Tensor], list[torch.Tensor]]
+                     ) -> dict[str, Any]:
+    """max_abs_err, atol, rtol, ok of ``outputs`` against two runs of the unshared load on the same inputs:
+    bit for bit where the two runs agree bit for bit; else within twice their spread (nondeterministic kernels)."""
+    first, second = repeats
+    if bitwise_equal(first, second):
+        return {"max_abs_err": _max_abs(outputs, first), "atol": 0.0, "rtol": 0.0,
+                "ok": bitwise_equal(outputs, first), "tolerance": "bit-exact"}
+    spread = _max_abs(first, second)
+    err = _max_abs(outputs, first)
+    return {"max_abs_err": err, "atol": 2 * spread, "rtol": 0.0, "ok": err <= 2 * spread,
+            "tolerance": f"within twice the spread of two unshared runs ({spread:.3g}): nondeterministic kernels"}
+
+
+def _outputs(session: "Session", method: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [o.detach().cpu().clone() for o in session.run(method, inputs)]
+
+
+def differential_row(session: "Session", spec: MethodSpec, input_sets: list[list[torch.Tensor]], oracle: str,
+                     inputs_how: str) -> dict[str, Any]:
+    """Run ``spec`` on each input set under the session's load and under an unshared load of it alone
+    (loaded, run twice per set, freed again: the unshared side holds one method at a time), each run
+    from the initial state; the verification row's fields."""
+    out: dict[str, Any] = {"oracle": oracle}
+    shared = []
+    try:
+        for inputs in input_sets:
+            session.reset_state()
+            shared.append(_outputs(session, spec.name, inputs))
+    except (ToolkitError, RuntimeError) as e:
+        return {**out, "oracle_detail": inputs_how, "reason": str(e) if isinstance(e, ToolkitError) else _run_failed(e)}
+    load = _unshared_load(session)
+    try:
+        load.load_method(spec.name)
+        if not load.methods[spec.name].runnable:
+            raise ToolkitError("the unshared load cannot run it: " + "; ".join(load.methods[spec.name].problems))
+        repeats, fresh = [], True  # just loaded: at its initial state (a reset may rewrite every constant)
+        for inputs in input_sets:
+            pair = []
+            for _ in range(2):
+                if not fresh:
+                    load.reset_state()
+                fresh = False
+                pair.append(_outputs(load, spec.name, inputs))
+            repeats.append(tuple(pair))
+    except (ToolkitError, RuntimeError) as e:
+        return {**out, "ok": pd.NA, "oracle_detail": inputs_how,
+                "reason": f"{NO_REFERENCE}: the unshared load of {spec.name!r} failed: {_first_line(e)}"}
+    finally:
+        _free(load)
+    per = [compare_unshared(o, r) for o, r in zip(shared, repeats)]
+    bad = [i for i, p in enumerate(per) if not p["ok"]]
+    tolerances = sorted({p["tolerance"] for p in per})
+    return {**out, "ran": True, "max_abs_err": max(p["max_abs_err"] for p in per),
+            "atol": max(p["atol"] for p in per), "rtol": 0.0, "ok": not bad,
+            "reason": "" if not bad else
+            f"output differs from the unshared load on draw {', '.join(str(i + 1) for i in bad)} of {len(per)}",
+            "oracle_detail": f"{inputs_how}; compared {' / '.join(tolerances)}",
+            "draws": ", ".join("ok" if p["ok"] else "differs" for p in per)}
+
+
+def intended_state(load: "Session") -> tuple[str, list[str]]:
+    """Point constants of different loaded methods that the program means to be one storage at one
+    tensor (our programs: the eager storage they came from; a ``.pte``/``.pt2``: their storage key).
+
+    Returns the state model in words and what a ``.pte``/``.pt2`` cannot say: a key several methods
+    hold (one buffer of the eager program, or several stored once?) and an FQN several methods hold
+    under different keys (several buffers, or one the exporter stored per method?)."""
+    by_provenance = load.program.format is ProgramFormat.DIRECTORY
+    first: dict[str, tuple[str, Any]] = {}
+    held: dict[str, list[str]] = {}
+    keys_of: dict[str, dict[str, str]] = {}  # FQN -> method -> key, for what the file cannot say
+    for lm in load.methods.values():
+        for c in lm.spec.constants:
+            key = c.storage if by_provenance else c.storage_key
+            if c.fqn and c.kind is not ConstantKind.LIFTED_CONSTANT:
+                keys_of.setdefault(c.fqn, {})[lm.name] = key
+            if not key:
+                continue
+            if key not in first:
+                first[key] = (lm.name, c)
+                continue
+            owner, c0 = first[key]
+            if owner == lm.name or (c0.dtype, c0.shape, c0.strides) != (c.dtype, c.shape, c.strides):
+                continue
+            load.swap_constant(lm.name, c.name, load.methods[owner].tensors[c0.name])
+            held.setdefault(key, [owner]).append(lm.name)
+    if by_provenance:
+        return "state: one tensor per storage of the eager program (the build's provenance)", []
+    blind = [f"{k} (held by {', '.join(ms)}) was one buffer of the eager program or several" for k, ms in held.items()]
+    apart = sorted(f for f, by in keys_of.items() if len(by) > 1 and len(set(by.values())) > 1)
+    if apart:
+        blind.append(f"{len(apart)} FQN(s) held by several methods under different keys ({', '.join(apart[:3])}"
+                     f"{', ...' if len(apart) > 3 else ''}) were several buffers or one")
+    return ("state: one storage per storage key" + (
+        "; the file cannot tell whether " + "; whether ".join(blind) + ": the oracle cannot see state shared "
+        "wrongly under one key, or kept apart wrongly under several" if blind else "")), blind
+
+
+def _unshared_sequence(session: "Session", steps: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]
+                       ) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]], str, str]:
+    """Each step's outputs, twice, of the sequence run on an unshared load of its methods holding the
+    program's intended shared state (:func:`intended_state`); the state model; and why it stopped
+    early ("" when every step ran)."""
+    load = _unshared_load(session)
+    try:
+        for m in dict.fromkeys(m for m, _, _ in steps):
+            load.load_method(m)
+        model, _ = intended_state(load)
+        runs: list[list[list[torch.Tensor]]] = [[], []]
+        stopped = ""
+        for run in runs:
+            load.reset_state()
+            for i, (m, inputs, _) in enumerate(steps):
+                try:
+                    run.append(_outputs(load, m, inputs))
+                except (ToolkitError, RuntimeError) as e:
+                    stopped = f"the unshared load could not run step {i} ({m}): {_first_line(e)}"
+                    break
+    except ToolkitError as e:
+        return [], "", f"the unshared load failed: {e}"
+    finally:
+        _free(load)
+    return list(zip(*runs)), model, stopped
 
 
 def read_sequence_reference(program: Program, name: str, *, check_integrity: bool = True
@@ -361,30 +563,46 @@ def read_sequence_reference(program: Program, name: str, *, check_integrity: boo
         raise ProgramError(f"sequence reference tensor {e.args[0]!r} is missing", path=path) from None
 
 
-def verify_sequence(session: "Session", name: str) -> pd.DataFrame:
-    """One row per step of sequence ``name``: run in order from the initial state, state carried."""
+def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> pd.DataFrame:
+    """One row per step of sequence ``name``: run in order from the initial state, state carried.
+
+    Checked against the eager sequence the program stores, or (``oracle="unshared"``) against the
+    same steps run on an unshared load holding the program's intended shared state."""
+    check_oracle(oracle)
     rows = []
     try:
         steps = read_sequence_reference(session.program, name, check_integrity=session.check_integrity)
     except ToolkitError as e:
-        return pd.DataFrame([{"sequence": name, "step": 0, "method": "", "ran": False, "max_abs_err": math.nan,
-                              "atol": math.nan, "rtol": math.nan, "ok": False, "reason": str(e)}],
-                            columns=SEQUENCE_COLUMNS)
+        return pd.DataFrame([_empty_row(sequence=name, step=0, method="", reason=str(e))], columns=SEQUENCE_COLUMNS)
+    unshared = oracle in ("unshared", "generated")  # a sequence's inputs are always its reference's
+    detail, stopped, repeats = "", "", []
+    if unshared:
+        repeats, detail, stopped = _unshared_sequence(session, steps)
+        detail = f"inputs: the program's sequence reference; {detail}"
     session.reset_state()
     broken = ""  # once a step cannot run, the state of every later step is unknown
     for i, (method, inputs, expected) in enumerate(steps):
-        row: dict[str, Any] = {"sequence": name, "step": i, "method": method, "ran": False, "max_abs_err": math.nan,
-                               "atol": math.nan, "rtol": math.nan, "ok": False, "reason": broken}
+        row = _empty_row(sequence=name, step=i, method=method, reason=broken,
+                         oracle=UNSHARED_REFERENCE_INPUTS if unshared else EAGER, oracle_detail=detail)
         if not broken:
             try:
                 outputs = [o.detach().cpu() for o in session.run(method, inputs)]
-                row["ran"] = True
-                row.update(compare_outputs(outputs, expected, against="the eager sequence"))
+                if not unshared:
+                    row["ran"] = True
+                    row.update(compare_outputs(outputs, expected, against="the eager sequence"))
+                elif i < len(repeats):
+                    row["ran"] = True
+                    result = compare_unshared(outputs, repeats[i])
+                    row.update({k: v for k, v in result.items() if k != "tolerance"})
+                    row["reason"] = "" if row["ok"] else "output differs from the unshared load"
+                else:
+                    row["ok"] = pd.NA
+                    row["reason"] = f"{NO_REFERENCE}: {stopped}"
             except ToolkitError as e:
                 row["reason"] = str(e)
                 broken = f"not run: step {i} ({method}) could not run"
             except RuntimeError as e:
-                row["reason"] = f"run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                row["reason"] = _run_failed(e)
                 broken = f"not run: step {i} ({method}) failed"
         rows.append(row)
     frame = pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
@@ -395,12 +613,6 @@ def verify_sequence(session: "Session", name: str) -> pd.DataFrame:
 REPEATABILITY_COLUMNS = ["method", "runs", "changes_with_reset", "changes_without_reset", "cause", "buffers"]
 
 
-def _outputs(session: "Session", method: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [o.detach().cpu().clone() for o in session.run(method, inputs)]
-
-
-def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
 
 
 def repeatability(session: "Session", runs: int = 3) -> pd.DataFrame:
@@ -426,8 +638,8 @@ def repeatability(session: "Session", runs: int = 3) -> pd.DataFrame:
             with_reset.append(_outputs(session, spec.name, inputs))
         session.reset_state()
         without = [_outputs(session, spec.name, inputs) for _ in range(runs)]
-        changes_reset = any(not _same(with_reset[0], o) for o in with_reset[1:])
-        changes_free = any(not _same(without[0], o) for o in without[1:])
+        changes_reset = any(not bitwise_equal(with_reset[0], o) for o in with_reset[1:])
+        changes_free = any(not bitwise_equal(without[0], o) for o in without[1:])
         buffers = sorted(c.fqn for c in spec.constants if c.fqn in state_fqns)
         if changes_reset:
             cause = "nondeterministic kernels: outputs differ with identical state and inputs"
