@@ -209,6 +209,11 @@ def find_programs(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def _failed_row(path: str, error: str) -> dict:
+    return {"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
+            "outcome": "unreadable", "wrong_data": True, "error": error}
+
+
 def scan_program(path: str, policies: list[str]) -> list[dict]:
     """Dry-run one program under each policy (run in a worker process): rows of SCAN_COLUMNS.
 
@@ -221,25 +226,55 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
 
     try:
         program = open_program(path)
+        rows = []
+        for policy in policies:
+            s = run_analysis(program, policy).session
+            for m in s.verdict().methods:
+                rows.append({"program": program.name, "path": path, "policy": policy, "status": str(s.status),
+                             "method": m.method, "outcome": m.outcome.value, "wrong_data": m.outcome in BAD_OUTCOMES,
+                             "error": m.reason if m.outcome in BAD_OUTCOMES else ""})
+        return rows
     except ToolkitError as e:
-        return [{"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
-                 "outcome": "unreadable", "wrong_data": True, "error": str(e)}]
-    rows = []
-    for policy in policies:
-        s = run_analysis(program, policy).session
-        for m in s.verdict().methods:
-            rows.append({"program": program.name, "path": path, "policy": policy, "status": str(s.status),
-                         "method": m.method, "outcome": m.outcome.value, "wrong_data": m.outcome in BAD_OUTCOMES,
-                         "error": m.reason if m.outcome in BAD_OUTCOMES else ""})
-    return rows
+        return [_failed_row(path, str(e))]
+    except Exception as e:  # a toolkit bug on a hostile file: this program's row fails, the scan goes on
+        return [_failed_row(path, f"{type(e).__name__}: {str(e)[:300]}")]
+
+
+def scan_rows(paths: list[str], policies: list[str], jobs: int, scan=scan_program) -> list[dict]:
+    """``scan``'s rows of every program, in ``paths`` order, from worker processes.
+
+    A worker that dies (killed by a signal) breaks its pool and every program in flight there;
+    those run again, one worker at a time, so the program that kills it again is known: its row
+    fails and the scan carries on."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    results: dict[str, list[dict]] = {}
+
+    def run(batch: list[str], workers: int) -> list[str]:  # the programs the pool broke on, in order
+        broken = []
+        # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for path, future in [(p, pool.submit(scan, p, policies)) for p in batch]:
+                try:
+                    results[path] = future.result()
+                except BrokenProcessPool:
+                    broken.append(path)
+        return broken
+
+    again = run(paths, max(1, min(jobs, len(paths))))
+    while again:  # one worker: the programs before the first broken one finished, so that one killed it
+        broken = run(again, 1)
+        if broken:
+            results[broken[0]] = [_failed_row(broken[0], "the worker process reading it died (killed by a signal)")]
+        again = broken[1:]
+    return [r for p in paths for r in results[p]]
 
 
 def cmd_scan(a) -> int:
     """Dry-run every program under a folder, in parallel worker processes; exit 1 if any method
     would run on wrong data under a policy asked for (a gate for the CI of a model zoo)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     from .policies import POLICIES, get_policy
 
     _check_csv(a.csv, a.force)
@@ -250,10 +285,7 @@ def cmd_scan(a) -> int:
     paths = [str(p) for p in find_programs(root)]
     if not paths:
         raise ToolkitError(f"{a.folder}: no program found (program directories, .pte or .pt2 files)")
-    # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
-    with ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        rows = [r for result in pool.map(scan_program, paths, [policies] * len(paths)) for r in result]
+    rows = scan_rows(paths, policies, a.jobs)
     frame = pd.DataFrame(rows, columns=SCAN_COLUMNS)
     _print_frame(frame.drop(columns=["program"]))  # the path says which program
     if a.csv:

@@ -44,6 +44,10 @@ class ReferenceDataError(ProgramError):
     method does not take.  ``field`` says which (``references[decode].inputs[1].shape``)."""
 
 
+class ReportError(ToolkitError, ValueError):
+    """A CSV is not a collision report :func:`toolkit.report.read_report` can read (also a ValueError, as before)."""
+
+
 class BuildError(ToolkitError):
     """Building a program failed (export, compile, or the check of the produced .so)."""
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from pydantic import TypeAdapter, ValidationError
+
 from ..errors import ProgramError, ToolkitError
 from ..integrity import VerifiedFiles
 from ..model import (
@@ -30,6 +32,7 @@ from ..model import (
 )
 from ..vocab import ConstantKind, ProgramFormat
 from ._binary import Bytes, Cursor, MappedFile, Table, root
+from .directory import StepDoc, validation_problem
 
 DEFAULT_DATA_FILE = "aoti_cuda_blob.ptd"
 CUDA_BACKEND_ID = "CudaBackend"
@@ -44,6 +47,7 @@ SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "f
                 11: "bool", 15: "bfloat16"}
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 FQN_MAGICS = ("ETCUDAFQN3", "ETCUDAFQN4", "ETCUDAFQN5", "ETCUDAFQN0")
+_STEPS = TypeAdapter(list[StepDoc])
 COPY_OPS = re.compile(r"^(et_copy::.*|aten::_to_copy|aten::copy_?|aten::clone|aten::_device_copy)$")
 
 
@@ -407,13 +411,15 @@ def _decode_payload(d: _Delegate, method_name: str, path: Path) -> _Payload:
 def aoti_internal_names(fqns: Iterable[str]) -> list[str]:
     """AOTInductor's internal constant names for ``fqns`` (``graph.allocate_non_dup_const_name``)."""
     taken: set[str] = set()
+    next_suffix: dict[str, int] = {}  # every ``prefix_k`` below it is taken: linear in the FQNs, not quadratic
     out = []
     for fqn in fqns:
         name = f"constant_{fqn}" if fqn[:1].isdigit() else fqn
         prefix = name = re.sub(r"[^a-zA-Z0-9_]", "_", name)
-        n = 0
+        n = next_suffix.get(prefix, 0)
         while name in taken:
             name, n = f"{prefix}_{n}", n + 1
+        next_suffix[prefix] = n
         taken.add(name)
         out.append(name)
     return out
@@ -464,6 +470,8 @@ class _Builder:
     def _open(self, path: Path) -> MappedFile:
         rel = _rel(path, self.root)
         if rel not in self.files:
+            if not path.is_file():  # opening a FIFO would block, a device would read without end
+                raise ProgramError("not a regular file (a folder, FIFO or device)", path=path)
             self.files[rel] = MappedFile(path, rel, self.verified)
         return self.files[rel]
 
@@ -537,18 +545,21 @@ class _Builder:
             try:
                 header = json.loads(text)
                 raw = (header.get("__metadata__") or {}).get("steps")
-            except (ValueError, AttributeError) as e:
-                raise ProgramError(f"safetensors header is not a JSON object: {e}", path=path,
+            except (ValueError, AttributeError, RecursionError) as e:
+                raise ProgramError(f"safetensors header is not a JSON object: {str(e)[:300]}", path=path,
                                    field="(header)") from None
             if raw is None:
                 self.files.pop(f.rel).close()
                 continue
-            try:
-                steps = tuple(SequenceStep(str(st["method"]), int(st["num_inputs"]), int(st["num_outputs"]))
-                              for st in json.loads(raw))
-            except (ValueError, TypeError, KeyError) as e:
-                raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}}: {e!r}",
-                                   path=path, field=where) from None
+            try:  # the manifest's own step schema: counts are integers >= 0 (not -1, 2.7, 1e400 or Infinity)
+                if not isinstance(raw, str):
+                    raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}} held "
+                                       f"in a string, not a {type(raw).__name__}", path=path, field=where)
+                steps = tuple(SequenceStep(st.method, st.num_inputs, st.num_outputs) for st in _STEPS.validate_json(raw))
+            except ValidationError as e:
+                message, at = validation_problem(e)
+                raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}}: {message}",
+                                   path=path, field=where + at.removeprefix("(top level)")) from None
             unknown = sorted({st.method for st in steps} - methods)
             if not steps or unknown:
                 raise ProgramError(f"steps name no method or methods the .pte does not have: {unknown}",
