@@ -41,6 +41,7 @@ EXTRA = "executorch"
 MAX_RANK = 64
 MAX_ENTRIES = 1 << 20  # the runtime's own bound (kMaxManifestEntries)
 MAX_VARIANTS = 256
+MAX_TRAILING_BYTES = 1 << 16  # padding after the last segment (ExecuTorch's files have none)
 
 # c10::ScalarType codes the 1.5.x runtime accepts (is_supported_cuda_fqn_dtype)
 SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
@@ -133,6 +134,15 @@ def _region(b: Bytes, rel: str, base: int, seg: Table, where: str, file_size: in
     return Region(rel, start, size)
 
 
+def _no_trailing_bytes(b: Bytes, segments: list[Region], structure_end: int) -> None:
+    """Refuse bytes past the last segment (a sparse 8 GiB file with 50 KB of content), before
+    anything hashes or reads them: what the file holds is bounded by what it declares."""
+    end = max([structure_end] + [s.offset + s.size for s in segments])
+    if len(b) - end > MAX_TRAILING_BYTES:
+        raise b.error(f"{len(b) - end} bytes after the end of its last segment ({end}): not part of the file's "
+                      f"structure", "segments", end)
+
+
 def _named_data(b: Bytes, table: Table, index: int, segments: list[Region], where: str) -> dict[str, Region]:
     named: dict[str, Region] = {}
     for i, nd in enumerate(table.tables(index, where)):
@@ -169,6 +179,7 @@ def _read_pte(f: MappedFile) -> _Layout:
     fb = Bytes(b.data[:program_size], f.path)
     prog = root(fb, PTE_IDENTIFIER, "ExecuTorch program (.pte)")
     segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(prog.tables(4, "segments"))]
+    _no_trailing_bytes(b, segments, program_size)
     inline = prog.tables(3, "backend_delegate_data")
     layout = _Layout(named=_named_data(fb, prog, 7, segments, "named_data"))
     for pi, ep in enumerate(prog.tables(1, "execution_plan")):
@@ -231,6 +242,7 @@ def _read_ptd(f: MappedFile) -> _Layout:
     fb = Bytes(b.data[:fb_off + fb_size], f.path)
     ft = root(fb, PTD_IDENTIFIER, "ExecuTorch data file (.ptd)")
     segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(ft.tables(1, "segments"))]
+    _no_trailing_bytes(b, segments, fb_off + fb_size)
     return _Layout(named=_named_data(fb, ft, 2, segments, "named_data"))
 
 
