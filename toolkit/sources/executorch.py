@@ -122,6 +122,11 @@ def _rel(path: Path, root: Path) -> str:
         return str(path.resolve())
 
 
+def _not_a_file(path: Path) -> str:
+    """Why ``path``, not a regular file, is not opened."""
+    return "is not a regular file (a folder, FIFO or device)" if path.exists() else "does not exist"
+
+
 # ------------------------------------------------------------------ our reader
 
 
@@ -483,7 +488,7 @@ class _Builder:
         rel = _rel(path, self.root)
         if rel not in self.files:
             if not path.is_file():  # opening a FIFO would block, a device would read without end
-                raise ProgramError("not a regular file (a folder, FIFO or device)", path=path)
+                raise ProgramError(_not_a_file(path), path=path)
             self.files[rel] = MappedFile(path, rel, self.verified)
         return self.files[rel]
 
@@ -710,7 +715,7 @@ def _data_files(pte: Path, data) -> list[Path]:
     for d in items:
         p = Path(d)
         if not p.is_file():
-            raise ProgramError("data file (.ptd) given for the program does not exist", path=p)
+            raise ProgramError(f"data file (.ptd) given for the program {_not_a_file(p)}", path=p)
         out.append(p)
     return out
 
@@ -730,7 +735,7 @@ def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None
         raise ValueError(f"unknown reader {reader!r}; choose 'toolkit' or 'executorch'")
     pte = Path(path)
     if not pte.is_file():
-        raise ProgramError("ExecuTorch program (.pte) does not exist", path=pte)
+        raise ProgramError(f"ExecuTorch program (.pte) {_not_a_file(pte)}", path=pte)
     b = None
     try:
         b = _Builder(pte, _data_files(pte, data), reader, constant_table, verified)
