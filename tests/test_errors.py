@@ -419,3 +419,42 @@ def test_manifest_dtype_that_contradicts_the_compiled_so(prog):
     assert isinstance(err, ProgramError) and err.field == f"methods[{s.program.methods[0].name}].constants[{s.program.methods[0].constants[0].name}].dtype"
     assert "compiled for float32" in s.error and "int32" in s.error
     assert not any(e.kind.value == "constant_uploaded" for e in s.log)
+
+
+# ------------------------------------------------------------------ hostile values (issue 21, item 3)
+
+SHARED_OK = Path(__file__).resolve().parent / "fixtures" / "executorch-1.5.1-cuda" / "shared_ok"
+
+
+@pytest.mark.parametrize("value, says", [
+    ("-1", "greater than or equal to 0"), ("2.7", "valid integer"), ("1e400", "valid integer"),
+    ("Infinity", "valid integer"), ("9" * 5000, "Invalid JSON"), ("true", "valid integer"),
+])
+def test_sequence_steps_counts_are_whole_numbers_from_zero(tmp_path, value, says):
+    """``num_inputs`` of -1 was accepted, 2.7 truncated to 2, 1e400 and Infinity an OverflowError."""
+    d = tmp_path / "prog"
+    shutil.copytree(SHARED_OK, d)
+    steps = '[{"method": "prefill", "num_inputs": %s, "num_outputs": 1}]' % value
+    p = d / "sequence_generate.safetensors"
+    save_file({"step.0.input.0": torch.ones(2)}, str(p), metadata={"steps": steps})
+    with pytest.raises(ProgramError) as e:
+        open_program(d / "prog.pte")
+    assert e.value.path == str(p) and e.value.field.startswith("__metadata__.steps"), str(e.value)
+    assert says in str(e.value)
+    if value in ("-1", "2.7"):
+        assert e.value.field == "__metadata__.steps[0].num_inputs"
+
+
+def test_report_error_is_a_toolkit_error_and_an_overlong_integer_is_one(tmp_path):
+    from toolkit.errors import ReportError, ToolkitError
+    from toolkit.report import REPORT_COLUMNS, REPORT_SCHEMA, read_report
+
+    assert issubclass(ReportError, ToolkitError) and issubclass(ReportError, ValueError)
+    col = next(c for c, kind in REPORT_SCHEMA.items() if kind == "int")
+    row = {c: "0" if REPORT_SCHEMA[c] in ("int", "float") else ("True" if REPORT_SCHEMA[c] == "bool" else "")
+           for c in REPORT_COLUMNS}
+    row[col] = "1" + "0" * 24  # 25 digits: past int64 (it was an OverflowError)
+    p = tmp_path / "report.csv"
+    p.write_text(",".join(REPORT_COLUMNS) + "\n" + ",".join(row[c] for c in REPORT_COLUMNS) + "\n")
+    with pytest.raises(ReportError, match=f"column {col!r}"):
+        read_report(p)

@@ -34,6 +34,12 @@ Mutation families (counts in ``FAMILIES``; the total is asserted to be >= 300):
   opens must hold the digests of the bytes it points at and give a dry run under any policy;
   ``pte-sequence``: the same damage to the ``sequence_<name>.safetensors`` beside our 1.5.1
   export of ``shared_state`` (its header, mostly, where the steps are), or its steps rewritten.
+- ``side-file-types``: a FIFO, folder, device or dangling link where a ``.pte``'s side file
+  goes: refused by name (or the optional file left out), never opened, in time;
+  ``pathological-sizes``: long lines and huge declared counts in a ``.pt2``'s generated
+  source, 40,000 FQNs with one internal name, 8,000 methods, an 8 GiB sparse ``.ptd``: time
+  linear in the real content, no MemoryError;
+  ``deep-nesting``: JSON nested up to 200,000 deep in every JSON a program holds.
 
 A correct load means: status "loaded", cache entries owned and used only by loaded
 methods, verify() produces a row per method without raising, close() empties the cache.
@@ -70,6 +76,7 @@ FAMILIES = {  # family -> number of cases
     "blob-consistent": 12, "reference-consistent": 6,
     "layout-lie": 120, "blob-resize-consistent": 48, "blob-truncated-unchecked": 24,
     "pte-bytes": 80, "pte-payload": 60, "ptd-bytes": 50, "pt2-bytes": 80, "pte-sequence": 30,
+    "side-file-types": 300, "pathological-sizes": 300, "deep-nesting": 300,
 }
 # "interrupt" cases are not drawn: every event of a clean load of every sample under every
 # policy is one case (KeyboardInterrupt raised right after that event is recorded).
@@ -919,3 +926,270 @@ def test_damaged_pt2_is_refused_by_name_or_opens_consistently(workdir, pt2_files
         note = f"{fmt}.pt2 ({kind}): " + _damage(rng, raw, lo, hi)
     p.write_bytes(bytes(raw))
     _open_damaged("pt2-bytes", p, note, {p})
+
+
+# ---------------------------------------------------------------- hostile shapes (issue 21, items 2 and 3)
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _within(seconds: float, what: str, call):
+    """``call()``, failed (not hung) when it takes longer than ``seconds``: a blocking open of a
+    FIFO is interrupted too (SIGALRM; PEP 475 lets the handler's exception through)."""
+    import signal
+
+    def expire(_sig, _frame):
+        raise _Deadline(f"{what}: still running after {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return call()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _linked_case(workdir: Path, folder: str) -> tuple[Path, dict]:
+    """A case folder whose files link to the fixture's (cheap): a case replaces only what it changes."""
+    src = FIXTURES / folder
+    root = workdir / f"case{next(_counter)}"
+    root.mkdir()
+    for f in src.iterdir():
+        (root / f.name).symlink_to(f)
+    kw = {}
+    if (src / "constant_table.json").is_file():
+        kw["constant_table"] = json.loads((src / "constant_table.json").read_text())
+    return root, kw
+
+
+SIDE_KINDS = ("fifo", "folder", "/dev/zero", "/dev/null", "dangling link", "link to a fifo")
+
+
+def _not_a_file(path: Path, kind: str) -> None:
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind.startswith("/dev/"):
+        path.symlink_to(kind)
+    elif kind == "dangling link":
+        path.symlink_to(path.parent / "nowhere")
+    else:
+        os.mkfifo(path.parent / "elsewhere.fifo")
+        path.symlink_to(path.parent / "elsewhere.fifo")
+
+
+@pytest.mark.parametrize("i, seed", _cases("side-file-types"))
+def test_a_side_file_that_is_not_a_regular_file_is_refused_by_name_never_opened(workdir, i, seed):
+    """A FIFO, folder, device or dangling link where a program's side file goes (a sequence file,
+    the .ptd, a reference, the .pte itself): refused by name, or left out where the file is
+    optional; never opened (a FIFO would block, /dev/zero read without end).  Every tenth case
+    also goes through ``scan``'s worker function, which must return its rows."""
+    from toolkit.cli import scan_program
+
+    rng = random.Random(seed)
+    folder = rng.choice(PTE_FIXTURES + [str(EXPORTS / "shared_state")] * 4)
+    root, kw = _linked_case(workdir, folder)
+    name = rng.choice(["sequence_generate.safetensors", f"sequence_s{rng.randrange(100)}.safetensors",
+                       "aoti_cuda_blob.ptd", "reference_decode.safetensors", "reference_prefill.safetensors",
+                       "prog.pte"])
+    kind = rng.choice(SIDE_KINDS)
+    _not_a_file(root / name, kind)
+    note = f"{Path(folder).name}/{name} is a {kind}"
+    files = {root / f for f in os.listdir(root)}
+    _within(CASE_SECONDS, note, lambda: _open_damaged("side-file-types", root, note, files, **kw))
+    if i % 10 == 0 and not kw:
+        rows = _within(CASE_SECONDS, note, lambda: scan_program(str(root), ["fingerprint"]))
+        assert rows and all(r["path"] == str(root) for r in rows), (note, rows)
+
+
+def _reference_internal_names(fqns):  # the quadratic rule as graph.allocate_non_dup_const_name states it
+    import re
+
+    taken, out = set(), []
+    for fqn in fqns:
+        prefix = name = re.sub(r"[^a-zA-Z0-9_]", "_", f"constant_{fqn}" if fqn[:1].isdigit() else fqn)
+        n = 0
+        while name in taken:
+            name, n = f"{prefix}_{n}", n + 1
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def _many_methods_program(n: int):
+    from toolkit.model import ConstantSpec, MethodSpec, Program
+    from toolkit.vocab import ConstantKind
+
+    c = ConstantSpec(name="w", fqn="w", kind=ConstantKind.PARAMETER, mutated=False, dtype="float32", shape=(4,),
+                     strides=(1,), storage_offset=0, nbytes=16, offset=0, digest="0" * 64, file="blob.bin")
+    return Program(name="many", description="", device="cpu", torch_version="2.13", created_utc="",
+                   methods=tuple(MethodSpec(name=f"m{k}", so_file=f"m{k}.so", blob_file="blob.bin",
+                                            reference_file="", blob_bytes=16, num_inputs=1, num_outputs=1,
+                                            constants=(c,) if k % 50 == 0 else ()) for k in range(n)))
+
+
+def _rewrite_pt2(src: Path, dst: Path, edit) -> None:
+    """``src`` with its generated wrapper source edited by ``edit(text) -> text`` (members stay stored)."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith(".wrapper.cpp"):
+                data = edit(data.decode()).encode()
+            zout.writestr(info, data)
+
+
+def _log_size(rng: random.Random, lo: int, hi: int) -> int:
+    import math
+
+    return int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+PATHOLOGICAL = ("pt2 long line", "pt2 spaced dims", "pt2 declared counts", "fqn collisions", "many methods",
+                "sparse ptd")
+
+
+@pytest.mark.parametrize("i, seed", _cases("pathological-sizes"))
+def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, i, seed):
+    """Inputs whose size makes a quadratic parser hang: a 600 KiB line in a ``.pt2``'s generated
+    source, a shape of 200,000 spaces, 10^12 declared constants (or a count of 25 or 5,000
+    digits), 40,000 FQNs with one internal name, 8,000 methods in a dry run, a ``.ptd`` with a hole
+    of up to 8 GiB after its data (28 s and 8.3 GB of RSS, once).  Each is refused by
+    name or opens, in time linear in its size (the bound allows 4-10x the linear cost; the
+    quadratic code took 155 s, 210 s, and 13 s for 10,000 methods)."""
+    import re
+
+    from toolkit.analysis import run_analysis
+    from toolkit.sources.executorch import aoti_internal_names
+
+    rng = random.Random(seed)
+    kind = PATHOLOGICAL[i % len(PATHOLOGICAL)]
+    t0 = time.perf_counter()
+    if kind.startswith("pt2"):
+        src = pt2_files[sorted(pt2_files)[i % len(pt2_files)]]
+        root = workdir / f"case{next(_counter)}"
+        root.mkdir()
+        p = root / src.name
+        if kind == "pt2 long line":
+            size = _log_size(rng, 1 << 10, 600 << 10)
+            head = rng.choice(["constants_info_[0].name = x", "constants_info_[0].", "AOTInductorModelBase( 1, "])
+            line = "// " + head * (size // len(head))  # no ';' ends it: no statement, nothing changes
+            _rewrite_pt2(src, p, lambda t: t + "\n" + line + "\n")
+        elif kind == "pt2 spaced dims":
+            size = _log_size(rng, 1 << 10, 200_000)
+            _rewrite_pt2(src, p, lambda t: re.sub(r"(constants_info_\[0\]\.shape = )\{[^}]*\}",
+                                                  lambda m: m.group(1) + "{" + " " * size + "x}", t, count=1))
+        else:
+            size = 100
+            count = rng.choice(["1000000000000", "9" * 25, "7" * 5000, str((1 << 20) + 1)])
+            at = rng.randrange(3)
+
+            def counts(t: str) -> str:
+                def put(m):
+                    groups = list(m.groups())
+                    groups[at] = count
+                    return "AOTInductorModelBase(" + ", ".join(groups) + ","
+                return re.sub(r"AOTInductorModelBase\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,", put, t, count=1)
+            _rewrite_pt2(src, p, counts)
+        t0 = time.perf_counter()
+        note = f"{src.name}: {kind}, {size}"
+        _open_damaged("pathological-sizes", p, note, {p})
+        if kind == "pt2 declared counts":
+            with pytest.raises(ProgramError, match="at most"):
+                open_program(p)
+    elif kind == "sparse ptd":  # a hole after the data: nothing reads or hashes it
+        size = _log_size(rng, 1 << 10, 8 << 30)
+        folder = rng.choice([f for f in PTE_FIXTURES if (FIXTURES / f / "aoti_cuda_blob.ptd").is_file()])
+        root, kw = _linked_case(workdir, folder)
+        ptd = root / "aoti_cuda_blob.ptd"
+        data = ptd.resolve().read_bytes()
+        ptd.unlink()
+        ptd.write_bytes(data)
+        os.truncate(ptd, len(data) + size)
+        t0 = time.perf_counter()
+        _open_damaged("pathological-sizes", root, f"{folder}: {kind}, {size}", {ptd, root / "prog.pte"}, **kw)
+        size = 0  # time bounded by the real content, not by the hole
+    elif kind == "fqn collisions":
+        size = _log_size(rng, 10, 40_000)
+        alphabet = ".-/:"
+        fqns = list(dict.fromkeys("w" + "".join(rng.choice(alphabet) for _ in range(12)) for _ in range(size)))
+        t0 = time.perf_counter()
+        names = aoti_internal_names(fqns)
+        elapsed = time.perf_counter() - t0  # the reference below is the quadratic rule: not timed
+        assert len(set(names)) == len(names) and names[0] == "w" + "_" * 12
+        if len(fqns) <= 2000:
+            assert names == _reference_internal_names(fqns)
+        OUTCOMES.setdefault("pathological-sizes", Counter())["fqn collisions named"] += 1
+    else:
+        size = _log_size(rng, 10, 8_000)
+        program = _many_methods_program(size)
+        t0 = time.perf_counter()
+        a = run_analysis(program, rng.choice(POLICIES))
+        assert len(a.session.verdict().methods) == size
+        OUTCOMES.setdefault("pathological-sizes", Counter())["many methods: dry run " + str(a.status)] += 1
+    dt = elapsed if kind == "fqn collisions" else time.perf_counter() - t0
+    per_unit = {"pt2 long line": 2e-6, "pt2 spaced dims": 2e-6, "pt2 declared counts": 0, "fqn collisions": 2e-5,
+                "many methods": 2e-4, "sparse ptd": 0}[kind]
+    assert dt < 1.0 + size * per_unit, f"{kind} of size {size} took {dt:.2f} s"
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+NESTED_PLACES = ("sequence header", "sequence steps", "pt2 metadata", "pt2 weights config", "manifest")
+
+
+@pytest.mark.parametrize("i, seed", _cases("deep-nesting"))
+def test_deep_nesting_is_refused_by_name_never_a_recursion_error(workdir, pt2_files, i, seed):
+    """JSON nested up to 200,000 deep wherever a program holds JSON: a sequence file's header or
+    its steps, a ``.pt2``'s metadata or weights config, a manifest.  Refused by name (or, shallow,
+    read as usual): never a RecursionError."""
+    import struct
+    import zipfile
+
+    from toolkit.errors import ManifestError
+    from toolkit.sources.directory import read_manifest_file
+
+    rng = random.Random(seed)
+    place = NESTED_PLACES[i % len(NESTED_PLACES)]
+    depth = _log_size(rng, 10, 200_000)
+    note = f"{place} nested {depth} deep"
+    if place.startswith("sequence"):
+        root, kw = _linked_case(workdir, str(EXPORTS / "shared_state"))
+        p = root / "sequence_generate.safetensors"
+        raw = p.resolve().read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        if place == "sequence header":
+            text = json.dumps(header)[:-1] + ', "deep": ' + _nested(depth) + "}"
+        else:
+            header["__metadata__"]["steps"] = _nested(depth)
+            text = json.dumps(header)
+        p.unlink()
+        p.write_bytes(struct.pack("<Q", len(text)) + text.encode() + raw[8 + n:])
+        _open_damaged("deep-nesting", root, note, {root / f for f in os.listdir(root)}, **kw)
+    elif place.startswith("pt2"):
+        src = pt2_files["pickle_weights" if place == "pt2 weights config" else sorted(pt2_files)[i % 2]]
+        p = workdir / f"case{next(_counter)}.pt2"
+        suffix = "weights_config.json" if place == "pt2 weights config" else ".wrapper_metadata.json"
+        with zipfile.ZipFile(src) as zin, zipfile.ZipFile(p, "w", zipfile.ZIP_STORED) as zout:
+            for info in zin.infolist():
+                data = zin.read(info)
+                zout.writestr(info, _nested(depth).encode() if info.filename.endswith(suffix) else data)
+        _open_damaged("deep-nesting", p, note, {p})
+    else:
+        p = workdir / f"case{next(_counter)}" / MANIFEST_FILE
+        p.parent.mkdir()
+        p.write_text('{"format": "constshare-program", "methods": ' + _nested(depth) + "}")
+        with pytest.raises(ManifestError) as e:
+            read_manifest_file(p)
+        assert e.value.path == str(p), note
+        OUTCOMES.setdefault("deep-nesting", Counter())["manifest refused"] += 1

@@ -9,14 +9,18 @@ so integrity checking lets it through and only isolation can save the caller.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from test_errors import SAMPLE, clone, refresh_digests
-from toolkit.errors import LoadError, WorkerCrashedError
+from toolkit.errors import IncompatibleProgramError, LoadError, ProgramError, WorkerCrashedError
 from toolkit.isolation import load_isolated
 from toolkit.session import load_program
 
@@ -116,3 +120,84 @@ def test_integrity_failure_in_the_worker_keeps_its_type(base, tmp_path):
     assert (iso.status, iso.error_type, iso.failed_method) == ("failed", "IntegrityError", "decode")
     assert iso.error_path == str(blob.resolve()) and "truncated" in iso.error
     assert not iso.crashed
+
+
+# ------------------------------------------------------------------ hostile files (issue 21, items 2 and 3)
+
+SHARED_OK = Path(__file__).resolve().parent / "fixtures" / "executorch-1.5.1-cuda" / "shared_ok"
+
+
+def _pte_with_fifo(dst: Path) -> tuple[Path, Path]:
+    shutil.copytree(SHARED_OK, dst)
+    fifo = dst / "sequence_generate.safetensors"
+    os.mkfifo(fifo)  # opening it for reading would block until a writer comes: forever
+    return dst / "prog.pte", fifo
+
+
+def test_load_isolated_reads_the_program_only_in_the_worker(tmp_path, monkeypatch):
+    """Reading a program runs in the worker, under the timeout (a FIFO beside a .pte hung the
+    caller); what the worker refuses at open is raised here as load_program raises it."""
+    import toolkit.sources
+
+    def not_here(*_a, **_k):
+        raise AssertionError("the caller read the program")
+
+    monkeypatch.setattr(toolkit.sources, "open_program", not_here)
+    pte, fifo = _pte_with_fifo(tmp_path / "p")
+    t0 = time.perf_counter()
+    with pytest.raises(ProgramError, match="not a regular file") as e:
+        load_isolated(pte, timeout_s=120)
+    assert e.value.path == str(fifo) and time.perf_counter() - t0 < 120
+    with pytest.raises(IncompatibleProgramError):  # a CUDA program on this CPU-only machine
+        load_isolated(SHARED_OK / "prog.pte", device="cpu", timeout_s=120)
+
+
+def kill_on_crash(path: str, policies: list[str]) -> list[dict]:
+    """scan's worker function, but the worker of a path holding 'crash' dies by SIGKILL."""
+    if "crash" in path:
+        os.kill(os.getpid(), signal.SIGKILL)
+    from toolkit.cli import scan_program
+
+    return scan_program(path, policies)
+
+
+def test_scan_fails_the_row_of_a_program_whose_worker_dies_and_carries_on(tmp_path):
+    from toolkit.cli import scan_rows
+
+    paths = []
+    for name in ("a", "crash", "b", "c"):
+        shutil.copytree(SHARED_OK, tmp_path / name)
+        paths.append(str(tmp_path / name))
+    rows = scan_rows(paths, ["fingerprint"], 2, scan=kill_on_crash)
+    by_path = {}
+    for r in rows:
+        by_path.setdefault(r["path"], []).append(r)
+    assert list(by_path) == paths
+    crashed = by_path[str(tmp_path / "crash")]
+    assert len(crashed) == 1 and crashed[0]["wrong_data"] and "died" in crashed[0]["error"]
+    for name in ("a", "b", "c"):
+        assert all(r["outcome"] != "unreadable" for r in by_path[str(tmp_path / name)]), by_path[str(tmp_path / name)]
+
+
+def test_scan_reports_a_hostile_program_as_a_failed_row_with_csv_and_exit_code(tmp_path, monkeypatch, capsys):
+    """A FIFO beside a .pte made scan hang; an unexpected exception in one program killed the run."""
+    import toolkit.sources
+    from toolkit.cli import main, scan_program
+
+    _pte_with_fifo(tmp_path / "zoo" / "fifo")
+    shutil.copytree(SHARED_OK, tmp_path / "zoo" / "good")
+    csv = tmp_path / "scan.csv"
+    assert main(["scan", str(tmp_path / "zoo"), "--policies", "fingerprint", "--csv", str(csv), "--jobs", "2"]) == 1
+    frame = pd.read_csv(csv)
+    bad = frame[frame["path"].str.contains("/fifo/")]
+    assert len(bad) == 1 and bad["outcome"].tolist() == ["unreadable"] and "not a regular file" in bad["error"].iloc[0]
+    good = frame[frame["path"].str.contains("/good/")]
+    assert len(good) and (good["outcome"] != "unreadable").all()
+
+    def blow_up(*_a, **_k):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(toolkit.sources, "open_program", blow_up)
+    rows = scan_program(str(tmp_path / "zoo" / "good"), ["fingerprint"])
+    assert [(r["outcome"], r["wrong_data"]) for r in rows] == [("unreadable", True)]
+    assert rows[0]["error"].startswith("RecursionError")

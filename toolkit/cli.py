@@ -255,6 +255,11 @@ def find_programs(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def _failed_row(path: str, error: str) -> dict:
+    return {"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
+            "outcome": "unreadable", "wrong_data": False, "error": error}  # (runs on no data; fails the gate)
+
+
 def scan_program(path: str, policies: list[str]) -> list[dict]:
     """Dry-run one program under each policy (run in a worker process): rows of SCAN_COLUMNS.
 
@@ -268,18 +273,73 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
 
     try:
         program = open_program(path)
+        rows = []
+        for policy in policies:
+            s = run_analysis(program, policy).session
+            verdict = s.verdict()
+            for m in verdict.methods:
+                rows.append({"program": program.name, "path": path, "policy": policy, "status": str(s.status),
+                             "method": m.method, "outcome": m.outcome.value, "wrong_data": m.outcome in BAD_OUTCOMES,
+                             "error": m.reason if m.outcome in BAD_OUTCOMES else "", "verdict": verdict})
+        return rows
     except ToolkitError as e:
-        return [{"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
-                 "outcome": "unreadable", "wrong_data": False, "error": str(e)}]
-    rows = []
-    for policy in policies:
-        s = run_analysis(program, policy).session
-        verdict = s.verdict()
-        for m in verdict.methods:
-            rows.append({"program": program.name, "path": path, "policy": policy, "status": str(s.status),
-                         "method": m.method, "outcome": m.outcome.value, "wrong_data": m.outcome in BAD_OUTCOMES,
-                         "error": m.reason if m.outcome in BAD_OUTCOMES else "", "verdict": verdict})
-    return rows
+        return [_failed_row(path, str(e))]
+    except Exception as e:  # a toolkit bug on a hostile file: this program's row fails, the scan goes on
+        return [_failed_row(path, f"{type(e).__name__}: {str(e)[:300]}")]
+
+
+def scan_rows(paths: list[str], policies: list[str], jobs: int, scan=scan_program,
+              results: dict[str, list[dict]] | None = None, on_done=None) -> list[dict]:
+    """``scan``'s rows of every program, in ``paths`` order, from worker processes.
+
+    ``results`` (path -> rows) fills as programs finish (``on_done(path)`` after each), so a
+    caller interrupted by Ctrl-C keeps what finished; the interrupt kills the workers at once.
+    A worker that dies (killed by a signal) breaks its pool and every program in flight there;
+    those run again, one worker at a time, so the program that kills it again is known: its row
+    fails and the scan carries on."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    results = {} if results is None else results
+
+    def run(batch: list[str], workers: int) -> list[str]:  # the programs the pool broke on, in batch order
+        broken = set()
+        # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_scan_worker)
+        try:
+            with _sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
+                futures = {pool.submit(scan, p, policies): p for p in batch}
+            for f in as_completed(futures):
+                try:
+                    results[futures[f]] = f.result()
+                except BrokenProcessPool:
+                    broken.add(futures[f])
+                    continue
+                if on_done is not None:
+                    on_done(futures[f])
+        except KeyboardInterrupt:  # stop at once: what is queued is cancelled, what runs is killed
+            workers_now = list((pool._processes or {}).values())  # Python < 3.14: no public terminate_workers()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for w in workers_now:
+                w.terminate()
+            for w in workers_now:
+                w.join()
+            raise
+        finally:
+            pool.shutdown(cancel_futures=True)
+        return [p for p in batch if p in broken]
+
+    again = run(paths, max(1, min(jobs, len(paths))))
+    while again:  # one worker: the programs before the first broken one finished, so that one killed it
+        broken = run(again, 1)
+        if broken:
+            results[broken[0]] = [_failed_row(broken[0], "the worker process reading it died (killed by a signal)")]
+            if on_done is not None:
+                on_done(broken[0])
+        again = broken[1:]
+    return [r for p in paths for r in results[p]]
 
 
 def _scan_worker() -> None:
@@ -306,9 +366,6 @@ def _sigint_ignored():
 def cmd_scan(a) -> int:
     """Dry-run every program under a folder, in parallel worker processes; exit 1 if any method
     would run on wrong data under a policy asked for (a gate for the CI of a model zoo)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     from .ci_report import UNREADABLE, html_report, scan_summary
     from .policies import POLICIES, get_policy
     from .progress import progress_bar
@@ -325,29 +382,20 @@ def cmd_scan(a) -> int:
     paths = [str(p) for p in find_programs(root)]
     if not paths:
         raise ToolkitError(f"{a.folder}: no program found (program directories, .pte or .pt2 files)")
-    # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
-    pool = ProcessPoolExecutor(max_workers=max(1, min(a.jobs, len(paths))),
-                               mp_context=multiprocessing.get_context("spawn"), initializer=_scan_worker)
     done: dict[str, list[dict]] = {}
     bar = progress_bar(total=len(paths), desc="scanning", unit="program")  # a bar on a TTY, else a line each
+
+    def finished(path: str) -> None:
+        if bar.disable:
+            print(f"scanned {len(done)}/{len(paths)}: {printable(path)}", file=sys.stderr)
+        bar.update(1)
+
     try:
-        with _sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
-            futures = {pool.submit(scan_program, path, policies): path for path in paths}
-        for f in as_completed(futures):
-            done[futures[f]] = f.result()
-            if bar.disable:
-                print(f"scanned {len(done)}/{len(paths)}: {printable(futures[f])}", file=sys.stderr)
-            bar.update(1)
-    except KeyboardInterrupt:  # stop at once: what is queued is cancelled, what runs is killed
-        workers = list((pool._processes or {}).values())  # Python < 3.14 has no public terminate_workers()
-        pool.shutdown(wait=False, cancel_futures=True)
-        for w in workers:
-            w.terminate()
-        for w in workers:
-            w.join()
+        scan_rows(paths, policies, a.jobs, results=done, on_done=finished)
+    except KeyboardInterrupt:
+        pass  # what finished is reported below, and the exit code says interrupted
     finally:
         bar.close()
-        pool.shutdown(cancel_futures=True)
     rows = [r for path in paths for r in done.get(path, [])]
     frame = pd.DataFrame(rows, columns=SCAN_COLUMNS)
     _print_scan(scan_summary(frame, root), len(frame), a.csv or a.html)

@@ -56,6 +56,10 @@ class UnknownPolicyError(ToolkitError, ValueError):
     """A policy name that is not one of :data:`toolkit.policies.POLICIES` (the message names them)."""
 
 
+class ReportError(ToolkitError, ValueError):
+    """A CSV is not a collision report :func:`toolkit.report.read_report` can read (also a ValueError, as before)."""
+
+
 class BuildError(ToolkitError):
     """Building a program failed (export, compile, or the check of the produced .so)."""
 

@@ -39,6 +39,7 @@ from .vocab import ProgramFormat, SessionStatus
 _STATUS_FAILED = SessionStatus.FAILED.value
 _VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]  # verification.VERIFY_COLUMNS
 _LOG_TAIL_CHARS = 4000
+_OPEN_STAGE = "opening"  # the worker reads and checks the program (failed_stage of a refused one)
 _ERROR_TYPES = {
     name: cls for name, cls in vars(_errors).items() if isinstance(cls, type) and issubclass(cls, ToolkitError)
 }
@@ -61,7 +62,7 @@ class IsolatedLoad:
     error_path: str | None = None
     error_field: str | None = None
     failed_method: str | None = None
-    failed_stage: str | None = None  # "load", or "export" (the modelled exporter refused the program)
+    failed_stage: str | None = None  # "load", "export" (the modelled exporter refused it), "opening" (refused)
     event_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     verification: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=_VERIFY_COLUMNS))
     verdict: Verdict | None = None  # the worker session's verdict (None: the worker crashed before it)
@@ -125,42 +126,44 @@ def load_isolated(program_or_path: "Program | str | Path", policy: str = "finger
                   timeout_s: float = 600.0, check_integrity: bool = True) -> IsolatedLoad:
     """Load (and by default verify) a program in a worker process; never crash the caller.
 
-    The manifest is read and checked against this process first (no ``.so`` is opened
-    here), so a malformed or incompatible program raises exactly as
-    :func:`toolkit.load_program` does.  Everything that opens a ``.so`` happens in the
-    worker.  A worker killed by a signal, exiting without a result, or running past
-    ``timeout_s`` (it is then killed, with its whole process group) gives
-    ``status == "failed"`` and ``error_type == "WorkerCrashedError"``.
+    Everything that reads the program's files happens in the worker, under ``timeout_s``:
+    reading and checking the program (a FIFO or a pathological file cannot hang the caller),
+    then the load.  A malformed or incompatible program raises here exactly as
+    :func:`toolkit.load_program` does (the worker says which error; nothing it sends is run).
+    A worker killed by a signal, exiting without a result, or running past ``timeout_s`` (it
+    is then killed, with its whole process group) gives ``status == "failed"`` and
+    ``error_type == "WorkerCrashedError"``.
     """
-    from .loader import resolve_devices
     from .policies import get_policy
-    from .runtimes.aoti import check_compatible
-    from .sources import open_program
-    import torch
 
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
             or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    program = open_program(program_or_path)
     pol = get_policy(policy).name.value
-    for kind in {d.type for d in resolve_devices(program, device).values()}:
-        check_compatible(program, kind, torch.__version__)
+    if isinstance(program_or_path, Program):
+        target, name = _reopenable(program_or_path), program_or_path.name
+    else:
+        target = str(Path(program_or_path).resolve())
+        name = Path(target).stem if Path(target).suffix in (".pte", ".pt2") else Path(target).name
     request = {
-        "program": _reopenable(program_or_path, program),
+        "program": target,
         "policy": pol,
         "device": dict(device) if isinstance(device, Mapping) else device,
         "verify": verify,
         "check_integrity": check_integrity,
     }
     with tempfile.TemporaryDirectory(prefix="constshare-worker-") as tmp:
-        return _run_worker(Path(tmp), request, program.name, pol, timeout_s)
+        iso = _run_worker(Path(tmp), request, name, pol, timeout_s)
+    if iso.failed_stage == _OPEN_STAGE:  # the program was refused before any load: raise as load_program does
+        if iso.error_type == ValueError.__name__:
+            raise ValueError(iso.error)
+        iso.raise_for_status()
+    return iso
 
 
-def _reopenable(given: Any, program: "Program") -> str:
-    """What the worker opens: the path given, else the program's folder (our directories) or its
+def _reopenable(program: "Program") -> str:
+    """What the worker opens for an in-memory program: its folder (our directories) or its
     ``.pte`` / ``.pt2`` file (other formats keep several programs' files in one folder)."""
-    if isinstance(given, (str, os.PathLike)):
-        return str(Path(given).resolve())
     if program.format is not ProgramFormat.DIRECTORY:
         own = [rel for rel in program.files if Path(rel).suffix in (".pte", ".pt2")]
         if len(own) == 1:
@@ -196,7 +199,8 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
     base = dict(program=program_name, policy=policy, event_rows=events, returncode=proc.returncode, seconds=seconds,
                 worker_log=log)
     if result is None:
-        where = f" while {stage[0]} method {stage[1]!r}" if stage else " before it loaded any method"
+        where = (f" while {stage[0]} method {stage[1]!r}" if stage and stage[1] else
+                 f" while {stage[0]} the program" if stage else " before it loaded any method")
         if timed_out:
             why = f"the worker process did not finish within {timeout_s:g} s and was killed{where}"
         elif proc.returncode is not None and proc.returncode < 0:
@@ -204,11 +208,12 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
         else:
             why = f"the worker process exited with code {proc.returncode} without a result{where}"
         return IsolatedLoad(status=_STATUS_FAILED, error=why, error_type=WorkerCrashedError.__name__,
-                            failed_method=stage[1] if stage else None, **base)
+                            failed_method=(stage[1] or None) if stage else None, **base)
     v = result.get("verification")
     verification = pd.DataFrame(v["data"], columns=v["columns"]) if v else pd.DataFrame(columns=_VERIFY_COLUMNS)
     if len(verification):
         verification["ok"] = verification["ok"].astype("boolean")  # null: no reference (pd.NA)
+    base["program"] = result.get("program") or program_name
     return IsolatedLoad(status=result["status"], error=result.get("error"), error_type=result.get("error_type"),
                         error_path=result.get("error_path"), error_field=result.get("error_field"),
                         failed_method=result.get("failed_method"), failed_stage=result.get("failed_stage"),
@@ -273,8 +278,9 @@ def _worker(tmp: Path) -> int:
     from .session import Session
     from .options import options_from_environment
     from .policies import get_policy
-    from .runtimes.aoti import AotiRuntime
+    from .runtimes.aoti import AotiRuntime, check_compatible
     from .sources import open_program
+    import torch
 
     req = json.loads((tmp / "request.json").read_text(encoding="utf-8"))
     progress = open(tmp / "progress.jsonl", "a", encoding="utf-8")
@@ -300,12 +306,20 @@ def _worker(tmp: Path) -> int:
 
     result: dict[str, Any] = {"status": _STATUS_FAILED}
     try:
-        program = open_program(req["program"])
-        options = options_from_environment()  # the worker's edge: the environment it inherited
-        runtime = AotiRuntime(options)
-        devices = resolve_devices(program, req["device"], runtime)
-        for d in set(devices.values()):
-            runtime.check_available(program, d)
+        try:  # what load_program refuses before loading: the parent raises it as such
+            emit({"stage": _OPEN_STAGE, "method": ""})
+            program = open_program(req["program"])
+            result["program"] = program.name
+            options = options_from_environment()  # the worker's edge: the environment it inherited
+            runtime = AotiRuntime(options)
+            devices = resolve_devices(program, req["device"], runtime)
+            for kind in sorted({d.type for d in devices.values()}):
+                check_compatible(program, kind, torch.__version__)
+            for d in set(devices.values()):
+                runtime.check_available(program, d)
+        except (ToolkitError, ValueError):
+            result["failed_stage"] = _OPEN_STAGE
+            raise
         session = WorkerSession(program, get_policy(req["policy"]), devices,
                                 check_integrity=req["check_integrity"], runtime=runtime, options=options)
         session.log = StreamingLog()
@@ -325,6 +339,9 @@ def _worker(tmp: Path) -> int:
     except ToolkitError as e:
         result.update(status=_STATUS_FAILED, error=str(e), error_type=type(e).__name__,
                       error_path=getattr(e, "path", None), error_field=getattr(e, "field", None))
+    except ValueError as e:
+        error_type = ValueError.__name__ if result.get("failed_stage") == _OPEN_STAGE else "LoadError"
+        result.update(status=_STATUS_FAILED, error=str(e), error_type=error_type)
     except Exception as e:  # reported, not raised: the parent turns it into a failed load
         result.update(status=_STATUS_FAILED, error=f"{type(e).__name__}: {e}", error_type="LoadError")
     (tmp / "result.json.part").write_text(json.dumps(result, default=_jsonable), encoding="utf-8")

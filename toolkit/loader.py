@@ -101,6 +101,7 @@ class ProgramLoad:
         self.log = ev.EventLog(enabled=record)
         self.cache = SharedConstantCache()
         self.methods: dict[str, LoadedMethod] = {}
+        self._held = 0  # sum of device_bytes over self.methods, kept as they come and go
         self.results: dict[str, MethodResult] = {m.name: MethodResult(m.name, str(self.devices[m.name]))
                                                  for m in program.methods}
         self.status = SessionStatus.NOT_LOADED
@@ -246,6 +247,7 @@ class ProgramLoad:
                     raise  # interrupts as they are; toolkit errors already name file and field
                 raise LoadError(f"method {name!r}: {msg}") from e
             self.methods[name] = loaded
+            self._held += loaded.device_bytes
             r = self.results[name]
             r.status, r.error, r.runnable, r.problems = MethodStatus.LOADED, "", loaded.runnable, tuple(loaded.problems)
             r.own_upload_bytes = loaded.own_upload_bytes
@@ -254,7 +256,7 @@ class ProgramLoad:
     # ------------------------------------------------------------ memory accounting
     def _held_bytes(self, pending: LoadedMethod | None) -> int:
         # The method being loaded is not in self.methods until it is done.
-        return sum(m.device_bytes for m in self.methods.values()) + (pending.device_bytes if pending else 0)
+        return self._held + (pending.device_bytes if pending else 0)
 
     def _sample_memory(self, method: str, device: Device, phase: str, pending: LoadedMethod | None = None) -> bool:
         """Record the bytes in use on ``device``; True when the runtime measured them (not the accounting)."""
@@ -520,6 +522,7 @@ class ProgramLoad:
             lm = self.methods.pop(method, None)
             if lm is None:
                 raise LoadError(f"method {method!r} is not loaded")
+            self._held -= lm.device_bytes
             freed = self.cache.release(method)
             self.results[method].status = MethodStatus.UNLOADED
         self.log.record(ev.MethodUnloaded, method, released_entries=freed)

@@ -261,10 +261,14 @@ class Program:
                      for k, r in found.items() if r["mutated"])
 
     def method(self, name: str) -> MethodSpec:
-        for m in self.methods:
-            if m.name == name:
-                return m
+        found = self._methods_by_name.get(name)
+        if found is not None:
+            return found
         raise KeyError(f"program {self.name!r} has no method {name!r}; it has {self.method_names}")
+
+    @functools.cached_property
+    def _methods_by_name(self) -> dict[str, MethodSpec]:  # the first of a name, as a scan would find it
+        return {m.name: m for m in reversed(self.methods)}
 
     @property
     def method_names(self) -> list[str]:

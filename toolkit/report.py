@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING, Any, Mapping, Union
 import numpy as np
 import pandas as pd
 
-from .errors import OutputError
+from .errors import OutputError, ReportError
 from .model import shown
 from .rendering import html_table
 from .verdict import DataProblem, MethodOutcome
@@ -60,10 +60,6 @@ REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
 # the escape character itself so that escaping stays reversible.
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 _ESCAPE = "'"
-
-
-class ReportError(ValueError):
-    """A CSV is not a collision report this module can read."""
 
 
 def neutralize(value: str) -> str:
@@ -370,8 +366,8 @@ def read_report(path_or_handle: PathOrHandle) -> CollisionReport:
                 out[col] = s.map(_parse_bool).astype(bool)
             else:
                 out[col] = pd.array([pd.NA if x == "" else _parse_bool(x) for x in s], dtype="boolean")
-        except (ValueError, TypeError) as e:
-            raise ReportError(f"column {col!r}: {e}") from None
+        except (ValueError, TypeError, OverflowError) as e:  # OverflowError: an integer past int64
+            raise ReportError(f"column {col!r}: {str(e)[:300]}") from None
     return CollisionReport(out.reset_index(drop=True))
 
 

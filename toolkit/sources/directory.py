@@ -190,9 +190,15 @@ def _describe(err: dict) -> str:
     return f"{msg}, got {_short(err.get('input'))}"[:300]
 
 
-def _manifest_error(e: ValidationError, path: Path) -> ManifestError:
+def validation_problem(e: ValidationError) -> tuple[str, str]:
+    """(what is wrong, the field as a dotted path) of pydantic's first error."""
     first = e.errors(include_url=False)[0]
-    return ManifestError(_describe(first), path=path, field=_field_path(tuple(first["loc"])))
+    return _describe(first), _field_path(tuple(first["loc"]))
+
+
+def _manifest_error(e: ValidationError, path: Path) -> ManifestError:
+    message, field = validation_problem(e)
+    return ManifestError(message, path=path, field=field)
 
 
 # ------------------------------------------------------------------ reading

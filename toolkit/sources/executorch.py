@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from pydantic import TypeAdapter, ValidationError
+
 from ..errors import ProgramError, ToolkitError
 from ..integrity import VerifiedFiles
 from ..model import (
@@ -31,6 +33,7 @@ from ..model import (
 )
 from ..vocab import ConstantKind, ProgramFormat
 from ._binary import Bytes, Cursor, MappedFile, Table, root
+from .directory import StepDoc, validation_problem
 
 DEFAULT_DATA_FILE = "aoti_cuda_blob.ptd"
 DEFAULT_CONSTANT_TABLE_FILE = "constant_table.json"  # read from beside the .pte when constant_table= is not given
@@ -40,12 +43,14 @@ EXTRA = "executorch"
 MAX_RANK = 64
 MAX_ENTRIES = 1 << 20  # the runtime's own bound (kMaxManifestEntries)
 MAX_VARIANTS = 256
+MAX_TRAILING_BYTES = 1 << 16  # padding after the last segment (ExecuTorch's files have none)
 
 # c10::ScalarType codes the 1.5.x runtime accepts (is_supported_cuda_fqn_dtype)
 SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
                 11: "bool", 15: "bfloat16"}
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 FQN_MAGICS = ("ETCUDAFQN3", "ETCUDAFQN4", "ETCUDAFQN5", "ETCUDAFQN0")
+_STEPS = TypeAdapter(list[StepDoc])
 COPY_OPS = re.compile(r"^(et_copy::.*|aten::_to_copy|aten::copy_?|aten::clone|aten::_device_copy)$")
 
 
@@ -119,6 +124,11 @@ def _rel(path: Path, root: Path) -> str:
         return str(path.resolve())
 
 
+def _not_a_file(path: Path) -> str:
+    """Why ``path``, not a regular file, is not opened."""
+    return "is not a regular file (a folder, FIFO or device)" if path.exists() else "does not exist"
+
+
 # ------------------------------------------------------------------ our reader
 
 
@@ -129,6 +139,15 @@ def _region(b: Bytes, rel: str, base: int, seg: Table, where: str, file_size: in
         raise b.error(f"segment [{start}, {start + size}) runs past the end of the file ({file_size} bytes)",
                       where, seg.pos)
     return Region(rel, start, size)
+
+
+def _no_trailing_bytes(b: Bytes, segments: list[Region], structure_end: int) -> None:
+    """Refuse bytes past the last segment (a sparse 8 GiB file with 50 KB of content), before
+    anything hashes or reads them: what the file holds is bounded by what it declares."""
+    end = max([structure_end] + [s.offset + s.size for s in segments])
+    if len(b) - end > MAX_TRAILING_BYTES:
+        raise b.error(f"{len(b) - end} bytes after the end of its last segment ({end}): not part of the file's "
+                      f"structure", "segments", end)
 
 
 def _named_data(b: Bytes, table: Table, index: int, segments: list[Region], where: str) -> dict[str, Region]:
@@ -167,6 +186,7 @@ def _read_pte(f: MappedFile) -> _Layout:
     fb = Bytes(b.data[:program_size], f.path)
     prog = root(fb, PTE_IDENTIFIER, "ExecuTorch program (.pte)")
     segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(prog.tables(4, "segments"))]
+    _no_trailing_bytes(b, segments, program_size)
     inline = prog.tables(3, "backend_delegate_data")
     layout = _Layout(named=_named_data(fb, prog, 7, segments, "named_data"))
     for pi, ep in enumerate(prog.tables(1, "execution_plan")):
@@ -229,6 +249,7 @@ def _read_ptd(f: MappedFile) -> _Layout:
     fb = Bytes(b.data[:fb_off + fb_size], f.path)
     ft = root(fb, PTD_IDENTIFIER, "ExecuTorch data file (.ptd)")
     segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(ft.tables(1, "segments"))]
+    _no_trailing_bytes(b, segments, fb_off + fb_size)
     return _Layout(named=_named_data(fb, ft, 2, segments, "named_data"))
 
 
@@ -409,13 +430,15 @@ def _decode_payload(d: _Delegate, method_name: str, path: Path) -> _Payload:
 def aoti_internal_names(fqns: Iterable[str]) -> list[str]:
     """AOTInductor's internal constant names for ``fqns`` (``graph.allocate_non_dup_const_name``)."""
     taken: set[str] = set()
+    next_suffix: dict[str, int] = {}  # every ``prefix_k`` below it is taken: linear in the FQNs, not quadratic
     out = []
     for fqn in fqns:
         name = f"constant_{fqn}" if fqn[:1].isdigit() else fqn
         prefix = name = re.sub(r"[^a-zA-Z0-9_]", "_", name)
-        n = 0
+        n = next_suffix.get(prefix, 0)
         while name in taken:
             name, n = f"{prefix}_{n}", n + 1
+        next_suffix[prefix] = n
         taken.add(name)
         out.append(name)
     return out
@@ -466,6 +489,8 @@ class _Builder:
     def _open(self, path: Path) -> MappedFile:
         rel = _rel(path, self.root)
         if rel not in self.files:
+            if not path.is_file():  # opening a FIFO would block, a device would read without end
+                raise ProgramError(_not_a_file(path), path=path)
             self.files[rel] = MappedFile(path, rel, self.verified)
         return self.files[rel]
 
@@ -539,18 +564,21 @@ class _Builder:
             try:
                 header = json.loads(text)
                 raw = (header.get("__metadata__") or {}).get("steps")
-            except (ValueError, AttributeError) as e:
-                raise ProgramError(f"safetensors header is not a JSON object: {e}", path=path,
+            except (ValueError, AttributeError, RecursionError) as e:
+                raise ProgramError(f"safetensors header is not a JSON object: {str(e)[:300]}", path=path,
                                    field="(header)") from None
             if raw is None:
                 self.files.pop(f.rel).close()
                 continue
-            try:
-                steps = tuple(SequenceStep(str(st["method"]), int(st["num_inputs"]), int(st["num_outputs"]))
-                              for st in json.loads(raw))
-            except (ValueError, TypeError, KeyError) as e:
-                raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}}: {e!r}",
-                                   path=path, field=where) from None
+            try:  # the manifest's own step schema: counts are integers >= 0 (not -1, 2.7, 1e400 or Infinity)
+                if not isinstance(raw, str):
+                    raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}} held "
+                                       f"in a string, not a {type(raw).__name__}", path=path, field=where)
+                steps = tuple(SequenceStep(st.method, st.num_inputs, st.num_outputs) for st in _STEPS.validate_json(raw))
+            except ValidationError as e:
+                message, at = validation_problem(e)
+                raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}}: {message}",
+                                   path=path, field=where + at.removeprefix("(top level)")) from None
             unknown = sorted({st.method for st in steps} - methods)
             if not steps or unknown:
                 raise ProgramError(f"steps name no method or methods the .pte does not have: {unknown}",
@@ -713,7 +741,7 @@ def _data_files(pte: Path, data) -> list[Path]:
     for d in items:
         p = Path(d)
         if not p.is_file():
-            raise ProgramError("data file (.ptd) given for the program does not exist", path=p)
+            raise ProgramError(f"data file (.ptd) given for the program {_not_a_file(p)}", path=p)
         out.append(p)
     return out
 
@@ -733,7 +761,7 @@ def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None
         raise ValueError(f"unknown reader {reader!r}; choose 'toolkit' or 'executorch'")
     pte = Path(path)
     if not pte.is_file():
-        raise ProgramError("ExecuTorch program (.pte) does not exist", path=pte)
+        raise ProgramError(f"ExecuTorch program (.pte) {_not_a_file(pte)}", path=pte)
     b = None
     try:
         b = _Builder(pte, _data_files(pte, data), reader, constant_table, verified)

@@ -47,7 +47,9 @@ STORAGE_DTYPES = {
 }
 CONSTANT_TYPES = {"Parameter": ConstantKind.PARAMETER, "Buffer": ConstantKind.BUFFER,
                   "TensorConstant": ConstantKind.LIFTED_CONSTANT}
-_INFO = re.compile(r"constants_info_\[(\d+)\]\.(\w+)\s*=\s*(.*?);\s*$", re.M)
+# an assignment's head; its value runs to the ``;`` ending the line (matched per line: linear)
+_INFO = re.compile(r"constants_info_\[(\d{1,18})\]\.(\w+)[ \t]*=[ \t]*")
+MAX_COUNT = 1 << 20  # inputs, outputs, constants a model may declare
 _BASE = re.compile(r"AOTInductorModelBase\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,")
 
 
@@ -135,10 +137,10 @@ def _c_string(v: str) -> str | None:
 
 
 def _dims(v: str) -> tuple[int, ...] | None:
-    m = re.fullmatch(r"\{\s*([0-9,\s]*)\}", v)
+    m = re.fullmatch(r"\{([0-9,\s]*)\}", v)  # one class: "\s*[0-9,\s]*" backtracks quadratically
     if m is None:
         return None
-    return tuple(int(x) for x in m.group(1).replace(" ", "").split(",") if x)
+    return tuple(int(x) for x in re.sub(r"\s", "", m.group(1)).split(",") if x)
 
 
 def _constant_table(src: str, b: Bytes, field: str) -> tuple[list[dict], int, int]:
@@ -146,14 +148,22 @@ def _constant_table(src: str, b: Bytes, field: str) -> tuple[list[dict], int, in
     base = _BASE.search(src)
     if base is None:
         raise b.error("the generated wrapper has no AOTInductorModelBase(...) constructor call", field)
+    # the length first: int() refuses 5,000 digits, and 10^12 constants is no table to wait for
+    if any(len(x) > len(str(MAX_COUNT)) or int(x) > MAX_COUNT for x in base.groups()):
+        raise b.error(f"the model declares {', '.join(x[:20] for x in base.groups())} inputs, outputs, constants: "
+                      f"at most {MAX_COUNT} of each", field)
     n_in, n_out, n_const = (int(x) for x in base.groups())
     rows: dict[int, dict] = {}
-    for m in _INFO.finditer(src):
-        i, key, value = int(m.group(1)), m.group(2), m.group(3).strip()
+    for line in src.splitlines():
+        m = _INFO.search(line) if "constants_info_[" in line else None
+        value = line[m.end():].rstrip() if m else ""
+        if not value.endswith(";"):
+            continue
+        i, key = int(m.group(1)), m.group(2)
         if i >= n_const:
             raise b.error(f"constants_info_[{i}] but the model declares {n_const} constants", field)
-        rows.setdefault(i, {})[key] = value
-    if sorted(rows) != list(range(n_const)):
+        rows.setdefault(i, {})[key] = value[:-1].strip()
+    if len(rows) != n_const:  # every index is below n_const: this many are all of them
         raise b.error(f"constants_info_ lists {len(rows)} of the {n_const} constants the model declares", field)
     out = []
     for i in range(n_const):
