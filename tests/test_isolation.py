@@ -174,7 +174,7 @@ def test_scan_fails_the_row_of_a_program_whose_worker_dies_and_carries_on(tmp_pa
         by_path.setdefault(r["path"], []).append(r)
     assert list(by_path) == paths
     crashed = by_path[str(tmp_path / "crash")]
-    assert len(crashed) == 1 and crashed[0]["wrong_data"] and "died" in crashed[0]["error"]
+    assert len(crashed) == 1 and crashed[0]["outcome"] == "unreadable" and "died" in crashed[0]["error"]
     for name in ("a", "b", "c"):
         assert all(r["outcome"] != "unreadable" for r in by_path[str(tmp_path / name)]), by_path[str(tmp_path / name)]
 
@@ -199,5 +199,5 @@ def test_scan_reports_a_hostile_program_as_a_failed_row_with_csv_and_exit_code(t
 
     monkeypatch.setattr(toolkit.sources, "open_program", blow_up)
     rows = scan_program(str(tmp_path / "zoo" / "good"), ["fingerprint"])
-    assert [(r["outcome"], r["wrong_data"]) for r in rows] == [("unreadable", True)]
+    assert [(r["outcome"], r["wrong_data"]) for r in rows] == [("unreadable", False)]  # fails the gate by its outcome
     assert rows[0]["error"].startswith("RecursionError")
