@@ -212,7 +212,7 @@ def test_a_shrink_while_a_source_hashes_a_sparse_file(tmp_path):
 def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample, tmp_path, device):
     """Real loads: each either refused by the integrity check or loaded and right (on the GPU the
     uploads come from the sealed copies' page-locked pages)."""
-    root = clone(built_sample(SAMPLE, device), tmp_path / "p")
+    clone(built_sample(SAMPLE, device), tmp_path / "p")
     got = run_child('''
     from toolkit.session import load_program
     root = Path(sys.argv[1]) / "p"
