@@ -10,6 +10,12 @@ arguments (sha256 of every file checked first), and, for comparison, the same ca
 ``check_integrity=False``.  The program is passed by path, so opening it (reading and
 validating the manifest) is in the time wherever a version of the toolkit does it.
 
+In the same run, each in fresh processes too, the two rates the targets of issue 25 are taken
+against: ``pinned copy`` (every constant of both methods from pinned host memory to the device)
+and ``page locking`` (``cudaHostRegister`` of every constant's pages of a mapped blob, alone).
+Printed at the end: the default path's rate (bytes it uploaded / seconds) / the pinned-copy rate
+(target 1: >= 0.5), and integrity off's rate / the page-locking rate (target 2: >= 0.9).
+
 One fresh process per load: a second load in one process would find the blob's pages
 still page-locked by the first (toolkit.upload.host_locks()) and .so files already mapped.
 One untimed warm-up load comes first (it leaves every file in the page cache for all
@@ -46,6 +52,7 @@ import _program
 
 POLICY = "fingerprint"
 SETTINGS = {"default": {}, "integrity off": {"check_integrity": False}}
+RATES = ("pinned copy", "page locking")  # what the ratios are taken against, measured in this run
 
 
 def hidden_for(gib: float) -> int:
@@ -86,22 +93,73 @@ def _check_toolkit(modules: dict[str, str], root: Path | None) -> None:
         raise SystemExit(f"toolkit modules not imported from {want}: {stray or 'toolkit itself is missing'}")
 
 
+def rate_child(kind: str, program_dir: str, dev) -> dict:
+    """One of :data:`RATES`, timed over every constant of every method (bytes, seconds)."""
+    import mmap
+
+    import torch
+
+    from toolkit import open_program
+    from toolkit.upload import page_spans, read_constant_bytes
+
+    prog = open_program(program_dir)
+    consts = [(m, c) for m in prog.methods for c in m.constants if c.nbytes]
+    nbytes = sum(c.nbytes for _, c in consts)
+    if kind == "pinned copy":
+        hosts = [read_constant_bytes(prog.path(m.blob_file), c, pin=dev.type == "cuda") for m, c in consts]
+        t = time.perf_counter()
+        outs = [torch.empty(h.numel(), dtype=torch.uint8, device=dev).copy_(h, non_blocking=True) for h in hosts]
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        seconds = time.perf_counter() - t
+        del outs
+        return {"seconds": seconds, "bytes": nbytes, "status": "loaded", "error": ""}
+    if dev.type != "cuda":
+        return {"seconds": float("nan"), "bytes": nbytes, "status": "loaded", "error": "no CUDA: not measured"}
+    maps, spans = [], []
+    for blob in dict.fromkeys(m.blob_file for m, _ in consts):
+        with open(prog.path(blob), "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        base = torch.frombuffer(mm, dtype=torch.uint8).data_ptr()
+        maps.append(mm)
+        spans += [(base + s, e - s) for s, e in page_spans([(c.offset, c.offset + c.nbytes)
+                                                             for m, c in consts if m.blob_file == blob])]
+    rt = torch.cuda.cudart()
+    t = time.perf_counter()
+    errs = [int(rt.cudaHostRegister(p, n, 0x01 | 0x08)) for p, n in spans]  # portable, read-only (as upload.py)
+    seconds = time.perf_counter() - t
+    for p, _ in spans:
+        rt.cudaHostUnregister(p)
+    return {"seconds": seconds, "bytes": sum(n for _, n in spans), "status": "loaded" if not any(errs) else "failed",
+            "error": f"cudaHostRegister errors {sorted(set(errs))}" if any(errs) else ""}
+
+
 def child(args) -> None:
-    """--child SETTING: one timed load_program call in this (fresh) process; prints one JSON line."""
+    """--child SETTING: one timed load_program call (or one of :data:`RATES`) in this (fresh)
+    process; prints one JSON line."""
     import torch
 
     import toolkit
     from toolkit import load_program
+    from toolkit.vocab import EventKind
 
     dev = torch.device(args.device)
     if dev.type == "cuda":  # the CUDA context is per process, not per load: create it untimed
-        torch.zeros(1, device=torch.device("cuda", dev.index or 0))
+        dev = torch.device("cuda", dev.index or 0)
+        torch.zeros(1, device=dev)
         torch.cuda.synchronize()
+    if args.child in RATES:
+        out = {"setting": args.child, **rate_child(args.child, args.program_dir, dev), "toolkit": toolkit.__file__,
+               "loader_load_seconds": None}
+        out["modules"] = _toolkit_modules()
+        print(json.dumps(out))
+        return
     kwargs = SETTINGS[args.child]
     t = time.perf_counter()
     s = load_program(args.program_dir, POLICY, **kwargs)  # no device: the default, the program's own
     seconds = time.perf_counter() - t
-    out = {"setting": args.child, "seconds": seconds, "status": str(s.status), "error": s.error,
+    uploaded = sum(e.bytes for e in s.log if e.kind in (EventKind.CONSTANT_UPLOADED, EventKind.BLOB_UPLOADED))
+    out = {"setting": args.child, "seconds": seconds, "status": str(s.status), "error": s.error, "bytes": uploaded,
            "loader_load_seconds": getattr(s, "load_seconds", None), "toolkit": toolkit.__file__}
     s.close()
     out["modules"] = _toolkit_modules()  # after the load and close: whatever they imported lazily too
@@ -141,7 +199,7 @@ def main(argv=None):
                                                    "else 'current')")
     ap.add_argument("--out", default=None)
     ap.add_argument("--child-timeout", type=float, default=600)
-    ap.add_argument("--child", default=None, choices=list(SETTINGS), help=argparse.SUPPRESS)
+    ap.add_argument("--child", default=None, choices=list(SETTINGS) + list(RATES), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:  # PYTHONPATH, set by the parent, already puts the chosen toolkit first
         return child(args)
@@ -179,14 +237,19 @@ def main(argv=None):
     rows = []
     for run in range(args.runs):
         order = list(SETTINGS) if run % 2 == 0 else list(reversed(SETTINGS))
+        order += list(RATES)
         for setting in order:
             got = run_child(args, setting, root)
             rows.append({"label": label, "setting": setting, "run": run, "seconds": round(got["seconds"], 4),
+                         "bytes": got["bytes"], "GBps": got["bytes"] / got["seconds"] / 1e9,
                          "loader_load_seconds": got["loader_load_seconds"], "toolkit": str(Path(got["toolkit"]).parent),
                          "policy": POLICY, "hidden": hidden, "program_dir": args.program_dir,
                          "file_bytes": files, "upload_path": upload_path})
             print(f"run {run} {setting:>13}: {got['seconds']:.3f}s", flush=True)
     df = pd.DataFrame(rows)
+    rate = {k: statistics.median(df[df.setting == k]["GBps"]) for k in (*SETTINGS, *RATES)}
+    targets = {"default / pinned copy (target 1, >= 0.5)": rate["default"] / rate["pinned copy"],
+               "integrity off / page locking (target 2, >= 0.9)": rate["integrity off"] / rate["page locking"]}
     by = {k: df[df.setting == k].sort_values("run")["seconds"].tolist() for k in SETTINGS}
     pairs = [round(d / o, 4) for d, o in zip(by["default"], by["integrity off"])]
     med = {k: statistics.median(v) for k, v in by.items()}
@@ -200,11 +263,15 @@ def main(argv=None):
                "file_bytes": files, "upload_path": upload_path, "warm_up_seconds": round(warm["seconds"], 4),
                "default_seconds": by["default"], "integrity_off_seconds": by["integrity off"],
                "ratio_default_over_off_per_run": pairs, "median_default_s": med["default"],
-               "median_off_s": med["integrity off"], "ratio_of_medians": ratio, **_common.machine()}
+               "median_off_s": med["integrity off"], "ratio_of_medians": ratio,
+               "median_GBps": rate, "targets": targets, **_common.machine()}
     jpath = path.with_suffix(".json")
     jpath.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"median: default {med['default']:.3f}s, integrity off {med['integrity off']:.3f}s, "
           f"ratio {ratio:.3f}; per run {pairs}")
+    print("median GB/s: " + ", ".join(f"{k} {v:.2f}" for k, v in rate.items()))
+    for k, v in targets.items():
+        print(f"{k}: {v:.3f}")
     print(f"written to {path} and {jpath.name}")
     return summary
 

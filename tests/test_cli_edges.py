@@ -153,7 +153,8 @@ def test_ctrl_c_elsewhere_is_exit_130_without_a_traceback(prog, monkeypatch, cap
 
 
 def test_a_so_that_fails_to_load_leaves_the_so_cache(tmp_path):
-    """An embedded .so that dlopen refuses: the load fails and its extracted copy is removed."""
+    """An embedded .so that dlopen refuses: the load fails and leaves no copy of it on disk (it is
+    dlopen'ed from a sealed in-memory copy: nothing is written to the cache folder)."""
     import toolkit
     from toolkit.options import LoadOptions
     from toolkit.runtimes import Device
@@ -170,7 +171,7 @@ def test_a_so_that_fails_to_load_leaves_the_so_cache(tmp_path):
     runtime = AotiRuntime(LoadOptions(cache_dir=cache))
     with pytest.raises(RuntimeError):
         AotiMethod(runtime, program, method, Device("cpu"))
-    assert list((cache / "so").iterdir()) == []
+    assert not (cache / "so").exists() or list((cache / "so").iterdir()) == []
 
 
 @pytest.fixture()

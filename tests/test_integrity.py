@@ -119,14 +119,21 @@ def test_planted_crashing_so_is_refused_in_process(base, tmp_path, opened):
     assert str(root) not in mapped_files()
 
 
-def test_intact_copy_loads(base, tmp_path, opened):
-    """The control: the same copy, untouched, opens both .so files and loads."""
+def test_intact_copy_loads_from_its_verified_copies(base, tmp_path, opened):
+    """The control: the same copy, untouched, opens both .so files and loads; what it opens,
+    uploads and maps are the sealed copies it verified, never the program's own files."""
     root = clone(base, tmp_path / "p")
     s = load_program(root, "fingerprint")
     assert s.status == "loaded"
-    assert [c for c in opened if c.startswith("open")] == [
-        f"open {root / 'methods/prefill/model.so'}", f"open {root / 'methods/decode/model.so'}"]
-    assert str(root) in mapped_files()
+    so = [c.removeprefix("open ") for c in opened if c.startswith("open")]
+    assert [Path(p).read_bytes() for p in so] == [(root / f"methods/{m}/model.so").read_bytes()
+                                                  for m in ("prefill", "decode")]
+    assert all(p.startswith("/proc/self/fd/") for p in so)
+    assert all(c.split(" ", 1)[1].startswith("/proc/self/fd/") for c in opened)
+    assert str(root) not in mapped_files()
+    s.close()
+    s = load_program(root, "fingerprint", check_integrity=False)  # the control's control: the files themselves
+    assert s.status == "loaded" and str(root) in mapped_files()
 
 
 def test_integrity_check_can_be_disabled_explicitly(base, tmp_path):

@@ -86,7 +86,7 @@ def test_prefill_on_decodes_tensor_constant0_is_far_from_its_reference():
     assert float((shared - want).abs().max()) > 1e-1
 
 
-def test_the_embedded_so_is_extracted_once_and_reused(tmp_path):
+def test_the_embedded_so_is_extracted_once_and_reused():
     program = toolkit.open_program(pte("shared_ok"))
     so = program.methods[0].location.so
     assert so.offset > 0
@@ -94,24 +94,20 @@ def test_the_embedded_so_is_extracted_once_and_reused(tmp_path):
     with open(src, "rb") as f:
         f.seek(so.offset)
         want = f.read(so.size)
-    out = extract_so(src, so.offset, so.size, cache_dir=tmp_path)
+    out = extract_so(src, so.offset, so.size)  # a sealed private copy, never a file on disk
     assert out.read_bytes() == want
-    assert out.name == hashlib.sha256(want).hexdigest() + ".so"
-    assert so.key == out.stem + "_so_blob"  # ExecuTorch's key is the sha256 of the same bytes
+    assert so.key == hashlib.sha256(want).hexdigest() + "_so_blob"  # ExecuTorch's key: the sha256 of the bytes
     assert want[:4] == b"\x7fELF"
-    mtime = out.stat().st_mtime_ns
-    assert extract_so(src, so.offset, so.size, cache_dir=tmp_path) == out
-    assert out.stat().st_mtime_ns == mtime  # reused, not rewritten
-    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left behind
-    out.write_bytes(want[:-1])  # a damaged cache entry is rewritten
-    assert extract_so(src, so.offset, so.size, cache_dir=tmp_path).read_bytes() == want
+    assert extract_so(src, so.offset, so.size) == out  # one copy per content, for the process
+    with pytest.raises(OSError):
+        out.write_bytes(want[:-1])  # sealed: nobody changes what dlopen reads
 
 
 def test_extracting_past_the_end_of_the_file_is_refused(tmp_path):
     f = tmp_path / "x.bin"
     f.write_bytes(b"0123456789")
     with pytest.raises(toolkit.ToolkitError, match="should have 20 bytes"):
-        extract_so(f, 4, 20, cache_dir=tmp_path / "so")
+        extract_so(f, 4, 20)
 
 
 def test_inputs_are_reordered_as_the_so_takes_them():
@@ -199,7 +195,10 @@ def test_own_uploads_read_each_constant_from_its_own_file(monkeypatch):
     h = _cpu_method(program, m)
     out = {c.name: t for c, t, _ in h.upload_constants(list(m.constants))}
     assert set(out) == {c.name for c in m.constants}
-    assert {p for _, p in seen} == {program.path(c.file) for c in m.constants}
+    # each from ITS file: read (integrity on) from that file's verified copy
+    files = {c.name: program.path(c.file) for c in m.constants}
+    assert all(p.read_bytes() == files[name].read_bytes() for name, p in seen)
+    assert len({p for _, p in seen}) == len(set(files.values()))
 
 
 def test_compiled_drops_blob_offsets_when_there_is_no_dense_blob(monkeypatch):

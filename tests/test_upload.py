@@ -287,6 +287,35 @@ def test_every_path_delivers_the_exact_bytes(blob, choice):
     assert _lock_whole_file_again(path) == 0
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("first_load", [FirstLoad.LOCKED, FirstLoad.STAGED])
+def test_uploads_from_a_verified_copy_deliver_its_bytes_whatever_the_file_becomes(blob, first_load):
+    """What an integrity-checked load uploads: the sealed copy's bytes, page-locked in place, on a
+    first load and a reload, although the file was rewritten (and shrunk) after it was verified."""
+    from toolkit.integrity import VerifiedFiles, file_record
+
+    path, data, specs = blob
+    copy = VerifiedFiles().copy(path, file_record(path))
+    with open(path, "r+b") as f:
+        f.write(bytes(PAGE * 3))
+        f.truncate(PAGE * 5)
+    dev = torch.device("cuda", 0)
+    locks = upload.host_locks()
+    locks.clear()
+    up = upload.make_uploader(dev, LoadOptions(first_load=first_load))
+    try:
+        for _ in range(2):
+            up.prefetch(copy.path, specs)
+            for c in specs:
+                assert _same(upload.upload_constant(copy.path, c, dev, up), data, c), c.name
+            up.release()
+            locks.wait_until_locked()
+        assert up.disabled_reason is None
+    finally:
+        up.close()
+        locks.clear()
+
+
 def test_an_unknown_first_load_mode_is_named_in_the_error():
     with pytest.raises(ValueError, match="first load 'telepathy'.*'staged', 'locked', 'hybrid'"):
         upload.MappedBlobUploader(torch.device("cuda", 0), first_load="telepathy")

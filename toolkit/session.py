@@ -8,6 +8,7 @@ and pandas are imported when a check runs: a dry run imports neither.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -182,6 +183,8 @@ def load_program(program_or_path: "Program | str | Path", policy: "str | Policy"
     the environment (:func:`~toolkit.options.options_from_environment`), here at the edge.
     """
     options = options if options is not None else options_from_environment()
+    if check_integrity is not None:  # the runtime reads verified copies only when the load checks
+        options = replace(options, check_integrity=check_integrity)
     program = open_program(program_or_path)
     pol = get_policy(policy)
     rt = runtime if runtime is not None else default_runtime(options)

@@ -58,10 +58,10 @@ def _read_checked(program: Program, rel: str, check_integrity: bool) -> tuple[di
 
     path = program.path(rel)
     record = program.files.get(rel)
-    if check_integrity and record is not None:
-        verified_files().check(path, record)
+    # checked: read from the verified copy (what was hashed is what is read)
+    source = verified_files().copy(path, record).path if check_integrity and record is not None else path
     try:
-        return load_file(str(path)), path
+        return load_file(str(source)), path
     except Exception as e:
         raise ProgramError(f"reference tensors cannot be read: {e}", path=path) from None
 

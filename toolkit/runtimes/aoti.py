@@ -5,7 +5,7 @@ Wraps ``AOTIModelContainerRunnerCpu/Cuda`` (one container per method) and its co
 :class:`AotiRuntime` is the real implementation of :class:`toolkit.runtimes.Runtime`.
 
 An ExecuTorch ``.pte`` and a torch ``.pt2`` load here too, with no ExecuTorch C++ runtime: the
-``.so`` is extracted once to a private cache (torch's libraries made global first: ExecuTorch
+``.so`` is copied out once into a sealed private copy (torch's libraries made global first: ExecuTorch
 links it without libtorch), each constant installed user-managed from its own file, and the
 method's inputs and outputs mapped to the ``.so``'s order (:func:`so_inputs`,
 :func:`method_outputs`).  Such files record no torch version: only the device kind is checked.
@@ -20,10 +20,8 @@ environment when created, unless the caller set it (the toolkit's one write to i
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
-import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -32,8 +30,9 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
+from ..integrity import VerifiedCopy, copy_region, keep_for_process, verified_files
 from ..model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
-from ..options import LoadOptions, cache_folder
+from ..options import LoadOptions
 from ..vocab import ProgramFormat, UploadPath
 from . import CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
@@ -195,54 +194,22 @@ def check_compatible(program: Program, device_type: str, torch_version: str) -> 
             "rebuild it", path=where, field="torch_version")
 
 
-_EXTRACT_LOCK = threading.Lock()
+_GLOBAL_LOCK = threading.Lock()
 
 
-def extract_so(path: Path, offset: int, nbytes: int, cache_dir: Path) -> Path:
+def extract_so(path: Path, offset: int, nbytes: int) -> Path:
     """The bytes ``[offset, offset + nbytes)`` of ``path`` (a ``.so`` kept inside a ``.pte`` or
-    ``.pt2``) as a file of their own, ``<cache_dir>/<sha256>.so``, for ``dlopen``.
-
-    Written once (to a temporary file in the same folder, then renamed: a concurrent reader
-    never sees half a file); a cached file is reused when its size and sha256 match.
-    """
+    ``.pt2``, read from its verified copy when integrity is checked) as a file of their own for
+    ``dlopen``: a sealed private copy (:func:`~toolkit.integrity.copy_region`), one per content
+    for the process (:func:`~toolkit.integrity.keep_for_process`), never written to disk."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(nbytes)
+        copy, digest = copy_region(path, offset, nbytes)
     except OSError as e:
         raise IntegrityError(f"the compiled model cannot be read: {e.strerror or e}", path=path) from None
-    if len(data) != nbytes:
+    except IntegrityError:
         raise IntegrityError(f"the compiled model at byte {offset} should have {nbytes} bytes, the file has "
-                             f"{len(data)} there", path=path)
-    digest = hashlib.sha256(data).hexdigest()
-    folder = Path(cache_dir)
-    out = folder / f"{digest}.so"
-    with _EXTRACT_LOCK:
-        try:
-            if out.stat().st_size == nbytes and hashlib.sha256(out.read_bytes()).hexdigest() == digest:
-                return out
-        except OSError:
-            pass
-        try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=folder)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                if os.path.getsize(tmp) != nbytes:
-                    raise OSError(f"wrote {os.path.getsize(tmp)} bytes of {nbytes}")
-                os.replace(tmp, out)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
-        except OSError as e:
-            raise LoadError(f"cannot extract the compiled model of {path} to {folder}: {e}") from None
-    return out
+                             f"{max(0, os.path.getsize(path) - offset)} there", path=path) from None
+    return keep_for_process(copy, digest).path
 
 
 _TORCH_GLOBAL: list[str] = []  # the torch libraries made global in this process (done once)
@@ -254,7 +221,7 @@ def make_torch_global() -> list[str]:
     ExecuTorch builds its ``.so`` with ``link_libtorch=False``: without torch's symbols in
     the global namespace ``dlopen`` fails (``undefined symbol: aoti_torch_layout_strided``).
     """
-    with _EXTRACT_LOCK:
+    with _GLOBAL_LOCK:
         if not _TORCH_GLOBAL:
             lib = Path(torch.__file__).resolve().parent / "lib"
             for name in ("libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so"):
@@ -373,7 +340,7 @@ class AotiMethod:
     """One method on the AOTInductor runtime: its container and the uploads into it.
 
     A method whose ``.so`` and weights lie inside larger files (a :class:`~toolkit.model.PackedLocation`)
-    has its ``.so`` extracted first (:func:`extract_so`), torch's libraries made global
+    has its ``.so`` copied out first (:func:`extract_so`), torch's libraries made global
     (:func:`make_torch_global`), and AOTI's whole-blob upload (of a whole file) emulated: each constant
     uploaded from its file and installed user-managed, held as AOTI would hold its blob.
     """
@@ -382,24 +349,20 @@ class AotiMethod:
         self._runtime = runtime
         self._program = program
         self._spec = method
-        self._blob = program.path(method.blob_file)
+        self._blob = runtime.source(program, method.blob_file)
         self._blob_bytes: int | None = method.blob_bytes
         self._blob_tensors: dict[str, torch.Tensor] = {}  # the emulated whole blob (no dense blob)
         self.device = to_torch(device)
-        so = program.path(method.so_file)
         if isinstance(method.location, PackedLocation):
-            so = extract_so(program.path(method.location.so.file), method.location.so.offset, method.location.so.size,
-                            cache_folder(runtime.options, "so"))
+            at = method.location.so
+            so = extract_so(runtime.source(program, at.file), at.offset, at.size)
             make_torch_global()
-        try:
-            self.container = AotiContainer.create(so, self.device)
-        except BaseException:
-            if isinstance(method.location, PackedLocation):  # extracted above: a .so that fails to load leaves the cache
-                so.unlink(missing_ok=True)
-            raise
+        else:
+            so = runtime.source(program, method.so_file, dlopen=True)
+        self.container = AotiContainer.create(so, self.device)
 
     def _path(self, c: ConstantSpec) -> Path:
-        return self._program.path(c.file or self._spec.blob_file)
+        return self._runtime.source(self._program, c.file or self._spec.blob_file)
 
     def compiled(self) -> CompiledMethod:
         got = read_compiled(self.container.so_path, self.device)
@@ -483,6 +446,7 @@ class AotiRuntime:
     def __init__(self, options: LoadOptions | None = None) -> None:
         self.options = options if options is not None else LoadOptions()
         self._uploaders: dict[torch.device, Any] = {}  # upload.make_uploader(), one per CUDA device
+        self._copies: dict[Path, VerifiedCopy] = {}  # program file -> the verified copy this session reads
         os.environ.setdefault(CHECK_INPUTS_ENV, "1")  # before any container runs (see the module docstring)
 
     def resolve(self, spec: Any) -> Device:
@@ -502,6 +466,18 @@ class AotiRuntime:
     def create(self, program: Program, method: MethodSpec, device: Device) -> AotiMethod:
         return AotiMethod(self, program, method, device)
 
+    def source(self, program: Program, rel: str, *, dlopen: bool = False) -> Path:
+        """The path this session reads program file ``rel`` from: with integrity checked, its
+        verified copy (:meth:`~toolkit.integrity.VerifiedFiles.copy`), the same one for the whole
+        session; ``dlopen``: a copy kept for the process (a path ``dlopen`` saw must keep its bytes)."""
+        path, record = program.path(rel), program.files.get(rel)
+        if not self.options.check_integrity or record is None:
+            return path
+        if path not in self._copies:
+            self._copies[path] = verified_files().copy(path, record, self.options)
+        copy = self._copies[path]
+        return (keep_for_process(copy, record.sha256) if dlopen else copy).path
+
     def uploader(self, device: torch.device):
         if device.type != "cuda":
             return None
@@ -514,7 +490,7 @@ class AotiRuntime:
     def write_initial(self, tensor: torch.Tensor, program: Program, constant: ConstantSpec) -> None:
         from ..upload import as_constant, read_constant_bytes
 
-        raw = read_constant_bytes(program.path(constant.file), constant)
+        raw = read_constant_bytes(self.source(program, constant.file), constant)
         with torch.no_grad():
             tensor.copy_(as_constant(raw, constant))
 
@@ -534,3 +510,4 @@ class AotiRuntime:
             if uploader is not None:
                 uploader.close()
         self._uploaders.clear()
+        self._copies.clear()

@@ -1,7 +1,7 @@
 """Bounds-checked binary readers for the sources: mapped files, records, FlatBuffer tables.
 
-:class:`MappedFile` maps a program's file read-only (nothing is copied but what is parsed or
-hashed) and computes its :class:`~toolkit.model.FileRecord` once, noting it in the
+:class:`MappedFile` reads a program's file once into a sealed private copy, hashing it as it
+reads, and parses the copy; its :class:`~toolkit.model.FileRecord` and copy are noted in the
 :class:`~toolkit.integrity.VerifiedFiles` it is given.  :class:`Table` reads FlatBuffer tables
 with no schema compiler: a table through its vtable, a field by its index in the schema (a union
 takes two slots).  :class:`Bytes` and :class:`Cursor` read plain little-endian records.  Every
@@ -16,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import stat
 import struct
 from pathlib import Path
 
 from ..errors import ProgramError
-from ..integrity import VerifiedFiles, file_identity
+from ..integrity import VerifiedCopy, VerifiedFiles, file_identity
 from ..model import FileRecord
 
 _U8, _U16, _U32, _I32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q", "<q"))
@@ -246,36 +247,34 @@ def claimed_file(path: Path, suffix: str, magic: bytes, *, at: int = 0) -> Path 
 
 
 class MappedFile:
-    """One file of the program, mapped read-only; its record is computed once (noted in ``verified``)."""
+    """One file of the program, read once into a sealed private copy (:class:`~toolkit.integrity.
+    VerifiedCopy`) that is hashed as it is read and parsed through a read-only mapping of the copy:
+    a writer or a shrink of the file meanwhile changes nothing read here (and cannot raise SIGBUS);
+    the copy and its record are noted in ``verified``, so a load uses these very bytes."""
 
     def __init__(self, path: Path, rel: str, verified: VerifiedFiles | None = None):
-        self.path, self.rel, self._verified = path, rel, verified
+        self.path, self.rel = path, rel
+        h = hashlib.sha256()
         try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                size = st.st_size
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise ProgramError("not a regular file", path=path)
+                self.copy = VerifiedCopy.read(fd, Path(path), st.st_size, [(0, st.st_size)], [h], 1)
+            finally:
+                os.close(fd)
+            self._map = mmap.mmap(self.copy.fd, 0, access=mmap.ACCESS_READ) if st.st_size else None
         except (OSError, ValueError) as e:  # unreadable, a directory, a name the OS refuses, unmappable
             raise ProgramError(f"file cannot be read: {getattr(e, 'strerror', None) or e}", path=path) from None
-        self.size = size
-        self._identity = file_identity(st)
+        self.size = st.st_size
         self.bytes = Bytes(self._map if self._map is not None else b"", path)
-        self._record: FileRecord | None = None
+        self._record = FileRecord(sha256=h.hexdigest(), bytes=self.size)
         self._digests: dict[tuple[int, int], str] = {}
+        if verified is not None:  # the bytes hashed are the copy's: a load uses them, unread again
+            verified.note(path, file_identity(st), self._record.sha256, self.copy)
 
     def record(self) -> FileRecord:
-        if self._record is None:
-            h = hashlib.sha256()
-            view = self.bytes.data
-            for at in range(0, len(view), 1 << 24):
-                h.update(view[at:at + (1 << 24)])
-            self._record = FileRecord(sha256=h.hexdigest(), bytes=self.size)
-            try:  # the bytes hashed were the file's at this identity: a load need not hash them again
-                unchanged = file_identity(self.path.stat()) == self._identity
-            except OSError:
-                unchanged = False
-            if unchanged and self._verified is not None:
-                self._verified.note(self.path, self._identity, self._record.sha256)
         return self._record
 
     def sha256(self, offset: int, size: int) -> str:  # once per region: methods' constants share bytes
