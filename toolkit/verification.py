@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Mapping
 
 import pandas as pd
 import torch
@@ -269,7 +269,8 @@ def _so_input_problem(e: RuntimeError, spec: MethodSpec, method: str) -> Referen
                               field=_field(method, f".inputs[{j}].{_CHECK_FIELD[m.group(2)]}"))
 
 
-def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None) -> pd.DataFrame:
+def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None, *,
+                   methods: "Collection[str] | None" = None) -> pd.DataFrame:
     """One row per method of the program: did it run, how far from the eager reference, ok?
 
     ``ok`` is a nullable boolean: True (matches), False (differs, or its run failed), or
@@ -277,11 +278,12 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
     says which), neither ok nor wrong.  ``references``: see :func:`resolve_references` (checked
     before anything runs).  A supplied reference the compiled model refuses (another input
     shape or dtype), or whose outputs have another shape or dtype than the method's, raises
-    :class:`~toolkit.errors.ReferenceDataError`: it does not belong to this method.
+    :class:`~toolkit.errors.ReferenceDataError`: it does not belong to this method.  ``methods``:
+    only these rows (blame's experiments verify the wrong method alone).
     """
     refs = resolve_references(session, references) if references else None
     rows = []
-    for spec in session.program.methods:
+    for spec in (m for m in session.program.methods if methods is None or m.name in methods):
         row: dict[str, Any] = {"method": spec.name, "ran": False, "max_abs_err": math.nan,
                                "atol": math.nan, "rtol": math.nan, "ok": False, "reason": ""}
         lm = session.methods.get(spec.name)
