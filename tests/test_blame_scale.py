@@ -1,0 +1,96 @@
+"""Blame and the state reset over many constants: benchmarks/llm_scale.py's program at 12 tiny
+layers (99 constants per method, every weight shared by prefill and decode, one state buffer),
+with one culprit: decode's own ``blocks.7.w3`` holds other data, so ``name-only`` makes decode wrong."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+
+import toolkit
+from toolkit import blame as blame_ops
+from toolkit.verdict import BlameStatus
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+CULPRIT = "blocks.7.w3"
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    import llm_scale
+
+    args = Namespace(layers=12, hidden=32, ffn=64, vocab=64, dtype="bfloat16", compute="float32", device="cpu",
+                     culprit=CULPRIT)
+    ms, seq = llm_scale.methods(args)
+    return toolkit.build_program(ms, tmp_path_factory.mktemp("scale") / "p", sequences=seq, progress=False)
+
+
+def culprits(b) -> set:
+    return set(zip(b[b["fixes"]]["method"], b[b["fixes"]]["fqn"]))
+
+
+def test_blame_clears_same_bytes_without_running_them(program):
+    s = toolkit.load_program(program, "name-only")
+    assert list(s.verify().query("ok == False")["method"]) == ["decode"]
+    b = s.blame()
+    assert culprits(b) == {("decode", f"core.{CULPRIT}")}, b
+    assert b.attrs["experiments"] == 1  # only the culprit's bytes differ from what it shares
+    shared = [d for d in s.methods["decode"].outcome.decisions if d.decision.value == "shared"]
+    assert len(b) == len(shared) > 90
+    assert b[~b["fixes"]]["evidence"].str.startswith("not run: its recorded sha256").all()
+    assert len([e for e in s.log if e.kind.value == "culprit_tried"]) == len(b)
+    found = {(c.method, c.fqn): c.blame for c in s.verdict().constants}
+    assert found[("decode", f"core.{CULPRIT}")] is BlameStatus.CULPRIT
+    assert {v for k, v in found.items() if k != ("decode", f"core.{CULPRIT}") and k[0] == "decode"} <= \
+        {BlameStatus.HARMLESS, BlameStatus.NOT_TESTED}
+    s.close()
+
+
+def test_blame_bisects_every_shared_constant(program):
+    s = toolkit.load_program(program, "name-only")
+    v = s.verify()
+    b = blame_ops.blame(s, None, v, clear_same_bytes=False)
+    assert culprits(b) == {("decode", f"core.{CULPRIT}")}, b
+    n = len(b)
+    assert 1 < b.attrs["experiments"] <= math.ceil(math.log2(n)) + 1, (b.attrs, n)  # not one by one
+    assert s.verify().equals(v) and s.verify()["ok"].tolist() == [True, False]  # every swap undone
+    s.close()
+
+
+def test_reset_rewrites_only_what_ran_and_wrote(program):
+    s = toolkit.load_program(program, "fingerprint")
+    cache = next(c for c in s.program.methods[0].constants if c.mutated).nbytes
+    for m, written in (("prefill", cache), ("decode", 0)):  # prefill fills the cache; decode only reads it
+        s.reset_state()
+        before = s.resets.bytes_rewritten
+        s.run(m)
+        s.reset_state()
+        assert s.resets.bytes_rewritten - before == written, m
+    before = s.resets.bytes_rewritten
+    s.reset_state()  # nothing ran since: nothing to rewrite
+    assert s.resets.bytes_rewritten == before and s.resets.bytes_checked == 0
+    s.close()
+
+
+def test_reset_without_recorded_mutation_checksums_and_restores(program):
+    """As for a .pte: which constants a run wrote is found by checksums on the device."""
+    fresh = toolkit.load_program(program, "fingerprint")
+    alone = fresh.run("decode")[0].clone()
+    fresh.close()
+    s = toolkit.load_program(dataclasses.replace(program, records_mutation=False), "fingerprint")
+    every = sum(c.nbytes for c in s.program.methods[0].constants)
+    cache = next(c for c in s.program.methods[0].constants if c.mutated).nbytes
+    s.run("prefill")
+    assert not torch.equal(s.run("decode")[0], alone)  # decode reads what prefill wrote
+    before = dataclasses.replace(s.resets)
+    s.reset_state()
+    assert s.resets.bytes_checked - before.bytes_checked == every  # both methods ran: every shared tensor once
+    assert s.resets.bytes_rewritten - before.bytes_rewritten == cache
+    assert torch.equal(s.run("decode")[0], alone)
+    s.close()
