@@ -125,11 +125,15 @@ def blame(session: "Session", sequence: str | None, v: pd.DataFrame, *, clear_sa
                     f.evidence)
             else:
                 row(m, d, swap, False, f, f.evidence if id(cand) in tried_alone else
-                    f"not needed: {len(needed or ())} other swaps fix it without this one. {f.evidence}")
+                    f"not needed: {_culprits_swap(needed)} without this one. {f.evidence}")
     session.reset_state()
     frame = _frame(rows)
     frame.attrs["experiments"] = experiments
     return frame
+
+
+def _culprits_swap(needed: list[tuple]) -> str:
+    return "the culprit's swap fixes it" if len(needed) == 1 else f"the {len(needed)} culprits' swaps together fix it"
 
 
 def _same_bytes(session: "Session", d) -> bool:
