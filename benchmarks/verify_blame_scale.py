@@ -1,7 +1,8 @@
 """Verification, blame and the state reset at language-model scale (issue 25, target 3).
 
     python benchmarks/verify_blame_scale.py [--program-dir DIR] [--layers 32 --hidden 4096 --ffn 14336
-                                            --vocab 128256] [--device cuda] [--out DIR] [--reuse] [--no-pte]
+                                            --vocab 128256] [--culprit blocks.1.w2] [--device cuda]
+                                            [--out DIR] [--reuse] [--no-pte]
 
 The program is ``llm_scale.py``'s (built on the device by the same child, ``--compute float32`` so
 verification compares float32 kernels) with one culprit: decode's ``--culprit`` weight holds other
@@ -131,7 +132,8 @@ def measure_blame(label: str, program, policy: str, sequence: str | None, expect
                experiments=b.attrs["experiments"], suspects=len(b), culprits=";".join(sorted(map("/".join, culprits))),
                culprit_found=found)
         record(label, policy, what + ": experiments", b.attrs["experiments"], "verifications", len(b), "suspects")
-        assert found, f"blame found {culprits}, expected {expected}"
+        if not found:
+            print(f"  blame found {culprits or 'no culprit'}, expected {expected}", flush=True)
     s.close()
 
 
@@ -147,13 +149,7 @@ def main(argv=None):
     from toolkit import open_program
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--program-dir", default="/tmp/verify_blame_scale")
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--ffn", type=int, default=14336)
-    ap.add_argument("--vocab", type=int, default=128256)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--culprit", default="blocks.1.w2")
+    llm_scale.program_arguments(ap, "/tmp/verify_blame_scale", compute="float32", culprit="blocks.1.w2")
     ap.add_argument("--out", default=os.environ.get("OUT"))
     ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
     ap.add_argument("--no-pte", action="store_true", help="skip the ExecuTorch .pte programs")
@@ -161,30 +157,37 @@ def main(argv=None):
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     if not (args.reuse and (Path(args.program_dir) / "manifest.json").is_file()):
-        built = _common.run_child(llm_scale.__file__, [
-            "build", "--program-dir", args.program_dir, "--layers", str(args.layers), "--hidden", str(args.hidden),
-            "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--dtype", "bfloat16", "--device", args.device,
-            "--compute", "float32", "--culprit", args.culprit], timeout=args.build_timeout)
+        built = _common.run_child(llm_scale.__file__, ["build", *llm_scale.program_argv(args)],
+                                  timeout=args.build_timeout)
         print(f"build: {built['build_seconds']:.1f} s, {max(built['method_constant_bytes'].values()) / _common.GIB:.2f}"
               f" GiB of constants per method", flush=True)
     prog = open_program(args.program_dir)
     n = len(prog.methods[0].constants)
     print(f"8B-shaped program: {n} constants per method; culprit decode/core.{args.culprit}", flush=True)
     label = f"llm_scale {args.layers}L"
-    measure_verify_and_reset(label, prog, "fingerprint", "generate")
-    measure_verify_and_reset(label + " as a .pte", dataclasses.replace(prog, records_mutation=False), "fingerprint",
-                             "generate")
-    measure_blame(label, prog, "name-only", None, {("decode", f"core.{args.culprit}")})
+    steps = [(measure_verify_and_reset, label, lambda: prog, "fingerprint", "generate"),
+             (measure_verify_and_reset, label + " as a .pte", lambda: dataclasses.replace(prog, records_mutation=False),
+              "fingerprint", "generate"),
+             (measure_blame, label, lambda: prog, "name-only", None, {("decode", f"core.{args.culprit}")})]
     pte = None if args.no_pte or args.device == "cpu" else pte_programs()
     if pte is not None:
-        measure_verify_and_reset("pte llama_prefill_decode", open_program(pte / "llama_prefill_decode"),
-                                 "fingerprint", None)
-        measure_blame("pte total_collision", open_program(pte / "total_collision"), "name-only", None)
-        measure_blame("pte shared_state", open_program(pte / "shared_state"), "no-sharing", "generate")
-        measure_verify_and_reset("pte shared_state", open_program(pte / "shared_state"), "fingerprint", "generate")
+        steps += [(measure_verify_and_reset, "pte llama_prefill_decode", lambda: open_program(
+                      pte / "llama_prefill_decode"), "fingerprint", None),
+                  (measure_blame, "pte total_collision", lambda: open_program(pte / "total_collision"), "name-only",
+                   None),
+                  (measure_blame, "pte shared_state", lambda: open_program(pte / "shared_state"), "no-sharing",
+                   "generate"),
+                  (measure_verify_and_reset, "pte shared_state", lambda: open_program(pte / "shared_state"),
+                   "fingerprint", "generate")]
     elif args.device != "cpu":
         print("the ExecuTorch fixtures are not here: the .pte part was not run", flush=True)
-    path = _common.write_csv(pd.DataFrame(rows), "verify_blame_scale.csv", args.out)
+    for fn, name, opened, *rest in steps:
+        try:
+            fn(name, opened(), *rest)
+        except Exception as e:  # keep the other measurements
+            print(f"  {name}: {fn.__name__} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            rows.append({"program": name, "what": f"{fn.__name__} failed", "error": str(e)[:300]})
+        path = _common.write_csv(pd.DataFrame(rows), "verify_blame_scale.csv", args.out)  # a cut-short run keeps it
     print(f"written to {path} ({time.perf_counter() - t0:.0f} s in all)")
 
 

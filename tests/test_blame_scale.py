@@ -101,3 +101,36 @@ def test_reset_without_recorded_mutation_checksums_and_restores(program):
     assert s.resets.bytes_rewritten - before.bytes_rewritten == cache
     assert torch.equal(s.run("decode")[0], alone)
     s.close()
+
+
+@pytest.mark.gpu
+def test_pte_reset_rewrites_only_the_state_a_run_wrote():
+    """A real .pte (ExecuTorch 1.5.1, CUDA): prefill writes core.kv; the reset finds it by checksum."""
+    from executorch_fixtures import ROOT
+
+    s = toolkit.load_program(ROOT / "shared_state", "fingerprint")
+    assert s.status == "loaded" and not s.program.records_mutation, s.error
+    kv = next(c for c in s.program.method("prefill").constants if c.fqn == "core.kv")
+    s.reset_state()
+    alone = s.run("decode")[0].clone()
+    s.reset_state()
+    s.run("prefill")
+    before = dataclasses.replace(s.resets)
+    s.reset_state()
+    assert s.resets.bytes_rewritten - before.bytes_rewritten == kv.nbytes
+    prefill = sum(c.nbytes for c in s.program.method("prefill").constants)
+    assert s.resets.bytes_checked - before.bytes_checked == prefill
+    assert torch.equal(s.run("decode")[0], alone)
+    s.close()
+
+
+@pytest.mark.gpu
+def test_pte_blame_names_the_lifted_constant():
+    from executorch_fixtures import ROOT
+
+    s = toolkit.load_program(ROOT / "total_collision", "name-only")
+    b = s.blame()
+    assert culprits(b) == {("prefill", b[b["fixes"]]["fqn"].iloc[0])} and \
+        b[b["fixes"]]["name"].iloc[0] == "_tensor_constant0", b
+    assert b.attrs["experiments"] <= math.ceil(math.log2(max(len(b), 2))) + 1
+    s.close()
