@@ -81,6 +81,12 @@ class LoadedMethod:
         return self.whole_blob_bytes + self.own_upload_bytes
 
 
+def _holds(by_id: dict[int, tuple[Any, Any]], tensor: Any) -> bool:
+    """``tensor`` has an entry (keyed by id, its weak reference first) and is that entry's tensor."""
+    entry = by_id.get(id(tensor))
+    return entry is not None and entry[0]() is tensor
+
+
 @dataclass
 class ResetCounts:
     """What :meth:`ProgramLoad.reset_state` did, summed over the session (benchmarks read it)."""
@@ -127,7 +133,8 @@ class ProgramLoad:
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
         self.resets = ResetCounts()
-        self._touched: dict[int, tuple[Any, Any]] = {}  # what a run since the last reset can have written
+        self._touched: dict[int, tuple[Any, Any]] = {}  # id -> (weak ref, constant): what a run since the
+        # last reset can have written (a swapped-out copy blame may install again included, while it lives)
         self._initial: dict[int, tuple[Any, Any]] = {}  # id -> (weak ref, checksum before its first run)
 
     @property
@@ -488,11 +495,10 @@ class ProgramLoad:
         every = not self.program.records_mutation
         for c in lm.spec.constants:
             t = lm.tensors.get(c.name)
-            if t is None or not (c.mutated or every) or id(t) in self._touched:
+            if t is None or not (c.mutated or every) or _holds(self._touched, t):
                 continue
-            self._touched[id(t)] = (t, c)
-            known = self._initial.get(id(t))
-            if every and (known is None or known[0]() is not t):
+            self._touched[id(t)] = (weakref.ref(t), c)
+            if every and not _holds(self._initial, t):
                 self._initial[id(t)] = (weakref.ref(t), self.runtime.checksum(t))
 
     def swap_constant(self, method: str, name: str, tensor: Any) -> Any:
@@ -522,7 +528,10 @@ class ProgramLoad:
         """
         every = not self.program.records_mutation
         rewritten = 0
-        for t, c in self._still_installed():
+        for ref, c in self._touched.values():
+            t = ref()
+            if t is None:
+                continue
             if every:
                 self.resets.bytes_checked += c.nbytes
                 if self.runtime.same_checksum(self.runtime.checksum(t), self._initial[id(t)][1]):
@@ -535,12 +544,6 @@ class ProgramLoad:
         self.resets.tensors_rewritten += rewritten
         return rewritten
 
-    def _still_installed(self) -> list[tuple[Any, Any]]:
-        """The touched tensors some loaded method still runs on (a swapped-out copy is dropped)."""
-        live = {id(t) for lm in self.methods.values() for t in lm.tensors.values()}
-        self._touched = {k: v for k, v in self._touched.items() if k in live}
-        return list(self._touched.values())
-
     # ------------------------------------------------------------------ lifetime
     def unload(self, method: str) -> None:
         """Drop a method. Cached tensors it produced stay alive while other methods use them."""
@@ -552,7 +555,6 @@ class ProgramLoad:
             self.results[method].status = MethodStatus.UNLOADED
         self.log.record(ev.MethodUnloaded, method, released_entries=freed)
         del lm
-        self._still_installed()  # its tensors are not kept alive for a reset
         self._sample_memory(method, self.devices[method], "unloaded")
 
     def close(self) -> None:
