@@ -137,3 +137,20 @@ def test_pte_blame_names_the_lifted_constant():
         b[b["fixes"]]["name"].iloc[0] == "_tensor_constant0", b
     assert b.attrs["experiments"] <= math.ceil(math.log2(max(len(b), 2))) + 1
     s.close()
+
+
+@pytest.mark.parametrize("tensor", [torch.randn(5000), torch.randn(64, 96).to(torch.bfloat16).T, torch.arange(7.0),
+                                    torch.zeros(3, dtype=torch.int8)])
+def test_the_reset_checksum_sees_a_write_and_a_move(tensor):
+    from toolkit.runtimes.aoti import AotiRuntime
+
+    rt = AotiRuntime.__new__(AotiRuntime)  # checksum needs no runtime state
+    initial = rt.checksum(tensor)
+    assert rt.same_checksum(initial, rt.checksum(tensor.clone()))
+    moved = tensor.clone().reshape(-1)
+    moved[[0, 1]] = moved[[1, 0]]
+    if not torch.equal(moved, tensor.reshape(-1)):  # two elements exchanged: same sum, other positions
+        assert not rt.same_checksum(initial, rt.checksum(moved.reshape(tensor.shape)))
+    written = tensor.clone()
+    written[(-1,) * tensor.dim()] += 1
+    assert not rt.same_checksum(initial, rt.checksum(written))
