@@ -58,7 +58,7 @@ def child(args) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    llm_scale.add_shape_args(ap)
+    llm_scale.program_arguments(ap, "/tmp/llm_scale")
     ap.add_argument("--policy", default="fingerprint")
     ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
     ap.add_argument("--build-only", action="store_true", help="build the program and stop (then run with --reuse)")
@@ -68,9 +68,7 @@ def main(argv=None):
     if args.child:
         print(json.dumps(child(args)))
         return None
-    shape = ["--program-dir", args.program_dir, "--layers", str(args.layers), "--hidden", str(args.hidden),
-             "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--dtype", args.dtype, "--device", "cuda",
-             "--compute", "weights"]
+    shape = llm_scale.program_argv(args)
     if not (args.reuse and (Path(args.program_dir) / "manifest.json").is_file()):
         built = _common.run_child(llm_scale.__file__, ["build", *shape], timeout=900)
         print(f"build: {built['build_seconds']:.0f} s", flush=True)

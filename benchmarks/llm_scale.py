@@ -29,6 +29,7 @@ Writes llm_scale.csv (one row per policy) and llm_scale_build.json.
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import resource
@@ -105,6 +106,18 @@ class Decode(torch.nn.Module):
         return h @ self.core.head.to(h.dtype).T
 
 
+def with_culprit(core: Core, fqn: str) -> Core:
+    """``core`` as decode sees it when ``fqn`` (``blocks.<i>.<weight>``) is its own, other data:
+    every other tensor the same object (a policy sharing by name alone makes decode wrong)."""
+    _, i, name = fqn.split(".")
+    twin, block = copy.copy(core), copy.copy(core.blocks[int(i)])
+    block._parameters = {**block._parameters,
+                         name: torch.nn.Parameter(block._parameters[name] * 2, requires_grad=False)}
+    twin._modules = {**core._modules, "blocks": torch.nn.ModuleList(list(core.blocks))}
+    twin.blocks[int(i)] = block
+    return twin
+
+
 def methods(args) -> tuple[dict, dict]:
     dev = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -113,7 +126,8 @@ def methods(args) -> tuple[dict, dict]:
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, args.vocab, (PROMPT,), generator=g).to(dev)
     token = torch.randint(0, args.vocab, (1,), generator=g).to(dev)
-    ms = {"prefill": (Prefill(core), (prompt,)), "decode": (Decode(core), (token,))}
+    decode_core = with_culprit(core, args.culprit) if args.culprit else core
+    ms = {"prefill": (Prefill(core), (prompt,)), "decode": (Decode(decode_core), (token,))}
     seq = {"generate": [("prefill", (prompt,)), ("decode", (token,)), ("decode", (token,))]}
     return ms, seq
 
@@ -228,25 +242,35 @@ def child_integrity(args) -> dict:
             "hash_threads": hash_threads()}
 
 
-def add_shape_args(ap: argparse.ArgumentParser) -> None:
-    """Where the program is built and its shape (llm_scale.py's and differential_cost.py's)."""
-    ap.add_argument("--program-dir", default="/tmp/llm_scale")
+def program_arguments(ap: argparse.ArgumentParser, program_dir: str, compute: str = "weights",
+                      culprit: str = "") -> None:
+    """The options that say which program is built (shared with benchmarks/verify_blame_scale.py)."""
+    ap.add_argument("--program-dir", default=program_dir)
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--ffn", type=int, default=14336)
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--compute", default=compute, choices=["weights", "float32"],
+                    help="float32: upcast every weight in the graph, so verification compares float32 kernels "
+                         "(bf16 kernels differ from eager's by a rounding step: every method 'wrong' at 8B)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--culprit", default=culprit, help="blocks.<i>.<weight>: decode's own copy of it holds other "
+                                                        "data, so a policy sharing by name alone makes decode wrong")
+
+
+def program_argv(args) -> list[str]:
+    """:func:`program_arguments`' values as a command line (for the build child)."""
+    return ["--program-dir", args.program_dir, "--layers", str(args.layers), "--hidden", str(args.hidden),
+            "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--dtype", args.dtype, "--device", args.device,
+            "--compute", args.compute, "--culprit", args.culprit]
 
 
 def main(argv=None):
     from toolkit import POLICIES
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_shape_args(ap)
-    ap.add_argument("--compute", default="weights", choices=["weights", "float32"],
-                    help="float32: upcast every weight in the graph, so verification compares float32 kernels "
-                         "(bf16 kernels differ from eager's by a rounding step: every method 'wrong' at 8B)")
-    ap.add_argument("--device", default="cuda")
+    program_arguments(ap, "/tmp/llm_scale")
     ap.add_argument("--policies", nargs="+", default=["fingerprint", *[p for p in POLICIES if p != "fingerprint"]])
     ap.add_argument("--out", default=None)
     ap.add_argument("--child-timeout", type=float, default=300)
@@ -254,8 +278,7 @@ def main(argv=None):
     ap.add_argument("--csv-name", default="llm_scale.csv")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    common = ["--program-dir", args.program_dir, "--layers", str(args.layers), "--hidden", str(args.hidden),
-              "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--dtype", args.dtype, "--device", args.device, "--compute", args.compute]
+    common = program_argv(args)
     if args.child:
         fn = {"build": child_build, "integrity": child_integrity}.get(args.child, child_policy)
         print(json.dumps(fn(args)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -80,6 +81,22 @@ class LoadedMethod:
         return self.whole_blob_bytes + self.own_upload_bytes
 
 
+def _holds(by_id: dict[int, tuple[Any, Any]], tensor: Any) -> bool:
+    """``tensor`` has an entry (keyed by id, its weak reference first) and is that entry's tensor."""
+    entry = by_id.get(id(tensor))
+    return entry is not None and entry[0]() is tensor
+
+
+@dataclass
+class ResetCounts:
+    """What :meth:`ProgramLoad.reset_state` did, summed over the session (benchmarks read it)."""
+
+    resets: int = 0
+    tensors_rewritten: int = 0
+    bytes_rewritten: int = 0
+    bytes_checked: int = 0  # checksummed on the device to find what a run wrote (records_mutation False)
+
+
 class ProgramLoad:
     """One load of one program under one policy.  Constructing it does no I/O; :meth:`load` does.
 
@@ -117,6 +134,10 @@ class ProgramLoad:
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
         self._bar: Any = None  # load()'s progress bar, advanced by _advance()
+        self.resets = ResetCounts()
+        self._touched: dict[int, tuple[Any, Any]] = {}  # id -> (weak ref, constant): what a run since the
+        # last reset can have written (a swapped-out copy blame may install again included, while it lives)
+        self._initial: dict[int, tuple[Any, Any]] = {}  # id -> (weak ref, checksum before its first run)
 
     @property
     def check_integrity(self) -> bool:
@@ -479,7 +500,20 @@ class ProgramLoad:
             raise LoadError(f"method {method!r} is not runnable: {'; '.join(lm.problems)}")
         if not self.runtime.can_run:
             raise LoadError(f"method {method!r} was loaded by a {self.runtime.name}: there is nothing to run")
+        self._note_run(lm)
         return lm.handle.run(list(inputs))
+
+    def _note_run(self, lm: LoadedMethod) -> None:
+        """Remember the tensors this run can write, for the next :meth:`reset_state`: the mutated
+        ones, or (a source that does not record mutation) all, each checksummed before its first run."""
+        every = not self.program.records_mutation
+        for c in lm.spec.constants:
+            t = lm.tensors.get(c.name)
+            if t is None or not (c.mutated or every) or _holds(self._touched, t):
+                continue
+            self._touched[id(t)] = (weakref.ref(t), c)
+            if every and not _holds(self._initial, t):
+                self._initial[id(t)] = (weakref.ref(t), self.runtime.checksum(t))
 
     def swap_constant(self, method: str, name: str, tensor: Any) -> Any:
         """Point constant ``name`` of loaded ``method`` at ``tensor``; returns the tensor it ran on.
@@ -498,22 +532,31 @@ class ProgramLoad:
         return next(iter(lm.handle.upload_constants([next(c for c in lm.spec.constants if c.name == name)])))[1]
 
     def reset_state(self) -> int:
-        """Put every mutated buffer of every loaded method back to its initial contents.
+        """Put back to its initial contents every tensor a run since the last reset can have written.
 
-        A buffer two methods share is one tensor, reset once.  A program whose source does not
-        record which constants are written (a ``.pte``, a ``.pt2``: ``records_mutation`` False)
-        gets every constant rewritten from its file, so that any state is back where it began.
-        Returns how many tensors were reset.
+        A program whose source records which constants are written rewrites those of the methods
+        that ran; one that does not (a ``.pte``, a ``.pt2``: ``records_mutation`` False) rewrites
+        those of them whose checksum, taken on the device, changed since before their first run.
+        A tensor two methods share is reset once.  Counted in :attr:`resets`; returns how many
+        tensors were rewritten.
         """
-        done: set[int] = set()
         every = not self.program.records_mutation
-        for lm in self.methods.values():
-            for c in lm.spec.constants:
-                tensor = lm.tensors.get(c.name)
-                if (c.mutated or every) and tensor is not None and id(tensor) not in done:
-                    done.add(id(tensor))
-                    self.runtime.write_initial(tensor, self.program, c)
-        return len(done)
+        rewritten = 0
+        for ref, c in self._touched.values():
+            t = ref()
+            if t is None:
+                continue
+            if every:
+                self.resets.bytes_checked += c.nbytes
+                if self.runtime.same_checksum(self.runtime.checksum(t), self._initial[id(t)][1]):
+                    continue
+            self.runtime.write_initial(t, self.program, c)
+            rewritten += 1
+            self.resets.bytes_rewritten += c.nbytes
+        self._touched.clear()
+        self.resets.resets += 1
+        self.resets.tensors_rewritten += rewritten
+        return rewritten
 
     # ------------------------------------------------------------------ lifetime
     def unload(self, method: str) -> None:

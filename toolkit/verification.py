@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Mapping
 
 import pandas as pd
 import torch
@@ -294,7 +294,7 @@ def _empty_row(**fields: Any) -> dict[str, Any]:
 
 
 def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None, *, oracle: str = "auto",
-                   draws: int = 3, seed: int = 0) -> pd.DataFrame:
+                   draws: int = 3, seed: int = 0, methods: "Collection[str] | None" = None) -> pd.DataFrame:
     """One row per method of the program: did it run, how far from its oracle, ok?
 
     ``ok`` is a nullable boolean: True (matches), False (differs, or its run failed), or
@@ -306,12 +306,13 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
     the reference's inputs or, where there is none, ``draws`` inputs generated from the
     program (:func:`toolkit.inputs.generate`, ``seed``).  A supplied reference the compiled
     model refuses (another input shape or dtype), or whose outputs have another shape or dtype
-    than the method's, raises :class:`~toolkit.errors.ReferenceDataError`.
+    than the method's, raises :class:`~toolkit.errors.ReferenceDataError`.  ``methods``: only
+    these rows (blame's experiments verify the wrong method alone).
     """
     check_oracle(oracle)
     refs = resolve_references(session, references) if references or oracle == "unshared" else None
     rows = []
-    for spec in session.program.methods:
+    for spec in (m for m in session.program.methods if methods is None or m.name in methods):
         row = _empty_row(method=spec.name)
         lm = session.methods.get(spec.name)
         ref: Reference | None = None

@@ -104,6 +104,11 @@ class Runtime(Protocol):
     def write_initial(self, tensor: Any, program: Program, constant: ConstantSpec) -> None:
         """Put the constant's initial contents (from its file) back into ``tensor`` (state reset)."""
 
+    def checksum(self, tensor: Any) -> Any:
+        """A position-sensitive checksum of ``tensor``'s bytes, computed where it lives (state reset)."""
+
+    def same_checksum(self, a: Any, b: Any) -> bool: ...
+
     def bytes_in_use(self, device: Device, *, sync: bool) -> tuple[int, str] | None:
         """(bytes in use on ``device``, how measured), or None where the loader's accounting is all there is."""
 

@@ -494,6 +494,21 @@ class AotiRuntime:
         with torch.no_grad():
             tensor.copy_(as_constant(raw, constant))
 
+    def checksum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Row and column sums of the bytes as int32 words in rows of 1024, on the tensor's device: a
+        write changes them unless it keeps every row's and column's sum (one read, no host copy)."""
+        flat = tensor.detach().reshape(-1).view(torch.uint8)
+        words = flat.view(torch.int32) if flat.numel() % 4 == 0 else flat.to(torch.int32)
+        if words.numel() < 2048:
+            return words.to(torch.int64)
+        rows = words.numel() // 1024
+        grid = words[:rows * 1024].view(rows, 1024)
+        return torch.cat([grid.sum(0, dtype=torch.int64), grid.sum(1, dtype=torch.int64),
+                          words[rows * 1024:].to(torch.int64)])
+
+    def same_checksum(self, a: torch.Tensor, b: torch.Tensor) -> bool:
+        return bool(torch.equal(a, b))
+
     def facts(self, t: torch.Tensor) -> tuple[TensorMeta, int]:
         return tensor_meta(t), t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
 
