@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One device session's GPU work, in two calls of at most 10 minutes each (carry [".whl", ".whlet"]):
+#   bash .ci/gpu_session.sh tests   every GPU test (gpu_tests.sh all), and meanwhile executorch 1.2.0
+#                                   exports what ONLY_GEN1 names (default shared_ok) and loads it
+#   bash .ci/gpu_session.sh bench   the model-scale benchmarks on one 16.5 GiB-per-method program
+#                                   (verify/blame/reset, the differential oracle) and the default path
+# Everything it writes goes to $OUT (at most 8 files come back from the device).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+inst() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$@"; }
+inst /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CONSTSHARE_CACHE=$PWD/.cache
+echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+case "${1:-tests}" in
+tests)
+  if ls .whlet/executorch-1.2.0-*.whl >/dev/null 2>&1; then
+    inst /tmp/et12 .whlet/executorch-1.2.0-*.whl .whlet/torchao-*.whl .whlet/ruamel*.whl .whlet/expecttest-*.whl \
+      .whlet/kgb-*.whl .whlet/parameterized-*.whl || exit 1
+    PYTHONPATH=/tmp/et12:/tmp/site:$PWD timeout -k 5 240 python3 tests/fixtures/make_executorch_fixtures.py \
+      --only "${ONLY_GEN1:-shared_ok}" --out /tmp/etfx/executorch-1.2.0-cuda --pack "$OUT/g1" > "$OUT/export_gen1.log" 2>&1 &
+    EXPORT=$!
+  fi
+  timeout -k 5 "${TEST_TIMEOUT_S:-470}" bash .ci/gpu_tests.sh all > "$OUT/gpu_pytest.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_pytest.log" | tail -25
+  if [ -n "${EXPORT:-}" ]; then
+    wait "$EXPORT"; echo "gen-1 export rc=$?"; grep -v "^    \|Warning\|warn(" "$OUT/export_gen1.log" | tail -6
+    timeout -k 5 60 python3 benchmarks/executorch_programs.py --root /tmp/etfx/executorch-1.2.0-cuda --out "$OUT/table" \
+      > /tmp/table.log 2>&1; echo "table rc=$?"; tail -12 /tmp/table.log
+  fi
+  ;;
+bench)
+  timeout -k 5 "${T_SCALE:-330}" python3 benchmarks/verify_blame_scale.py --out "$OUT" > "$OUT/verify_blame_scale.log" 2>&1
+  echo "verify_blame_scale rc=$?"; tail -25 "$OUT/verify_blame_scale.log"
+  timeout -k 5 "${T_DIFF:-130}" python3 benchmarks/differential_cost.py --program-dir /tmp/verify_blame_scale \
+    --compute float32 --culprit blocks.1.w2 --reuse --out "$OUT" > "$OUT/differential_cost.log" 2>&1
+  echo "differential_cost rc=$?"; tail -15 "$OUT/differential_cost.log"
+  timeout -k 5 "${T_DEFAULT:-100}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 2 \
+    --program-dir /tmp/bench_prefill_decode --out "$OUT" > "$OUT/default_path.log" 2>&1
+  echo "default_path rc=$?"; tail -15 "$OUT/default_path.log"
+  ;;
+esac
+echo "== done $(date -u +%T)"
