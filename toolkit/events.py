@@ -136,6 +136,7 @@ class Decided(Event):
     slot_problem: str  # why the installed tensor cannot fill the slot (the out-of-bounds guard), else ""
     storage_key: str = ""  # the key it is cached under when not its FQN (fqn-weight-cache: its storage key)
     data_problem: str = ""  # why it runs on other data than its own (verdict.DataProblem), "" when it does not
+    upstream_keeps: bool = False  # the load failed; upstream leaves this constant in its cache, the toolkit does not
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,17 @@ class CacheEntryAdded(Event):
     name: str
     fqn: str
     owner_kind: str  # "container" (aliases a container's blob) or "toolkit" (a tensor we own)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntryLeftUpstream(Event):
+    """A failed load's constant upstream leaves in its cache (on the leaked container); the toolkit restores its
+    cache, so a later method shares with it under upstream only."""
+
+    kind = EventKind.CACHE_ENTRY_LEFT_UPSTREAM
+    name: str
+    fqn: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +217,7 @@ class CulpritTried(Event):
 EVENT_TYPES: tuple[type[Event], ...] = (
     LoadStarted, ContainerCreated, ConstantEnumerated, CacheLookup, BlobUploaded,
     ConstantsExtracted, ConstantUploaded, FieldCompared, DigestCompared, Decided,
-    CacheEntryAdded, OutOfBoundsAlias, PairsInstalled, MethodLoaded, LoadFailed,
+    CacheEntryAdded, CacheEntryLeftUpstream, OutOfBoundsAlias, PairsInstalled, MethodLoaded, LoadFailed,
     MemorySampled, MethodUnloaded, CulpritTried,
 )
 

@@ -23,7 +23,8 @@ COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", 
 DECISION_COLUMNS = [
     "seq", "method", "device", "name", "fqn", "storage_key", "constant_kind", "mutated", "lookup", "decision", "reason_code",
     "reason", "origin", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
-    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "data_problem", "culprit",
+    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "data_problem", "upstream_keeps",
+    "culprit",
 ]
 MEMORY_COLUMNS = ["seq", "time_s", "method", "device", "phase", "bytes_in_use", "measure"]
 METHOD_RESULT_COLUMNS = ["policy", "method", "device", "status", "whole_blob", "blob_bytes", "own_upload_bytes",
