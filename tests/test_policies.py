@@ -663,6 +663,47 @@ def test_fqn_weight_cache_per_device_and_other_views():
     assert [d.enters_cache for d in out.decisions] == [True, False]
 
 
+def test_fqn_weight_cache_fails_a_dtype_the_manifest_parser_rejects():
+    """is_supported_cuda_fqn_dtype (ETCUDAFQN1 and ETCUDAFQN3) knows SlimTensor's nine dtypes: float64 is not one."""
+    w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
+    d64 = const("d", fqn="lin.scale", dtype="float64", data="d", kind=ConstantKind.PARAMETER)
+    plan, out = run("fqn-weight-cache", view(w, d64, name="prefill"), FakeCache())
+    assert out.failure == "Malformed CUDA FQN weight manifest" and out.stage is Stage.LOAD
+    assert by_name(out)["d"].reason.startswith("'d' is float64, a dtype the manifest parser rejects")
+    assert {x.decision for x in out.decisions} == {Decision.REFUSED} and not any(x.enters_cache for x in out.decisions)
+    _, out = run("fqn-weight-cache", view(w, replace(d64, dtype="int16"), name="prefill"), FakeCache())
+    assert out.failure is None
+
+
+def test_fqn_weight_cache_an_unnamed_parameter_fails_the_bind_an_unnamed_buffer_is_never_filled():
+    """No manifest entry names it; torch's assert_all_constants raises for a parameter, skips a buffer or tensor
+    constant (and an empty parameter), and the FQN path loads no blob."""
+    w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
+    p = const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)
+    _, out = run("fqn-weight-cache", view(w, p, name="prefill"), FakeCache())
+    assert out.failure == "Failed to bind CUDA FQN weights"
+    assert "'Cannot find constants p in constants_map!'" in by_name(out)["p"].reason
+    assert {x.decision for x in out.decisions} == {Decision.REFUSED}
+    for kind in (ConstantKind.BUFFER, ConstantKind.LIFTED_CONSTANT):
+        _, out = run("fqn-weight-cache", view(w, replace(p, kind=kind), name="prefill"), FakeCache())
+        assert out.failure is None
+        assert decisions(out) == {"w": (Decision.LOADED, Reason.FIRST_SEEN), "p": (Decision.NEVER_FILLED,
+                                                                                   Reason.EMPTY_FQN)}
+        assert by_name(out)["p"].origin is not TensorOrigin.OWN_UPLOAD  # nothing is uploaded for it
+
+
+def test_dry_run_of_fqn_weight_cache_says_an_unnamed_buffer_is_not_runnable():
+    from toolkit.analysis import run_analysis
+    from toolkit.verdict import MethodOutcome
+
+    w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
+    a = run_analysis(_program(("m0", [w, const("b", fqn="", data="b", kind=ConstantKind.BUFFER)])), "fqn-weight-cache")
+    assert {m.method: m.outcome for m in a.verdict.methods} == {"m0": MethodOutcome.NOT_RUNNABLE}
+    a = run_analysis(_program(("m0", [w, const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)])),
+                     "fqn-weight-cache")
+    assert a.session.failed_method == "m0" and a.session.error == "Failed to bind CUDA FQN weights"
+
+
 def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():
     """1.5.x's exporter collects every method into one store, in order: the first key met again
     with other bytes refuses the program; identical bytes under one key are stored once."""

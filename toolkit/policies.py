@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Iterable, Mapping, Protocol, Sequence
 
 from .model import ConstantSpec, TensorMeta, required_nbytes, shown
-from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
+from .vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
 
 # ------------------------------------------------------------------ inputs
 
@@ -805,7 +805,17 @@ class FqnWeightCache(Policy):
     otherwise that storage alone is uploaded; every constant is installed user-managed, no
     whole blob is uploaded.  The first holder of a key is cached under the key, holders on
     other devices under ``<key>@<device>``; that cache key is a decision's ``storage_key``.
-    Upstream code modelled, approximations, what is not established: ``docs/upstream.md``.
+
+    Where #21823's runtime (``ETCUDAFQN1``, ``refs/pull/21823/head``) and the ``ETCUDAFQN3``
+    runtime agree, this follows them: a named constant of a dtype the manifest parser rejects
+    (float64 and every dtype outside SlimTensor's nine) fails the method, "Malformed CUDA FQN
+    weight manifest"; an unnamed parameter gets no pair, so the full-update bind fails it, "Failed
+    to bind CUDA FQN weights"; an unnamed buffer or lifted constant is skipped by torch's
+    ``assert_all_constants`` and nothing fills it (never filled).  One departure: upstream builds a
+    hit under another view (same key, same storage bytes, other sizes/strides) as a view on the
+    shared storage; here it gets its own upload (declined), because the program model holds the
+    bytes each slot reads, not the storage a view reads from: same outputs, more memory.
+    Approximations and what is not established: ``docs/upstream.md``.
     """
 
     name = PolicyName.FQN_WEIGHT_CACHE
@@ -863,15 +873,28 @@ class FqnWeightCache(Policy):
 
     def decide(self, plan, new_meta, cache):
         m = plan.method
+        bad = next((c for c in m.constants if c.fqn and c.dtype not in _SLIM_SCALAR_TYPE), None)
+        unbound = next((c for c in m.constants if not c.fqn and c.kind is ConstantKind.PARAMETER and c.nbytes), None)
+        if bad is not None or unbound is not None:  # init fails: the manifest's parse, else the full-update bind
+            failure, c = (("Malformed CUDA FQN weight manifest", bad) if bad is not None else
+                          ("Failed to bind CUDA FQN weights", unbound))
+            why = (f"{c.name!r} is {c.dtype}, a dtype the manifest parser rejects" if bad is not None else
+                   f"{c.name!r} is a parameter with no original FQN: no manifest entry binds it, and the "
+                   f"full-update check raises 'Cannot find constants {c.name} in constants_map!'")
+            refusing = ConstantDecision(c, None, Decision.REFUSED, Reason.LOAD_REFUSED, f"{why}; then: {failure}",
+                                        TensorOrigin.OWN_UPLOAD)
+            return Outcome(m.name, tuple(_refuse_rest(plan, [refusing], f"method load failed: {failure}",
+                                                      TensorOrigin.OWN_UPLOAD)), failure)
         out: list[ConstantDecision] = []
         loaded_here: dict[str, ConstantSpec] = {}  # cache key -> the constant of this method that loads it
         failure: str | None = None
         for c in m.constants:
             lr = plan.lookup(c.name)
             if lr is None:
-                out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
-                                            "no original FQN: no storage key; uploaded on its own",
-                                            TensorOrigin.OWN_UPLOAD))
+                out.append(ConstantDecision(c, None, Decision.NEVER_FILLED, Reason.EMPTY_FQN,
+                                            f"no original FQN: no manifest entry binds it; torch's full-update check "
+                                            f"skips a {c.kind.value if c.nbytes else 'empty parameter'}, and no blob "
+                                            "is loaded: nothing fills this slot", TensorOrigin.WHOLE_BLOB))
                 continue
             skey, ckey, entry = self._key(c, m, cache)
             holder = cache.get(skey)  # the first holder of this storage key (any device)
