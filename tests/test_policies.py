@@ -280,13 +280,30 @@ def test_content_dedup_rescues_a_declined_name_with_a_content_twin():
     assert d.decision is Decision.SHARED and d.shared_from.fqn == "enc.w"
 
 
-def test_empty_fqn_is_never_looked_up():
+@pytest.mark.parametrize("policy", POLICIES)
+def test_empty_fqn_is_never_looked_up(policy):
+    """Issue 23 class 2 under every policy: an unnamed slot is no hit and no miss, and what fills it is
+    the policy's own rule (a blob copy, an own upload, or nothing where upstream loads no blob)."""
     c = const("folded", fqn="", data="x")
-    for policy in ["no-sharing", "verify-always", "blind-share", "fingerprint"]:
-        plan, out = run(policy, view(c), FakeCache())
-        assert plan.lookups == ()
-        assert by_name(out)["folded"].reason_code in (Reason.EMPTY_FQN, Reason.SHARING_DISABLED)
-        assert by_name(out)["folded"].decision is Decision.PRIVATE
+    plan, out = run(policy, view(c, NEW), FakeCache())
+    assert [lr.constant.name for lr in plan.lookups] == ([] if policy == "no-sharing" else ["head.weight"])
+    d = by_name(out)["folded"]
+    assert d.lookup is None and not d.enters_cache and out.failure is None
+    expected = {"no-sharing": (Decision.PRIVATE, Reason.SHARING_DISABLED),
+                "fqn-weight-cache": (Decision.NEVER_FILLED, Reason.EMPTY_FQN)}.get(policy,
+                                                                                   (Decision.PRIVATE, Reason.EMPTY_FQN))
+    assert (d.decision, d.reason_code) == expected
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_repeated_fqn_in_one_method_loads_under_every_policy(policy):
+    """Issue 23 class 1: no KeyError from the cache, one entry per FQN, every slot decided (under
+    fqn-weight-cache one key with two contents is the exporter's refusal, so the twins hold one content)."""
+    twin = replace(TWIN, digest=BIAS.digest) if policy == "fqn-weight-cache" else TWIN
+    _, out = run(policy, view(twin, BIAS, name="m0"), FakeCache())
+    assert out.failure is None and [d.constant.name for d in out.decisions] == ["layers_0_bias_twin", "layers_0_bias"]
+    assert [d.enters_cache for d in out.decisions] == ([False, False] if policy == "no-sharing" else [True, False])
+    assert Decision.NEVER_FILLED not in {d.decision for d in out.decisions}  # a first method always fills its slots
 
 
 # ------------------------------------------------------------------ upstream's edge cases (issue 23)
@@ -363,10 +380,11 @@ def test_refusal_names_the_fqn_after_the_first_mismatching_field_as_922_logs_the
                            "previous method. Refusing to share.")
     assert by_name(out)["b"].reason == ("Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); "
                                         f"then: {out.failure}")
-    _, out = run("decline-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
-    assert by_name(out)["b"].reason == (
-        "Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); then: Constant 'layers.1.bias' in "
-        "method 'm1' differs from the cached copy; using this method's own copy instead of sharing")
+    for policy in ("decline-on-mismatch", "verify-always"):  # e4b and 144: one log line
+        _, out = run(policy, view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
+        assert by_name(out)["b"].reason == (
+            "Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); then: Constant 'layers.1.bias' in "
+            "method 'm1' differs from the cached copy; using this method's own copy instead of sharing")
 
 
 def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
