@@ -6,10 +6,11 @@ place they become DataFrames is :mod:`toolkit.tables`.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Sequence
 
 from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin, UploadPath
 
@@ -225,6 +226,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 class EventLog:
     """An append-only, thread-safe, ordered log of events.
 
+    ``record`` stores what happened (type, time, method, payload) and nothing more; the
+    :class:`Event` of a record is made the first time it is read, once.  A dry run records
+    several events per decision and reads few of them back (benchmarks/scaling.py: making
+    every event as it was recorded was half of a dry run's time).
     ``enabled=False`` keeps the log empty (used to measure recording overhead).
     """
 
@@ -232,21 +237,54 @@ class EventLog:
         self.enabled = enabled
         self._clock = clock
         self._t0 = clock()
-        self._events: list[Event] = []
+        self._records: list[tuple[type[Event], float, str, dict[str, Any]]] = []
+        self._made: dict[int, Event] = {}  # seq -> its Event, once read
         self._lock = threading.Lock()
 
     def record(self, event_type: type[Event], method: str, **payload: Any) -> None:
         if not self.enabled:
             return
-        events = self._events
         with self._lock:  # seq, time and position agree even when threads record at once
-            events.append(event_type(len(events), self._clock() - self._t0, method, **payload))
+            self._records.append((event_type, self._clock() - self._t0, method, payload))
+
+    def _event(self, seq: int) -> Event:
+        e = self._made.get(seq)
+        if e is None:
+            event_type, time_s, method, payload = self._records[seq]
+            e = self._made[seq] = event_type(seq, time_s, method, **payload)
+        return e
 
     def __iter__(self) -> Iterator[Event]:
-        return iter(list(self._events))
+        return iter([self._event(i) for i in range(len(self._records))])
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._records)
+
+    def last(self) -> Event:
+        return self._event(len(self._records) - 1)
 
     def of_type(self, event_type: type[Event]) -> list[Event]:
-        return [e for e in self._events if type(e) is event_type]
+        return [self._event(i) for i, r in enumerate(self._records) if r[0] is event_type]
+
+    def column(self, event_type: type[Event], name: str, seqs: Sequence[int] | None = None) -> list[Any]:
+        """Field ``name`` of the events of ``event_type`` (or of the records ``seqs``, all of that type),
+        read from the records without making their events (how :mod:`toolkit.tables` builds frames)."""
+        records = self._records
+        if seqs is None:
+            seqs = self.seqs(event_type)
+        if name == "seq":
+            return list(seqs)
+        if name in ("time_s", "method"):
+            at = 1 if name == "time_s" else 2
+            return [records[i][at] for i in seqs]
+        default = _defaults(event_type)[name]
+        return [p.get(name, default) for p in [records[i][3] for i in seqs]]
+
+    def seqs(self, event_type: type[Event]) -> list[int]:
+        """The positions of every event of ``event_type``."""
+        return [i for i, r in enumerate(self._records) if r[0] is event_type]
+
+
+@functools.cache
+def _defaults(event_type: type[Event]) -> dict[str, Any]:
+    return {f.name: f.default for f in fields(event_type)}

@@ -204,8 +204,10 @@ class ExportRefusal:
 # ------------------------------------------------------------------ helpers
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def compare_metadata(cached: TensorMeta, new: TensorMeta) -> tuple[FieldComparison, ...]:
-    """Field by field, in cuda_backend.cpp's order: dtype, rank, sizes, strides, device type, index."""
+    """Field by field, in cuda_backend.cpp's order: dtype, rank, sizes, strides, device type, index
+    (memoised: a program's constants repeat a few shapes, and a dry run compares every hit)."""
     pairs = [
         (MetadataField.DTYPE, cached.dtype, new.dtype),
         (MetadataField.RANK, cached.rank, new.rank),
