@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Iterator, Sequence
 
 from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin, UploadPath
@@ -240,15 +240,16 @@ class EventLog:
         # (type, time_s, method, payload keys, payload values): a keys tuple is stored once per distinct
         # order, so a record takes the memory of its values (a dict per event took 2.3 times the bytes)
         self._records: list[tuple[type[Event], float, str, tuple[str, ...], tuple[Any, ...]]] = []
-        self._keys: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._keys: dict[tuple[type[Event], tuple[str, ...]], tuple[str, ...]] = {}
         self._made: dict[int, Event] = {}  # seq -> its Event, once read
         self._lock = threading.Lock()
 
     def record(self, event_type: type[Event], method: str, **payload: Any) -> None:
         if not self.enabled:
             return
-        keys = tuple(payload)
-        keys = self._keys.setdefault(keys, keys)
+        keys = self._keys.get(sig := (event_type, tuple(payload)))
+        if keys is None:  # a payload of this order for the first time: checked against the event's fields
+            keys = self._keys[sig] = _checked(event_type, sig[1])
         with self._lock:  # seq, time and position agree even when threads record at once
             self._records.append((event_type, self._clock() - self._t0, method, keys, tuple(payload.values())))
 
@@ -295,6 +296,18 @@ class EventLog:
     def seqs(self, event_type: type[Event]) -> list[int]:
         """The positions of every event of ``event_type``."""
         return [i for i, r in enumerate(self._records) if r[0] is event_type]
+
+
+def _checked(event_type: type[Event], keys: tuple[str, ...]) -> tuple[str, ...]:
+    """``keys`` when they name fields of ``event_type`` and every field without a default (as its
+    constructor would require, so a wrong payload fails where it is recorded); else TypeError."""
+    defaults = _defaults(event_type)
+    given = {k: d for k, d in defaults.items() if k not in ("seq", "time_s", "method")}
+    unknown = [k for k in keys if k not in given]
+    missing = [k for k, d in given.items() if d is MISSING and k not in keys]
+    if unknown or missing:
+        raise TypeError(f"{event_type.__name__}: unknown fields {unknown}, missing fields {missing}")
+    return keys
 
 
 @functools.cache
