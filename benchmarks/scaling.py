@@ -25,7 +25,9 @@ under /tmp, never the repository, and the child process measures, from that mani
   read, per decision.
 
 Prints every figure as a ratio to the smallest size (per decision or per row: ~1.0 when
-linear) and writes ``scaling.csv`` (long format, one row per size and metric, machine
+linear), then issue 25's target 4: the dry run's CPU microseconds per decision with every event
+recorded (``run_analysis``, what ``toolkit.analyze`` runs) at each size and its ratio to
+``--target-us`` (20; <= 1.0 meets it); and writes ``scaling.csv`` (long format, one row per size and metric, machine
 columns included) into ``--out`` (default ``benchmarks/results/<today>/``).
 """
 
@@ -258,6 +260,7 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/<today UTC>)")
     ap.add_argument("--name", default="scaling.csv", help="CSV file name")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per size")
+    ap.add_argument("--target-us", type=float, default=20.0, help="issue 25 target 4: dry-run us per decision")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ref", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
@@ -308,6 +311,8 @@ def main(argv=None) -> pd.DataFrame:
     df["ratio_unpaired"] = [round(v / ref[m], 3) if ref[m] else float("nan") for v, m in zip(df["value"], df["metric"])]
     df["ratio_to_smallest"] = [round(v / r, 3) if pd.notna(r) and r else u
                                for v, r, u in zip(df["value"], df["ref_value"], df["ratio_unpaired"])]
+    target = df["metric"].str.startswith(("run_analysis[", "dry_run_load[")) & (df["unit"] == "us/decision")
+    df["ratio_to_target"] = [round(v / args.target_us, 3) if t else float("nan") for v, t in zip(df["value"], target)]
     df["cpu_model"] = cpu_model()
     df["ram_gib"] = ram_gib()
     df["run_seconds"] = round(time.perf_counter() - t_run, 1)
@@ -328,6 +333,12 @@ def main(argv=None) -> pd.DataFrame:
     print(f"\nratios: the figure at K / at K={base_k:,} (per decision, per row or per event: ~1.0 when linear; timed "
           f"steps against K={base_k:,} timed just before and after in the same process, CPU time); "
           f"{args.methods} methods; {cpu_model()}, {os.cpu_count()} cores; written to {path}")
+    print(f"\nissue 25 target 4: the dry run with every event recorded, <= {args.target_us:g} us per decision "
+          "(CPU time, best of the repeats)")
+    for pol in POLICIES:
+        got = df[df.metric == f"run_analysis[{pol}]"]
+        print(f"  {pol}: " + "; ".join(f"K={k:,}: {v:.1f} us = {r:.2f} x target"
+                                     for k, v, r in zip(got.constants_per_method, got.value, got.ratio_to_target)))
     return df
 
 

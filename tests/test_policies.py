@@ -280,13 +280,30 @@ def test_content_dedup_rescues_a_declined_name_with_a_content_twin():
     assert d.decision is Decision.SHARED and d.shared_from.fqn == "enc.w"
 
 
-def test_empty_fqn_is_never_looked_up():
+@pytest.mark.parametrize("policy", POLICIES)
+def test_empty_fqn_is_never_looked_up(policy):
+    """Issue 23 class 2 under every policy: an unnamed slot is no hit and no miss, and what fills it is
+    the policy's own rule (a blob copy, an own upload, or nothing where upstream loads no blob)."""
     c = const("folded", fqn="", data="x")
-    for policy in ["no-sharing", "verify-always", "blind-share", "fingerprint"]:
-        plan, out = run(policy, view(c), FakeCache())
-        assert plan.lookups == ()
-        assert by_name(out)["folded"].reason_code in (Reason.EMPTY_FQN, Reason.SHARING_DISABLED)
-        assert by_name(out)["folded"].decision is Decision.PRIVATE
+    plan, out = run(policy, view(c, NEW), FakeCache())
+    assert [lr.constant.name for lr in plan.lookups] == ([] if policy == "no-sharing" else ["head.weight"])
+    d = by_name(out)["folded"]
+    assert d.lookup is None and not d.enters_cache and out.failure is None
+    expected = {"no-sharing": (Decision.PRIVATE, Reason.SHARING_DISABLED),
+                "fqn-weight-cache": (Decision.NEVER_FILLED, Reason.EMPTY_FQN)}.get(policy,
+                                                                                   (Decision.PRIVATE, Reason.EMPTY_FQN))
+    assert (d.decision, d.reason_code) == expected
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_repeated_fqn_in_one_method_loads_under_every_policy(policy):
+    """Issue 23 class 1: no KeyError from the cache, one entry per FQN, every slot decided (under
+    fqn-weight-cache one key with two contents is the exporter's refusal, so the twins hold one content)."""
+    twin = replace(TWIN, digest=BIAS.digest) if policy == "fqn-weight-cache" else TWIN
+    _, out = run(policy, view(twin, BIAS, name="m0"), FakeCache())
+    assert out.failure is None and [d.constant.name for d in out.decisions] == ["layers_0_bias_twin", "layers_0_bias"]
+    assert [d.enters_cache for d in out.decisions] == ([False, False] if policy == "no-sharing" else [True, False])
+    assert Decision.NEVER_FILLED not in {d.decision for d in out.decisions}  # a first method always fills its slots
 
 
 # ------------------------------------------------------------------ upstream's edge cases (issue 23)
@@ -363,10 +380,11 @@ def test_refusal_names_the_fqn_after_the_first_mismatching_field_as_922_logs_the
                            "previous method. Refusing to share.")
     assert by_name(out)["b"].reason == ("Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); "
                                         f"then: {out.failure}")
-    _, out = run("decline-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
-    assert by_name(out)["b"].reason == (
-        "Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); then: Constant 'layers.1.bias' in "
-        "method 'm1' differs from the cached copy; using this method's own copy instead of sharing")
+    for policy in ("decline-on-mismatch", "verify-always"):  # e4b and 144: one log line
+        _, out = run(policy, view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
+        assert by_name(out)["b"].reason == (
+            "Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); then: Constant 'layers.1.bias' in "
+            "method 'm1' differs from the cached copy; using this method's own copy instead of sharing")
 
 
 def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
@@ -382,14 +400,96 @@ def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
     assert line("w", a, replace(a, device_index=1)) == "Constant 'w': device mismatch (cached=1:0, new=1:1)"
 
 
-def test_refusal_says_upstream_may_name_another_fqn_when_several_mismatch():
+def test_refusal_names_the_first_mismatch_in_libstdcxx_unordered_map_order():
+    """g++ 12 iterates {layers.1.bias, enc.w} (inserted in that order) as enc.w, layers.1.bias: 922 names enc.w."""
     w16, w32 = const("w", fqn="enc.w", shape=(16, 4), data="a"), const("w", fqn="enc.w", shape=(32, 4), data="b")
     _, out = run("refuse-on-mismatch", view(B32, w32, NEW, name="m1"),
                  FakeCache(cached(B16, owner="m0"), cached(w16, owner="m0")))
-    assert "FQNs 'layers.1.bias', 'enc.w' all mismatch: upstream names the first in its unordered_map's" in (
-        by_name(out)["b"].reason)
+    assert out.failure == refusal_message("enc.w", "m1")
+    assert by_name(out)["w"].reason.endswith("(upstream checks FQNs in its unordered_map's order: 'enc.w' first; "
+                                             "'layers.1.bias' mismatch too, never checked)")
+    assert by_name(out)["b"].reason_code is Reason.LOAD_REFUSED
     _, out = run("refuse-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
     assert "unordered_map" not in by_name(out)["b"].reason
+
+
+# Iteration orders printed by g++ 12.2 (libstdc++) for std::unordered_map<std::string, std::string> after
+# map[k] = ... for each key in turn; the 30 keys cross both rehashes (13 -> 29 -> 59 buckets).
+LIBSTDCXX_ORDERS = [
+    (["layers.1.bias", "enc.w"], ["enc.w", "layers.1.bias"]),
+    (["enc.w", "layers.1.bias", "enc.b", "dec.w"], ["dec.w", "enc.b", "layers.1.bias", "enc.w"]),
+    (["layers.1.bias", "enc.w", "enc.b", "dec.w", "dec.b", "head.w"],
+     ["head.w", "dec.b", "dec.w", "enc.b", "enc.w", "layers.1.bias"]),
+    ([f"w{i}" for i in range(30)], "w29 w10 w14 w11 w16 w6 w5 w24 w19 w4 w3 w8 w22 w27 w7 w12 w13 w1 w9 w26 w0 "
+                                   "w21 w15 w18 w17 w20 w23 w28 w2 w25".split()),
+    (["layers.1.bias", *(f"w{i}" for i in range(29))], "w28 w10 w14 w11 w16 w6 w5 w24 w19 w4 w3 w8 w22 w27 w7 w1 "
+                                                       "w9 w26 layers.1.bias w0 w21 w13 w12 w15 w18 w17 w20 w23 "
+                                                       "w2 w25".split()),
+]
+
+
+@pytest.mark.parametrize("keys,iterated", LIBSTDCXX_ORDERS)
+def test_unordered_map_order_is_libstdcxx_s(keys, iterated):
+    from toolkit.policies import libstdcxx_string_hash, unordered_map_order
+
+    assert libstdcxx_string_hash("layers.0.bias") == 12144026510823220176  # std::hash<std::string> of g++ 12
+    assert unordered_map_order(keys + keys[:3]) == iterated  # a key met again is not re-inserted
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="needs g++ (the fixed orders above always run)")
+def test_unordered_map_order_agrees_with_gxx_on_random_keys(tmp_path):
+    import random
+    import subprocess
+
+    from toolkit.policies import unordered_map_order
+
+    src = tmp_path / "order.cpp"
+    src.write_text("#include <unordered_map>\n#include <string>\n#include <iostream>\nint main(){std::string l;"
+                   "std::unordered_map<std::string,std::string> m;while(std::getline(std::cin,l)){if(l==\"--\"){"
+                   "for(auto&p:m)std::cout<<p.first<<\"\\n\";std::cout<<\"--\\n\";"
+                   "m=std::unordered_map<std::string,std::string>();continue;}m[l]=l;}}")
+    subprocess.run(["g++", "-O1", "-std=c++17", str(src), "-o", str(tmp_path / "order")], check=True)
+    rng = random.Random(7)
+    sets = [[rng.choice([f"layers.{rng.randrange(300)}.weight", f"_tensor_constant{rng.randrange(900)}",
+                         "x" * rng.randrange(1, 20)]) for _ in range(rng.choice([1, 5, 13, 14, 29, 30, 200, 700]))]
+            for _ in range(60)]
+    got = subprocess.run([str(tmp_path / "order")], input="".join("\n".join(s) + "\n--\n" for s in sets),
+                         capture_output=True, text=True, check=True).stdout.split("--\n")
+    assert [g.splitlines() for g in got[:-1]] == [unordered_map_order(s) for s in sets]
+
+
+def test_922_failed_init_records_the_misses_upstream_keeps_in_its_cache():
+    """m1 = [enc.w (miss), b (hit, shape differs), enc.b, dec.w]: g++ walks dec.w, enc.b, layers.1.bias, enc.w, so
+    upstream caches dec.w and enc.b before it refuses, and never reaches enc.w."""
+    enc_w, enc_b, dec_w = (const(n.replace(".", "_"), fqn=n, data="m1") for n in ("enc.w", "enc.b", "dec.w"))
+    _, out = run("refuse-on-mismatch", view(enc_w, B32, enc_b, dec_w, name="m1"), FakeCache(cached(B16, owner="m0")))
+    assert out.failure == refusal_message("layers.1.bias", "m1")
+    assert {n for n, d in by_name(out).items() if d.upstream_keeps} == {"enc_b", "dec_w"}
+    assert all(d.decision is Decision.REFUSED for d in out.decisions)
+    assert "upstream keeps it in its cache (added before 'layers.1.bias'" in by_name(out)["dec_w"].reason
+    for policy in POLICIES:  # only 922's failed init leaves entries behind
+        if policy != "refuse-on-mismatch":
+            _, out = run(policy, view(enc_w, B32, enc_b, dec_w, name="m1"), FakeCache(cached(B16, owner="m0")))
+            assert not any(d.upstream_keeps for d in out.decisions), policy
+
+
+def test_dry_run_records_what_upstream_keeps_after_a_failed_init_and_restores_its_own_cache():
+    from toolkit import events as ev
+    from toolkit.analysis import run_analysis
+
+    enc_w, enc_b, dec_w = (const(n.replace(".", "_"), fqn=n, data="m1") for n in ("enc.w", "enc.b", "dec.w"))
+    a = run_analysis(_program(("m0", [B16]), ("m1", [enc_w, B32, enc_b, dec_w]), ("m2", [enc_b])),
+                     "refuse-on-mismatch")
+    assert a.session.failed_method == "m1"
+    a.session.load_method("m2")  # a caller who goes on loading
+    rows = a.session.decisions.set_index(["method", "name"])
+    assert rows["upstream_keeps"].to_dict() == {("m0", "b"): False, ("m1", "enc_w"): False,
+                                                ("m1", "b"): False, ("m1", "enc_b"): True, ("m1", "dec_w"): True,
+                                                ("m2", "enc_b"): False}
+    left = a.session.log.of_type(ev.CacheEntryLeftUpstream)
+    assert [(e.method, e.name, e.fqn) for e in left] == [("m1", "enc_b", "enc.b"), ("m1", "dec_w", "dec.w")]
+    # the toolkit's cache is restored: m2 loads enc.b itself, where upstream would share m1's leaked tensor
+    assert rows.loc[("m2", "enc_b"), "decision"] == "loaded"
 
 
 @pytest.mark.parametrize("policy", DENSE + ["blind-share"])
@@ -579,6 +679,47 @@ def test_fqn_weight_cache_per_device_and_other_views():
     plan, out = run("fqn-weight-cache", view(w, w_again, name="prefill"), FakeCache())
     assert [d.decision for d in out.decisions] == [Decision.LOADED, Decision.PRIVATE]
     assert [d.enters_cache for d in out.decisions] == [True, False]
+
+
+def test_fqn_weight_cache_fails_a_dtype_the_manifest_parser_rejects():
+    """is_supported_cuda_fqn_dtype (ETCUDAFQN1 and ETCUDAFQN3) knows SlimTensor's nine dtypes: float64 is not one."""
+    w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
+    d64 = const("d", fqn="lin.scale", dtype="float64", data="d", kind=ConstantKind.PARAMETER)
+    plan, out = run("fqn-weight-cache", view(w, d64, name="prefill"), FakeCache())
+    assert out.failure == "Malformed CUDA FQN weight manifest" and out.stage is Stage.LOAD
+    assert by_name(out)["d"].reason.startswith("'d' is float64, a dtype the manifest parser rejects")
+    assert {x.decision for x in out.decisions} == {Decision.REFUSED} and not any(x.enters_cache for x in out.decisions)
+    _, out = run("fqn-weight-cache", view(w, replace(d64, dtype="int16"), name="prefill"), FakeCache())
+    assert out.failure is None
+
+
+def test_fqn_weight_cache_an_unnamed_parameter_fails_the_bind_an_unnamed_buffer_is_never_filled():
+    """No manifest entry names it; torch's assert_all_constants raises for a parameter, skips a buffer or tensor
+    constant (and an empty parameter), and the FQN path loads no blob."""
+    w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
+    p = const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)
+    _, out = run("fqn-weight-cache", view(w, p, name="prefill"), FakeCache())
+    assert out.failure == "Failed to bind CUDA FQN weights"
+    assert "'Cannot find constants p in constants_map!'" in by_name(out)["p"].reason
+    assert {x.decision for x in out.decisions} == {Decision.REFUSED}
+    for kind in (ConstantKind.BUFFER, ConstantKind.LIFTED_CONSTANT):
+        _, out = run("fqn-weight-cache", view(w, replace(p, kind=kind), name="prefill"), FakeCache())
+        assert out.failure is None
+        assert decisions(out) == {"w": (Decision.LOADED, Reason.FIRST_SEEN), "p": (Decision.NEVER_FILLED,
+                                                                                   Reason.EMPTY_FQN)}
+        assert by_name(out)["p"].origin is not TensorOrigin.OWN_UPLOAD  # nothing is uploaded for it
+
+
+def test_dry_run_of_fqn_weight_cache_says_an_unnamed_buffer_is_not_runnable():
+    from toolkit.analysis import run_analysis
+    from toolkit.verdict import MethodOutcome
+
+    w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
+    a = run_analysis(_program(("m0", [w, const("b", fqn="", data="b", kind=ConstantKind.BUFFER)])), "fqn-weight-cache")
+    assert {m.method: m.outcome for m in a.verdict.methods} == {"m0": MethodOutcome.NOT_RUNNABLE}
+    a = run_analysis(_program(("m0", [w, const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)])),
+                     "fqn-weight-cache")
+    assert a.session.failed_method == "m0" and a.session.error == "Failed to bind CUDA FQN weights"
 
 
 def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():

@@ -86,9 +86,13 @@ def test_a_generation_1_export_opens_with_the_constant_table_its_so_declares(nam
     assert _result(folder)["constant_table_problems"] == {}
 
 
-def test_without_its_constant_table_a_generation_1_export_says_what_is_missing():
+def test_without_its_constant_table_a_generation_1_export_says_what_is_missing(tmp_path):
+    import shutil
+
+    bare = shutil.copytree(GEN1 / "shared_state", tmp_path / "shared_state")
+    (bare / "constant_table.json").unlink()  # (read from beside the .pte by default)
     with pytest.raises(toolkit.errors.ProgramError, match="constant_table"):
-        toolkit.open_program(GEN1 / "shared_state" / "prog.pte")
+        toolkit.open_program(bare / "prog.pte")
 
 
 def test_no_so_declares_an_empty_or_a_repeated_fqn_and_tied_weights_are_one_slot():

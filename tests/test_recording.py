@@ -32,6 +32,27 @@ def test_log_orders_events_and_can_be_switched_off():
     assert len(off) == 0
 
 
+def test_log_makes_each_event_once_on_first_read_and_reads_columns_from_its_records():
+    from toolkit.vocab import Lookup
+
+    log = ev.EventLog()
+    log.record(ev.CacheLookup, "m0", name="a", fqn="a.w", result=Lookup.HIT, cached_owner="m")
+    log.record(ev.LoadFailed, "m0", error="boom")
+    log.record(ev.CacheLookup, "m1", cached_owner="", result=Lookup.MISS, fqn="b.w", name="b")  # other order
+    first = log.of_type(ev.CacheLookup)
+    assert [e.seq for e in first] == [0, 2] and first == log.of_type(ev.CacheLookup)
+    assert all(a is b for a, b in zip(first, log.of_type(ev.CacheLookup)))  # made once
+    assert log.last() is list(log)[-1] and log.last().fqn == "b.w"
+    assert log.seqs(ev.CacheLookup) == [0, 2]
+    for name in ("seq", "time_s", "method", "name", "fqn", "result", "cached_owner", "storage_key"):
+        assert log.column(ev.CacheLookup, name) == [getattr(e, name) for e in first], name
+    assert log.column(ev.CacheLookup, "storage_key") == ["", ""]  # a field not given: its default
+    bad = ev.EventLog()
+    with pytest.raises(TypeError, match=r"LoadFailed: unknown fields \['nope'\], missing fields \['error'\]"):
+        bad.record(ev.LoadFailed, "m", nope=1)  # fails where it is recorded, as the event's constructor would
+    assert len(bad) == 0
+
+
 def test_tables_of_a_decline_load(built_sample):
     s = toolkit.load_program(built_sample("partial_collision_shape"), "decline-on-mismatch")
     events = s.events

@@ -6,10 +6,11 @@ place they become DataFrames is :mod:`toolkit.tables`.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Iterator
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, Iterator, Sequence
 
 from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin, UploadPath
 
@@ -136,6 +137,7 @@ class Decided(Event):
     slot_problem: str  # why the installed tensor cannot fill the slot (the out-of-bounds guard), else ""
     storage_key: str = ""  # the key it is cached under when not its FQN (fqn-weight-cache: its storage key)
     data_problem: str = ""  # why it runs on other data than its own (verdict.DataProblem), "" when it does not
+    upstream_keeps: bool = False  # the load failed; upstream leaves this constant in its cache, the toolkit does not
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,17 @@ class CacheEntryAdded(Event):
     name: str
     fqn: str
     owner_kind: str  # "container" (aliases a container's blob) or "toolkit" (a tensor we own)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntryLeftUpstream(Event):
+    """A failed load's constant upstream leaves in its cache (on the leaked container); the toolkit restores its
+    cache, so a later method shares with it under upstream only."""
+
+    kind = EventKind.CACHE_ENTRY_LEFT_UPSTREAM
+    name: str
+    fqn: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +218,7 @@ class CulpritTried(Event):
 EVENT_TYPES: tuple[type[Event], ...] = (
     LoadStarted, ContainerCreated, ConstantEnumerated, CacheLookup, BlobUploaded,
     ConstantsExtracted, ConstantUploaded, FieldCompared, DigestCompared, Decided,
-    CacheEntryAdded, OutOfBoundsAlias, PairsInstalled, MethodLoaded, LoadFailed,
+    CacheEntryAdded, CacheEntryLeftUpstream, OutOfBoundsAlias, PairsInstalled, MethodLoaded, LoadFailed,
     MemorySampled, MethodUnloaded, CulpritTried,
 )
 
@@ -213,6 +226,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 class EventLog:
     """An append-only, thread-safe, ordered log of events.
 
+    ``record`` stores what happened (type, time, method, payload) and nothing more; the
+    :class:`Event` of a record is made the first time it is read, once.  A dry run records
+    several events per decision and reads few of them back (benchmarks/scaling.py: making
+    every event as it was recorded was half of a dry run's time).
     ``enabled=False`` keeps the log empty (used to measure recording overhead).
     """
 
@@ -220,21 +237,79 @@ class EventLog:
         self.enabled = enabled
         self._clock = clock
         self._t0 = clock()
-        self._events: list[Event] = []
+        # (type, time_s, method, payload keys, payload values): a keys tuple is stored once per distinct
+        # order, so a record takes the memory of its values (a dict per event took 2.3 times the bytes)
+        self._records: list[tuple[type[Event], float, str, tuple[str, ...], tuple[Any, ...]]] = []
+        self._keys: dict[tuple[type[Event], tuple[str, ...]], tuple[str, ...]] = {}
+        self._made: dict[int, Event] = {}  # seq -> its Event, once read
         self._lock = threading.Lock()
 
     def record(self, event_type: type[Event], method: str, **payload: Any) -> None:
         if not self.enabled:
             return
-        events = self._events
+        keys = self._keys.get(sig := (event_type, tuple(payload)))
+        if keys is None:  # a payload of this order for the first time: checked against the event's fields
+            keys = self._keys[sig] = _checked(event_type, sig[1])
         with self._lock:  # seq, time and position agree even when threads record at once
-            events.append(event_type(len(events), self._clock() - self._t0, method, **payload))
+            self._records.append((event_type, self._clock() - self._t0, method, keys, tuple(payload.values())))
+
+    def _event(self, seq: int) -> Event:
+        e = self._made.get(seq)
+        if e is None:
+            event_type, time_s, method, keys, values = self._records[seq]
+            e = self._made[seq] = event_type(seq, time_s, method, **dict(zip(keys, values)))
+        return e
 
     def __iter__(self) -> Iterator[Event]:
-        return iter(list(self._events))
+        return iter([self._event(i) for i in range(len(self._records))])
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._records)
+
+    def last(self) -> Event:
+        return self._event(len(self._records) - 1)
 
     def of_type(self, event_type: type[Event]) -> list[Event]:
-        return [e for e in self._events if type(e) is event_type]
+        return [self._event(i) for i, r in enumerate(self._records) if r[0] is event_type]
+
+    def column(self, event_type: type[Event], name: str, seqs: Sequence[int] | None = None) -> list[Any]:
+        """Field ``name`` of the events of ``event_type`` (or of the records ``seqs``, all of that type),
+        read from the records without making their events (how :mod:`toolkit.tables` builds frames)."""
+        records = self._records
+        if seqs is None:
+            seqs = self.seqs(event_type)
+        if name == "seq":
+            return list(seqs)
+        if name in ("time_s", "method"):
+            at = 1 if name == "time_s" else 2
+            return [records[i][at] for i in seqs]
+        default = _defaults(event_type)[name]
+        out, where = [], {}  # payload keys -> the position of ``name`` in them (-1: not given, the default)
+        for i in seqs:
+            _, _, _, keys, values = records[i]
+            at = where.get(keys)
+            if at is None:
+                at = where[keys] = keys.index(name) if name in keys else -1
+            out.append(values[at] if at >= 0 else default)
+        return out
+
+    def seqs(self, event_type: type[Event]) -> list[int]:
+        """The positions of every event of ``event_type``."""
+        return [i for i, r in enumerate(self._records) if r[0] is event_type]
+
+
+def _checked(event_type: type[Event], keys: tuple[str, ...]) -> tuple[str, ...]:
+    """``keys`` when they name fields of ``event_type`` and every field without a default (as its
+    constructor would require, so a wrong payload fails where it is recorded); else TypeError."""
+    defaults = _defaults(event_type)
+    given = {k: d for k, d in defaults.items() if k not in ("seq", "time_s", "method")}
+    unknown = [k for k in keys if k not in given]
+    missing = [k for k, d in given.items() if d is MISSING and k not in keys]
+    if unknown or missing:
+        raise TypeError(f"{event_type.__name__}: unknown fields {unknown}, missing fields {missing}")
+    return keys
+
+
+@functools.cache
+def _defaults(event_type: type[Event]) -> dict[str, Any]:
+    return {f.name: f.default for f in fields(event_type)}

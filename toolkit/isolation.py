@@ -297,7 +297,7 @@ def _worker(tmp: Path) -> int:
                 emit({"stage": "loading", "method": method})
             super().record(event_type, method, **payload)
             if self.enabled:
-                emit({"event": {k: _jsonable(v) for k, v in self._events[-1].row().items()}})
+                emit({"event": {k: _jsonable(v) for k, v in self.last().row().items()}})
 
     class WorkerSession(Session):
         def run(self, method, inputs=None):

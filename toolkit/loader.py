@@ -349,6 +349,10 @@ class ProgramLoad:
                              new=dc.new, equal=dc.equal)
         if outcome.failure:
             self._record_decisions(m, device, outcome, plan, {})
+            for d in outcome.decisions:
+                if d.upstream_keeps:
+                    self.log.record(ev.CacheEntryLeftUpstream, m, name=d.constant.name, fqn=d.constant.fqn,
+                                    reason=d.reason)
             raise LoadError(outcome.failure)
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
@@ -487,7 +491,7 @@ class ProgramLoad:
                 cached_dtype=ref.meta.dtype if ref else "", cached_shape=shown(ref.meta.shape) if ref else "",
                 cached_strides=shown(ref.meta.strides) if ref else "", cached_digest=ref.digest if ref else "",
                 slot_problem=problems.get(c.name, ""), storage_key=d.key,
-                data_problem=found.problem.value if found else "",
+                data_problem=found.problem.value if found else "", upstream_keeps=d.upstream_keeps,
             )
         self.results[m].findings = tuple(findings)
 

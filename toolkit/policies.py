@@ -19,11 +19,11 @@ import abc
 import difflib
 import functools
 from dataclasses import dataclass, replace
-from typing import ClassVar, Mapping, Protocol, Sequence
+from typing import ClassVar, Iterable, Mapping, Protocol, Sequence
 
 from .errors import UnknownPolicyError
 from .model import ConstantSpec, TensorMeta, required_nbytes, shown
-from .vocab import Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
+from .vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
 
 # ------------------------------------------------------------------ inputs
 
@@ -126,6 +126,7 @@ class ConstantDecision:
     digest_comparison: DigestComparison | None = None
     enters_cache: bool = False
     key: str = ""  # the cache key it is looked up / cached under when not its FQN (fqn-weight-cache)
+    upstream_keeps: bool = False  # a failed load's entry upstream leaves in its cache; the toolkit restores its own
 
     @property
     def cache_key(self) -> str:
@@ -205,8 +206,10 @@ class ExportRefusal:
 # ------------------------------------------------------------------ helpers
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def compare_metadata(cached: TensorMeta, new: TensorMeta) -> tuple[FieldComparison, ...]:
-    """Field by field, in cuda_backend.cpp's order: dtype, rank, sizes, strides, device type, index."""
+    """Field by field, in cuda_backend.cpp's order: dtype, rank, sizes, strides, device type, index
+    (memoised: a program's constants repeat a few shapes, and a dry run compares every hit)."""
     pairs = [
         (MetadataField.DTYPE, cached.dtype, new.dtype),
         (MetadataField.RANK, cached.rank, new.rank),
@@ -328,6 +331,59 @@ def _lookups(method: MethodView, cache: CacheView) -> tuple[LookupResult, ...]:
                  for c in method.constants if c.fqn)
 
 
+_M64 = (1 << 64) - 1
+_HASH_MUL = 0xC6A4A7935BD1E995
+# The bucket counts a libstdc++ unordered_map grows through as keys are inserted one at a time (its
+# _Prime_rehash_policy: 13 at the first insert, then its listed prime >= twice the count), read from g++ 12.
+_LIBSTDCXX_BUCKETS = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933, 351061,
+                      712697, 1447153, 2938679, 5967347, 12117689, 24607243)
+
+
+def libstdcxx_string_hash(key: str) -> int:
+    """``std::hash<std::string>`` of 64-bit libstdc++: ``_Hash_bytes`` (MurmurHash64A-like), seed 0xc70f6907."""
+    data, mix = key.encode(), (lambda v: v ^ (v >> 47))
+    n, whole = len(data), len(data) & ~7
+    h = (0xC70F6907 ^ (n * _HASH_MUL)) & _M64
+    for i in range(0, whole, 8):
+        h = ((h ^ (mix(int.from_bytes(data[i:i + 8], "little") * _HASH_MUL & _M64) * _HASH_MUL & _M64))
+             * _HASH_MUL) & _M64
+    if n & 7:
+        h = ((h ^ int.from_bytes(data[whole:], "little")) * _HASH_MUL) & _M64
+    return mix(mix(h) * _HASH_MUL & _M64)
+
+
+def unordered_map_order(keys: Iterable[str]) -> list[str]:
+    """The iteration order of a libstdc++ ``std::unordered_map<std::string, T>`` after ``map[key] = ...`` for
+    each key in turn (a key met again is not re-inserted).  A node goes to the front of its bucket, a node
+    of an empty bucket to the front of the list; a rehash re-links the nodes in list order by the same rule.
+    The C++ standard leaves this order to the implementation: this is GCC's (Linux builds); libc++ and MSVC
+    iterate otherwise."""
+    hashes: dict[str, int] = {}
+    buckets: dict[int, list[str]] = {}  # each bucket's keys, front last
+    fronts: list[int] = []  # the buckets, front last
+    level = -1
+    for key in keys:
+        if key in hashes:
+            continue
+        if level < 0 or len(hashes) + 1 > _LIBSTDCXX_BUCKETS[level]:
+            level += 1
+            now = [k for b in reversed(fronts) for k in reversed(buckets[b])]
+            buckets, fronts = {}, []
+            for k in now:
+                _link(k, hashes[k] % _LIBSTDCXX_BUCKETS[level], buckets, fronts)
+        hashes[key] = libstdcxx_string_hash(key)
+        _link(key, hashes[key] % _LIBSTDCXX_BUCKETS[level], buckets, fronts)
+    return [k for b in reversed(fronts) for k in reversed(buckets[b])]
+
+
+def _link(key: str, bucket: int, buckets: dict[int, list[str]], fronts: list[int]) -> None:
+    if bucket in buckets:
+        buckets[bucket].append(key)
+    else:
+        buckets[bucket] = [key]
+        fronts.append(bucket)
+
+
 # ------------------------------------------------------------------ policies
 
 
@@ -423,7 +479,7 @@ class _ExecuTorchPolicy(Policy):
     def decide(self, plan, new_meta, cache):
         m = plan.method
         decisions: list[ConstantDecision] = []
-        failure: str | None = None
+        mismatches: list[int] = []  # refuse-on-mismatch: the decisions whose hit mismatches
         first_of, last_of = _fqn_slots(m)
         for c in m.constants:
             lr = plan.lookup(c.name)
@@ -472,13 +528,11 @@ class _ExecuTorchPolicy(Policy):
                 decisions.append(ConstantDecision(
                     c, Lookup.HIT, Decision.SHARED, Reason.METADATA_MATCH,
                     "metadata equal to the cached tensor (data not compared)", TensorOrigin.CACHE, entry, comps))
-            elif self.refuse_on_mismatch:
-                failure = refusal_message(c.fqn, m.name)
+            elif self.refuse_on_mismatch:  # which mismatch upstream meets first: after the loop
+                mismatches.append(len(decisions))
                 decisions.append(ConstantDecision(c, Lookup.HIT, Decision.REFUSED, Reason.METADATA_MISMATCH,
-                                                  f"{check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted])}"
-                                                  f"; then: {failure}{self._other_mismatches(plan, new_meta, c)}",
+                                                  check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted]),
                                                   TensorOrigin.WHOLE_BLOB, entry, comps))
-                break  # upstream returns at the first mismatch
             else:
                 # #21959: keep this method's own copy; the rejected name must also stay out of
                 # the user-managed pairs, or the container is pointed at a tensor it did not ask for.
@@ -486,21 +540,35 @@ class _ExecuTorchPolicy(Policy):
                     c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
                     f"{check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted])}; then: "
                     f"{decline_message(c.fqn, m.name)}", TensorOrigin.WHOLE_BLOB, entry, comps))
-        if failure is not None:
-            decisions = _refuse_rest(plan, decisions, f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
-        return Outcome(m.name, tuple(decisions), failure)
-
+        if not mismatches:
+            return Outcome(m.name, tuple(decisions))
+        return self._refuse(plan, decisions, mismatches)
 
     @staticmethod
-    def _other_mismatches(plan: Plan, new_meta: Mapping[str, TensorMeta], refused: ConstantSpec) -> str:
-        """Upstream checks FQNs in its ``unordered_map``'s order, not in constant order: where other hits
-        mismatch too, the FQN it names may be another (hash order is not modelled)."""
-        first_of, last_of = _fqn_slots(plan.method)
-        others = [lr.constant.fqn for lr in plan.lookups
-                  if lr.result is Lookup.HIT and lr.constant is last_of[lr.constant.fqn] and lr.constant is not refused
-                  and check_cached_constant_match("", lr.entry.meta, new_meta[first_of[lr.constant.fqn].name])]
-        return (f" (FQNs {', '.join(map(repr, [refused.fqn, *others]))} all mismatch: upstream names the first in its "
-                "unordered_map's iteration order, not necessarily this one)" if others else "")
+    def _refuse(plan: Plan, decisions: list[ConstantDecision], mismatches: list[int]) -> Outcome:
+        """922's validation loop walks ``fqn_to_name`` in its ``unordered_map`` order (libstdc++'s,
+        :func:`unordered_map_order`): each miss is added to the cache, and the first hit that mismatches
+        returns the error.  The misses walked before it stay in upstream's cache (``upstream_keeps``), on
+        the failed method's container, which upstream leaks; the hits after it are never checked."""
+        m = plan.method
+        order = {fqn: i for i, fqn in enumerate(unordered_map_order(c.fqn for c in m.constants if c.fqn))}
+        refused = min(mismatches, key=lambda i: order[decisions[i].constant.fqn])
+        d = decisions[refused]
+        failure = refusal_message(d.constant.fqn, m.name)
+        unchecked = [decisions[i].constant.fqn for i in mismatches if i != refused]
+        decisions[refused] = replace(d, reason=f"{d.reason}; then: {failure}" + (
+            f" (upstream checks FQNs in its unordered_map's order: {d.constant.fqn!r} first; "
+            f"{', '.join(map(repr, unchecked))} mismatch too, never checked)" if unchecked else ""))
+        for i in mismatches:
+            if i != refused:
+                decisions[i] = replace(decisions[i], decision=Decision.DECLINED)  # refused with the rest below
+        at = order[d.constant.fqn]
+        kept = {x.constant.name for x in decisions if x.enters_cache and order[x.constant.fqn] < at}
+        out = _refuse_rest(plan, decisions, f"method load failed: {failure}", TensorOrigin.WHOLE_BLOB)
+        out = [replace(x, upstream_keeps=True, reason=f"{x.reason}; upstream keeps it in its cache (added before "
+                       f"{d.constant.fqn!r} in its unordered_map's order), where the toolkit restores its cache")
+               if x.constant.name in kept else x for x in out]
+        return Outcome(m.name, tuple(out), failure)
 
 
 class NameOnly(_ExecuTorchPolicy):
@@ -741,7 +809,17 @@ class FqnWeightCache(Policy):
     otherwise that storage alone is uploaded; every constant is installed user-managed, no
     whole blob is uploaded.  The first holder of a key is cached under the key, holders on
     other devices under ``<key>@<device>``; that cache key is a decision's ``storage_key``.
-    Upstream code modelled, approximations, what is not established: ``docs/upstream.md``.
+
+    Where #21823's runtime (``ETCUDAFQN1``, ``refs/pull/21823/head``) and the ``ETCUDAFQN3``
+    runtime agree, this follows them: a named constant of a dtype the manifest parser rejects
+    (float64 and every dtype outside SlimTensor's nine) fails the method, "Malformed CUDA FQN
+    weight manifest"; an unnamed parameter gets no pair, so the full-update bind fails it, "Failed
+    to bind CUDA FQN weights"; an unnamed buffer or lifted constant is skipped by torch's
+    ``assert_all_constants`` and nothing fills it (never filled).  One departure: upstream builds a
+    hit under another view (same key, same storage bytes, other sizes/strides) as a view on the
+    shared storage; here it gets its own upload (declined), because the program model holds the
+    bytes each slot reads, not the storage a view reads from: same outputs, more memory.
+    Approximations and what is not established: ``docs/upstream.md``.
     """
 
     name = PolicyName.FQN_WEIGHT_CACHE
@@ -799,15 +877,28 @@ class FqnWeightCache(Policy):
 
     def decide(self, plan, new_meta, cache):
         m = plan.method
+        bad = next((c for c in m.constants if c.fqn and c.dtype not in _SLIM_SCALAR_TYPE), None)
+        unbound = next((c for c in m.constants if not c.fqn and c.kind is ConstantKind.PARAMETER and c.nbytes), None)
+        if bad is not None or unbound is not None:  # init fails: the manifest's parse, else the full-update bind
+            failure, c = (("Malformed CUDA FQN weight manifest", bad) if bad is not None else
+                          ("Failed to bind CUDA FQN weights", unbound))
+            why = (f"{c.name!r} is {c.dtype}, a dtype the manifest parser rejects" if bad is not None else
+                   f"{c.name!r} is a parameter with no original FQN: no manifest entry binds it, and the "
+                   f"full-update check raises 'Cannot find constants {c.name} in constants_map!'")
+            refusing = ConstantDecision(c, None, Decision.REFUSED, Reason.LOAD_REFUSED, f"{why}; then: {failure}",
+                                        TensorOrigin.OWN_UPLOAD)
+            return Outcome(m.name, tuple(_refuse_rest(plan, [refusing], f"method load failed: {failure}",
+                                                      TensorOrigin.OWN_UPLOAD)), failure)
         out: list[ConstantDecision] = []
         loaded_here: dict[str, ConstantSpec] = {}  # cache key -> the constant of this method that loads it
         failure: str | None = None
         for c in m.constants:
             lr = plan.lookup(c.name)
             if lr is None:
-                out.append(ConstantDecision(c, None, Decision.PRIVATE, Reason.EMPTY_FQN,
-                                            "no original FQN: no storage key; uploaded on its own",
-                                            TensorOrigin.OWN_UPLOAD))
+                out.append(ConstantDecision(c, None, Decision.NEVER_FILLED, Reason.EMPTY_FQN,
+                                            f"no original FQN: no manifest entry binds it; torch's full-update check "
+                                            f"skips a {c.kind.value if c.nbytes else 'empty parameter'}, and no blob "
+                                            "is loaded: nothing fills this slot", TensorOrigin.WHOLE_BLOB))
                 continue
             skey, ckey, entry = self._key(c, m, cache)
             holder = cache.get(skey)  # the first holder of this storage key (any device)

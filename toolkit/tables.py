@@ -23,7 +23,8 @@ COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", 
 DECISION_COLUMNS = [
     "seq", "method", "device", "name", "fqn", "storage_key", "constant_kind", "mutated", "lookup", "decision", "reason_code",
     "reason", "origin", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
-    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "data_problem", "culprit",
+    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "data_problem", "upstream_keeps",
+    "culprit",
 ]
 MEMORY_COLUMNS = ["seq", "time_s", "method", "device", "phase", "bytes_in_use", "measure"]
 METHOD_RESULT_COLUMNS = ["policy", "method", "device", "status", "whole_blob", "blob_bytes", "own_upload_bytes",
@@ -37,18 +38,19 @@ def _plain(v: Any) -> Any:
     return v.value if isinstance(v, enum.Enum) else v
 
 
-def _columns(events: list[Event], columns: list[str]) -> pd.DataFrame:
-    """A frame built column by column (far less memory and time than a dict per row).
+def _columns(log: EventLog, event_type: type[Event], columns: list[str]) -> pd.DataFrame:
+    """A frame of one event type, built column by column (far less memory and time than a dict per row).
 
     Each column becomes its array before the next one is read, and the frame takes the
     arrays without copying them: at most one column of Python values is alive at a time
     (benchmarks/scaling.py: half the peak memory of handing pandas every list at once).
     """
-    if not events:
+    seqs = log.seqs(event_type)
+    if not seqs:
         return pd.DataFrame({c: [] for c in columns}, columns=columns)
     data = {}
     for c in columns:
-        values = [getattr(e, c) for e in events]
+        values = log.column(event_type, c, seqs)
         if isinstance(values[0], enum.Enum):
             values = [_plain(v) for v in values]
         data[c] = pd.Series(values, name=c, copy=False)
@@ -139,7 +141,7 @@ def events_frame(log: EventLog) -> pd.DataFrame:
 
 
 def lookups_frame(log: EventLog) -> pd.DataFrame:
-    return _columns(log.of_type(CacheLookup), LOOKUP_COLUMNS)
+    return _columns(log, CacheLookup, LOOKUP_COLUMNS)
 
 
 def comparisons_frame(log: EventLog) -> pd.DataFrame:
@@ -169,7 +171,7 @@ def _with_culprits(frame: pd.DataFrame, blamed: Iterable[tuple[str, str, str]]) 
 def decisions_frame(log: EventLog) -> pd.DataFrame:
     """One row per decision; ``culprit`` names the verifications (``standalone`` or a sequence)
     that blame (``session.blame()``) found this decision to break, "" otherwise."""
-    return _with_culprits(_columns(log.of_type(Decided), DECISION_COLUMNS[:-1]),
+    return _with_culprits(_columns(log, Decided, DECISION_COLUMNS[:-1]),
                           ((e.method, e.name, e.verification) for e in log.of_type(CulpritTried) if e.fixes))
 
 
@@ -181,7 +183,7 @@ def decisions_from_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def memory_frame(log: EventLog) -> pd.DataFrame:
-    return _columns(log.of_type(MemorySampled), MEMORY_COLUMNS)
+    return _columns(log, MemorySampled, MEMORY_COLUMNS)
 
 
 def method_results_frame(results: Iterable[Any], *, policy: str) -> pd.DataFrame:

@@ -138,6 +138,7 @@ class EventKind(enum.StrEnum):
     DIGEST_COMPARED = "digest_compared"
     DECIDED = "decided"
     CACHE_ENTRY_ADDED = "cache_entry_added"
+    CACHE_ENTRY_LEFT_UPSTREAM = "cache_entry_left_upstream"
     OUT_OF_BOUNDS_ALIAS = "out_of_bounds_alias"
     PAIRS_INSTALLED = "pairs_installed"
     METHOD_LOADED = "method_loaded"
