@@ -160,13 +160,17 @@ def test_a_so_that_fails_to_load_leaves_the_so_cache(tmp_path):
     from toolkit.runtimes import Device
     from toolkit.runtimes.aoti import AotiMethod, AotiRuntime
 
-    bad = shutil.copytree(PTE.parent, tmp_path / "p") / PTE.name
-    program = toolkit.open_program(bad)
-    method = program.methods[0]
-    so = method.location.so
+    from executorch_fixtures import unpacked
+
+    # generation 1 (executorch 1.2.0) keys a .so by its method's name, not by its sha256, so a .pte whose
+    # .so bytes are zeroed still opens (the sealed copy of what is then verified is what dlopen gets)
+    bad = shutil.copytree(unpacked("1.2.0") / "shared_state", tmp_path / "p") / "prog.pte"
+    so = toolkit.open_program(bad).methods[0].location.so
     with open(bad, "r+b") as f:  # not an ELF file any more: dlopen fails
         f.seek(so.offset)
         f.write(b"\0" * so.size)
+    program = toolkit.open_program(bad)
+    method = program.methods[0]
     cache = tmp_path / "cache"
     runtime = AotiRuntime(LoadOptions(cache_dir=cache))
     with pytest.raises(RuntimeError):
