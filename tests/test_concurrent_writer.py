@@ -59,7 +59,8 @@ def record(data, chunk=64 << 10):
 def run_child(body: str, tmp_path: Path, timeout: float = 120) -> dict:
     """Run ``body`` (after PRELUDE) in a fresh interpreter; its last stdout line is a JSON summary."""
     code = PRELUDE + textwrap.dedent(body)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"),  # (and what the parent has)
+                                                        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"child ended with {proc.returncode} (negative: a signal)\n{proc.stderr[-3000:]}"

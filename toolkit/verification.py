@@ -517,6 +517,10 @@ def intended_state(load: "Session") -> tuple[str, list[str]]:
         return "state: one tensor per storage of the eager program (the build's provenance)", []
     blind = [f"{k} (held by {', '.join(ms)}) was one buffer of the eager program or several" for k, ms in held.items()]
     apart = sorted(f for f, by in keys_of.items() if len(by) > 1 and len(set(by.values())) > 1)
+    unkeyed = sorted(f for f, by in keys_of.items() if len(by) > 1 and not any(by.values()))
+    if unkeyed:  # payload generations 1 and 2 record no storage key: each method's constants are its own
+        blind.append(f"{len(unkeyed)} FQN(s) held by several methods with no storage key ({', '.join(unkeyed[:3])}"
+                     f"{', ...' if len(unkeyed) > 3 else ''}) were one buffer or several")
     if apart:
         blind.append(f"{len(apart)} FQN(s) held by several methods under different keys ({', '.join(apart[:3])}"
                      f"{', ...' if len(apart) > 3 else ''}) were several buffers or one")
