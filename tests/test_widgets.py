@@ -98,7 +98,9 @@ def test_errors_are_recorded_not_raised(state, tmp_path):
     state.set(program_from="path", path=str(tmp_path / "missing"))
     assert state.load() is False
     assert state.error.startswith("could not open the program") and "does not exist" in state.error
-    assert "Traceback" in state.error_detail and "error" in state.heard and state.outcome == "failed"
+    # a user's mistake (a ToolkitError): its message once, no traceback; the status line says what failed
+    assert state.error_detail == "" and "error" in state.heard and state.outcome == "failed"
+    assert state.message == "could not open the program (see below)"
     assert state.session is first  # the previous results stay
     state.set(path="  ")
     assert state.load() is False and "enter the path" in state.error
@@ -115,6 +117,7 @@ def test_a_crashing_loader_becomes_a_message(built_sample):
     st = ExplorerState(build=lambda name, **kw: prog, load=boom)
     assert st.load() is False
     assert st.error == "could not load the program: RuntimeError: segfault avoided"
+    assert "Traceback" in st.error_detail and "segfault avoided" in st.error_detail  # unexpected: the traceback kept
     assert st.session is None and not st.busy
 
 
@@ -199,10 +202,9 @@ def test_compare_loads_each_policy_once(state, monkeypatch):
 
 
 def _matrix_figure(ex) -> dict:
-    """The plotly figure the Overview's Output widget shows (plotly's mime type, plain JSON)."""
-    (out,) = ex.matrix.outputs
-    assert out["output_type"] == "display_data"
-    return out["data"]["application/vnd.plotly.v1+json"]
+    """The plotly figure the Overview shows (its FigureWidget's figure, as a dict)."""
+    (fig,) = ex.matrix.children
+    return fig.to_dict()
 
 
 def _grid_text(ex) -> str:
@@ -266,7 +268,8 @@ def test_view_shows_errors_in_the_widget(explorer, tmp_path):
     ex.path.value = str(tmp_path / "nope")
     ex.load_button.click()  # must not raise
     assert ex.error.layout.display is None
-    assert "could not open the program" in ex.error.value and "<details>" in ex.error.value
+    assert "could not open the program" in ex.error.value and "<details>" not in ex.error.value  # no traceback
+    assert "could not open the program (see below)" in ex.status.value and "does not exist" not in ex.status.value
     assert ex.progress.bar_style == "danger"
     ex.program_from.value = "sample"
     ex.load_button.click()
@@ -491,14 +494,16 @@ def test_view_grid_is_bounded_and_a_click_selects(explorer):
     # cells arrive as HTML (not escaped again by itables), after every update too
     assert '<span class=\\"cs-tag cs-culprit\\"' in opts["data_json"]
     keys = ex._grid_keys
-    assert keys == [("prefill", "_tensor_constant0"), ("decode", "_tensor_constant0")]
-    assert ex.grid.selected_rows == [1]  # the state's selection shows in the grid
-    ex.grid.selected_rows = [0]  # what a click on the first row sends
+    assert keys == [("decode", "_tensor_constant0"), ("prefill", "_tensor_constant0")]  # the culprit first
+    assert ex.grid.selected_rows == [0]  # the state's selection shows in the grid
+    assert "function" in opts["drawCallback"] and "scrollTop" in opts["drawCallback"]  # brought into view
+    assert opts["keys_to_be_evaluated"] == [["drawCallback"]]
+    ex.grid.selected_rows = [1]  # what a click on the second row sends
     assert ex.state.selected == ("prefill", "_tensor_constant0")
     assert "prefill / _tensor_constant0" in ex.constant_detail.value
     assert ex.constant.value == ("prefill", "_tensor_constant0")
     ex.constant.value = ("decode", "_tensor_constant0")  # the picker beside it moves the grid too
-    assert ex.grid.selected_rows == [1]
+    assert ex.grid.selected_rows == [0]
     ex.filter_method.value = "decode"
     assert ex._grid_keys == [("decode", "_tensor_constant0")] and len(ex.grid.df) == 1
 
@@ -573,11 +578,11 @@ def test_view_has_no_broken_images(explorer):
     ex = explorer
     images = [ex.timeline, ex.memory, ex.tradeoff, ex.memory_policies]
     assert all(im.layout.display == "none" and not bytes(im.value) for im in images)
-    assert ex.matrix.layout.display == "none" and not ex.matrix.outputs and not ex.matrix_png.value
+    assert ex.matrix.layout.display == "none" and not ex.matrix.children and not ex.matrix_png.value
     ex.load_button.click()
     for im in (ex.timeline, ex.memory):
         assert im.layout.display is None and bytes(im.value).startswith(b"\x89PNG")
-    assert ex.matrix.layout.display is None and len(ex.matrix.outputs) == 1
+    assert ex.matrix.layout.display is None and len(ex.matrix.children) == 1
     assert ex.tradeoff.layout.display == "none" and ex.memory_policies.layout.display == "none"
 
 
@@ -633,7 +638,7 @@ def test_dry_run_of_a_cuda_pte_on_a_cpu(tmp_path, no_real_load):
     assert no_real_load == ["dry run"]
     assert st.is_dry_run and st.session.status == "loaded" and st.error is None
     assert len(st.session.decisions) == 6 and set(st.session.decisions["method"]) == {"decode", "prefill"}
-    assert st.banner.startswith("DRY RUN: a prediction") and "'prog'" in st.banner
+    assert st.banner.startswith("DRY RUN: a prediction") and "'shared_ok'" in st.banner  # named after its folder
     assert "dry run (a prediction" in st.message
     v = st.verification
     assert v["reason"].tolist() == ["not run (dry run)"] * 2 and not v["ran"].any()
@@ -642,7 +647,7 @@ def test_dry_run_of_a_cuda_pte_on_a_cpu(tmp_path, no_real_load):
     # the dry run's memory is the loader's accounting, per method
     assert st.session.method_results["device_bytes"].sum() == st.session.device_bytes > 0
     assert st.export_csv() is True
-    assert st.exported.name == "prog-fingerprint-dry-run-collisions.csv" and "a dry run" in st.export_message
+    assert st.exported.name == "shared_ok-fingerprint-dry-run-collisions.csv" and "a dry run" in st.export_message
     assert read_report(st.exported).frame["verify_reason"].eq("not run (dry run)").all()
     st.close()
 
@@ -713,7 +718,11 @@ def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
         ex.load_button.click()
         assert ex.state.error is None and no_real_load == ["dry run"]
         assert ex.dry_banner.layout.display is None and "DRY RUN: a prediction" in ex.dry_banner.value
-        assert "DRY RUN" in ex.summary.value
+        # the banner once, its head bold and the rest plain; the summary a table of facts, in units
+        assert (ex.dry_banner.value + ex.summary.value).count("DRY RUN") == 1
+        assert "<b>DRY RUN: a prediction, not a load.</b> The decisions" in ex.dry_banner.value
+        assert "predicted (dry run: nothing loaded or run)" in ex.summary.value and ">loaded<" not in ex.summary.value
+        assert "KiB would be on the device" in ex.summary.value and "<pre>" not in ex.summary.value
         assert "not run (dry run)" in ex.verification.value and ">wrong<" not in ex.verification.value
         assert ">prediction<" in ex.verification.value and ">ok<" in ex.verification.value
         assert _matrix_figure(ex)["data"][0]["type"] == "heatmap" and bytes(ex.timeline.value).startswith(b"\x89PNG")
@@ -793,10 +802,10 @@ def test_view_marks_blamed_rows_and_says_why(explorer):
     assert "_tensor_constant0 (content differs; culprit: breaks standalone)" in ex.verification.value
     assert "1 constant run on other data: 1 culprit (undoing the share fixes the method)" in ex.decisions.value
     assert "1 culprit (undoing the share fixes the method)" in ex.summary.value
-    col = ex.grid.df["blame"].tolist()
-    assert "culprit: breaks standalone" in col[1] and "cs-culprit" in col[1]
-    assert 'title="breaks standalone: cached' in col[1]  # the evidence on hover
-    assert col[0] == "<span></span>"  # prefill's own constant runs on its own data
+    col = ex.grid.df["blame"].tolist()  # the culprit's row first
+    assert "culprit: breaks standalone" in col[0] and "cs-culprit" in col[0]
+    assert 'title="breaks standalone: cached' in col[0]  # the evidence on hover
+    assert col[1] == "<span></span>"  # prefill's own constant runs on its own data
     ex.state.select("decode", "_tensor_constant0")
     assert "culprit: breaks standalone" in ex.constant_detail.value
     ex.state.select("prefill", "_tensor_constant0")
@@ -875,7 +884,9 @@ def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest
                         "breaks standalone", ("standalone",)) for i in range(40)))
     out = verification_html(v, verdict)
     row_b = next(r for r in out.split("<tr") if ">b<" in r)
-    assert f"... and {40 - MAX_NAMED:,} more" in row_b and "w0 (content differs; culprit: breaks standalone)" in row_b
+    # blame's finding said once for the 40 constants it was found for
+    assert f"w0, w1, w2, w3, w4, w5, w6, w7 ... and {40 - MAX_NAMED:,} more (content differs; culprit: breaks " \
+           f"standalone)" in row_b and row_b.count("breaks standalone") == 1
     assert "w39" not in row_b
     row_c = next(r for r in out.split("<tr") if ">c<" in r)
     assert ">wrong<" in row_c and "w0" not in row_c  # wrong, and no constant of it runs on other data
