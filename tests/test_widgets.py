@@ -890,3 +890,154 @@ def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest
     assert "w39" not in row_b
     row_c = next(r for r in out.split("<tr") if ">c<" in r)
     assert ">wrong<" in row_c and "w0" not in row_c  # wrong, and no constant of it runs on other data
+
+
+# ------------------------------------------------------------------ issue 22: what users touch
+
+
+def test_grid_puts_culprits_first_and_toggles_culprits_only(state):
+    from toolkit.widgets import CULPRIT_RANK, OTHER, interest_rank
+
+    assert state.load()
+    assert list(zip(state.rows["method"], state.rows["name"]))[0] == ("decode", "_tensor_constant0")
+    assert interest_rank(state.session.decisions, state.verdict).tolist() == [OTHER, CULPRIT_RANK]
+    state.set_filters(culprits_only=True)
+    assert state.filtered and state.rows["method"].tolist() == ["decode"]
+    assert state.selected == ("decode", "_tensor_constant0")
+    state.set_filters(culprits_only=False)
+    assert len(state.rows) == 2 and not state.filtered
+
+
+def test_interest_rank_orders_culprits_findings_wrong_methods_collisions():
+    from toolkit.widgets import CULPRIT_RANK, COLLISION, OF_A_WRONG_METHOD, OTHER, RUNS_ON_OTHER_DATA, interest_rank
+
+    v = _verdict_of_three_findings()  # b/w0 culprit; b/w1, c/w1, b/w2 harmless; b wrong
+    rows = pd.DataFrame([("a", "w0", "miss", ""), ("a", "w3", "hit", ""), ("b", "w9", "miss", ""),
+                         ("c", "w1", "hit", "content differs"), ("b", "w0", "hit", "content differs")],
+                        columns=["method", "name", "lookup", "data_problem"])
+    assert interest_rank(rows, v).tolist() == [OTHER, COLLISION, OF_A_WRONG_METHOD, RUNS_ON_OTHER_DATA, CULPRIT_RANK]
+
+
+def test_grid_shows_the_fqn_with_the_internal_name_beside():
+    rows = pd.DataFrame([{"method": "encoder", "name": "model_model_layers_0_fc1_weight",
+                          "fqn": "model.model.layers.0.fc1.weight", "decision": "loaded", "reason_code": "first_seen"},
+                         {"method": "encoder", "name": "w", "fqn": "", "decision": "loaded", "reason_code": "first_seen"}])
+    g = grid_frame(rows)
+    assert list(g.columns) == ["method", "constant", "decision", "same content", "reason", "bytes", "shared from"]
+    cell = g["constant"][0]
+    assert cell.index("model.\u200bmodel.\u200blayers") < cell.index("model_model_layers_0_fc1_weight")  # FQN first
+    assert 'class="cs-wrap cs-internal"' in cell and 'title="model.model.layers.0.fc1.weight"' in cell
+    assert g["constant"][1] == '<span class="cs-wrap cs-fqn">w</span>'  # no FQN: the name alone
+
+
+def test_view_matrix_click_selects_the_constant_in_the_grid_and_detail(explorer):
+    from toolkit.widgets import DECISIONS_TAB
+
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.state.set_filters(method="decode")  # hides prefill: the click clears the filters
+    (fig,) = ex.matrix.children
+    # what plotly's FigureWidget sends from the browser on a click on prefill's cell
+    fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
+        "trace_indexes": [0], "point_indexes": [[0, 0]], "xs": ["_tensor_constant0"], "ys": ["prefill"]}}
+    assert ex.state.selected == ("prefill", "_tensor_constant0") and not ex.state.filtered
+    assert ex.grid.selected_rows == [ex._grid_keys.index(("prefill", "_tensor_constant0"))]
+    assert "prefill / _tensor_constant0" in ex.constant_detail.value and ex.tabs.selected_index == DECISIONS_TAB
+
+
+def test_view_culprits_only_toggle_and_rows_export(explorer, tmp_path):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.culprits_only.value = True
+    assert ex.state.culprits_only and ex._grid_keys == [("decode", "_tensor_constant0")]
+    assert "(filtered)" in ex.grid._dt_args["language"]["info"]
+    ex.export_rows_button.click()
+    written = tmp_path / "total_collision-name-only-decisions-filtered.csv"
+    assert written.is_file() and "wrote 1 rows" in ex.export_rows_result.value
+    frame = read_report(written).frame  # the report's writer: it reads back as a report
+    assert frame["name"].tolist() == ["_tensor_constant0"] and frame["method"].tolist() == ["decode"]
+    ex.export_rows_button.click()  # never overwrites: numbered
+    assert (tmp_path / "total_collision-name-only-decisions-filtered-2.csv").is_file()
+
+
+def test_device_is_validated_and_cuda_without_cuda_is_a_message(built_sample, monkeypatch):
+    require("ipywidgets", extra="notebook")
+    import toolkit.widgets as widgets
+    from toolkit.errors import ToolkitError
+    from toolkit.widgets import NO_CUDA, Explorer
+
+    with pytest.raises(ToolkitError, match="unknown device 'tpu'"):
+        ExplorerState(device="tpu")
+    monkeypatch.setattr(widgets, "_cuda_available", lambda: False)
+    prog = built_sample("total_collision")
+    ex = Explorer(build=lambda name, **kw: prog, device="cuda", background=False)  # no raw TraitError
+    try:
+        assert ("cuda (none here: dry run only)", "cuda") in ex.device.options and ex.device.value == "cuda"
+        ex.state.set(device="cuda:1")  # a device the menu lacks is added, no TraitError
+        assert ex.device.value == "cuda:1"
+        ex.load_button.click()
+        assert ex.state.error == f"could not load the program: {NO_CUDA}" and ex.state.error_detail == ""
+        assert ex.state.message == "could not load the program (see below)"
+    finally:
+        ex.close()
+
+
+def test_cuda_pte_on_a_cpu_says_the_dry_run_first_and_no_rebuild(tmp_path, monkeypatch):
+    import toolkit.widgets as widgets
+
+    monkeypatch.setattr(widgets, "_cuda_available", lambda: False)
+    st = ExplorerState(program_from="path", path=str(PTE), export_dir=tmp_path)
+    assert st.load() is False
+    assert st.error.startswith("could not load the program: this program cannot be loaded here: tick “dry run”")
+    assert "rebuild" not in st.error and "built for 'cuda'" in st.error
+    st.close()
+
+
+def test_dry_run_device_follows_the_program_and_its_csv_has_no_verification(tmp_path, no_real_load):
+    st = ExplorerState(program_from="path", path=str(PTE), dry_run=True, device="cpu", export_dir=tmp_path)
+    assert st.load() is True, st.error
+    assert st.device == "cuda" and "device set to cuda" in st.message  # the menu says what the text says
+    assert " on cuda:0" in st.banner and not st.stale
+    assert st.export_csv() is True
+    frame = read_report(st.exported).frame
+    assert frame["method_ok"].isna().all()  # a prediction: neither ok nor wrong
+    st.close()
+
+
+def test_compare_colours_the_bar_by_the_chosen_policys_verdict(explorer):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.compare_button.click()
+    assert ex.state.outcome == "wrong" and "the chosen 'name-only': wrong" in ex.state.message
+    assert ex.progress.bar_style == "warning"  # not green while the chosen policy is wrong
+    assert "background-color: #f4cccc" in ex.comparison.value  # wrong_methods red
+
+
+def test_comparison_errors_show_short_keys():
+    from toolkit.widgets import comparison_display
+
+    key = "ab" * 32
+    out = comparison_display(pd.DataFrame({"policy": ["fqn-weight-cache"], "error": [f"no entry {key} in the cache"]}))
+    assert out["error"][0] == f"no entry {key[:12]}\u2026 in the cache"
+
+
+def test_a_large_export_is_linked_by_path_not_embedded(explorer, tmp_path, monkeypatch):
+    import toolkit.widgets as widgets
+
+    monkeypatch.setattr(widgets, "MAX_INLINE_EXPORT", 16)
+    ex = explorer
+    ex.load_button.click()
+    ex.export_button.click()
+    assert "base64" not in ex.export_result.value and "open it from the file browser" in ex.export_result.value
+    assert str(ex.state.exported) in ex.export_result.value
+
+
+def test_view_summary_is_a_table_in_units(explorer):
+    ex = explorer
+    ex.load_button.click()
+    v = ex.summary.value
+    assert "<pre>" not in v and ">status<" in v and ">loaded<" in v and "16 KiB" in v
+    assert "with each method on its own blob" in v and "32,768" not in v

@@ -1062,7 +1062,8 @@ class Explorer:
                        placeholder="a program directory, a .pte or a .pt2 file", tooltip=PATH_HINT,
                        layout=w.Layout(width="420px"))
         self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), description="policy")
-        self.device = mk(w.Dropdown, "constshare-device", options=_device_options(s.device), description="device")
+        self.device = mk(w.Dropdown, "constshare-device", options=_device_options(s.device), value=s.device,
+                         description="device")
         self.dry_run = mk(w.Checkbox, "constshare-dry-run", indent=False,
                           description="dry run (analyze without loading)",
                           tooltip="predict every decision from the program's metadata: no device, nothing run "
@@ -1145,9 +1146,12 @@ class Explorer:
         self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.stale_banner,
                                                                      self.dry_banner, self.tabs])
 
-        # the choices: each widget linked to its trait (validated there); a device the menu lacks is added first
+        # the choices: each widget linked to its trait (validated there); the device by hand, a device
+        # the menu lacks added to it first
         s.observe(self._device_choice, names="device")
-        self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS]
+        self.device.observe(lambda ch: self._guarded(setattr, s, "device", ch["new"]), names="value")
+        self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS
+                       if name != "device"]
         self.culprits_only.observe(lambda ch: self._filter("culprits_only", ch["new"]), names="value")
         self.export_rows_button.on_click(lambda _b: self.state.export_rows())
         for key in FILTERS:
@@ -1205,7 +1209,8 @@ class Explorer:
 
     def _device_choice(self, ch) -> None:
         if ch["new"] not in [v for _l, v in self.device.options]:
-            self.device.options = _device_options(ch["new"])
+            self._set(self.device, options=_device_options(ch["new"]))
+        self.device.value = ch["new"]
 
     def _filter(self, key: str, value: str) -> None:
         if not self._updating:
