@@ -921,11 +921,12 @@ def test_interest_rank_orders_culprits_findings_wrong_methods_collisions():
 def test_grid_shows_the_fqn_with_the_internal_name_beside():
     rows = pd.DataFrame([{"method": "encoder", "name": "model_model_layers_0_fc1_weight",
                           "fqn": "model.model.layers.0.fc1.weight", "decision": "loaded", "reason_code": "first_seen"},
-                         {"method": "encoder", "name": "w", "fqn": "", "decision": "loaded", "reason_code": "first_seen"}])
+                         {"method": "encoder", "name": "w", "fqn": "", "decision": "loaded",
+                          "reason_code": "first_seen"}])
     g = grid_frame(rows)
     assert list(g.columns) == ["method", "constant", "decision", "same content", "reason", "bytes", "shared from"]
     cell = g["constant"][0]
-    assert cell.index("model.\u200bmodel.\u200blayers") < cell.index("model_model_layers_0_fc1_weight")  # FQN first
+    assert cell.index("model.\u200bmodel.\u200blayers") < cell.index(">model_\u200bmodel_\u200blayers")  # FQN first
     assert 'class="cs-wrap cs-internal"' in cell and 'title="model.model.layers.0.fc1.weight"' in cell
     assert g["constant"][1] == '<span class="cs-wrap cs-fqn">w</span>'  # no FQN: the name alone
 

@@ -374,7 +374,10 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     if grouped is not None:
         order, groups, leaves = grouped
         keys, grid = [keys[j] for j in order], grid.iloc[:, order]
-        labels = [plotly_text(x) for x in _unique_labels(leaves)]
+        labels = []  # unique within a layer (the (layer, label) pairs are the categories)
+        for g in dict.fromkeys(groups):
+            labels += _unique_labels([leaf for gg, leaf in zip(groups, leaves) if gg == g])
+        labels = [plotly_text(x) for x in labels]
         x_values: Any = [[plotly_text(g) for g in groups], labels]
     else:
         labels = [plotly_text(x) for x in _unique_labels(keys)]  # categories are drawn as plotly text: escaped
@@ -430,10 +433,10 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
                 if m in view.wrong else plotly_text(m) for m in methods]
     label_px = (min(longest, 48) * 6.2 + 10) if vertical else 24
     longest_method = max([len(m) + (10 if m in view.wrong else 0) for m in methods] or [1])
-    width = int(min(max(cell * max(n_cols, 1) + 7.5 * longest_method + 40, 460), MAX_PLOTLY_WIDTH))
+    cells_width = cell * max(n_cols, 1) + 7.5 * longest_method + 40
     # room on the right for the hover label, so it opens beside a narrow matrix instead of over it
-    room = max(0, min(HOVER_ROOM, MAX_PLOTLY_WIDTH - width))
-    width += room
+    room = int(max(0, min(HOVER_ROOM, MAX_PLOTLY_WIDTH - cells_width)))
+    width = int(min(max(cells_width + room, 460), MAX_PLOTLY_WIDTH))
     shown_title = title if title is not None else view.title
     # the title wraps short of plotly's toolbar (top right, shown on hover)
     title_lines = textwrap.wrap(cell_text(shown_title), max(30, (width - 40 - MODEBAR_WIDTH) // 7)) or [""]

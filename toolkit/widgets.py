@@ -924,15 +924,16 @@ def _constant_cell(r: dict[str, Any]) -> str:
     if not fqn or fqn == name:
         return _span(name, "cs-wrap cs-fqn")
     return (_span(fqn.replace(".", ".\u200b"), "cs-wrap cs-fqn", fqn) + " "
-            + _span(name, "cs-wrap cs-internal", f"internal name: {name}"))
+            + _span(name.replace("_", "_\u200b"), "cs-wrap cs-internal", f"internal name: {name}"))
 
 
 def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFrame:
     """The Decisions grid's cells: escaped HTML, one row per decision (same order as ``rows``),
     decision coloured by class; a constant that runs on other data (its ``data_problem``, or a
     culprit of ``verdict``) marked red with its problem on hover, unless blame found it harmless;
-    the reason on hover over its code; the constant by its FQN, its internal name beside.  Once blame ran (a finding of ``verdict`` not "not
-    tested"), a "blame" column gives each finding's status, why on hover."""
+    the reason on hover over its code; the constant by its FQN, its internal name beside.  Once
+    blame ran (a finding of ``verdict`` not "not tested"), a "blame" column gives each finding's
+    status, why on hover."""
     found: dict[tuple[str, str], ConstantFinding] = {}
     for c in verdict.constants if verdict is not None else ():
         if (c.method, c.name) not in found or c.blame is BlameStatus.CULPRIT:
@@ -986,7 +987,7 @@ _CSS = """<style>
 .constshare-explorer .constshare-grid table.dataTable > tbody > tr.selected > td:first-child {
   box-shadow: inset 4px 0 0 #1a73e8, inset 0 0 0 9999px #e3edfb !important; }
 .constshare-explorer .constshare-grid table.dataTable > tbody > tr.selected a { color: #0b3d91 !important; }
-.constshare-explorer .cs-wrap { display: inline-block; white-space: normal; overflow-wrap: anywhere;
+.constshare-explorer .cs-wrap { display: inline-block; white-space: normal; overflow-wrap: break-word;
   max-width: 30em; vertical-align: top; }
 .constshare-explorer .cs-internal { color: #666; font-size: 11px; max-width: 22em; }
 .constshare-explorer .cs-fqn { max-width: 30em; }
@@ -1341,7 +1342,8 @@ class Explorer:
         v = s.verdict
         self.dry_banner.value = _banner(s.banner)
         self.dry_banner.layout.display = None if s.banner else "none"
-        self.summary.value = (_box("constshare-verdict", v.headline()) + _box("constshare-findings", findings_summary(v))
+        self.summary.value = (_box("constshare-verdict", v.headline())
+                              + _box("constshare-findings", findings_summary(v))
                               + session_facts_html(s.session, predicted=v.predicted, name=s.program_label))
         self.verification.value = (f"<b>{'prediction' if v.predicted else 'verification'}</b>"
                                    + verification_html(s.verification, v, empty="no methods"))
