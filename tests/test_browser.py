@@ -207,6 +207,14 @@ def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) 
 
 def _matrix_shape(pg, scope: str) -> tuple[int, int]:
     """(rows, columns) of the heatmap plotly drew inside ``scope`` (from its own data)."""
+    try:
+        pg.wait_for_function("(scope) => { const gd = document.querySelector(scope + ' .js-plotly-plot');"
+                             " return !!(gd && gd.data && gd.data[0] && gd.data[0].z); }", arg=scope, timeout=30_000)
+    except Exception:
+        _shot(pg, "explorer-matrix-failed.png")
+        found = pg.evaluate("(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')].map(gd => "
+                            "[gd.className, !!gd.data, gd.data ? gd.data.length : -1])", scope)
+        raise AssertionError(f"no plotly heatmap in {scope}: {found}; console: {pg.console_messages[-15:]}")
     return tuple(pg.evaluate("""(scope) => {
         const gd = document.querySelector(scope + ' .js-plotly-plot');
         const z = gd.data[0].z; return [z.length, z[0].length]; }""", scope))
@@ -333,7 +341,8 @@ def test_explorer_in_jupyterlab(page, lab):
     assert colour == "rgb(244, 204, 204)", colour  # the culprit: shared although the content differs
     loaded = pg.locator(".constshare-grid .cs-d-loaded").first
     assert loaded.evaluate("el => getComputedStyle(el).backgroundColor") == "rgb(217, 234, 211)"
-    rows.first.click()  # the culprit's row (the matrix click above selected prefill)
+    # back to the culprit (the matrix click above selected prefill): the constant menu beside the grid
+    pg.select_option(".constshare-constant select", label="decode / _tensor_constant0")
     pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
                          ".includes('decode / _tensor_constant0')")
     detail = pg.inner_text(".constshare-constant-detail")

@@ -807,20 +807,22 @@ def _device_options(current: str) -> list[tuple[str, str]]:
 # (a matrix click, the constant menu) or by a click, is brought into view: its page shown, the
 # grid's own box scrolled to it (never the notebook around it).
 SCROLL_TO_SELECTION_JS = """function () {
-  const api = this.api(), table = api.table().node();
-  if (table.dataset.csScroll) return;
+  const table = this.api().table().node();
+  if (table.dataset.csScroll) return;  // once per table element: it outlives each re-created DataTable
   table.dataset.csScroll = '1';
-  api.on('select', function (e, dt, type, indexes) {
-    if (type !== 'row' || !indexes.length) return;
-    const at = api.rows({order: 'applied', search: 'applied'}).indexes().toArray().indexOf(indexes[0]);
-    const len = api.page.len();
-    if (at >= 0 && len > 0 && Math.floor(at / len) !== api.page()) api.page(Math.floor(at / len)).draw(false);
-    const row = api.row(indexes[0]).node(), box = row && row.closest('.dt-layout-cell');
-    if (!box) return;
-    const head = table.tHead ? table.tHead.offsetHeight : 0;
-    const top = row.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
-    if (top - head < box.scrollTop || top + row.offsetHeight > box.scrollTop + box.clientHeight)
-      box.scrollTop = Math.max(0, top - head - 4);
+  this.api().on('select', function (e, api, type, indexes) {  // bound on the table element itself
+    try {  // the event's own API (an earlier one is destroyed by an update); never block the widget's sync
+      if (type !== 'row' || !indexes.length) return;
+      const at = api.rows({order: 'applied', search: 'applied'}).indexes().toArray().indexOf(indexes[0]);
+      const len = api.page.len();
+      if (at >= 0 && len > 0 && Math.floor(at / len) !== api.page()) api.page(Math.floor(at / len)).draw(false);
+      const row = api.row(indexes[0]).node(), box = row && row.closest('.dt-layout-cell');
+      if (!box) return;
+      const head = table.tHead ? table.tHead.offsetHeight : 0;
+      const top = row.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+      if (top - head < box.scrollTop || top + row.offsetHeight > box.scrollTop + box.clientHeight)
+        box.scrollTop = Math.max(0, top - head - 4);
+    } catch (err) { console.warn('constshare grid: could not scroll to the selection', err); }
   });
 }"""
 
@@ -923,8 +925,13 @@ def _constant_cell(r: dict[str, Any]) -> str:
     name, fqn = cell_text(r.get("name")), cell_text(r.get("fqn"))
     if not fqn or fqn == name:
         return _span(name, "cs-wrap cs-fqn")
-    return (_span(fqn.replace(".", ".\u200b"), "cs-wrap cs-fqn", fqn) + " "
-            + _span(name.replace("_", "_\u200b"), "cs-wrap cs-internal", f"internal name: {name}"))
+    return (_span(fqn.replace(".", ".\u200b"), "cs-wrap cs-fqn", fqn)
+            + _span(_breakable(name), "cs-wrap cs-internal", f"internal name: {name}"))
+
+
+def _breakable(text: str) -> str:
+    """``text`` with a zero-width space after each ``_``, ``/`` and ``.``: a long identifier wraps there."""
+    return re.sub(r"([_/.])", "\\1\u200b", text)
 
 
 def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFrame:
@@ -959,7 +966,7 @@ def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFra
                               + (f" ({f.evidence})" if f is not None else "") if bad else ""),
             "same content": _span(same_text, f"cs-tag {same_cls}" if same_cls else ""),
             "reason": _span(cell_text(r.get("reason_code")), "cs-reason", cell_text(r.get("reason"))),
-            "shared from": _span(cell_text(r.get("shared_from")), "cs-wrap"),
+            "shared from": _span(_breakable(cell_text(r.get("shared_from"))), "cs-wrap"),
             "bytes": _span(format_bytes(nbytes) if nbytes not in (None, "") else "",
                            title=f"{int(nbytes):,} bytes" if isinstance(nbytes, (int, float)) and nbytes == nbytes
                            else ""),
@@ -967,7 +974,7 @@ def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFra
         if with_blame:
             out[-1][BLAME_GRID_COLUMN] = _span() if f is None else _span(
                 f"\u2717 culprit: {f.blame_note}" if f.blame is BlameStatus.CULPRIT else f.blame.value,
-                f"cs-tag {BLAME_CLASSES[f.blame]}", f"{f.blame_note or f.blame.value}: {f.evidence}")
+                f"cs-tag cs-wrap {BLAME_CLASSES[f.blame]}", f"{f.blame_note or f.blame.value}: {f.evidence}")
     columns = list(GRID_COLUMNS)
     if with_blame:
         columns.insert(columns.index("same content") + 1, BLAME_GRID_COLUMN)
@@ -989,7 +996,9 @@ _CSS = """<style>
 .constshare-explorer .constshare-grid table.dataTable > tbody > tr.selected a { color: #0b3d91 !important; }
 .constshare-explorer .cs-wrap { display: inline-block; white-space: normal; overflow-wrap: break-word;
   max-width: 30em; vertical-align: top; }
-.constshare-explorer .cs-internal { color: #666; font-size: 11px; max-width: 22em; }
+.constshare-explorer .cs-internal { display: block; color: #666; font-size: 11px; max-width: 26em; }
+.constshare-explorer .constshare-grid table.dataTable thead th { white-space: normal; }
+.constshare-explorer .constshare-grid .cs-tag.cs-wrap { display: inline-block; }
 .constshare-explorer .cs-fqn { max-width: 30em; }
 .constshare-explorer .constshare-grid { max-width: 100%; }
 .constshare-explorer .constshare-grid .dt-layout-table > .dt-layout-cell {
@@ -1123,7 +1132,7 @@ class Explorer:
         left = mk(w.VBox, children=[self.decisions] + ([self.grid] if self.grid is not None else []),
                   layout=w.Layout(flex="1 1 640px", min_width="0", max_width="100%"))
         right = mk(w.VBox, "constshare-detail-panel", children=[self.constant, self.constant_detail],
-                   layout=w.Layout(flex="0 1 460px", min_width="320px", max_width="100%"))
+                   layout=w.Layout(flex="0 1 400px", min_width="320px", max_width="100%"))
         decisions = mk(w.VBox, children=[
             mk(w.HBox, children=[self.filter_method, self.filter_decision, self.filter_reason, self.culprits_only,
                                  self.export_rows_button], layout=w.Layout(flex_flow="row wrap", align_items="center")),
