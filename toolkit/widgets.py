@@ -811,8 +811,10 @@ SCROLL_TO_SELECTION_JS = """function () {
   if (table.dataset.csScroll) return;  // once per table element: it outlives each re-created DataTable
   table.dataset.csScroll = '1';
   this.api().on('select', function (e, api, type, indexes) {  // bound on the table element itself
-    try {  // the event's own API (an earlier one is destroyed by an update); never block the widget's sync
-      if (type !== 'row' || !indexes.length) return;
+    if (type !== 'row' || !indexes.length) return;
+    // after the select event (never inside it: itables syncs the selection there), with the event's
+    // own API (an earlier one is destroyed by an update)
+    setTimeout(function () { try {
       const at = api.rows({order: 'applied', search: 'applied'}).indexes().toArray().indexOf(indexes[0]);
       const len = api.page.len();
       if (at >= 0 && len > 0 && Math.floor(at / len) !== api.page()) api.page(Math.floor(at / len)).draw(false);
@@ -822,7 +824,7 @@ SCROLL_TO_SELECTION_JS = """function () {
       const top = row.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
       if (top - head < box.scrollTop || top + row.offsetHeight > box.scrollTop + box.clientHeight)
         box.scrollTop = Math.max(0, top - head - 4);
-    } catch (err) { console.warn('constshare grid: could not scroll to the selection', err); }
+    } catch (err) { console.warn('constshare grid: could not scroll to the selection', err); } }, 0);
   });
 }"""
 
