@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -206,9 +207,38 @@ def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) 
 
 def _matrix_shape(pg, scope: str) -> tuple[int, int]:
     """(rows, columns) of the heatmap plotly drew inside ``scope`` (from its own data)."""
+    try:
+        pg.wait_for_function("(scope) => { const gd = document.querySelector(scope + ' .js-plotly-plot');"
+                             " return !!(gd && gd.data && gd.data[0] && gd.data[0].z); }", arg=scope, timeout=30_000)
+    except Exception:
+        _shot(pg, "explorer-matrix-failed.png")
+        found = pg.evaluate("(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')].map(gd => "
+                            "[gd.className, !!gd.data, gd.data ? gd.data.length : -1])", scope)
+        raise AssertionError(f"no plotly heatmap in {scope}: {found}; console: {pg.console_messages[-15:]}")
     return tuple(pg.evaluate("""(scope) => {
         const gd = document.querySelector(scope + ' .js-plotly-plot');
         const z = gd.data[0].z; return [z.length, z[0].length]; }""", scope))
+
+
+def _matrix_click(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) -> None:
+    """Click one cell of the plotly collision matrix inside ``scope``."""
+    drag = pg.locator(f"{scope} .js-plotly-plot .nsewdrag").first
+    drag.scroll_into_view_if_needed()
+    box = drag.bounding_box()
+    pg.mouse.click(box["x"] + box["width"] * (col + 0.5) / n_cols, box["y"] + box["height"] * (row + 0.5) / n_rows)
+
+
+def _dry_run_wording(pg) -> None:
+    """A dry run on screen: the banner once, the device menu the device the text names, the summary
+    saying "predicted" (not "loaded") in binary units."""
+    text = pg.inner_text(".constshare-dry-box") + pg.inner_text(".constshare-summary")
+    assert text.count("DRY RUN") == 1, text[:400]
+    menu = pg.evaluate("() => document.querySelector('.constshare-device select').value")
+    summary = pg.inner_text(".constshare-summary")
+    program = next(line for line in summary.splitlines() if line.startswith("program"))
+    assert f"on {menu}" in program, (menu, program)  # "on cpu" or "on cuda:0" as the menu says
+    assert "predicted (dry run" in summary and not re.search(r"\d{1,3}(,\d{3}){3,}", summary), summary
+    assert "iB" in summary  # sizes in binary units
 
 
 def _tab(pg, title: str, scope: str = ".constshare-explorer") -> None:
@@ -248,7 +278,8 @@ def test_explorer_in_jupyterlab(page, lab):
 
     # the overview: the verdict, verification (blame names the culprit) and the collision matrix
     summary = pg.inner_text(".constshare-summary")
-    assert "under policy 'name-only': loaded" in summary and "'total_collision' under 'name-only': wrong; wrong: decode" in summary
+    assert "policy\tname-only" in summary and "status\tloaded" in summary  # a table of facts, not a text block
+    assert "'total_collision' under 'name-only': wrong; wrong: decode" in summary
     assert "1 culprit (undoing the share fixes the method)" in summary
     verification = pg.inner_text(".constshare-verification")
     assert "wrong" in verification and "runs on other data" in verification
@@ -261,6 +292,12 @@ def test_explorer_in_jupyterlab(page, lab):
     _shot(pg, "explorer-matrix-hover.png")
     tip = _matrix_hover(pg, ".constshare-matrix", 0, 2, 0, 1)
     assert "prefill / _tensor_constant0" in tip and "decision: loaded" in tip and "first_seen" in tip, tip
+    cells = pg.locator(".constshare-matrix .nsewdrag").first.bounding_box()
+    label = pg.locator(".constshare-matrix .hoverlayer .hovertext").first.bounding_box()
+    assert label["x"] >= cells["x"] + cells["width"] / 2 - 2, (label, cells)  # beside the one column, not over it
+    title = pg.locator(".constshare-matrix .gtitle").first.bounding_box()
+    bar = pg.locator(".constshare-matrix .modebar").first.bounding_box()
+    assert bar is None or title["x"] + title["width"] <= bar["x"], (title, bar)  # the title clear of the toolbar
     assert "download as PNG" in pg.inner_text(".constshare-matrix-png")
     pg.mouse.move(5, 5)
     overview = _shot(pg, "explorer-overview.png")
@@ -275,11 +312,12 @@ def test_explorer_in_jupyterlab(page, lab):
         .map(el => el.className + ' ' + el.scrollWidth + '>' + el.clientWidth)""")
     assert not overflow, overflow
 
-    # the Decisions grid (itables): rows, the culprit marked, a click selects, search filters
+    # the Decisions grid (itables): rows, the culprit first and marked, a click selects, search filters
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
     rows = pg.locator(".constshare-grid table.dataTable tbody tr")
     rows.first.wait_for(state="visible")
     assert rows.count() == 2
+    assert rows.first.locator(".cs-culprit").count() >= 1 and rows.first.inner_text().startswith("decode")
     text = pg.inner_text(".constshare-grid")
     assert "_tensor_constant0" in text and "name_hit_unchecked" in text
     culprit = pg.locator(".constshare-grid .cs-culprit").first
@@ -290,12 +328,22 @@ def test_explorer_in_jupyterlab(page, lab):
     loaded = pg.locator(".constshare-grid .cs-d-loaded").first
     assert loaded.evaluate("el => getComputedStyle(el).backgroundColor") == "rgb(217, 234, 211)"
     detail = pg.inner_text(".constshare-constant-detail")
-    assert "decode / _tensor_constant0" in detail
+    assert "decode / _tensor_constant0" in detail  # the culprit preselected
     assert "content differs: decode runs on prefill/_tensor_constant0" in detail
     pg.locator(".constshare-grid table.dataTable tbody tr", has_text="prefill").first.click()
-    pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
-                         ".includes('prefill / _tensor_constant0')")
+    try:
+        pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
+                             ".includes('prefill / _tensor_constant0')", timeout=30_000)
+    except Exception:
+        _shot(pg, "explorer-row-click-failed.png")
+        raise AssertionError(f"a row click selected nothing; console: {pg.console_messages[-15:]}")
     assert "no cache entry" in pg.inner_text(".constshare-constant-detail")
+    # the selected row stays readable: light, its "loaded" badge still green, its text dark
+    sel = pg.evaluate("""() => { const tr = document.querySelector('.constshare-grid tr.selected');
+        const badge = tr.querySelector('.cs-d-loaded');
+        return [badge ? getComputedStyle(badge).backgroundColor : null, getComputedStyle(tr.cells[1]).color]; }""")
+    assert sel[0] == "rgb(217, 234, 211)" and sel[1] != "rgb(255, 255, 255)", sel
+    _shot(pg, "explorer-selected-row.png")
     # sort by method (a header click), then search: the grid follows
     pg.locator(".constshare-grid table.dataTable thead th", has_text="method").first.click()
     pg.wait_for_function("() => document.querySelector('.constshare-grid table.dataTable tbody tr')"
@@ -371,7 +419,8 @@ def test_explorer_in_jupyterlab(page, lab):
     assert detail_box["y"] < grid_box["y"] + grid_box["height"]
     row = rows.nth(30 % rows.count())
     row.scroll_into_view_if_needed()
-    picked = row.locator("td").nth(0).inner_text() + " / " + row.locator("td").nth(1).inner_text()
+    name = row.locator("td").nth(1).locator(".cs-internal, .cs-fqn").last.inner_text().replace("\u200b", "")
+    picked = row.locator("td").nth(0).inner_text() + " / " + name
     row.click()
     pg.wait_for_function("(want) => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
                          ".includes(want)", arg=picked)
@@ -387,6 +436,17 @@ def test_explorer_in_jupyterlab(page, lab):
     assert "decision: shared" in tip and "reason:" in tip and "same content as the cached tensor: yes" in tip, tip
     _shot(pg, "explorer-overview-llama.png")
     pg.mouse.move(5, 5)
+    # linked views: a click on decode's first matrix cell selects that constant in the grid and the detail
+    # (the Decisions tab shown); after it, no row click (see the report: itables' sync after a selection
+    # from Python)
+    _matrix_click(pg, ".constshare-matrix", 1, 2, 0, rows_cols[1])
+    pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
+                         ".startsWith('decode / ')", timeout=20_000)
+    pg.wait_for_function("() => (document.querySelector('.constshare-grid tr.selected')?.textContent || '')"
+                         ".startsWith('decode')", timeout=20_000)
+    assert pg.locator(".constshare-grid").is_visible()  # the Decisions tab is shown
+    _shot(pg, "explorer-matrix-click.png")
+    _tab(pg, "Overview")
     _tab(pg, "Timeline")
     _shot(pg, "explorer-timeline-llama.png")
 
@@ -410,6 +470,7 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.locator(".constshare-grid table.dataTable tbody tr").first.wait_for(state="visible", timeout=120_000)
     dry_seconds = time.monotonic() - t0
     assert "DRY RUN" in pg.inner_text(".constshare-dry-box")
+    _dry_run_wording(pg)
     grid_rows = pg.locator(".constshare-grid table.dataTable tbody tr").count()
     assert 0 < grid_rows <= 500, grid_rows  # paginated, never all 10,000 rows in the page
     dry_height = pg.evaluate("() => document.querySelector('.constshare-explorer').getBoundingClientRect().height")
@@ -433,6 +494,11 @@ def test_explorer_in_jupyterlab(page, lab):
     _tab(pg, "Timeline")
     _shot(pg, "explorer-dry-run-10k-timeline.png")
     _tab(pg, "Export")
+    pg.click("button.constshare-export")
+    pg.wait_for_function("() => (document.querySelector('.constshare-export-result')?.textContent || '')"
+                         ".includes('wrote')", timeout=60_000)
+    exported = pg.evaluate("() => document.querySelector('.constshare-export-result').innerHTML")
+    assert "base64" not in exported and len(exported) < 5_000, len(exported)  # linked by its path, not embedded
     _shot(pg, "explorer-dry-run-10k-export.png")
     overflow = pg.evaluate("""() => [...document.querySelectorAll(
             '.constshare-explorer, .constshare-summary, .constshare-verification')]
@@ -620,6 +686,24 @@ def _bart_explorer(pg, stem: str) -> dict:
         ex.screenshot(path=str(ARTIFACTS / name))
         shots[title] = name
     height = ex.evaluate("el => el.getBoundingClientRect().height")
+    ex.locator(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')").click()
+    first = ex.locator(".constshare-grid table.dataTable tbody tr").first
+    first.wait_for(state="visible")
+    first_text, wrong = first.inner_text(), ex.locator(".constshare-status").inner_text().split("wrong: ")[1]
+    assert first.locator(".cs-culprit").count() >= 1, first_text  # the culprit first, not 13 encoder "loaded" rows
+    assert first.locator("td").first.inner_text() in wrong, (first_text, wrong)
+    assert first.locator(".cs-fqn").count() == 1 and first.locator(".cs-internal").count() == 1  # FQN, name beside
+    fits = ex.evaluate("""el => { const t = el.querySelector('.constshare-grid table.dataTable');
+        const box = t.closest('.dt-layout-cell'); return [t.scrollWidth, box.clientWidth]; }""")
+    assert fits[0] <= fits[1] + 1, fits  # every column fits at 1440 px (long names wrap)
+    ex.locator(".constshare-culprits-only input[type=checkbox]").check()
+    pg.wait_for_function("(s) => (document.querySelector(s + ' .constshare-grid .dt-info')?.textContent || '')"
+                         ".includes('(filtered)')", arg=scope, timeout=20_000)
+    culprit_rows = ex.locator(".constshare-grid table.dataTable tbody tr")
+    assert culprit_rows.count() >= 1 and all(
+        culprit_rows.nth(i).locator(".cs-culprit, .cs-caught").count() for i in range(culprit_rows.count()))
+    ex.screenshot(path=str(ARTIFACTS / f"{stem}-explorer-culprits-only.png"))
+    ex.locator(".constshare-culprits-only input[type=checkbox]").uncheck()
     decisions = ex.locator(".constshare-grid .dt-info").inner_text()
     assert "of 50 decisions" in decisions, decisions
     return {"matrix": [n_rows, n_cols], "explorer_height_px": height, "decisions_head": decisions[:200],

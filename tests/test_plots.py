@@ -519,3 +519,69 @@ def test_interactive_matrix_of_a_session(sessions):
     fig = plots.interactive_collision_matrix(s, verification=s.verify())
     assert s.program.name in fig.layout.title.text and "name-only" in fig.layout.title.text
     assert "reason: <b>name_hit_unchecked</b>" in fig.data[0].customdata[1][0]
+
+
+# ------------------------------------------------------------------ issue 22: readable matrices, honest timelines
+
+
+def _layered_rows(layers: int, weights=("self_attn.q_proj.weight", "self_attn.k_proj.weight", "mlp.up_proj.weight",
+                                          "mlp.down_proj.weight", "post_attention_layernorm.weight")) -> pd.DataFrame:
+    rows = []
+    for method, decision in (("prefill", "loaded"), ("decode", "shared")):
+        for i in range(layers):
+            for w in weights:
+                rows.append({"method": method, "name": f"model_layers_{i}_{w.replace('.', '_')}",
+                             "fqn": f"model.layers.{i}.{w}", "decision": decision, "reason_code": "x", "reason": "y"})
+    return pd.DataFrame(rows)
+
+
+def test_interactive_matrix_groups_long_matrices_by_layer():
+    _plotly()
+    fig = plots.interactive_collision_matrix(_layered_rows(9), only_colliding=False)  # 45 names
+    heat = fig.data[0]
+    groups, labels = heat.x
+    assert fig.layout.xaxis.type == "multicategory" and len(labels) == 45
+    assert list(dict.fromkeys(groups)) == [f"model.layers.{i}" for i in range(9)]  # each layer once, in order
+    assert all(not x.startswith("model.layers") and "\u2026" not in x for x in labels)  # readable, not cut
+    assert max(len(x) for x in labels) <= len("post_attention_layernorm.weight")
+    # a click on a cell names its constant: the internal name of that (method, column)
+    j = labels.index("mlp.up_proj.weight", 5 * 3)
+    assert heat.meta["names"][1][j] == "model_layers_3_mlp_up_proj_weight" and heat.meta["methods"][1] == "decode"
+    assert plots.layer_groups([f"layers.{i}.w" for i in range(30)]) is None  # one name a layer: nothing to group
+    small = plots.interactive_collision_matrix(_layered_rows(2), only_colliding=False)  # 10 names: no grouping
+    assert small.layout.xaxis.type == "category"
+
+
+def test_interactive_matrix_of_one_column_keeps_the_hover_beside_it_and_the_title_off_the_toolbar():
+    _plotly()
+    one = decisions([("prefill", "_tensor_constant0", "", "loaded"), ("decode", "_tensor_constant0", "", "shared")])
+    fig = plots.interactive_collision_matrix(one, title="a title long enough to run under the toolbar " * 4)
+    assert fig.layout.margin.r >= plots.HOVER_ROOM  # room for the hover label right of the one column
+    assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) > 1 and max(len(x) for x in lines) * 7 <= fig.layout.width - 40 - plots.MODEBAR_WIDTH
+    wide = plots.interactive_collision_matrix(_content_rows(200), only_colliding=False)
+    assert wide.layout.margin.r < plots.HOVER_ROOM  # a full-width matrix keeps its width for cells
+
+
+def _timeline_events(seconds: float) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"kind": "load_started", "method": "m", "time_s": 0.0, "seconds": None, "decision": None},
+        {"kind": "blob_uploaded", "method": "m", "time_s": 0.101, "seconds": seconds, "decision": None},
+        {"kind": "decided", "method": "m", "time_s": 0.5, "seconds": None, "decision": "loaded"},
+        {"kind": "method_loaded", "method": "m", "time_s": 2.0, "seconds": None, "decision": None}])
+
+
+def test_event_timeline_draws_short_steps_visibly_and_says_when_it_is_a_prediction():
+    from matplotlib.collections import PolyCollection
+
+    ax = plots.event_timeline(_timeline_events(0.001)).axes[0]
+    assert ax.get_xlabel() == "time since the load began (s)"
+    blob = [c for c in ax.collections if isinstance(c, PolyCollection)][1]  # the method bar, then the upload
+    x0, x1 = blob.get_paths()[0].vertices[:, 0].min(), blob.get_paths()[0].vertices[:, 0].max()
+    assert x1 - x0 >= 2.0 * plots.MIN_SPAN_FRACTION * 0.99  # 1 ms of 2 s: drawn wide enough to see
+    ticks = [ln for ln in ax.get_lines() if ln.get_marker() == "|"]
+    assert ticks and all(ln.get_markeredgewidth() >= plots.TICK_WIDTH for ln in ticks)
+    dry = plots.event_timeline(_timeline_events(0.001), predicted=True).axes[0]
+    assert "dry run" in dry.get_xlabel() and "nothing was loaded" in dry.get_xlabel()
+    assert "since the load began" not in dry.get_xlabel()

@@ -442,3 +442,43 @@ def test_verification_names_the_constants_that_run_on_other_data():
     assert p.texts("th")[-1] == "runs on other data"
     assert p.column(7) == [("", None), ("w (content differs)", "#fff2cc")]  # not tested by blame: amber
     assert "runs on other data" not in verification_html(v, _verdict(v))  # nothing found: no column
+
+
+def test_verification_says_blames_finding_once_for_the_constants_it_was_found_for():
+    from toolkit.rendering import findings_text
+    from toolkit.verdict import BlameStatus, ConstantFinding, DataProblem
+
+    note = "breaks standalone (only together with the 4 other swaps of this set)"
+
+    class V:
+        def findings(self, method):
+            return [ConstantFinding(method, f"w{i}", f"w{i}", DataProblem.CONTENT_DIFFERS, "differs", f"a/w{i}",
+                                    BlameStatus.CULPRIT, note, ("standalone",)) for i in range(5)] + [
+                ConstantFinding(method, "h", "h", DataProblem.CONTENT_DIFFERS, "differs", "a/h", BlameStatus.HARMLESS,
+                                "undoing it fixes nothing")]
+
+    text = findings_text(V(), "decode")
+    assert text.count("only together with the 4 other swaps") == 1
+    assert text == (f"w0, w1, w2, w3, w4 (content differs; culprit: {note}); "
+                    f"h (content differs; harmless: undoing it fixes nothing)")
+
+
+def test_session_facts_are_a_table_in_binary_units():
+    from types import SimpleNamespace
+
+    from toolkit.rendering import session_facts_html
+
+    decisions = pd.DataFrame({"method": ["prefill", "decode"], "name": ["w", "w"], "decision": ["loaded", "shared"]})
+    methods = [SimpleNamespace(name="prefill", blob_bytes=35_485_875_968), SimpleNamespace(name="decode",
+                                                                                         blob_bytes=35_485_875_968)]
+    results = {m.name: SimpleNamespace(method=m.name, status="loaded", device_bytes=b, runnable=True, problems=[])
+               for m, b in zip(methods, (35_485_875_968, 0))}
+    session = SimpleNamespace(decisions=decisions, results=results, devices={"prefill": "cuda:0", "decode": "cuda:0"},
+                              program=SimpleNamespace(name="prog", methods=methods, device="cuda"),
+                              policy=SimpleNamespace(name=SimpleNamespace(value="name-only")), status="loaded",
+                              error=None, device_bytes=35_485_875_968)
+    out = session_facts_html(session, predicted=True, name="llama_cuda")
+    assert "llama_cuda (2 methods, on cuda:0)" in out and "predicted (dry run: nothing loaded or run)" in out
+    assert "33.0 GiB would be on the device" in out and "66.1 GiB with each method on its own blob" in out
+    assert "35,485,875,968" not in out and "<pre>" not in out
+    assert ">loaded<" not in session_facts_html(session, predicted=True).replace("loaded 1", "")

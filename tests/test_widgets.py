@@ -98,7 +98,9 @@ def test_errors_are_recorded_not_raised(state, tmp_path):
     state.set(program_from="path", path=str(tmp_path / "missing"))
     assert state.load() is False
     assert state.error.startswith("could not open the program") and "does not exist" in state.error
-    assert "Traceback" in state.error_detail and "error" in state.heard and state.outcome == "failed"
+    # a user's mistake (a ToolkitError): its message once, no traceback; the status line says what failed
+    assert state.error_detail == "" and "error" in state.heard and state.outcome == "failed"
+    assert state.message == "could not open the program (see below)"
     assert state.session is first  # the previous results stay
     state.set(path="  ")
     assert state.load() is False and "enter the path" in state.error
@@ -115,6 +117,7 @@ def test_a_crashing_loader_becomes_a_message(built_sample):
     st = ExplorerState(build=lambda name, **kw: prog, load=boom)
     assert st.load() is False
     assert st.error == "could not load the program: RuntimeError: segfault avoided"
+    assert "Traceback" in st.error_detail and "segfault avoided" in st.error_detail  # unexpected: the traceback kept
     assert st.session is None and not st.busy
 
 
@@ -199,10 +202,9 @@ def test_compare_loads_each_policy_once(state, monkeypatch):
 
 
 def _matrix_figure(ex) -> dict:
-    """The plotly figure the Overview's Output widget shows (plotly's mime type, plain JSON)."""
-    (out,) = ex.matrix.outputs
-    assert out["output_type"] == "display_data"
-    return out["data"]["application/vnd.plotly.v1+json"]
+    """The plotly figure the Overview shows (its FigureWidget's figure, as a dict)."""
+    (fig,) = ex.matrix.children
+    return fig.to_dict()
 
 
 def _grid_text(ex) -> str:
@@ -266,7 +268,8 @@ def test_view_shows_errors_in_the_widget(explorer, tmp_path):
     ex.path.value = str(tmp_path / "nope")
     ex.load_button.click()  # must not raise
     assert ex.error.layout.display is None
-    assert "could not open the program" in ex.error.value and "<details>" in ex.error.value
+    assert "could not open the program" in ex.error.value and "<details>" not in ex.error.value  # no traceback
+    assert "could not open the program (see below)" in ex.status.value and "does not exist" not in ex.status.value
     assert ex.progress.bar_style == "danger"
     ex.program_from.value = "sample"
     ex.load_button.click()
@@ -491,14 +494,16 @@ def test_view_grid_is_bounded_and_a_click_selects(explorer):
     # cells arrive as HTML (not escaped again by itables), after every update too
     assert '<span class=\\"cs-tag cs-culprit\\"' in opts["data_json"]
     keys = ex._grid_keys
-    assert keys == [("prefill", "_tensor_constant0"), ("decode", "_tensor_constant0")]
-    assert ex.grid.selected_rows == [1]  # the state's selection shows in the grid
-    ex.grid.selected_rows = [0]  # what a click on the first row sends
+    assert keys == [("decode", "_tensor_constant0"), ("prefill", "_tensor_constant0")]  # the culprit first
+    assert ex.grid.selected_rows == [0]  # the state's selection shows in the grid
+    assert "function" in opts["drawCallback"] and "scrollTop" in opts["drawCallback"]  # brought into view
+    assert opts["keys_to_be_evaluated"] == [["drawCallback"]]
+    ex.grid.selected_rows = [1]  # what a click on the second row sends
     assert ex.state.selected == ("prefill", "_tensor_constant0")
     assert "prefill / _tensor_constant0" in ex.constant_detail.value
     assert ex.constant.value == ("prefill", "_tensor_constant0")
     ex.constant.value = ("decode", "_tensor_constant0")  # the picker beside it moves the grid too
-    assert ex.grid.selected_rows == [1]
+    assert ex.grid.selected_rows == [0]
     ex.filter_method.value = "decode"
     assert ex._grid_keys == [("decode", "_tensor_constant0")] and len(ex.grid.df) == 1
 
@@ -573,11 +578,11 @@ def test_view_has_no_broken_images(explorer):
     ex = explorer
     images = [ex.timeline, ex.memory, ex.tradeoff, ex.memory_policies]
     assert all(im.layout.display == "none" and not bytes(im.value) for im in images)
-    assert ex.matrix.layout.display == "none" and not ex.matrix.outputs and not ex.matrix_png.value
+    assert ex.matrix.layout.display == "none" and not ex.matrix.children and not ex.matrix_png.value
     ex.load_button.click()
     for im in (ex.timeline, ex.memory):
         assert im.layout.display is None and bytes(im.value).startswith(b"\x89PNG")
-    assert ex.matrix.layout.display is None and len(ex.matrix.outputs) == 1
+    assert ex.matrix.layout.display is None and len(ex.matrix.children) == 1
     assert ex.tradeoff.layout.display == "none" and ex.memory_policies.layout.display == "none"
 
 
@@ -633,7 +638,7 @@ def test_dry_run_of_a_cuda_pte_on_a_cpu(tmp_path, no_real_load):
     assert no_real_load == ["dry run"]
     assert st.is_dry_run and st.session.status == "loaded" and st.error is None
     assert len(st.session.decisions) == 6 and set(st.session.decisions["method"]) == {"decode", "prefill"}
-    assert st.banner.startswith("DRY RUN: a prediction") and "'prog'" in st.banner
+    assert st.banner.startswith("DRY RUN: a prediction") and "'shared_ok'" in st.banner  # named after its folder
     assert "dry run (a prediction" in st.message
     v = st.verification
     assert v["reason"].tolist() == ["not run (dry run)"] * 2 and not v["ran"].any()
@@ -642,7 +647,7 @@ def test_dry_run_of_a_cuda_pte_on_a_cpu(tmp_path, no_real_load):
     # the dry run's memory is the loader's accounting, per method
     assert st.session.method_results["device_bytes"].sum() == st.session.device_bytes > 0
     assert st.export_csv() is True
-    assert st.exported.name == "prog-fingerprint-dry-run-collisions.csv" and "a dry run" in st.export_message
+    assert st.exported.name == "shared_ok-fingerprint-dry-run-collisions.csv" and "a dry run" in st.export_message
     assert read_report(st.exported).frame["verify_reason"].eq("not run (dry run)").all()
     st.close()
 
@@ -713,7 +718,11 @@ def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
         ex.load_button.click()
         assert ex.state.error is None and no_real_load == ["dry run"]
         assert ex.dry_banner.layout.display is None and "DRY RUN: a prediction" in ex.dry_banner.value
-        assert "DRY RUN" in ex.summary.value
+        # the banner once, its head bold and the rest plain; the summary a table of facts, in units
+        assert (ex.dry_banner.value + ex.summary.value).count("DRY RUN") == 1
+        assert "<b>DRY RUN: a prediction, not a load.</b> The decisions" in ex.dry_banner.value
+        assert "predicted (dry run: nothing loaded or run)" in ex.summary.value and ">loaded<" not in ex.summary.value
+        assert "KiB would be on the device" in ex.summary.value and "<pre>" not in ex.summary.value
         assert "not run (dry run)" in ex.verification.value and ">wrong<" not in ex.verification.value
         assert ">prediction<" in ex.verification.value and ">ok<" in ex.verification.value
         assert _matrix_figure(ex)["data"][0]["type"] == "heatmap" and bytes(ex.timeline.value).startswith(b"\x89PNG")
@@ -793,10 +802,10 @@ def test_view_marks_blamed_rows_and_says_why(explorer):
     assert "_tensor_constant0 (content differs; culprit: breaks standalone)" in ex.verification.value
     assert "1 constant run on other data: 1 culprit (undoing the share fixes the method)" in ex.decisions.value
     assert "1 culprit (undoing the share fixes the method)" in ex.summary.value
-    col = ex.grid.df["blame"].tolist()
-    assert "culprit: breaks standalone" in col[1] and "cs-culprit" in col[1]
-    assert 'title="breaks standalone: cached' in col[1]  # the evidence on hover
-    assert col[0] == "<span></span>"  # prefill's own constant runs on its own data
+    col = ex.grid.df["blame"].tolist()  # the culprit's row first
+    assert "culprit: breaks standalone" in col[0] and "cs-culprit" in col[0]
+    assert 'title="breaks standalone: cached' in col[0]  # the evidence on hover
+    assert col[1] == "<span></span>"  # prefill's own constant runs on its own data
     ex.state.select("decode", "_tensor_constant0")
     assert "culprit: breaks standalone" in ex.constant_detail.value
     ex.state.select("prefill", "_tensor_constant0")
@@ -875,7 +884,161 @@ def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest
                         "breaks standalone", ("standalone",)) for i in range(40)))
     out = verification_html(v, verdict)
     row_b = next(r for r in out.split("<tr") if ">b<" in r)
-    assert f"... and {40 - MAX_NAMED:,} more" in row_b and "w0 (content differs; culprit: breaks standalone)" in row_b
+    # blame's finding said once for the 40 constants it was found for
+    assert f"w0, w1, w2, w3, w4, w5, w6, w7 ... and {40 - MAX_NAMED:,} more (content differs; culprit: breaks " \
+           f"standalone)" in row_b and row_b.count("breaks standalone") == 1
     assert "w39" not in row_b
     row_c = next(r for r in out.split("<tr") if ">c<" in r)
     assert ">wrong<" in row_c and "w0" not in row_c  # wrong, and no constant of it runs on other data
+
+
+# ------------------------------------------------------------------ issue 22: what users touch
+
+
+def test_grid_puts_culprits_first_and_toggles_culprits_only(state):
+    from toolkit.widgets import CULPRIT_RANK, OTHER, interest_rank
+
+    assert state.load()
+    assert list(zip(state.rows["method"], state.rows["name"]))[0] == ("decode", "_tensor_constant0")
+    assert interest_rank(state.session.decisions, state.verdict).tolist() == [OTHER, CULPRIT_RANK]
+    state.set_filters(culprits_only=True)
+    assert state.filtered and state.rows["method"].tolist() == ["decode"]
+    assert state.selected == ("decode", "_tensor_constant0")
+    state.set_filters(culprits_only=False)
+    assert len(state.rows) == 2 and not state.filtered
+
+
+def test_interest_rank_orders_culprits_findings_wrong_methods_collisions():
+    from toolkit.widgets import CULPRIT_RANK, COLLISION, OF_A_WRONG_METHOD, OTHER, RUNS_ON_OTHER_DATA, interest_rank
+
+    v = _verdict_of_three_findings()  # b/w0 culprit; b/w1, c/w1, b/w2 harmless; b wrong
+    rows = pd.DataFrame([("a", "w0", "miss", ""), ("a", "w3", "hit", ""), ("b", "w9", "miss", ""),
+                         ("c", "w1", "hit", "content differs"), ("b", "w0", "hit", "content differs")],
+                        columns=["method", "name", "lookup", "data_problem"])
+    assert interest_rank(rows, v).tolist() == [OTHER, COLLISION, OF_A_WRONG_METHOD, RUNS_ON_OTHER_DATA, CULPRIT_RANK]
+
+
+def test_grid_shows_the_fqn_with_the_internal_name_beside():
+    rows = pd.DataFrame([{"method": "encoder", "name": "model_model_layers_0_fc1_weight",
+                          "fqn": "model.model.layers.0.fc1.weight", "decision": "loaded", "reason_code": "first_seen"},
+                         {"method": "encoder", "name": "w", "fqn": "", "decision": "loaded",
+                          "reason_code": "first_seen"}])
+    g = grid_frame(rows)
+    assert list(g.columns) == ["method", "constant", "decision", "same content", "reason", "bytes", "shared from"]
+    cell = g["constant"][0]
+    assert cell.index("model.\u200bmodel.\u200blayers") < cell.index(">model_\u200bmodel_\u200blayers")  # FQN first
+    assert 'class="cs-wrap cs-internal"' in cell and 'title="model.model.layers.0.fc1.weight"' in cell
+    assert g["constant"][1] == '<span class="cs-wrap cs-fqn">w</span>'  # no FQN: the name alone
+
+
+def test_view_matrix_click_selects_the_constant_in_the_grid_and_detail(explorer):
+    from toolkit.widgets import DECISIONS_TAB
+
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.state.set_filters(method="decode")  # hides prefill: the click clears the filters
+    (fig,) = ex.matrix.children
+    # what plotly's FigureWidget sends from the browser on a click on prefill's cell
+    fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
+        "trace_indexes": [0], "point_indexes": [[0, 0]], "xs": ["_tensor_constant0"], "ys": ["prefill"]}}
+    assert ex.state.selected == ("prefill", "_tensor_constant0") and not ex.state.filtered
+    assert ex.grid.selected_rows == [ex._grid_keys.index(("prefill", "_tensor_constant0"))]
+    assert "prefill / _tensor_constant0" in ex.constant_detail.value and ex.tabs.selected_index == DECISIONS_TAB
+
+
+def test_view_culprits_only_toggle_and_rows_export(explorer, tmp_path):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.culprits_only.value = True
+    assert ex.state.culprits_only and ex._grid_keys == [("decode", "_tensor_constant0")]
+    assert "(filtered)" in ex.grid._dt_args["language"]["info"]
+    ex.export_rows_button.click()
+    written = tmp_path / "total_collision-name-only-decisions-filtered.csv"
+    assert written.is_file() and "wrote 1 rows" in ex.export_rows_result.value
+    frame = read_report(written).frame  # the report's writer: it reads back as a report
+    assert frame["name"].tolist() == ["_tensor_constant0"] and frame["method"].tolist() == ["decode"]
+    ex.export_rows_button.click()  # never overwrites: numbered
+    assert (tmp_path / "total_collision-name-only-decisions-filtered-2.csv").is_file()
+
+
+def test_device_is_validated_and_cuda_without_cuda_is_a_message(built_sample, monkeypatch):
+    require("ipywidgets", extra="notebook")
+    import toolkit.widgets as widgets
+    from toolkit.errors import ToolkitError
+    from toolkit.widgets import NO_CUDA, Explorer
+
+    with pytest.raises(ToolkitError, match="unknown device 'tpu'"):
+        ExplorerState(device="tpu")
+    monkeypatch.setattr(widgets, "_cuda_available", lambda: False)
+    prog = built_sample("total_collision")
+    ex = Explorer(build=lambda name, **kw: prog, device="cuda", background=False)  # no raw TraitError
+    try:
+        assert ("cuda (none here: dry run only)", "cuda") in ex.device.options and ex.device.value == "cuda"
+        ex.state.set(device="cuda:1")  # a device the menu lacks is added, no TraitError
+        assert ex.device.value == "cuda:1"
+        ex.load_button.click()
+        assert ex.state.error == f"could not load the program: {NO_CUDA}" and ex.state.error_detail == ""
+        assert ex.state.message == "could not load the program (see below)"
+    finally:
+        ex.close()
+
+
+def test_cuda_pte_on_a_cpu_says_the_dry_run_first_and_no_rebuild(tmp_path, monkeypatch):
+    import toolkit.widgets as widgets
+
+    monkeypatch.setattr(widgets, "_cuda_available", lambda: False)
+    st = ExplorerState(program_from="path", path=str(PTE), export_dir=tmp_path)
+    assert st.load() is False
+    assert st.error.startswith("could not load the program: this program cannot be loaded here: tick “dry run”")
+    assert "rebuild" not in st.error and "built for 'cuda'" in st.error
+    st.close()
+
+
+def test_dry_run_device_follows_the_program_and_its_csv_has_no_verification(tmp_path, no_real_load):
+    st = ExplorerState(program_from="path", path=str(PTE), dry_run=True, device="cpu", export_dir=tmp_path)
+    assert st.load() is True, st.error
+    assert st.device == "cuda" and "device set to cuda" in st.message  # the menu says what the text says
+    assert " on cuda:0" in st.banner and not st.stale
+    assert st.export_csv() is True
+    frame = read_report(st.exported).frame
+    assert frame["method_ok"].isna().all()  # a prediction: neither ok nor wrong
+    st.close()
+
+
+def test_compare_colours_the_bar_by_the_chosen_policys_verdict(explorer):
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.compare_button.click()
+    assert ex.state.outcome == "wrong" and "the chosen 'name-only': wrong" in ex.state.message
+    assert ex.progress.bar_style == "warning"  # not green while the chosen policy is wrong
+    assert "background-color: #f4cccc" in ex.comparison.value  # wrong_methods red
+
+
+def test_comparison_errors_show_short_keys():
+    from toolkit.widgets import comparison_display
+
+    key = "ab" * 32
+    out = comparison_display(pd.DataFrame({"policy": ["fqn-weight-cache"], "error": [f"no entry {key} in the cache"]}))
+    assert out["error"][0] == f"no entry {key[:12]}\u2026 in the cache"
+
+
+def test_a_large_export_is_linked_by_path_not_embedded(explorer, tmp_path, monkeypatch):
+    import toolkit.widgets as widgets
+
+    monkeypatch.setattr(widgets, "MAX_INLINE_EXPORT", 16)
+    ex = explorer
+    ex.load_button.click()
+    ex.export_button.click()
+    assert "base64" not in ex.export_result.value and "open it from the file browser" in ex.export_result.value
+    assert str(ex.state.exported) in ex.export_result.value
+
+
+def test_view_summary_is_a_table_in_units(explorer):
+    ex = explorer
+    ex.load_button.click()
+    v = ex.summary.value
+    assert "<pre>" not in v and ">status<" in v and ">loaded<" in v and "16 KiB" in v
+    assert "with each method on its own blob" in v and "32,768" not in v

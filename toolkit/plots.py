@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -267,6 +268,8 @@ _CATEGORY_FACE = {_ABSENT: "#ffffff", **DECISION_COLOURS, _CULPRIT: CULPRIT_FACE
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 MAX_PLOTLY_WIDTH = 980  # px: fits a notebook output area (1008 px at a 1440 px window) and the explorer
 _HOVER_WIDTH = 72  # characters per line of a hover label
+HOVER_ROOM = 470  # px kept right of a narrow matrix for its hover label (72 characters at 12 px)
+MODEBAR_WIDTH = 260  # px: plotly's toolbar, top right, that a title must not run under
 
 
 def plotly_text(text: Any) -> str:
@@ -326,6 +329,26 @@ def _unique_labels(keys: Sequence[str]) -> list[str]:
     return out
 
 
+GROUP_COLUMNS = 24  # a matrix of more names than this is grouped by layer
+_LAYER = re.compile(r"^(.*?[._]\d+)[._](.+)$")  # the name up to its first index ("model.layers.3"), the rest
+
+
+def layer_groups(keys: Sequence[str]) -> tuple[list[int], list[str], list[str]] | None:
+    """Matrix columns grouped by layer: (the column order, contiguous by group in order of first
+    appearance; each column's group; each column's label within it), from each name up to its
+    first numeric part (``model.layers.3`` of ``model.layers.3.mlp.up.weight``, label
+    ``mlp.up.weight``); names without one are grouped as "other".  None when grouping would not
+    help (fewer than 2 groups, or nearly one name per group)."""
+    parts = [(m.group(1), m.group(2)) if (m := _LAYER.match(k)) else ("other", k) for k in keys]
+    first: dict[str, int] = {}
+    for g, _leaf in parts:
+        first.setdefault(g, len(first))
+    if not 2 <= len(first) <= len(keys) / 2:
+        return None
+    order = sorted(range(len(keys)), key=lambda j: first[parts[j][0]])
+    return order, [parts[j][0] for j in order], [parts[j][1] for j in order]
+
+
 def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame", *,
                                  verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
                                  only_colliding: bool | None = None, title: str | None = None):
@@ -337,7 +360,9 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     Returns a ``plotly.graph_objects.Figure``: a notebook shows it through plotly's JupyterLab
     renderer (shipped in the plotly wheel, no server extension); :func:`plotly_bundle` gives
     the display data the explorer puts in its Output widget.  For a PNG, use
-    :func:`collision_matrix` (matplotlib).
+    :func:`collision_matrix` (matplotlib).  Past :data:`GROUP_COLUMNS` names, the columns are
+    grouped by layer (:func:`layer_groups`): the layer once, horizontally, under its columns,
+    each column labelled by the rest of its name.
     """
     import plotly.graph_objects as go
 
@@ -345,7 +370,18 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
                                  only_colliding=only_colliding)
     grid = view.grid
     methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
-    labels = [plotly_text(x) for x in _unique_labels(keys)]  # categories are drawn as plotly text: escaped
+    grouped = layer_groups(keys) if len(keys) > GROUP_COLUMNS else None
+    if grouped is not None:
+        order, groups, leaves = grouped
+        keys, grid = [keys[j] for j in order], grid.iloc[:, order]
+        labels = []  # unique within a layer (the (layer, label) pairs are the categories)
+        for g in dict.fromkeys(groups):
+            labels += _unique_labels([leaf for gg, leaf in zip(groups, leaves) if gg == g])
+        labels = [plotly_text(x) for x in labels]
+        x_values: Any = [[plotly_text(g) for g in groups], labels]
+    else:
+        labels = [plotly_text(x) for x in _unique_labels(keys)]  # categories are drawn as plotly text: escaped
+        x_values = labels
     n_rows, n_cols = len(methods), len(keys)
     letters = n_cols <= 24
     longest = max([len(x) for x in labels] or [1])
@@ -373,7 +409,10 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
         scale += [[i / n, _CATEGORY_FACE[c]], [(i + 1) / n, _CATEGORY_FACE[c]]]
     fig = go.Figure()
     if n_cols:
-        fig.add_trace(go.Heatmap(z=z, x=labels, y=methods, text=text, texttemplate="%{text}",
+        # meta: each cell's method and internal name (a click on a cell says which constant it is)
+        names = [[cell_text((view.rows.get((m, k)) or {}).get("name")) for k in keys] for m in methods]
+        fig.add_trace(go.Heatmap(z=z, x=x_values, y=methods, text=text, texttemplate="%{text}",
+                                 meta={"methods": methods, "names": names},
                                  textfont={"size": 11 if letters else 9, "color": "#222222"},
                                  customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                                  colorscale=scale, zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1, ygap=1,
@@ -394,22 +433,27 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
                 if m in view.wrong else plotly_text(m) for m in methods]
     label_px = (min(longest, 48) * 6.2 + 10) if vertical else 24
     longest_method = max([len(m) + (10 if m in view.wrong else 0) for m in methods] or [1])
-    width = int(min(max(cell * max(n_cols, 1) + 7.5 * longest_method + 40, 460), MAX_PLOTLY_WIDTH))
+    cells_width = cell * max(n_cols, 1) + 7.5 * longest_method + 40
+    # room on the right for the hover label, so it opens beside a narrow matrix instead of over it
+    room = int(max(0, min(HOVER_ROOM, MAX_PLOTLY_WIDTH - cells_width)))
+    width = int(min(max(cells_width + room, 460), MAX_PLOTLY_WIDTH))
     shown_title = title if title is not None else view.title
-    title_lines = textwrap.wrap(cell_text(shown_title), max(40, (width - 40) // 7)) or [""]
+    # the title wraps short of plotly's toolbar (top right, shown on hover)
+    title_lines = textwrap.wrap(cell_text(shown_title), max(30, (width - 40 - MODEBAR_WIDTH) // 7)) or [""]
     top = 34 + 17 * len(title_lines) + 26  # the title, then the legend in one row above the cells
-    height = int(top + 34 * max(n_rows, 1) + label_px + 20)
+    height = int(top + 34 * max(n_rows, 1) + label_px + 20 + (24 if grouped is not None else 0))
     fig.update_layout(
         title={"text": "<br>".join(plotly_text(x) for x in title_lines), "font": {"size": 13}, "x": 0.01,
                "xanchor": "left", "y": 1.0, "yanchor": "top", "pad": {"t": 8}},
         width=width, height=height, plot_bgcolor="#ffffff", paper_bgcolor="#ffffff", template="none",
-        margin={"l": 10, "r": 10, "t": top, "b": 10},
+        margin={"l": 10, "r": 10 + room, "t": top, "b": 10},
         legend={"orientation": "h", "x": 0.0, "y": 1.0, "xanchor": "left", "yanchor": "bottom",
                 "font": {"size": 11}},
         hoverlabel={"bgcolor": "#ffffff", "font": {"size": 12, "color": "#222222"}, "align": "left"},
-        xaxis={"type": "category", "tickangle": -90 if vertical else 0, "automargin": True, "showgrid": False,
-               "ticks": "", "tickfont": {"size": 10 if cell >= 12 else 8},
-               "categoryorder": "array", "categoryarray": labels, "zeroline": False},
+        xaxis={"tickangle": -90 if vertical else 0, "automargin": True, "showgrid": False,
+               "ticks": "", "tickfont": {"size": 10 if cell >= 12 else 9}, "zeroline": False,
+               **({"type": "multicategory", "dividercolor": "#999999", "dividerwidth": 1} if grouped is not None
+                  else {"type": "category", "categoryorder": "array", "categoryarray": labels})},
         yaxis={"type": "category", "autorange": "reversed", "automargin": True, "showgrid": False, "ticks": "",
                "tickmode": "array", "tickvals": methods, "ticktext": ticktext, "tickfont": {"size": 12},
                "zeroline": False},
@@ -523,6 +567,8 @@ def _method_colours(methods: Sequence[str]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ timeline
 
+MIN_SPAN_FRACTION = 0.005  # of the time axis: the narrowest a timed step is drawn
+TICK_WIDTH = 2.0  # points: a decision's tick
 # event kind -> (label, colour) for events that carry a duration ("seconds")
 _SPANS = {
     "container_created": ("create container", "#8e7cc3"),
@@ -532,14 +578,17 @@ _SPANS = {
 
 
 def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | None" = None,
-                   title: str | None = None) -> "Figure":
+                   title: str | None = None, predicted: bool | None = None) -> "Figure":
     """Which method did which step when, and for how long.
 
     One row per method: a light bar spans the whole method load, coloured bars the timed
     steps (container creation, blob upload, per-constant uploads), and thin ticks the
     decisions, coloured like the collision matrix, each kind of decision in a lane of its
     own (so a burst of decisions reads as a strip, not a blob); the legend counts them.  A
-    failed method is marked with a cross.
+    failed method is marked with a cross.  A timed step is drawn at least
+    :data:`MIN_SPAN_FRACTION` of the axis wide (a 2 ms blob upload in a 2 s load is still seen).
+    ``predicted`` (default: a session whose runtime cannot run, a dry run): the axis says the
+    times are the analysis's, nothing was loaded.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -548,11 +597,16 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
         ev, default_title = session_or_events, "load timeline"
     else:
         ev = session_or_events.events
-        default_title = f"{session_or_events.program.name}: load timeline ({session_or_events.policy.name.value})"
+        if predicted is None:
+            predicted = not session_or_events.runtime.can_run
+        what = "dry run (predicted) timeline" if predicted else "load timeline"
+        default_title = f"{session_or_events.program.name}: {what} ({session_or_events.policy.name.value})"
     methods = list(dict.fromkeys(ev["method"])) if len(ev) else []
     fig, ax = _axes(ax, (8.0, 1.6 + 0.7 * max(len(methods), 1)))
     y = {m: i for i, m in enumerate(methods)}
-    scale, unit = (1000.0, "ms") if (float(ev["time_s"].max()) if len(ev) else 0.0) < 1.0 else (1.0, "s")
+    end_s = float(ev["time_s"].max()) if len(ev) else 0.0
+    scale, unit = (1000.0, "ms") if end_s < 1.0 else (1.0, "s")
+    min_span = end_s * scale * MIN_SPAN_FRACTION
     decided = ev[ev["kind"] == "decided"] if len(ev) and "decision" in ev else ev.iloc[:0]
     kinds = [d for d in _DECISION_ORDER if d in set(decided["decision"].astype(str))] if len(decided) else []
     # lanes of the decision ticks inside a method's row, one per kind present
@@ -573,7 +627,8 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
                 ax.plot([t], [y[m]], marker="X", color=WRONG_COLOUR, markersize=10, linestyle="none", zorder=4)
         elif kind in _SPANS:
             secs = float(r.get("seconds") or 0.0) * scale
-            ax.broken_barh([(t - secs, max(secs, 1e-9))], (y[m] - 0.25, 0.5), facecolors=_SPANS[kind][1], zorder=2)
+            ax.broken_barh([(t - secs, max(secs, min_span, 1e-9))], (y[m] - 0.25, 0.5), facecolors=_SPANS[kind][1],
+                           zorder=2)
         elif kind == "decided":
             d = str(r.get("decision"))
             xs, ys = ticks.setdefault(d, ([], []))
@@ -581,12 +636,13 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
             ys.append(y[m] + lane.get(d, 0.0))
     marker_pts = 72 * lane_height * (fig.get_figheight() - 1.6) / max(len(methods), 1) * 0.9
     for d, (xs, ys) in ticks.items():
-        ax.plot(xs, ys, marker="|", markersize=max(4.0, min(marker_pts, 12.0)), markeredgewidth=1.2,
+        ax.plot(xs, ys, marker="|", markersize=max(4.0, min(marker_pts, 12.0)), markeredgewidth=TICK_WIDTH,
                 linestyle="none", color=_STRONG.get(d, "black"), zorder=3)
     ax.set_yticks(range(len(methods)))
     ax.set_yticklabels([plain_text(m) for m in methods])
     ax.set_ylim(len(methods) - 0.4 if methods else 1, -0.6)
-    ax.set_xlabel(f"time since the load began ({unit})")
+    ax.set_xlabel(f"time into the dry run's analysis ({unit}): a prediction, nothing was loaded or run"
+                  if predicted else f"time since the load began ({unit})")
     ax.set_xlim(left=0)
     kinds_seen = set(ev["kind"]) if len(ev) else set()
     handles = [Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="method load")]

@@ -480,17 +480,22 @@ MAX_NAMED = 8  # constants named in one verification cell; the rest counted (eve
 
 
 def _named(items: list[str], limit: int = MAX_NAMED, sep: str = ", ") -> str:
-    """Up to ``limit`` items, joined, then "... and N more" (a cell stays readable at 10,000 constants)."""
+    """Up to ``limit`` items, joined, then "... and N more" (a cell stays readable at 10,000 constants;
+    every one is in the decisions)."""
     if len(items) <= limit:
         return sep.join(items)
-    return sep.join(items[:limit]) + f" ... and {len(items) - limit:,} more (every one is in the decisions)"
+    return sep.join(items[:limit]) + f" ... and {len(items) - limit:,} more"
 
 
 def findings_text(verdict: Any, method: str) -> str:
-    """A method's constants that run on other data, culprits first, each with what blame found."""
+    """A method's constants that run on other data, culprits first, with what blame found said once
+    for every constant it was found for: ``"a, b (content differs; culprit: breaks standalone)"``."""
     found = sorted(verdict.findings(method), key=lambda c: list(type(c.blame)).index(c.blame))  # culprits first
-    return _named([f"{c.name} ({c.problem.value if c.problem else 'no known difference'}"
-                   + (f"; {c.blame.value}: {c.blame_note}" if c.blame_note else "") + ")" for c in found], sep="; ")
+    groups: dict[str, list[str]] = {}
+    for c in found:
+        groups.setdefault(f"{c.problem.value if c.problem else 'no known difference'}"
+                          + (f"; {c.blame.value}: {c.blame_note}" if c.blame_note else ""), []).append(c.name)
+    return "; ".join(f"{_named(names)} ({why})" for why, names in groups.items())
 
 
 def verification_html(frame: pd.DataFrame | None, verdict: Any, *, empty: str = "no methods") -> str:
@@ -633,6 +638,32 @@ def session_text(session: Any) -> str:
         flag = "" if r.runnable else "  NOT RUNNABLE: " + "; ".join(r.problems)
         lines.append(f"  {r.method}: {r.device_bytes:,} constant bytes on {r.device}{flag}")
     return "\n".join(lines)
+
+
+def session_facts_html(session: Any, *, predicted: bool = False, name: str | None = None) -> str:
+    """A session's summary as a small table of facts (program, policy, status, decisions, memory
+    in binary units, the exact count on hover); ``predicted``: a dry run, its status "predicted"."""
+    d, counts, loaded = _session_facts(session)
+    program = session.program
+    devices = ", ".join(sorted({cell_text(x) for x in session.devices.values()})) or cell_text(program.device)
+    status = "predicted (dry run: nothing loaded or run)" if predicted else cell_text(session.status)
+    facts = [("program", f"{name or program.name} ({len(program.methods)} methods, on {devices})"),
+             ("policy", session.policy.name.value), ("status", status),
+             ("decisions", f"{len(d):,}: " + (", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())) or "none"))]
+    if session.error:
+        facts.append(("error", f"in {session.failed_method!r}: {session.error}"))
+    if loaded:
+        blobs = {m.name: m.blob_bytes for m in program.methods}
+        unshared = sum(blobs[r.method] for r in loaded)
+        on = "would be" if predicted else "are"
+        facts.append(("constant bytes", f"{format_bytes(session.device_bytes)} {on} on the device; "
+                                        f"{format_bytes(unshared)} with each method on its own blob"))
+        facts += [(f"  {r.method}", format_bytes(r.device_bytes) + ("" if r.runnable else
+                                                                   " (NOT RUNNABLE: " + "; ".join(r.problems) + ")"))
+                  for r in loaded]
+    frame = pd.DataFrame(facts, columns=["fact", "value"])
+    return html_table(frame, max_rows=len(frame), colours={
+        "value": lambda text: WRONG_COLOUR if "NOT RUNNABLE" in text or text.startswith("in '") else ""})
 
 
 def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 import pandas as pd
 import traitlets
 
@@ -33,7 +34,7 @@ from .errors import IncompatibleProgramError, ToolkitError
 from .policies import POLICIES, get_policy
 from .rendering import (
     CAUGHT_COLOUR, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
-    html_table, markdown_html, markdown_text, outcome_colour, verification_html,
+    html_table, markdown_html, markdown_text, outcome_colour, session_facts_html, shorten_digests, verification_html,
 )
 from .report import CollisionReport, collision_report, native_code_notice
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
@@ -55,14 +56,25 @@ PATH_HINT = ("a program directory (holding manifest.json), an ExecuTorch .pte (i
 DRY_RUN_REASON = "not run (dry run)"
 DRY_RUN_HINT = "this program cannot be loaded here: tick “dry run” to analyze it without loading"
 PREDICTION = "dry run (a prediction, nothing loaded or run): "
+BANNER_HEAD = "DRY RUN: a prediction, not a load."
 MAX_TABLE_ROWS = 300
+TAB_TITLES = ("Overview", "Decisions", "Timeline & memory", "Policies", "Export")
+DECISIONS_TAB = TAB_TITLES.index("Decisions")
 GRID_HEIGHT = "360px"  # the Decisions grid scrolls inside this height
 EXPORT_SUFFIX = "-collisions.csv"
+EXPORT_SCOPES = ("export", "rows")  # errors of the Export tab's report and of the Decisions tab's rows
 COMPARISON_COLUMNS = ["policy", "outcome", "stage", "wrong_methods", "not_runnable", "shared", "declined",
                       "device_bytes", "error"]
 BAR_STYLES = {MethodOutcome.OK: "success", MethodOutcome.WRONG: "warning", MethodOutcome.FAILED: "danger",
               MethodOutcome.REFUSED: "danger"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
+NO_CUDA = "this machine has no CUDA device: choose device cpu, or tick “dry run” to predict the load"
+MAX_INLINE_EXPORT = 512 * 1024  # bytes: a larger export is linked by its path, not embedded in the page
+
+
+class InvalidChoiceError(ToolkitError, ValueError):
+    """An explorer input that is not one of its choices (the input and the choices named)."""
 
 
 def _one_line(e: BaseException) -> str:
@@ -73,10 +85,13 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
-def _devices() -> list[str]:
+def _cuda_available() -> bool:
     import torch
 
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    return torch.cuda.is_available()
+
+
+_REBUILD = re.compile(r";?\s*rebuild it with device=\S+")
 
 
 def _plural(n: int, word: str) -> str:
@@ -84,12 +99,12 @@ def _plural(n: int, word: str) -> str:
 
 
 def dry_run_verification(session: "Session") -> pd.DataFrame:
-    """The verification frame of a dry run: every method "not run (dry run)" (its outcome is the
-    prediction's verdict; nothing ran, so ``verify()`` is never asked)."""
+    """The verification frame of a dry run: every method "not run (dry run)", ``ok`` missing
+    (neither ok nor wrong: its outcome is the prediction's verdict; ``verify()`` is never asked)."""
     from .verification import VERIFY_COLUMNS
 
     rows = [{"method": m.name, "ran": False, "max_abs_err": float("nan"), "atol": float("nan"),
-             "rtol": float("nan"), "ok": False, "reason": DRY_RUN_REASON} for m in session.program.methods]
+             "rtol": float("nan"), "ok": pd.NA, "reason": DRY_RUN_REASON} for m in session.program.methods]
     return pd.DataFrame(rows, columns=VERIFY_COLUMNS)
 
 
@@ -131,6 +146,25 @@ def findings_summary(verdict: Verdict | None, keys: set[tuple[str, str]] | None 
     return f"{_plural(len(found), 'constant')} run on other data: " + ", ".join(parts)
 
 
+CULPRIT_RANK, RUNS_ON_OTHER_DATA, OF_A_WRONG_METHOD, COLLISION, OTHER = range(5)
+
+
+def interest_rank(rows: pd.DataFrame, verdict: Verdict | None) -> pd.Series:
+    """Each decision row's place in the Decisions grid: culprits (:data:`CULPRIT_RANK`), then the
+    other constants that run on other data, then the rows of the wrong methods, then the other
+    collisions (names found in the cache), then the rest."""
+    culprits, found = set(), set()
+    for c in verdict.constants if verdict is not None else ():
+        (culprits if c.blame is BlameStatus.CULPRIT else found).add((c.method, c.name))
+    wrong = set(verdict.wrong_methods) if verdict is not None else set()
+    problem = culprit_mask(rows).tolist()
+    hits = (rows["lookup"].map(cell_text) == Lookup.HIT.value).tolist() if "lookup" in rows else [False] * len(rows)
+    rank = [CULPRIT_RANK if k in culprits else RUNS_ON_OTHER_DATA if p or k in found else
+            OF_A_WRONG_METHOD if k[0] in wrong else COLLISION if h else OTHER
+            for k, p, h in zip(zip(rows["method"].tolist(), rows["name"].tolist()), problem, hits)]
+    return pd.Series(rank, index=rows.index, dtype="int64")
+
+
 def finding_of(verdict: Verdict | None, method: str, name: str) -> ConstantFinding | None:
     """The verdict's finding for one constant (a culprit first), None when it runs on its own data."""
     found = [c for c in verdict.findings(method) if c.name == name] if verdict is not None else []
@@ -165,6 +199,7 @@ class ExplorerState(traitlets.HasTraits):
     filter_method = traitlets.Unicode(ALL)
     filter_decision = traitlets.Unicode(ALL)
     filter_reason = traitlets.Unicode(ALL)
+    culprits_only = traitlets.Bool(False)  # only the constants that run on other data (culprits first)
     rows = traitlets.Instance(pd.DataFrame, args=(), kw={"columns": list(DECISION_TABLE_COLUMNS)})
     selected = traitlets.Tuple(default_value=None, allow_none=True)  # (method, name)
     # progress of the running action, and what became of the last one
@@ -176,11 +211,12 @@ class ExplorerState(traitlets.HasTraits):
     outcome = traitlets.UseEnum(MethodOutcome, default_value=None, allow_none=True)
     error = traitlets.Unicode(None, allow_none=True)
     error_detail = traitlets.Unicode("")
-    error_scope = traitlets.Unicode("")  # "export": shown next to the export button
+    error_scope = traitlets.Unicode("")  # one of EXPORT_SCOPES: shown next to that export button
     export_dir = traitlets.Instance(Path)
     exported = traitlets.Instance(Path, allow_none=True)
     export_ok = traitlets.Bool(None, allow_none=True)  # the latest export's outcome (None: none yet)
     export_message = traitlets.Unicode("")
+    rows_exported = traitlets.Unicode("")  # what the Decisions tab's own export wrote ('' none yet)
 
     def __init__(self, *, build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
                  export_dir: str | os.PathLike | None = None, **inputs: Any):
@@ -190,6 +226,12 @@ class ExplorerState(traitlets.HasTraits):
         self.set(**inputs)
 
     # ------------------------------------------------------------------ inputs
+    @traitlets.validate("device")
+    def _valid_device(self, proposal) -> str:
+        if not DEVICE_RE.fullmatch(proposal.value):
+            raise InvalidChoiceError(f"unknown device {proposal.value!r}; choose cpu, cuda or cuda:N")
+        return proposal.value
+
     @traitlets.validate("program_from", "sample", "policy")
     def _valid_choice(self, proposal) -> str:
         name, value = proposal.trait.name, proposal.value
@@ -197,7 +239,7 @@ class ExplorerState(traitlets.HasTraits):
             return parse(PolicyName, value, what="policy").value
         choices = PROGRAM_FROM if name == "program_from" else sample_names()
         if value not in choices:
-            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+            raise InvalidChoiceError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
         return value
 
     def set(self, **choices: Any) -> None:
@@ -232,8 +274,8 @@ class ExplorerState(traitlets.HasTraits):
             return ""
         s = self.session
         devices = ", ".join(sorted({str(d) for d in s.devices.values()}))
-        return (f"DRY RUN: a prediction, not a load. The decisions, sharing and memory below are what loading "
-                f"{s.program.name!r} under {s.policy.name.value!r}{' on ' + devices if devices else ''} would do, "
+        return (f"{BANNER_HEAD} The decisions, sharing and memory below are what loading "
+                f"{self.program_label!r} under {s.policy.name.value!r}{' on ' + devices if devices else ''} would do, "
                 f"worked out from the program's metadata by the loader's own code; nothing was put on a device and "
                 f"nothing ran: each method's outcome is predicted, its verification “{DRY_RUN_REASON}”.")
 
@@ -251,7 +293,7 @@ class ExplorerState(traitlets.HasTraits):
         shown = self.describe_inputs(self.shown_inputs)
         if self.loading:
             return f"loading {self.describe_inputs(self.inputs())}: the results below are still those of {shown}"
-        if self.error and self.error_scope != "export":
+        if self.error and self.error_scope not in EXPORT_SCOPES:
             return f"the last load failed: the results below are those of {shown}, not of the current choices"
         return f"the choices changed: the results below are those of {shown}; press Load to update them"
 
@@ -284,14 +326,20 @@ class ExplorerState(traitlets.HasTraits):
             self.phase, self.progress, self.message = phase, fraction, message
 
     def _fail(self, what: str, e: BaseException, *, scope: str = "", hint: str = "") -> bool:
-        error = f"{what}: {_one_line(e)}" + (f" ({hint})" if hint else "")
+        """Record a failure: :attr:`error` is the one sentence (what could be done first, when
+        there is a ``hint``), the status line says only ``what`` failed; a traceback is kept
+        (:attr:`error_detail`) for unexpected errors only, never for a :class:`ToolkitError`."""
+        error = f"{what}: " + (f"{hint} ({_one_line(e)})" if hint else _one_line(e))
         with self.hold_trait_notifications():
-            self.error_detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            self.error_detail = ("" if isinstance(e, ToolkitError)
+                                 else "".join(traceback.format_exception(type(e), e, e.__traceback__)))
             self.error_scope, self.error = scope, error
             if scope == "export":
                 self.exported, self.export_ok, self.export_message = None, False, error
+            elif scope == "rows":
+                self.rows_exported = ""
             else:
-                self.outcome, self.phase, self.message = MethodOutcome.FAILED, "failed", error
+                self.outcome, self.phase, self.message = MethodOutcome.FAILED, "failed", f"{what} (see below)"
         return False
 
     def clear_error(self) -> None:
@@ -345,12 +393,23 @@ class ExplorerState(traitlets.HasTraits):
         """The dry-run suggestion when the program cannot be loaded on this machine."""
         if isinstance(e, IncompatibleProgramError):
             return DRY_RUN_HINT
-        if program.device == "cuda" or self.device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                return DRY_RUN_HINT
+        if (program.device == "cuda" or self.device.startswith("cuda")) and not _cuda_available():
+            return DRY_RUN_HINT
         return ""
+
+    def _is_pte(self) -> bool:
+        return self.program_from == "path" and Path(self.path.strip()).suffix.lower() == ".pte"
+
+    @property
+    def program_label(self) -> str:
+        """What the results on screen are called: the program's name, or, for a program read from
+        a file (a ``.pte`` or ``.pt2``, whose programs are all called alike), its folder's name."""
+        if self.session is None:
+            return ""
+        where = Path(self.shown_inputs[1]) if self.shown_inputs and self.shown_inputs[0] == "path" else None
+        if where is not None and where.suffix.lower() in (".pte", ".pt2") and where.resolve().parent.name:
+            return where.resolve().parent.name
+        return self.session.program.name
 
     def _open_step(self) -> "Program | None":
         """The open step of a load, with its progress; None (and :attr:`error`) on failure."""
@@ -370,9 +429,14 @@ class ExplorerState(traitlets.HasTraits):
         self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}"
                    + (f" ({notice})" if notice else ""))
         try:
+            if self.device.startswith("cuda") and not _cuda_available():
+                raise ToolkitError(NO_CUDA)
             session = (self._load or load_program)(program, self.policy, device=self.device)
         except Exception as e:  # noqa: BLE001
-            self._fail("could not load the program", e, hint=self._load_hint(program, e))
+            hint = self._load_hint(program, e)
+            if hint and self._is_pte():  # an ExecuTorch file cannot be rebuilt here: say only what can be done
+                e = type(e)(_REBUILD.sub("", str(e)))
+            self._fail("could not load the program", e, hint=hint if str(e) != NO_CUDA else "")
             return None
         self._step("verify", 0.75, "running every method and sequence against its eager reference")
         try:
@@ -413,6 +477,12 @@ class ExplorerState(traitlets.HasTraits):
         self.blame_note = ""
         try:
             program = self._open_step()
+            moved = ""
+            if program is not None and self.dry_run and self.analysis_device(program) != self.device:
+                # the device menu says where the prediction is for: the kind the program was built for
+                self.device = self.analysis_device(program)
+                target, moved = self.inputs(), (f"device set to {self.device}: a dry run predicts the load on "
+                                                f"the device the program was built for")
             session = None if program is None else (
                 self._predicted_session(program) if self.dry_run else self._loaded_session(program))
             if session is None:
@@ -425,7 +495,7 @@ class ExplorerState(traitlets.HasTraits):
                 session.close()
                 return self._fail("could not verify the program", e)
             self._show(program, session, verification, verdict, report, target)
-            notes = [self.blame_note]
+            notes = [self.blame_note, moved]
             if verdict.failed_stage is not None and not verdict.predicted:
                 notes.append(self._load_hint(program))
             with self.hold_trait_notifications():
@@ -447,6 +517,7 @@ class ExplorerState(traitlets.HasTraits):
             self.shown_inputs, self.loading = inputs, False
             self.filter_method = self.filter_decision = self.filter_reason = ALL
             self.exported, self.export_ok, self.export_message = None, None, ""  # of the previous load
+            self.rows_exported = ""
             self.session = session
             self.rows = self._filtered()
             self.selected = self._first_of_interest()
@@ -490,11 +561,15 @@ class ExplorerState(traitlets.HasTraits):
             by: dict[str, list[str]] = {}
             for name, v in result.verdicts().items():
                 by.setdefault(v.outcome.value, []).append(name)
+            chosen = result.verdicts().get(self.policy)
             with self.hold_trait_notifications():
-                self.program, self.comparison, self.outcome = program, result, MethodOutcome.OK
+                # the bar says what the chosen policy's verdict is, not that the comparison ran
+                self.program, self.comparison = program, result
+                self.outcome = chosen.outcome if chosen is not None else MethodOutcome.OK
                 self._step("done", 1.0, f"compared {len(result.frame)} policies on {program.name!r}"
                            + (" as a dry run (a prediction: nothing was loaded or run)" if dry else "") + ": "
-                           + "; ".join(f"{o} under {', '.join(names)}" for o, names in by.items()))
+                           + "; ".join(f"{o} under {', '.join(names)}" for o, names in by.items())
+                           + (f"; the chosen {self.policy!r}: {chosen.outcome.value}" if chosen is not None else ""))
             return True
         finally:
             self._end()
@@ -519,29 +594,34 @@ class ExplorerState(traitlets.HasTraits):
     @property
     def filtered(self) -> bool:
         """Whether a filter is set (the Decisions tab's count says "(filtered)")."""
-        return any((self.filter_method, self.filter_decision, self.filter_reason))
+        return any((self.filter_method, self.filter_decision, self.filter_reason, self.culprits_only))
 
     @property
     def total_decisions(self) -> int:
         return len(self.session.decisions) if self.session is not None else 0
 
-    def set_filters(self, *, method: str | None = None, decision: str | None = None, reason: str | None = None) -> None:
-        """Set filters (:data:`ALL`: none); the rows follow, and the selection stays among them."""
+    def set_filters(self, *, method: str | None = None, decision: str | None = None, reason: str | None = None,
+                    culprits_only: bool | None = None) -> None:
+        """Set filters (:data:`ALL`: none; ``culprits_only``: only the constants that run on other
+        data); the rows follow, and the selection stays among them."""
         opts, chosen = self.filter_options(), {"method": method, "decision": decision, "reason": reason}
         for key, value in chosen.items():
             if value not in (None, ALL, *opts[key]):
-                raise ValueError(f"no {key} {value!r} in this load; choose one of {opts[key]}")
+                raise InvalidChoiceError(f"no {key} {value!r} in this load; choose one of {opts[key]}")
         with self.hold_trait_notifications():
             for key, value in chosen.items():
                 if value is not None:
                     setattr(self, f"filter_{key}", value)
+            if culprits_only is not None:
+                self.culprits_only = bool(culprits_only)
             self.rows = self._filtered()
             keys = list(zip(self.rows["method"], self.rows["name"]))
             if self.selected not in keys:
                 self.selected = keys[0] if keys else None
 
     def _filtered(self) -> pd.DataFrame:
-        """The decisions under the filters (a new frame), with ``same_content`` (see ``content_check``)."""
+        """The decisions under the filters (a new frame), with ``same_content`` (see ``content_check``),
+        in :func:`interest_rank` order (culprits first), load order within a rank."""
         if self.session is None:
             return pd.DataFrame(columns=list(DECISION_TABLE_COLUMNS))
         d = self.session.decisions
@@ -549,7 +629,11 @@ class ExplorerState(traitlets.HasTraits):
                               ("reason_code", self.filter_reason)):
             if value:
                 d = d[d[column].map(cell_text) == value]
-        return content_check(d.reset_index(drop=True))
+        rank = interest_rank(d, self.verdict)
+        if self.culprits_only:
+            d, rank = d[rank <= RUNS_ON_OTHER_DATA], rank[rank <= RUNS_ON_OTHER_DATA]
+        order = np.argsort(rank.to_numpy(), kind="stable")
+        return content_check(d.iloc[order].reset_index(drop=True))
 
     def select(self, method: str | None, name: str | None) -> None:
         if method is not None and name is not None:
@@ -624,13 +708,13 @@ class ExplorerState(traitlets.HasTraits):
         if self.session is None:
             return "collision_report.csv"
         dry = "-dry-run" if self.is_dry_run else ""
-        return (f"{safe_file_name(self.session.program.name)}-{safe_file_name(self.session.policy.name.value)}"
+        return (f"{safe_file_name(self.program_label)}-{safe_file_name(self.session.policy.name.value)}"
                 f"{dry}{EXPORT_SUFFIX}")
 
-    def default_export_path(self) -> str:
-        """Where the report goes when no path is given: :meth:`default_export_name` in
+    def default_export_path(self, name: str | None = None) -> str:
+        """Where the report goes when no path is given: :meth:`default_export_name` (or ``name``) in
         :attr:`export_dir`, numbered (``-2``, ``-3`` ...) past files that already exist."""
-        first = self.export_dir / self.default_export_name()
+        first = self.export_dir / (name or self.default_export_name())
         if not first.exists():
             return str(first)
         stem = first.name[: -len(".csv")] if first.name.endswith(".csv") else first.name
@@ -639,6 +723,24 @@ class ExplorerState(traitlets.HasTraits):
             if not candidate.exists():
                 return str(candidate)
         raise ToolkitError(f"{self.export_dir}: too many reports named {stem}-N.csv")
+
+    def export_rows(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
+        """Write the collision report's rows of the decisions the Decisions tab shows (:attr:`rows`:
+        after its filters, in its order) as CSV, through the report's writer (text cells
+        neutralised); default name ``<program>-<policy>-decisions[-filtered].csv``.  The outcome
+        is in :attr:`rows_exported` (the path) or :attr:`error` (scope ``"rows"``)."""
+        self.clear_error()
+        if self.report is None:
+            return self._fail("nothing to export", ToolkitError("load a program first"), scope="rows")
+        keys = pd.DataFrame({"method": self.rows["method"].tolist(), "name": self.rows["name"].tolist()})
+        frame = keys.merge(self.report.frame, on=["method", "name"], how="inner", validate="one_to_many")
+        name = self.default_export_name().replace(EXPORT_SUFFIX, "-decisions" + ("-filtered" if self.filtered
+                                                                               else "") + ".csv")
+        target = self._write(path, overwrite, frame, self.default_export_path(name) if not path else None, "rows")
+        if target is None:
+            return False
+        self.rows_exported = f"wrote {len(frame):,} rows to {target}"
+        return True
 
     def export_csv(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
         """Write the collision report of the current load; False (and :attr:`error`) on failure.
@@ -649,13 +751,29 @@ class ExplorerState(traitlets.HasTraits):
         self.clear_error()
         if self.report is None:
             return self._fail("nothing to export", ToolkitError("load a program first"), scope="export")
+        target = self._write(path, overwrite, self.report.frame, None, "export")
+        if target is None:
+            return False
+        dry = f" (a dry run: predicted decisions, verification {DRY_RUN_REASON!r})" if self.is_dry_run else ""
+        with self.hold_trait_notifications():
+            self.exported, self.export_ok = target, True
+            self.export_message = f"wrote {len(self.report.frame)} rows to {target}{dry}"
+        return True
+
+    def _write(self, path: str | Path | None, overwrite: bool, frame: pd.DataFrame, default: str | None,
+               scope: str) -> Path | None:
+        """Write report rows to ``path`` (relative: in :attr:`export_dir`; none: ``default`` or
+        :meth:`default_export_path`); the absolute path written, None (and :attr:`error`) on failure."""
+        from .report import write_csv
+
         try:
-            target = Path(path).expanduser() if path not in (None, "") else Path(self.default_export_path())
+            target = Path(path).expanduser() if path not in (None, "") else Path(default or self.default_export_path())
             if not target.is_absolute():
                 target = self.export_dir / target
             target = Path(os.path.abspath(target))
         except Exception as e:  # noqa: BLE001
-            return self._fail("could not choose the file", e, scope="export")
+            self._fail("could not choose the file", e, scope=scope)
+            return None
         try:
             if target.is_dir():
                 raise ToolkitError(f"{str(target)!r} is a folder: give a file name")
@@ -665,14 +783,11 @@ class ExplorerState(traitlets.HasTraits):
                 raise ToolkitError(f"{str(target)!r} already exists: choose another name, or allow overwriting")
             # "x": never replace a file that appeared since the check above, unless asked
             with open(target, "w" if overwrite else "x", encoding="utf-8", newline="") as fh:
-                self.report.to_csv(fh)
+                write_csv(frame, fh)
         except Exception as e:  # noqa: BLE001
-            return self._fail(f"could not write {str(target)!r}", e, scope="export")
-        dry = f" (a dry run: predicted decisions, verification {DRY_RUN_REASON!r})" if self.is_dry_run else ""
-        with self.hold_trait_notifications():
-            self.exported, self.export_ok = target, True
-            self.export_message = f"wrote {len(self.report.frame)} rows to {target}{dry}"
-        return True
+            self._fail(f"could not write {str(target)!r}", e, scope=scope)
+            return None
+        return target
 
     def close(self) -> None:
         if self.session is not None:
@@ -681,6 +796,45 @@ class ExplorerState(traitlets.HasTraits):
 
 
 # ====================================================================== view
+
+
+def _device_options(current: str) -> list[tuple[str, str]]:
+    """The device menu: cpu and cuda always (a dry run predicts a CUDA load on any machine), the
+    current choice too; cuda says so when this machine has none."""
+    cuda = "cuda" if _cuda_available() else "cuda (none here: dry run only)"
+    return [("cpu", "cpu"), (cuda, "cuda")] + ([(current, current)] if current not in ("cpu", "cuda") else [])
+
+
+# The grid's JavaScript (DataTables' drawCallback, once per table): a row selected, from Python
+# (a matrix click, the constant menu) or by a click, is brought into view: its page shown, the
+# grid's own box scrolled to it (never the notebook around it).
+SCROLL_TO_SELECTION_JS = """function () {
+  const table = this.api().table().node();
+  if (table.dataset.csScroll) return;  // once per table element: it outlives each re-created DataTable
+  table.dataset.csScroll = '1';
+  this.api().on('select', function (e, api, type, indexes) {  // bound on the table element itself
+    if (type !== 'row' || !indexes.length) return;
+    // after the select event (never inside it: itables syncs the selection there), with the event's
+    // own API (an earlier one is destroyed by an update)
+    setTimeout(function () { try {
+      const at = api.rows({order: 'applied', search: 'applied'}).indexes().toArray().indexOf(indexes[0]);
+      const len = api.page.len();
+      if (at >= 0 && len > 0 && Math.floor(at / len) !== api.page()) api.page(Math.floor(at / len)).draw(false);
+      const row = api.row(indexes[0]).node(), box = row && row.closest('.dt-layout-cell');
+      if (!box) return;
+      const head = table.tHead ? table.tHead.offsetHeight : 0;
+      const top = row.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+      if (top - head < box.scrollTop || top + row.offsetHeight > box.scrollTop + box.clientHeight)
+        box.scrollTop = Math.max(0, top - head - 4);
+    } catch (err) { console.warn('constshare grid: could not scroll to the selection', err); } }, 0);
+  });
+}"""
+
+
+def _scroll_to_selection():
+    from itables import JavascriptFunction
+
+    return JavascriptFunction(SCROLL_TO_SELECTION_JS)
 
 
 def _require_ipywidgets():
@@ -700,9 +854,53 @@ def _itable_class():
     return ITable
 
 
+def _wrong_colour(text: str) -> str:
+    return WRONG_COLOUR if text else ""
+
+
+# the Policies table: the outcome by the verdict, the methods a policy gets wrong or cannot run red
+COMPARISON_COLOURS = {"outcome": outcome_colour, "wrong_methods": _wrong_colour, "not_runnable": _wrong_colour,
+                      "error": _wrong_colour}
+
+
+def comparison_display(frame: pd.DataFrame) -> pd.DataFrame:
+    """The policy comparison as shown: storage keys and blob names in errors cut to their first
+    characters (a 64-hex key is no message)."""
+    if "error" not in frame.columns:
+        return frame
+    return frame.assign(error=[shorten_digests(cell_text(e)) for e in frame["error"]])
+
+
 def _table_html(frame: pd.DataFrame, columns, empty: str, **options: Any) -> str:
     return html_table(frame, columns, max_rows=MAX_TABLE_ROWS, empty=empty, more_hint="narrow the filters to see them",
                       **options)
+
+
+def _banner(text: str) -> str:
+    """The dry-run banner: its first sentence bold, the rest plain; '' for no text."""
+    if not text:
+        return ""
+    head, rest = (BANNER_HEAD, text[len(BANNER_HEAD):]) if text.startswith(BANNER_HEAD) else ("", text)
+    return f"<div class='constshare-dry-banner'><b>{html.escape(head)}</b>{html.escape(rest)}</div>"
+
+
+def _close_widget(obj) -> None:
+    """Close a widget and its layout and style (widgets of their own, with their own comms)."""
+    for part in (getattr(obj, "layout", None), getattr(obj, "style", None)):
+        if part is not None and hasattr(part, "close"):
+            part.close()
+    obj.close()
+
+
+def _download_link(target: Path) -> str:
+    """`` · download`` as a link holding the file, for a small one; a large one is only named (its
+    bytes are not put in the page: it is on disk, open it from the file browser)."""
+    size = target.stat().st_size
+    if size > MAX_INLINE_EXPORT:
+        return " · too large to put in the page: open it from the file browser"
+    data = base64.b64encode(target.read_bytes()).decode("ascii")
+    return (f" · <a download=\"{html.escape(target.name, quote=True)}\" href=\"data:text/csv;base64,{data}\">"
+            f"download</a>")
 
 
 def _box(cls: str, text: str) -> str:
@@ -711,7 +909,7 @@ def _box(cls: str, text: str) -> str:
 
 
 # what decides first (the decision, whether the content differs, why), then the identifiers
-GRID_COLUMNS = ("method", "name", "decision", "same content", "reason", "lookup", "bytes", "shared from", "fqn")
+GRID_COLUMNS = ("method", "constant", "decision", "same content", "reason", "bytes", "shared from")
 BLAME_GRID_COLUMN = "blame"  # shown once blame ran: culprit (what it breaks), harmless, not tested; why on hover
 FINDING_COLOURS = {BlameStatus.CULPRIT: WRONG_COLOUR, BlameStatus.NOT_TESTED: WRONG_COLOUR,
                    BlameStatus.HARMLESS: CAUGHT_COLOUR}  # a constant's detail, by blame's status
@@ -725,18 +923,34 @@ def _span(text: str = "", cls: str = "", title: str = "") -> str:
     return f"<span{attrs}>{html.escape(text, quote=True)}</span>"
 
 
+def _constant_cell(r: dict[str, Any]) -> str:
+    """A constant as users know it, its FQN, with the program's internal name beside it (smaller),
+    when the two differ; wrapped at its dots rather than cut."""
+    name, fqn = cell_text(r.get("name")), cell_text(r.get("fqn"))
+    if not fqn or fqn == name:
+        return _span(name, "cs-wrap cs-fqn")
+    return (_span(fqn.replace(".", ".\u200b"), "cs-wrap cs-fqn", fqn)
+            + _span(_breakable(name), "cs-wrap cs-internal", f"internal name: {name}"))
+
+
+def _breakable(text: str) -> str:
+    """``text`` with a zero-width space after each ``_``, ``/`` and ``.``: a long identifier wraps there."""
+    return re.sub(r"([_/.])", "\\1\u200b", text)
+
+
 def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFrame:
     """The Decisions grid's cells: escaped HTML, one row per decision (same order as ``rows``),
     decision coloured by class; a constant that runs on other data (its ``data_problem``, or a
     culprit of ``verdict``) marked red with its problem on hover, unless blame found it harmless;
-    the reason on hover over its code.  Once blame ran (a finding of ``verdict`` not "not
-    tested"), a "blame" column gives each finding's status, why on hover."""
+    the reason on hover over its code; the constant by its FQN, its internal name beside.  Once
+    blame ran (a finding of ``verdict`` not "not tested"), a "blame" column gives each finding's
+    status, why on hover."""
     found: dict[tuple[str, str], ConstantFinding] = {}
     for c in verdict.constants if verdict is not None else ():
         if (c.method, c.name) not in found or c.blame is BlameStatus.CULPRIT:
             found[(c.method, c.name)] = c
     with_blame = any(c.blame is not BlameStatus.NOT_TESTED for c in found.values())
-    wanted = [c for c in ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "reason_code",
+    wanted = [c for c in ("method", "name", "fqn", "decision", "same_content", "data_problem", "reason_code",
                           "reason", "shared_from", "nbytes") if c in rows.columns]
     records = rows[wanted].to_dict("records") if len(rows) else []  # only what the cells show
     out = []
@@ -750,14 +964,13 @@ def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFra
         same_cls = "cs-culprit" if bad else ("cs-caught" if same_text == "DIFFERS" else "")
         nbytes = r.get("nbytes")
         out.append({
-            "method": _span(cell_text(r.get("method"))), "name": _span(cell_text(r.get("name"))),
-            "fqn": _span(cell_text(r.get("fqn"))), "lookup": _span(cell_text(r.get("lookup"))),
+            "method": _span(cell_text(r.get("method"))), "constant": _constant_cell(r),
             "decision": _span(decision + (" \u2717" if bad else ""), f"cs-tag {cls}",
                               f"runs on other data than its own: {cell_text(r.get('data_problem')) or 'a culprit'}"
                               + (f" ({f.evidence})" if f is not None else "") if bad else ""),
             "same content": _span(same_text, f"cs-tag {same_cls}" if same_cls else ""),
             "reason": _span(cell_text(r.get("reason_code")), "cs-reason", cell_text(r.get("reason"))),
-            "shared from": _span(cell_text(r.get("shared_from"))),
+            "shared from": _span(_breakable(cell_text(r.get("shared_from"))), "cs-wrap"),
             "bytes": _span(format_bytes(nbytes) if nbytes not in (None, "") else "",
                            title=f"{int(nbytes):,} bytes" if isinstance(nbytes, (int, float)) and nbytes == nbytes
                            else ""),
@@ -765,7 +978,7 @@ def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFra
         if with_blame:
             out[-1][BLAME_GRID_COLUMN] = _span() if f is None else _span(
                 f"\u2717 culprit: {f.blame_note}" if f.blame is BlameStatus.CULPRIT else f.blame.value,
-                f"cs-tag {BLAME_CLASSES[f.blame]}", f"{f.blame_note or f.blame.value}: {f.evidence}")
+                f"cs-tag cs-wrap {BLAME_CLASSES[f.blame]}", f"{f.blame_note or f.blame.value}: {f.evidence}")
     columns = list(GRID_COLUMNS)
     if with_blame:
         columns.insert(columns.index("same content") + 1, BLAME_GRID_COLUMN)
@@ -780,6 +993,17 @@ _CSS = """<style>
 .constshare-explorer .constshare-grid table.dataTable td, .constshare-explorer .constshare-grid table.dataTable th {
   border: none; border-bottom: 1px solid #e4e4e4; white-space: nowrap; text-align: left; }
 .constshare-explorer .constshare-grid table.dataTable tbody tr { cursor: pointer; }
+.constshare-explorer .constshare-grid table.dataTable > tbody > tr.selected > * {
+  box-shadow: inset 0 0 0 9999px #e3edfb !important; color: #222 !important; }
+.constshare-explorer .constshare-grid table.dataTable > tbody > tr.selected > td:first-child {
+  box-shadow: inset 4px 0 0 #1a73e8, inset 0 0 0 9999px #e3edfb !important; }
+.constshare-explorer .constshare-grid table.dataTable > tbody > tr.selected a { color: #0b3d91 !important; }
+.constshare-explorer .cs-wrap { display: inline-block; white-space: normal; overflow-wrap: break-word;
+  max-width: 30em; vertical-align: top; }
+.constshare-explorer .cs-internal { display: block; color: #666; font-size: 11px; max-width: 26em; }
+.constshare-explorer .constshare-grid table.dataTable thead th { white-space: normal; }
+.constshare-explorer .constshare-grid .cs-tag.cs-wrap { display: inline-block; }
+.constshare-explorer .cs-fqn { max-width: 30em; }
 .constshare-explorer .constshare-grid { max-width: 100%; }
 .constshare-explorer .constshare-grid .dt-layout-table > .dt-layout-cell {
   display: block; max-height: """ + GRID_HEIGHT + """; overflow: auto; }
@@ -788,8 +1012,7 @@ _CSS = """<style>
 .constshare-error { color: #a00; background: #fdecea; border: 1px solid #f5c2c0; padding: 4px 8px; }
 .constshare-ok { color: #274e13; }
 .constshare-stale-banner { color: #7f6000; background: #fff8e1; border: 1px solid #f1c232; padding: 4px 8px; }
-.constshare-dry-banner { color: #0b3d91; background: #e8f0fe; border: 1px solid #8ab4f8; padding: 4px 8px;
-  font-weight: bold; }
+.constshare-dry-banner { color: #0b3d91; background: #e8f0fe; border: 1px solid #8ab4f8; padding: 4px 8px; }
 .constshare-stale { opacity: 0.45; filter: grayscale(60%); }
 .constshare-verdict { padding: 4px 8px; margin: 4px 0; border-radius: 3px; overflow-wrap: anywhere; }
 .constshare-explorer .constshare-detail-panel { overflow-x: auto; }
@@ -815,6 +1038,7 @@ PANELS = {
     "_render_selection": ("selected",),
     "_render_comparison": ("comparison",),
     "_render_export": ("session", "export_dir", "export_ok", "export_message"),
+    "_render_rows_export": ("rows_exported", "error"),
 }
 
 
@@ -852,7 +1076,8 @@ class Explorer:
                        placeholder="a program directory, a .pte or a .pt2 file", tooltip=PATH_HINT,
                        layout=w.Layout(width="420px"))
         self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), description="policy")
-        self.device = mk(w.Dropdown, "constshare-device", options=sorted({*_devices(), s.device}), description="device")
+        self.device = mk(w.Dropdown, "constshare-device", options=_device_options(s.device), value=s.device,
+                         description="device")
         self.dry_run = mk(w.Checkbox, "constshare-dry-run", indent=False,
                           description="dry run (analyze without loading)",
                           tooltip="predict every decision from the program's metadata: no device, nothing run "
@@ -873,13 +1098,21 @@ class Explorer:
                                                            "constant-detail", "comparison", "export-result"))
         self.error, self.stale_banner, self.dry_banner = (mk(w.HTML, f"constshare-{name}-box", layout=w.Layout(
             display="none")) for name in ("error", "stale", "dry"))
-        self.matrix = mk(w.Output, "constshare-matrix", layout=w.Layout(display="none", max_width="100%"))
+        # the matrix: a plotly FigureWidget (a click on a cell selects that constant), inside this box
+        self.matrix = mk(w.Box, "constshare-matrix", layout=w.Layout(display="none", max_width="100%"))
         self.timeline, self.memory, self.tradeoff, self.memory_policies = (
             mk(w.Image, f"constshare-{name}", format="png", layout=picture())
             for name in ("timeline", "memory", "tradeoff", "memory-policies"))
         self.filter_method, self.filter_decision, self.filter_reason = (
             mk(w.Dropdown, f"constshare-filter-{key}", options=[("all", ALL)], value=ALL, description=key)
             for key in FILTERS)
+        self.culprits_only = mk(w.Checkbox, "constshare-culprits-only", value=False, indent=False,
+                                description="culprits only (the constants that run on other data)",
+                                layout=w.Layout(width="auto"))
+        self.export_rows_button = mk(w.Button, "constshare-export-rows", description="Export these rows (CSV)",
+                                     icon="download", tooltip="the rows the filters above leave, as CSV",
+                                     layout=w.Layout(width="auto"))
+        self.export_rows_result = mk(w.HTML, "constshare-export-rows-result")
         ITable = _itable_class()
         self.grid = None
         if ITable is not None:
@@ -903,10 +1136,11 @@ class Explorer:
         left = mk(w.VBox, children=[self.decisions] + ([self.grid] if self.grid is not None else []),
                   layout=w.Layout(flex="1 1 640px", min_width="0", max_width="100%"))
         right = mk(w.VBox, "constshare-detail-panel", children=[self.constant, self.constant_detail],
-                   layout=w.Layout(flex="0 1 460px", min_width="320px", max_width="100%"))
+                   layout=w.Layout(flex="0 1 400px", min_width="320px", max_width="100%"))
         decisions = mk(w.VBox, children=[
-            mk(w.HBox, children=[self.filter_method, self.filter_decision, self.filter_reason],
-               layout=w.Layout(flex_flow="row wrap")),
+            mk(w.HBox, children=[self.filter_method, self.filter_decision, self.filter_reason, self.culprits_only,
+                                 self.export_rows_button], layout=w.Layout(flex_flow="row wrap", align_items="center")),
+            self.export_rows_result,
             mk(w.HBox, children=[left, right], layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
                                                                grid_gap="16px", width="100%"))])
         timing = mk(w.VBox, children=[self.timeline, self.memory])
@@ -915,7 +1149,7 @@ class Explorer:
                                       mk(w.HBox, children=[self.export_path, self.export_button]),
                                       self.export_overwrite, self.export_result])
         self.tabs = mk(w.Tab, "constshare-tabs", children=[overview, decisions, timing, policies, export])
-        for i, t in enumerate(["Overview", "Decisions", "Timeline & memory", "Policies", "Export"]):
+        for i, t in enumerate(TAB_TITLES):
             self.tabs.set_title(i, t)
         controls = mk(w.VBox, children=[
             self.program_from, mk(w.HBox, children=[self.sample, self.path]), self.sample_info,
@@ -926,8 +1160,14 @@ class Explorer:
         self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.stale_banner,
                                                                      self.dry_banner, self.tabs])
 
-        # the choices: each widget linked to its trait (validated there)
-        self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS]
+        # the choices: each widget linked to its trait (validated there); the device by hand, a device
+        # the menu lacks added to it first
+        s.observe(self._device_choice, names="device")
+        self.device.observe(lambda ch: self._guarded(setattr, s, "device", ch["new"]), names="value")
+        self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS
+                       if name != "device"]
+        self.culprits_only.observe(lambda ch: self._filter("culprits_only", ch["new"]), names="value")
+        self.export_rows_button.on_click(lambda _b: self.state.export_rows())
         for key in FILTERS:
             getattr(self, f"filter_{key}").observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
         self.constant.observe(self._pick_constant, names="value")
@@ -952,7 +1192,7 @@ class Explorer:
                     # search first, and always there (itables hides its default layout on short tables)
                     layout={"topStart": "search", "topEnd": "pageLength", "bottomStart": "info",
                             "bottomEnd": "paging"},
-                    style="width: 100%; margin: 0", autoWidth=False,
+                    style="width: 100%; margin: 0", autoWidth=False, drawCallback=_scroll_to_selection(),
                     language={"search": "search:", "emptyTable": "no decision matches the filters",
                               "info": "rows _START_-_END_ · " + count_text("_TOTAL_", total, filtered),
                               "infoEmpty": count_text(0, total, filtered),
@@ -964,16 +1204,14 @@ class Explorer:
 
     def close(self) -> None:
         """Close every widget of the view (their comms too) and the state's session."""
+        self.state.unobserve(self._device_choice, names="device")
         for handler, names in self._observers:
             self.state.unobserve(handler, names=names)
         for link in self._links:
             link.unlink()
+        self._set_matrix(())
         for obj in reversed(self._widgets):
-            # a widget's layout and style are widgets of their own, with their own comms
-            for part in (getattr(obj, "layout", None), getattr(obj, "style", None)):
-                if part is not None and hasattr(part, "close"):
-                    part.close()
-            obj.close()
+            _close_widget(obj)
         self.state.close()
 
     # ------------------------------------------------------------------ events in
@@ -982,6 +1220,11 @@ class Explorer:
             fn(*args, **kw)
         except Exception as e:  # noqa: BLE001 - a bad choice becomes a message, not a traceback
             self.state._fail("invalid choice", e)
+
+    def _device_choice(self, ch) -> None:
+        if ch["new"] not in [v for _l, v in self.device.options]:
+            self._set(self.device, options=_device_options(ch["new"]))
+        self.device.value = ch["new"]
 
     def _filter(self, key: str, value: str) -> None:
         if not self._updating:
@@ -1082,7 +1325,7 @@ class Explorer:
     def _render_progress(self, elapsed: float | None = None) -> None:
         s = self.state
         self.progress.value = s.progress
-        failed = bool(s.error and s.error_scope != "export")
+        failed = bool(s.error and s.error_scope not in EXPORT_SCOPES)
         style = "danger" if failed else ("info" if s.busy else BAR_STYLES.get(s.outcome, "info"))
         self.progress.bar_style = style
         for b in (self.load_button, self.compare_button, self.export_button):
@@ -1095,7 +1338,7 @@ class Explorer:
 
     def _render_error(self) -> None:
         s = self.state
-        if not s.error or s.error_scope == "export":  # export errors are shown next to the export button
+        if not s.error or s.error_scope in EXPORT_SCOPES:  # export errors are shown next to their button
             self.error.value, self.error.layout.display = "", "none"
             return
         detail = (f"<details><summary>details</summary><pre>{html.escape(s.error_detail[-4000:])}</pre></details>"
@@ -1110,11 +1353,11 @@ class Explorer:
         if s.session is None:
             return
         v = s.verdict
-        self.dry_banner.value = _box("constshare-dry-banner", s.banner)
+        self.dry_banner.value = _banner(s.banner)
         self.dry_banner.layout.display = None if s.banner else "none"
-        self.summary.value = (_box("constshare-dry-banner", s.banner) + _box("constshare-verdict", v.headline())
+        self.summary.value = (_box("constshare-verdict", v.headline())
                               + _box("constshare-findings", findings_summary(v))
-                              + f"<pre>{html.escape(s.session.summary())}</pre>")
+                              + session_facts_html(s.session, predicted=v.predicted, name=s.program_label))
         self.verification.value = (f"<b>{'prediction' if v.predicted else 'verification'}</b>"
                                    + verification_html(s.verification, v, empty="no methods"))
         figs = s.figures(comparison=False)
@@ -1129,20 +1372,52 @@ class Explorer:
         name = html.escape(s.default_export_name().replace(EXPORT_SUFFIX, "-collision-matrix.png"), quote=True)
         data = base64.b64encode(png).decode("ascii")
         try:
-            from .plots import interactive_collision_matrix, plotly_bundle
+            import plotly.graph_objects as go
 
-            fig = interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods)
+            from .plots import interactive_collision_matrix
+
+            fig = go.FigureWidget(interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods))
         except ImportError:  # no plotly
-            self.matrix.outputs = ()
+            self._set_matrix(())
             self.matrix.layout.display = "none"
             self.matrix_png.value = (f"<img class='constshare-plot' style='max-width: 100%' "
                                      f"src='data:image/png;base64,{data}'>")
             return
-        self.matrix.outputs = ({"output_type": "display_data", "data": plotly_bundle(fig), "metadata": {}},)
+        if fig.data:
+            fig.data[0].on_click(self._matrix_click)
+        self._set_matrix((fig,))
         self.matrix.layout.display = None
-        self.matrix_png.value = (f"<div style='font-size: 12px'>hover a cell for its decision and reason · "
+        self.matrix_png.value = (f"<div style='font-size: 12px'>hover a cell for its decision and reason, "
+                                 f"click it to see that constant in Decisions · "
                                  f"<a download=\"{name}\" href=\"data:image/png;base64,{data}\">download as PNG</a>"
                                  f"</div>")
+
+    def _set_matrix(self, children: tuple) -> None:
+        old, self.matrix.children = self.matrix.children, children
+        for fig in old:
+            _close_widget(fig)
+
+    def _matrix_click(self, trace, points, _state=None) -> None:
+        """A click on a matrix cell: that constant selected (the filters cleared when they hide it)
+        and the Decisions tab shown, grid row and detail panel on it."""
+        if not points.xs:
+            return
+        meta = trace.meta or {}
+        x = points.xs[0]
+        if isinstance(x, (list, tuple)):  # a matrix grouped by layer: (layer, label) columns
+            columns, x = list(zip(*trace.x)), tuple(x)
+        else:
+            columns = list(trace.x)
+        i, j = list(trace.y).index(points.ys[0]), columns.index(x)
+        method, name = meta["methods"][i], meta["names"][i][j]
+        if not name:  # a method without that constant
+            return
+        key = (method, name)
+        s = self.state
+        if key not in set(zip(s.rows["method"], s.rows["name"])):
+            self._guarded(s.set_filters, method=ALL, decision=ALL, reason=ALL, culprits_only=False)
+        self._guarded(s.select, method, name)
+        self.tabs.selected_index = DECISIONS_TAB
 
     def _render_decisions(self) -> None:
         """The filters, the grid (or, without itables, a table) and the count: all of ``state.rows``."""
@@ -1151,6 +1426,7 @@ class Explorer:
         for key in FILTERS:
             self._set(getattr(self, f"filter_{key}"), options=[("all", ALL)] + [(o, o) for o in opts[key]],
                       value=getattr(s, f"filter_{key}"))
+        self._set(self.culprits_only, value=s.culprits_only)
         rows = s.rows
         keys = list(zip(rows["method"], rows["name"]))
         self._grid_keys = keys
@@ -1224,9 +1500,8 @@ class Explorer:
         self._show_png(self.tradeoff, figure_png(figs["policy trade-off"]))
         self._show_png(self.memory_policies, figure_png(figs["memory by policy"]))
         # each row is the policy's verdict (compare.policy_row); lists shown comma-joined by the renderer
-        self.comparison.value = _box("constshare-dry-banner", s.comparison_banner) + _table_html(
-            s.comparison.frame, COMPARISON_COLUMNS, "no policies",
-            colours={"outcome": outcome_colour})
+        self.comparison.value = _banner(s.comparison_banner) + _table_html(
+            comparison_display(s.comparison.frame), COMPARISON_COLUMNS, "no policies", colours=COMPARISON_COLOURS)
 
     def _render_export(self) -> None:
         s = self.state
@@ -1241,9 +1516,14 @@ class Explorer:
             self.export_result.value = _box("constshare-error", s.export_message)
         else:
             target = s.exported
-            data = base64.b64encode(target.read_bytes()).decode("ascii")
             self.export_result.value = (
                 f"<div class='constshare-ok'>wrote <code>{html.escape(str(target))}</code> "
-                f"({len(s.report.frame) if s.report is not None else 0} rows) · "
-                f"<a download=\"{html.escape(target.name, quote=True)}\" href=\"data:text/csv;base64,{data}\">"
-                f"download</a></div>")
+                f"({len(s.report.frame) if s.report is not None else 0:,} rows, {format_bytes(target.stat().st_size)})"
+                f"{_download_link(target)}</div>")
+
+    def _render_rows_export(self) -> None:
+        s = self.state
+        if s.error and s.error_scope == "rows":
+            self.export_rows_result.value = _box("constshare-error", s.error)
+        else:
+            self.export_rows_result.value = _box("constshare-ok", s.rows_exported)
