@@ -87,8 +87,7 @@ def lab(tmp_path_factory, built_sample):
     env.update({
         "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
         "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-        "IPYTHONDIR": str(home / "ipython"), "MPLBACKEND": "agg",
-        "CONSTSHARE_CACHE": os.environ["CONSTSHARE_CACHE"],  # set by conftest: the kernel reuses the build
+        "IPYTHONDIR": str(home / "ipython"), "MPLBACKEND": "agg",  # (HOME kept: the kernel reuses the build cache)
     })
     # never fetch news or check for updates (no network in CI, and no toast over the screenshots)
     notif = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"

@@ -15,8 +15,11 @@ from toolkit.ci_report import failure_message, junit_xml
 from toolkit.cli import main
 from toolkit.verdict import BAD_OUTCOMES, MethodOutcome
 
+from executorch_fixtures import unpacked
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-CULPRIT_PROGRAM = FIXTURES / "synthetic-gen1" / "prog.pte"  # name-only: prefill runs on decode's _tensor_constant0
+# shared_ok exported by executorch 1.2.0 (generation 1): under name-only prefill runs on decode's _tensor_constant0
+CULPRIT_PROGRAM = unpacked("1.2.0") / "shared_ok" / "prog.pte"
 POLICIES = ["name-only", "fingerprint"]
 
 # The JUnit shape CI systems read (Jenkins' and GitLab's junit reports, the Ant schema):

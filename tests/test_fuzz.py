@@ -715,8 +715,10 @@ def test_layout_lie_runs_isolated(bases, workdir, policy):
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # our 1.5.1 exports (unpacked from the committed archive): absolute paths, FIXTURES / p is p
 from executorch_fixtures import ROOT as EXPORTS  # noqa: E402
+from executorch_fixtures import unpacked  # noqa: E402
 
-PTE_FIXTURES = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical", "synthetic-gen1",
+GEN1 = str(unpacked("1.2.0") / "shared_ok")  # payload generation 1, exported by executorch 1.2.0
+PTE_FIXTURES = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical", GEN1,
                 "synthetic-gen2", "synthetic-fqn4", "synthetic-fqn5", str(EXPORTS / "three_shared"),
                 str(EXPORTS / "no_constants")]
 EXTREMES = [0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, 0xFFFF, 64, 4096]
@@ -807,7 +809,7 @@ def test_damaged_cuda_payload_is_refused_by_name_or_opens_consistently(workdir, 
     """Damage inside the CUDA delegate's processed bytes (ETCUDAFQN*, or the key text), or to
     the length of the vector holding them."""
     rng = random.Random(seed)
-    folder = [f for f in PTE_FIXTURES if f != "synthetic-gen1"][i % (len(PTE_FIXTURES) - 1)]
+    folder = [f for f in PTE_FIXTURES if f != GEN1][i % (len(PTE_FIXTURES) - 1)]
     root, kw = _pte_case(workdir, folder)
     p = root / "prog.pte"
     raw = bytearray(p.read_bytes())

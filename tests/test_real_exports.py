@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 GEN1 = et.unpacked("1.2.0")
 FAMILIES = et.unpacked("1.5.1", "families")
 MEASURED = REPO / "benchmarks" / "results" / "2026-12-01" / "issue26" / "executorch_programs_h200.csv"
-GEN1_PROGRAMS = ("bart_encoder_decoder", "llama_prefill_decode", "mutated_buffer", "no_constants", "shared_state",
-                 "three_methods", "three_shared", "total_collision")
+GEN1_PROGRAMS = ("bart_encoder_decoder", "llama_prefill_decode", "mutated_buffer", "no_constants", "shared_ok",
+                 "shared_state", "three_methods", "three_shared", "total_collision")
 FAMILY_PROGRAMS = ("int8_weights", "llama_tied_head", "t5_tied", "whisper_cached")
 FOLDERS = [GEN1 / n for n in GEN1_PROGRAMS] + [FAMILIES / n for n in FAMILY_PROGRAMS]
 

@@ -27,11 +27,15 @@ from toolkit.sources import open_program, read_program_model
 from toolkit.sources.executorch import AotiConstant, PteLocation, aoti_internal_names, open_pte
 from toolkit.vocab import ConstantKind, ProgramFormat
 
+from executorch_fixtures import unpacked
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical"]
-SYNTHETIC = ["synthetic-gen1", "synthetic-gen2", "synthetic-fqn4", "synthetic-fqn5"]
-ALL = REAL + SYNTHETIC
-GENERATION = {"synthetic-gen1": "method keys", "synthetic-gen2": "so and weights keys",
+# payload generation 1, exported by executorch 1.2.0 on the H200 (absolute: FIXTURES / p is p)
+GEN1 = str(unpacked("1.2.0") / "shared_ok")
+SYNTHETIC = ["synthetic-gen2", "synthetic-fqn4", "synthetic-fqn5"]  # what no exporter we can run writes
+ALL = REAL + [GEN1] + SYNTHETIC
+GENERATION = {GEN1: "method keys", "synthetic-gen2": "so and weights keys",
               "synthetic-fqn4": "ETCUDAFQN4", "synthetic-fqn5": "ETCUDAFQN5"}
 
 
@@ -69,11 +73,11 @@ def test_every_fixture_opens_into_a_complete_model(folder):
         assert isinstance(loc, PteLocation) and loc.so.file == m.so_file == "prog.pte"
         so = (root / m.so_file).read_bytes()[loc.so.offset:loc.so.offset + loc.so.size]
         assert len(so) == loc.so.size > 0
-        if folder != "synthetic-gen1":  # content-hash keys from #20424 on
+        if folder != GEN1:  # content-hash keys from #20424 on
             assert loc.so.key == sha(so) + "_so_blob"
         else:
             assert loc.so.key == f"{m.name}_so_blob" and loc.weights.key == f"{m.name}_weights_blob"
-        if folder in ("synthetic-gen1", "synthetic-gen2"):  # a dense blob inside the .ptd, absolute offsets
+        if folder in (GEN1, "synthetic-gen2"):  # a dense blob inside the .ptd, absolute offsets
             assert loc.weights.file == m.blob_file and loc.weights.size == m.blob_bytes
             assert [c.offset for c in m.constants] == [loc.weights.offset + o for o in (0, 16384, 16640)]
         else:
@@ -97,7 +101,8 @@ def test_the_located_bytes_reproduce_the_eager_outputs(folder):
     """The constants' bytes, at the offsets and in the layouts the model says, give the eager
     outputs recorded beside the real export (the modules: lin(x) @ c, decode with relu)."""
     p = open_fixture(folder)
-    refs = FIXTURES / ("executorch-1.5.1-cuda/" + ("identical" if folder.endswith("identical") else "shared_ok"))
+    refs = p.root if (p.root / "reference_decode.safetensors").is_file() else \
+        FIXTURES / "executorch-1.5.1-cuda" / "shared_ok"  # (the synthetic ones are shared_ok rewritten)
     for m in p.methods:
         t = {}
         for c in m.constants:
@@ -147,8 +152,8 @@ def test_multi_arch_payloads_model_the_first_regular_variant():
 
 
 def test_generations_1_and_2_need_the_constant_table(tmp_path):
-    for folder in ("synthetic-gen1", "synthetic-gen2"):
-        bare = shutil.copytree(FIXTURES / folder, tmp_path / folder, ignore=shutil.ignore_patterns("*.json"))
+    for folder in (GEN1, "synthetic-gen2"):
+        bare = shutil.copytree(FIXTURES / folder, tmp_path / Path(folder).name, ignore=shutil.ignore_patterns("*.json"))
         with pytest.raises(ProgramError, match="constant table only inside the .so") as e:
             open_program(bare)
         assert e.value.path.endswith("prog.pte") and "processed" in e.value.field
@@ -235,7 +240,7 @@ def _decisions(p, policy):
 DENSE = ("name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always")
 
 
-@pytest.mark.parametrize("folder", ["executorch-1.5.1-cuda/shared_ok", *SYNTHETIC])
+@pytest.mark.parametrize("folder", ["executorch-1.5.1-cuda/shared_ok", GEN1, *SYNTHETIC])
 def test_policies_on_shared_ok(folder):
     """prefill (loaded second) shares lin.weight/lin.bias with decode; its _tensor_constant0
     has the same name and metadata but other data."""

@@ -17,9 +17,12 @@ from toolkit.errors import ProgramError, ToolkitError, UnknownPolicyError
 from toolkit.policies import POLICIES
 from toolkit.sources import open_program
 
+from executorch_fixtures import unpacked
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
-TABLED = ["synthetic-gen1", "synthetic-gen2"]  # payload generations whose constant table lies in the .so
+GEN1 = unpacked("1.2.0") / "shared_ok"  # generation 1, exported by executorch 1.2.0
+TABLED = [str(GEN1), "synthetic-gen2"]  # payload generations whose constant table lies in the .so (absolute: FIXTURES / p is p)
 
 
 def test_submodules_are_attributes_after_a_bare_import():
@@ -34,7 +37,7 @@ def test_submodules_are_attributes_after_a_bare_import():
 
 def test_a_mistyped_policy_is_a_toolkit_error_naming_every_policy_and_the_close_one():
     with pytest.raises(UnknownPolicyError) as e:
-        toolkit.load_program(FIXTURES / "synthetic-gen1", policy="fingerprints")
+        toolkit.load_program(GEN1, policy="fingerprints")
     assert isinstance(e.value, ToolkitError) and isinstance(e.value, ValueError)  # old `except ValueError` still works
     assert all(repr(p) in str(e.value) for p in POLICIES) and "did you mean 'fingerprint'?" in str(e.value)
     with pytest.raises(UnknownPolicyError) as e:
@@ -47,7 +50,7 @@ def test_the_constant_table_beside_the_pte_is_read_by_default(folder, tmp_path):
     given = open_program(FIXTURES / folder, constant_table=json.loads((FIXTURES / folder / "constant_table.json").read_text()))
     assert open_program(FIXTURES / folder) == given  # the file beside it
     moved = tmp_path / "table.json"
-    bare = shutil.copytree(FIXTURES / folder, tmp_path / folder, ignore=shutil.ignore_patterns("*.json"))
+    bare = shutil.copytree(FIXTURES / folder, tmp_path / Path(folder).name, ignore=shutil.ignore_patterns("*.json"))
     shutil.copy(FIXTURES / folder / "constant_table.json", moved)
     assert open_program(bare, constant_table=str(moved)) == open_program(bare, constant_table=moved)
     assert [m.constants for m in open_program(bare, constant_table=moved).methods] == [m.constants for m in given.methods]
@@ -64,12 +67,12 @@ def test_a_malformed_constant_table_is_a_program_error_naming_its_file(content, 
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     with pytest.raises(ProgramError, match=match) as e:
-        open_program(FIXTURES / "synthetic-gen1", constant_table=str(bad))
+        open_program(GEN1, constant_table=str(bad))
     assert e.value.path == str(bad)
 
 
 def test_the_cli_reads_the_table_beside_the_file_and_takes_one(tmp_path, capsys):
-    pte = FIXTURES / "synthetic-gen1" / "prog.pte"
+    pte = GEN1 / "prog.pte"
     assert main(["report", str(pte), "--policy", "fingerprint", "--dry-run"]) == 0
     bare = shutil.copytree(pte.parent, tmp_path / "bare", ignore=shutil.ignore_patterns("*.json"))
     assert main(["report", str(bare / "prog.pte"), "--dry-run"]) == 2
