@@ -329,7 +329,9 @@ def test_explorer_in_jupyterlab(page, lab):
     detail = pg.inner_text(".constshare-constant-detail")
     assert "decode / _tensor_constant0" in detail  # the culprit preselected
     assert "content differs: decode runs on prefill/_tensor_constant0" in detail
-    pg.locator(".constshare-grid table.dataTable tbody tr", has_text="prefill").first.click()
+    # prefill's own row (its method cell), not decode's culprit row, whose reason names prefill too
+    pg.locator(".constshare-grid table.dataTable tbody tr").filter(
+        has=pg.locator("td:first-child", has_text=re.compile(r"^\s*prefill\s*$"))).first.click()
     try:
         pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
                              ".includes('prefill / _tensor_constant0')", timeout=30_000)
@@ -416,7 +418,9 @@ def test_explorer_in_jupyterlab(page, lab):
     assert height < MAX_EXPLORER_HEIGHT, height
     assert detail_box["x"] >= grid_box["x"] + grid_box["width"] - 1  # the detail beside the grid, not below
     assert detail_box["y"] < grid_box["y"] + grid_box["height"]
-    row = rows.nth(30 % rows.count())
+    # a row of decode (loaded second: each of its constants hits prefill's), well down the grid
+    decode_rows = rows.filter(has=pg.locator("td:first-child", has_text=re.compile(r"^\s*decode\s*$")))
+    row = decode_rows.nth(min(8, decode_rows.count() - 1))
     row.scroll_into_view_if_needed()
     name = row.locator("td").nth(1).locator(".cs-internal, .cs-fqn").last.inner_text().replace("\u200b", "")
     picked = row.locator("td").nth(0).inner_text() + " / " + name
@@ -443,7 +447,7 @@ def test_explorer_in_jupyterlab(page, lab):
                          ".startsWith('decode / ')", timeout=20_000)
     pg.wait_for_function("() => (document.querySelector('.constshare-grid tr.selected')?.textContent || '')"
                          ".startsWith('decode')", timeout=20_000)
-    assert pg.locator(".constshare-grid").is_visible()  # the Decisions tab is shown
+    pg.locator(".constshare-grid").wait_for(state="visible", timeout=20_000)  # the Decisions tab is shown
     _shot(pg, "explorer-matrix-click.png")
     _tab(pg, "Overview")
     _tab(pg, "Timeline")
