@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar, Iterator, Sequence
 
 from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin, UploadPath
