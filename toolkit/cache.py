@@ -43,6 +43,9 @@ class SharedConstantCache:
         self._by_content: dict[tuple[str, TensorMeta], CacheEntry] = {}
         self.lock = threading.RLock()  # the upstream backend guards loads with a mutex
         self.first_container = ""  # blind-share: the method upstream's constants_extracted_ flag was set by
+        # what changed since snapshot(), undone by restore(): linear in a method's own changes, not in
+        # the cache's size (100,000 methods sharing one constant must not copy its users per method)
+        self._journal: list[tuple[str, CacheEntry, Any]] = []
 
     # CacheView protocol (what policies see)
     def get(self, fqn: str) -> CacheEntry | None:
@@ -55,7 +58,16 @@ class SharedConstantCache:
         if entry.fqn in self._by_fqn:
             raise KeyError(f"cache already holds {entry.fqn!r}")
         self._by_fqn[entry.fqn] = entry
-        self._by_content.setdefault((entry.digest, entry.meta), entry)
+        indexed = (entry.digest, entry.meta) not in self._by_content
+        if indexed:
+            self._by_content[(entry.digest, entry.meta)] = entry
+        self._journal.append(("add", entry, indexed))
+
+    def add_user(self, entry: CacheEntry, method: str) -> None:
+        """``method`` now runs on ``entry``'s tensor too."""
+        if method not in entry.users:
+            entry.users.add(method)
+            self._journal.append(("user", entry, method))
 
     def __iter__(self) -> Iterator[CacheEntry]:
         return iter(list(self._by_fqn.values()))
@@ -63,17 +75,22 @@ class SharedConstantCache:
     def __len__(self) -> int:
         return len(self._by_fqn)
 
-    def snapshot(self) -> tuple[dict, dict, dict, str]:
-        """State to restore if a method load fails half-way."""
-        return (dict(self._by_fqn), dict(self._by_content), {id(e): set(e.users) for e in self._by_fqn.values()},
-                self.first_container)
+    def snapshot(self) -> tuple[int, str]:
+        """A mark to restore to if a method load fails half-way (one load at a time, under ``lock``)."""
+        self._journal.clear()
+        return 0, self.first_container
 
-    def restore(self, snap: tuple[dict, dict, dict, str]) -> None:
-        by_fqn, by_content, users, self.first_container = snap
-        self._by_fqn = dict(by_fqn)
-        self._by_content = dict(by_content)
-        for e in self._by_fqn.values():
-            e.users = set(users.get(id(e), set()))
+    def restore(self, snap: tuple[int, str]) -> None:
+        mark, self.first_container = snap
+        while len(self._journal) > mark:
+            kind, entry, what = self._journal.pop()
+            if kind == "user":
+                entry.users.discard(what)
+                continue
+            if self._by_fqn.get(entry.fqn) is entry:
+                del self._by_fqn[entry.fqn]
+            if what and self._by_content.get((entry.digest, entry.meta)) is entry:
+                del self._by_content[(entry.digest, entry.meta)]
 
     def release(self, method: str) -> int:
         """Drop ``method`` from every entry's users; free entries nobody uses. Returns how many."""

@@ -415,7 +415,7 @@ class ProgramLoad:
                 self.log.record(ev.CacheEntryAdded, m, name=d.constant.name, fqn=d.constant.fqn,
                              owner_kind=entry.owner_kind)
             elif d.decision is Decision.SHARED and d.origin is TensorOrigin.CACHE:
-                d.shared_from.users.add(m)
+                self.cache.add_user(d.shared_from, m)
         measured = self._sample_memory(m, device, "after", pending=loaded)
         self.log.record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,
                         measure="max of cudaMemGetInfo after each allocating step" if measured
