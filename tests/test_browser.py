@@ -77,7 +77,8 @@ def lab(tmp_path_factory, built_sample):
     (root / "notebooks").mkdir()
     for name in ["explorer.ipynb", *TEACHING]:
         shutil.copy(REPO / "notebooks" / name, root / "notebooks" / name)
-    for linked in ("sample_programs", "tests", "docs"):  # what a notebook may read relative to the checkout (docs: its images)
+    for linked in ("sample_programs", "tests", "docs", "benchmarks"):  # what a notebook may read from the checkout
+        # (docs: its images; benchmarks: measured tables)
         (root / linked).symlink_to(REPO / linked, target_is_directory=True)
     from toolkit.synthetic import SyntheticSpec, write_synthetic
 

@@ -19,14 +19,13 @@ def hashes(monkeypatch):
     """Every path hashed (whole, or piece by piece), in order."""
     seen: list[str] = []
 
-    def counting(real):
-        def count(path, *a, **kw):
-            seen.append(str(path))
-            return real(path, *a, **kw)
-        return count
+    real = integrity.VerifiedCopy.read.__func__
 
-    monkeypatch.setattr(integrity, "sha256_file", counting(integrity.sha256_file))
-    monkeypatch.setattr(integrity, "chunk_sha256s", counting(integrity.chunk_sha256s))
+    def count(cls, src_fd, source, *a, **kw):  # every file a load reads is read (and hashed) into its copy here
+        seen.append(str(source))
+        return real(cls, src_fd, source, *a, **kw)
+
+    monkeypatch.setattr(integrity.VerifiedCopy, "read", classmethod(count))
     verified_files().clear()
     yield seen
     verified_files().clear()
@@ -73,7 +72,8 @@ def test_tables_and_verification_are_computed_once(built_sample, monkeypatch):
     built, ran = [], []
     real_frame, real_verify = tables.decisions_frame, verification.verify_session
     monkeypatch.setattr(tables, "decisions_frame", lambda log: built.append(1) or real_frame(log))
-    monkeypatch.setattr(verification, "verify_session", lambda sess: ran.append(1) or real_verify(sess))
+    monkeypatch.setattr(verification, "verify_session",
+                        lambda sess, *a, **kw: ran.append(1) or real_verify(sess, *a, **kw))
     a, b = s.decisions, s.decisions
     assert len(built) == 1 and a.equals(b) and a is not b  # each caller gets its own copy
     a.loc[0, "decision"] = "tampered"
@@ -105,7 +105,7 @@ def test_cli_report_verifies_once(built_sample, tmp_path, monkeypatch):
 
     ran = []
     real = verification.verify_session
-    monkeypatch.setattr(verification, "verify_session", lambda s: ran.append(1) or real(s))
+    monkeypatch.setattr(verification, "verify_session", lambda s, *a, **kw: ran.append(1) or real(s, *a, **kw))
     csv = tmp_path / "r.csv"
     main(["report", str(built_sample("total_collision").root), "--policy", "fingerprint", "--csv", str(csv)])
     assert csv.is_file() and len(ran) == 1
