@@ -77,3 +77,15 @@ def test_a_method_whose_right_output_holds_nan_verifies_ok(built_sample):
         assert row["reason"].startswith("output differs from the eager reference")
     finally:
         s.close()
+
+
+def test_the_unshared_oracle_compares_nan_and_infinities_by_the_same_rule():
+    """Nondeterministic repeats (not bit-equal): matched NaN and same-sign infinities are no error."""
+    from toolkit.verification import compare_unshared
+
+    first = [torch.tensor([1.0, NAN, INF, -INF])]
+    second = [torch.tensor([1.5, NAN, INF, -INF])]  # a spread of 0.5 on the finite position
+    got = compare_unshared([torch.tensor([1.2, NAN, INF, -INF])], (first, second))
+    assert got["ok"] and got["max_abs_err"] == pytest.approx(0.2) and got["atol"] == 1.0
+    got = compare_unshared([torch.tensor([1.2, NAN, -INF, -INF])], (first, second))  # an infinity of the other sign
+    assert not got["ok"] and got["max_abs_err"] == INF

@@ -89,6 +89,22 @@ def read_reference(program: Program, spec: MethodSpec, *, check_integrity: bool 
     return inputs, outputs
 
 
+def _abs_error(o: torch.Tensor, e: torch.Tensor) -> tuple[float, tuple[torch.Tensor, torch.Tensor] | None, int]:
+    """The largest ``|o - e|`` over the positions where both are finite, with those values (float64)
+    and how many NaN/infinite values of ``e`` ``o`` matches (a NaN by a NaN, an infinity by one of
+    its sign).  inf (and no values) when shape or dtype differ, or a NaN or an infinity is unmatched."""
+    if o.shape != e.shape or o.dtype != e.dtype:
+        return math.inf, None, 0
+    o, e = o.double(), e.double()
+    finite = torch.isfinite(o) & torch.isfinite(e)
+    alike = (torch.isnan(o) & torch.isnan(e)) | (torch.isinf(o) & (o == e))
+    matched = int(alike.sum())
+    if not bool((finite | alike).all()):
+        return math.inf, None, matched
+    of, ef = o[finite], e[finite]
+    return (float((of - ef).abs().max()) if finite.any() else 0.0), (of, ef), matched
+
+
 def compare_outputs(outputs: list[torch.Tensor], expected: list[torch.Tensor],
                     against: str = "the eager reference") -> dict[str, Any]:
     """max_abs_err, atol, rtol, ok and reason of outputs against the reference.
@@ -101,20 +117,13 @@ def compare_outputs(outputs: list[torch.Tensor], expected: list[torch.Tensor],
     for o, e in zip(outputs, expected):
         a, r = dtype_tolerance(e.dtype)
         atol, rtol = max(atol, a), max(rtol, r)
-        if o.shape != e.shape or o.dtype != e.dtype:
+        err, values, matched = _abs_error(o, e)
+        errs.append(err)
+        same_nonfinite += matched
+        if values is None:
             ok = False
-            errs.append(math.inf)
             continue
-        o, e = o.double(), e.double()
-        finite = torch.isfinite(o) & torch.isfinite(e)
-        alike = (torch.isnan(o) & torch.isnan(e)) | (torch.isinf(o) & (o == e))
-        same_nonfinite += int(alike.sum())
-        if not bool((finite | alike).all()):
-            ok = False
-            errs.append(math.inf)
-            continue
-        errs.append(float((o[finite] - e[finite]).abs().max()) if finite.any() else 0.0)
-        ok &= bool(torch.allclose(o[finite], e[finite], atol=a, rtol=r))
+        ok &= bool(torch.allclose(*values, atol=a, rtol=r))
     reason = "" if ok else f"output differs from {against}"
     if same_nonfinite:
         reason += ("; " if reason else "") + (f"{same_nonfinite} NaN or infinite values where {against} has the "
@@ -415,15 +424,8 @@ def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 def _max_abs(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    errs = [0.0]
-    for x, y in zip(a, b):
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return math.inf
-        if x.numel():
-            d = (x.double() - y.double()).abs()
-            both_nan = torch.isnan(x.double()) & torch.isnan(y.double())
-            errs.append(float(torch.where(both_nan, 0.0, d.nan_to_num(math.inf)).max()))
-    return max(errs)
+    """The largest error of :func:`_abs_error` over the pairs (the same rule for NaN and infinities)."""
+    return max([0.0] + [_abs_error(x, y)[0] for x, y in zip(a, b)])
 
 
 def compare_unshared(outputs: list[torch.Tensor], repeats: tuple[list[torch.Tensor], list[torch.Tensor]]
