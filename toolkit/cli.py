@@ -256,8 +256,10 @@ def find_programs(root: Path) -> list[Path]:
 
 
 def _failed_row(path: str, error: str) -> dict:
-    return {"program": "", "path": path, "policy": "", "status": "unreadable", "method": "",
-            "outcome": "unreadable", "wrong_data": False, "error": error}  # (runs on no data; fails the gate)
+    from .ci_report import UNREADABLE
+
+    return {"program": "", "path": path, "policy": "", "status": UNREADABLE, "method": "",
+            "outcome": UNREADABLE, "wrong_data": False, "error": error}  # (runs on no data; fails the gate)
 
 
 def scan_program(path: str, policies: list[str]) -> list[dict]:
@@ -398,7 +400,8 @@ def cmd_scan(a) -> int:
         bar.close()
     rows = [r for path in paths for r in done.get(path, [])]
     frame = pd.DataFrame(rows, columns=SCAN_COLUMNS)
-    _print_scan(scan_summary(frame, root), len(frame), a.csv or a.html)
+    summary = scan_summary(frame, root)
+    _print_scan(summary, len(frame), a.csv or a.html)
     if a.csv:
         write_table(frame, a.csv)
         _out(f"\nscan written to {Path(a.csv).resolve()}")
@@ -410,7 +413,7 @@ def cmd_scan(a) -> int:
     unreadable = {str(Path(r["path"]).relative_to(root)): r["error"] for r in rows if r["outcome"] == UNREADABLE}
     _write_reports(a, verdicts, lambda: html_report(
         verdicts, labels=labels, unreadable=unreadable, title=f"constshare scan of {a.folder}",
-        tables=[("Programs: the worst outcome of each", html_table(scan_summary(frame, root), max_rows=len(paths)))]),
+        tables=[("Programs: the worst outcome of each", html_table(summary, max_rows=len(paths)))]),
         labels, unreadable)
     bad = frame[frame["outcome"].isin([*BAD_OUTCOMES, UNREADABLE])]
     _out(f"\n{len(paths)} programs, {len(policies)} policies: "

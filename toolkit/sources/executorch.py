@@ -141,13 +141,20 @@ def _region(b: Bytes, rel: str, base: int, seg: Table, where: str, file_size: in
     return Region(rel, start, size)
 
 
+def _trailing_problem(size: int, end: int) -> str:
+    """Why a file of ``size`` bytes whose structure ends at ``end`` is refused ("" if it is not)."""
+    if size - end <= MAX_TRAILING_BYTES:
+        return ""
+    return f"{size - end} bytes after the end of its last segment ({end}): not part of the file's structure"
+
+
 def _no_trailing_bytes(b: Bytes, segments: list[Region], structure_end: int) -> None:
-    """Refuse bytes past the last segment (a sparse 8 GiB file with 50 KB of content), before
-    anything hashes or reads them: what the file holds is bounded by what it declares."""
+    """Refuse bytes past the last segment (a sparse 8 GiB file with 50 KB of content): what the
+    file holds is bounded by what it declares."""
     end = max([structure_end] + [s.offset + s.size for s in segments])
-    if len(b) - end > MAX_TRAILING_BYTES:
-        raise b.error(f"{len(b) - end} bytes after the end of its last segment ({end}): not part of the file's "
-                      f"structure", "segments", end)
+    problem = _trailing_problem(len(b), end)
+    if problem:
+        raise b.error(problem, "segments", end)
 
 
 MAX_STRUCTURE_BYTES = 1 << 28  # a header that declares more FlatBuffer than this: the full read decides
@@ -178,9 +185,9 @@ def _refuse_trailing_before_copy(path: Path) -> None:
         end = max([prefix] + [seg_base + t.scalar(0, "offset", "u64") + t.scalar(1, "size", "u64") for t in segments])
     except (OSError, ProgramError):
         return
-    if size - end > MAX_TRAILING_BYTES:
-        raise ProgramError(f"{size - end} bytes after the end of its last segment ({end}): not part of the file's "
-                           "structure", path=path, field="segments")
+    problem = _trailing_problem(size, end)
+    if problem:
+        raise ProgramError(problem, path=path, field="segments")
 
 
 def _named_data(b: Bytes, table: Table, index: int, segments: list[Region], where: str) -> dict[str, Region]:
