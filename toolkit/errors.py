@@ -52,7 +52,11 @@ class ReferenceDataError(ProgramError):
     method does not take.  ``field`` says which (``references[decode].inputs[1].shape``)."""
 
 
-class UnknownPolicyError(ToolkitError, ValueError):
+class InvalidChoiceError(ToolkitError, ValueError):
+    """A name that is not one of its choices: an explorer input, a policy (the message names the choices)."""
+
+
+class UnknownPolicyError(InvalidChoiceError):
     """A policy name that is not one of :data:`toolkit.policies.POLICIES` (the message names them)."""
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import traitlets
 
-from .errors import IncompatibleProgramError, ToolkitError
+from .errors import IncompatibleProgramError, InvalidChoiceError, ToolkitError
 from .policies import POLICIES, get_policy
 from .rendering import (
     CAUGHT_COLOUR, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
@@ -71,10 +71,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 NO_CUDA = "this machine has no CUDA device: choose device cpu, or tick “dry run” to predict the load"
 MAX_INLINE_EXPORT = 512 * 1024  # bytes: a larger export is linked by its path, not embedded in the page
-
-
-class InvalidChoiceError(ToolkitError, ValueError):
-    """An explorer input that is not one of its choices (the input and the choices named)."""
 
 
 def _one_line(e: BaseException) -> str:
