@@ -38,13 +38,19 @@ FAMILY_PROGRAMS = ("int8_weights", "llama_tied_head", "t5_tied", "whisper_cached
 FOLDERS = [GEN1 / n for n in GEN1_PROGRAMS] + [FAMILIES / n for n in FAMILY_PROGRAMS]
 
 
-def _rows_module():
+def _benchmark(name: str):
+    """A script of benchmarks/ as a module (they import their siblings by name)."""
+    import importlib
+
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        import executorch_programs
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    return executorch_programs
+
+
+def _rows_module():
+    return _benchmark("executorch_programs")
 
 
 def _result(folder: Path) -> dict:
@@ -195,11 +201,6 @@ def test_every_export_loads_on_the_gpu_under_every_policy_as_its_dry_run_predict
 
 
 def test_the_readme_holds_the_table_of_the_h200_runs():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import real_exports_table
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    table = real_exports_table.table()
+    table = _benchmark("real_exports_table").table()
     assert "`whisper_cached`" in table and "executorch 1.2.0 (generation 1)" in table
     assert table in (REPO / "README.md").read_text()
