@@ -15,5 +15,7 @@ if [ "$step" = build ] || [ "$step" = all ]; then
   echo "check $so:"; readelf -d "$so" | grep libstdc++; echo "locale symbols: $(nm -D --defined-only "$so" | grep -c _ZNSt6locale)"
 fi
 if [ "$step" = test ] || [ "$step" = all ]; then
-  python3 -m pytest -m gpu -q -p no:cacheprovider --continue-on-collection-errors tests/ "${@:2}" 2>&1 | tee ${OUT:-/tmp}/gpu_pytest.log
+  # -v: a run stopped by its time limit still shows which test it was in
+  python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 --durations 15 --continue-on-collection-errors tests/ "${@:2}" 2>&1 |
+    tee ${OUT:-/tmp}/gpu_pytest.log
 fi

@@ -50,8 +50,12 @@ def child(args) -> dict:
             torch.cuda.synchronize(dev)
             out[f"{what}_s"] = time.perf_counter() - t
         out[f"{what}_peak_above_held_bytes"] = pk.peak - held
-        out[f"{what}_wrong"] = sorted({str(r["method"]) for r in frame.to_dict("records")
-                                  if r["ok"] is not pd.NA and not r["ok"]})
+        records = frame.to_dict("records")
+        out[f"{what}_wrong"] = sorted({str(r["method"]) for r in records if r["ok"] is not pd.NA and not r["ok"]})
+        # each row's figures (a disagreement between the oracles is then read off the CSV, not guessed)
+        out[f"{what}_rows"] = [{k: (None if r.get(k) is pd.NA else r.get(k)) for k in
+                                ("method", "step", "draw", "ok", "max_abs_err", "atol", "rtol", "reason")
+                                if k in r} for r in records]
     s.close()
     return out
 
@@ -93,8 +97,12 @@ def main(argv=None):
               f"{diff[f'{what}_wrong']}, eager reference {ref[f'{what}_wrong']}", flush=True)
     df = pd.DataFrame(rows)
     df["method_constant_bytes"] = per
-    for c in ("alone_wrong", "sequence_wrong"):
-        df[c] = df[c].map(json.dumps)
+    for c in ("alone_wrong", "sequence_wrong", "alone_rows", "sequence_rows"):
+        df[c] = df[c].map(lambda v: json.dumps(v, default=str))
+    for r in rows:
+        for what in ("alone", "sequence"):
+            for x in r[f"{what}_rows"]:
+                print(f"    {r['oracle']:>9} {what:>8} {x}", flush=True)
     print(f"written to {_common.write_csv(df, 'differential_cost.csv', args.out)}")
     return df
 
