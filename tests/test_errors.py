@@ -139,7 +139,7 @@ def test_manifest_not_utf8(prog):
 @pytest.mark.parametrize("mutate, field", [
     (lambda d: d.clear(), "format"),
     (lambda d: d.update(format="something-else"), "format"),
-    (lambda d: d.update(format_version=4), "format_version"),
+    (lambda d: d.update(format_version=5), "format_version"),
     (lambda d: d.update(format_version="1"), "format_version"),
     (lambda d: d.pop("methods"), "methods"),
     (lambda d: d.update(methods=[]), "methods"),
