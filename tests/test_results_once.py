@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # loads a (cached) sample program
 
 @pytest.fixture
 def hashes(monkeypatch):
-    """Every path hashed (whole, or piece by piece), in order."""
+    """Every path hashed (whole, or piece by piece), in order: once per read."""
     seen: list[str] = []
 
     real = integrity.VerifiedCopy.read.__func__
@@ -26,6 +26,15 @@ def hashes(monkeypatch):
         return real(cls, src_fd, source, *a, **kw)
 
     monkeypatch.setattr(integrity.VerifiedCopy, "read", classmethod(count))
+    real_ensure = integrity.VerifiedCopy.ensure
+
+    def ensure(self, ranges=None):  # a weights blob: its pieces read (and hashed) when asked for
+        hashed = real_ensure(self, ranges)
+        if hashed:
+            seen.append(str(self.source))
+        return hashed
+
+    monkeypatch.setattr(integrity.VerifiedCopy, "ensure", ensure)
     verified_files().clear()
     yield seen
     verified_files().clear()
