@@ -137,6 +137,18 @@ def _read_range(fd: int, view: memoryview, start: int, path: Path, h=None) -> No
                              "expected (shrunk while loading?)", path=path)
 
 
+def _hash_range(fd: int, start: int, n: int, path: Path, h) -> None:
+    """Hash the file's bytes [start, start + n) into ``h``, read through one small buffer."""
+    view, at, end = memoryview(bytearray(min(max(n, 1), _CHUNK))), start, start + n
+    while at < end:
+        got = os.preadv(fd, [view[:min(len(view), end - at)]], at)
+        if not got:
+            raise IntegrityError(f"file ended while it was read: it is shorter than the {end} bytes expected "
+                                 "(shrunk while loading?)", path=path)
+        h.update(view[:got])
+        at += got
+
+
 def chunk_sha256s(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None,
                   threads: int | None = None) -> tuple[str, ...]:
     """The sha256 of each ``chunk_bytes`` piece of ``path`` (program format 3's piece digests)."""
@@ -266,12 +278,24 @@ class VerifiedCopy:
         self.path = Path(f"/proc/self/fd/{fd}")
         self._pending: _Pending | None = None  # a lazy copy's missing pieces (None: complete)
 
+    in_place = False  # True: no copy; :attr:`path` is the program's file, its pieces hashed where they lie
+
     @classmethod
-    def lazy(cls, src_fd: int, source: Path, record: FileRecord, threads: int, on_hashed=None) -> "VerifiedCopy | None":
+    def lazy(cls, src_fd: int, source: Path, record: FileRecord, threads: int, on_hashed=None, *,
+             in_place: bool = False) -> "VerifiedCopy | None":
         """An empty copy of the file ``src_fd`` (whose record is ``record``) that :meth:`ensure`
         fills piece by piece, each piece hashed as it is read; None where the kernel cannot seal a
-        copy while it is filled (no ``F_SEAL_FUTURE_WRITE``: before Linux 5.1)."""
+        copy while it is filled (no ``F_SEAL_FUTURE_WRITE``: before Linux 5.1).  ``in_place``: no
+        copy at all: :meth:`ensure` hashes the pieces from the file and :attr:`path` is the file
+        itself (``LoadOptions(integrity_copy=False)``: trusts that nothing writes it between a
+        piece's check and its use)."""
         size = record.bytes
+        if in_place:
+            copy = cls.__new__(cls)
+            copy.fd, copy.size, copy.source, copy.path, copy.in_place = None, size, Path(source), Path(source), True
+            copy._pending = _Pending(src_fd, record, threads, on_hashed, None)
+            copy._finish_if_complete()
+            return copy
         fd = os.memfd_create(f"constshare:{source.name}"[:240], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
@@ -313,13 +337,17 @@ class VerifiedCopy:
                 return 0
             spans = [(p.pieces[i][0], p.pieces[i][1]) for i in todo]
             hashers = [p.new() for _ in todo]
-            for s, n in spans:  # fault each piece's pages in at once (errors: they fault one by one)
+            for s, n in spans if p.mm is not None else ():  # fault each piece's pages in at once
                 try:
                     p.mm.madvise(_MADV_POPULATE_WRITE, s, n)
-                except OSError:
+                except OSError:  # (before Linux 5.14: they fault one by one)
                     break
-            _run_pieces(p.view, lambda view, s, n, h: _read_range(p.src, view[s: s + n], s, self.source, h),
-                        spans, hashers, p.threads)
+            if p.view is None:  # in place: hashed from the file through a small buffer
+                _run_pieces(None, lambda _, s, n, h: _hash_range(p.src, s, n, self.source, h), spans, hashers,
+                            p.threads)
+            else:
+                _run_pieces(p.view, lambda view, s, n, h: _read_range(p.src, view[s: s + n], s, self.source, h),
+                            spans, hashers, p.threads)
             nbytes = sum(n for _, n in spans)
             if p.on_hashed is not None:
                 p.on_hashed(nbytes)
@@ -338,7 +366,8 @@ class VerifiedCopy:
         p = self._pending
         if p is not None and not p.pieces:
             p.close()  # the writable mapping goes first: F_SEAL_WRITE needs none left
-            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
+            if self.fd is not None:
+                fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
             self._pending = None
 
     @classmethod
@@ -437,7 +466,9 @@ class VerifiedFiles:
             key, identity = str(path.resolve()), file_identity(st)
             with self._lock:
                 seen = self._seen.get(key)
-                if seen is not None and seen[0] == identity and seen[1] == record.sha256 and not options.rehash:
+                in_place = ranges is not None and not options.integrity_copy
+                if (seen is not None and seen[0] == identity and seen[1] == record.sha256 and not options.rehash
+                        and seen[2].in_place == in_place):
                     self._seen.move_to_end(key)
                     copy = seen[2]
                 else:
@@ -446,7 +477,7 @@ class VerifiedFiles:
                 self._ensure(copy, ranges)
                 return copy
             copy = None if ranges is None else VerifiedCopy.lazy(fd, path, record, options.hash_threads or hash_threads(),
-                                                                 self._hashed)
+                                                                 self._hashed, in_place=in_place)
             if copy is None:
                 copy = self._read(fd, path, record, options)
             else:
