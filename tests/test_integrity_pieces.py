@@ -268,3 +268,41 @@ def test_older_format_programs_still_load_and_verify(base, tmp_path, fresh, vers
     s = load_program(prog, "fingerprint")
     assert s.status == "failed" and s.failed_method == "prefill"
     assert "sha256 does not match the program's record" in s.error
+
+
+# ----------------------------------------------------------------------------- integrity_copy=False
+
+
+def test_in_place_hashes_the_pieces_read_in_the_file_and_names_it(tmp_path):
+    p, data = _file(tmp_path)
+    rec = file_record(p, PIECE)
+    vf = VerifiedFiles()
+    opts = LoadOptions(integrity_copy=False)
+    copy = vf.copy(p, rec, opts, ranges=[(0, 1)])
+    assert copy.in_place and copy.path == p and vf.hashed_bytes == PIECE  # no copy: the file itself
+    _flip(p, 9 * PIECE)
+    with pytest.raises(IntegrityError, match=rf"piece at byte {9 * PIECE}") as e:
+        vf.more(copy, [(9 * PIECE, 9 * PIECE + 1)])
+    assert e.value.path == str(p)
+    assert vf.copy(p, rec, ranges=()).in_place is False  # asked with a copy: a copy, not the in-place record
+    # whole-file reads (a .so, a reference) are always copied
+    q = tmp_path / "so"
+    q.write_bytes(data)
+    assert not vf.copy(q, file_record(q, PIECE), opts).in_place
+
+
+def test_in_place_loads_upload_from_the_program_files_and_open_so_copies(base, tmp_path, fresh):
+    from test_isolation import mapped_files
+
+    root = clone(base, tmp_path / "p")
+    opts = LoadOptions(integrity_copy=False)
+    s = load_program(root, "fingerprint", options=opts)
+    assert s.status == "loaded", s.error
+    assert str(root / "methods/prefill/model.so") not in mapped_files()  # dlopen'ed from its sealed copy
+    s.close()
+    fresh.clear()
+    blob = root / "methods/decode/weights.blob"
+    _flip(blob, 3)
+    s = load_program(root, "fingerprint", options=opts)
+    assert s.status == "failed" and s.failed_method == "decode" and s.exception.path == str(blob)
+    assert "decode" not in s.methods
