@@ -285,6 +285,7 @@ def test_in_place_hashes_the_pieces_read_in_the_file_and_names_it(tmp_path):
         vf.more(copy, [(9 * PIECE, 9 * PIECE + 1)])
     assert e.value.path == str(p)
     assert vf.copy(p, rec, ranges=()).in_place is False  # asked with a copy: a copy, not the in-place record
+    assert vf.copy(p, rec, opts, ranges=()).in_place is False  # and the sealed copy then serves in-place readers
     # whole-file reads (a .so, a reference) are always copied
     q = tmp_path / "so"
     q.write_bytes(data)

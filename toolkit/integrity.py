@@ -467,8 +467,9 @@ class VerifiedFiles:
             with self._lock:
                 seen = self._seen.get(key)
                 in_place = ranges is not None and not options.integrity_copy
+                # a sealed copy serves any reader; one in place only readers who accept that
                 if (seen is not None and seen[0] == identity and seen[1] == record.sha256 and not options.rehash
-                        and seen[2].in_place == in_place):
+                        and seen[2].in_place <= in_place):
                     self._seen.move_to_end(key)
                     copy = seen[2]
                 else:
@@ -476,8 +477,9 @@ class VerifiedFiles:
             if copy is not None:
                 self._ensure(copy, ranges)
                 return copy
-            copy = None if ranges is None else VerifiedCopy.lazy(fd, path, record, options.hash_threads or hash_threads(),
-                                                                 self._hashed, in_place=in_place)
+            threads = options.hash_threads or hash_threads()
+            copy = None if ranges is None else VerifiedCopy.lazy(fd, path, record, threads, self._hashed,
+                                                                 in_place=in_place)
             if copy is None:
                 copy = self._read(fd, path, record, options)
             else:

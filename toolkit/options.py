@@ -42,7 +42,7 @@ class LoadOptions:
     # issue 25); False: .so files so, a weights blob's pieces as they are read, before that use
     hash_all: bool = False
     # False: a weights blob's pieces hashed from the file itself and its constants uploaded from it,
-    # no private copy: trusts that nothing writes the file between a piece's check and its upload
+    # no private copy: trusts that nothing writes or replaces the file between a piece's check and its upload
     integrity_copy: bool = True
     cache_dir: Path | None = None  # the build cache (default ~/.cache/constshare): see cache_folder()
 
