@@ -6,7 +6,8 @@
 Builds (once) the prefill/decode program of benchmarks/_program.py (``--gib`` GiB of
 constants per method; 2.0 is the GPU benchmarks' hidden size 8192), then times ONE whole
 ``toolkit.load_program(program_dir, "fingerprint")`` call per fresh process: with default
-arguments (sha256 of every file checked first), and, for comparison, the same call with
+arguments (every .so and reference file verified first, a weights blob's pieces as they are
+read: BLAKE3 pieces for a program this branch builds, format 4), and, for comparison, the same call with
 ``check_integrity=False``.  The program is passed by path, so opening it (reading and
 validating the manifest) is in the time wherever a version of the toolkit does it.
 

@@ -1,5 +1,7 @@
-"""Integrity before execution: one flipped byte in any .so or blob is refused before any
-.so is opened or any byte uploaded.
+"""Integrity before execution: one flipped byte in any .so is refused before any .so is
+opened or any byte uploaded; one in a weights blob before any byte of it is uploaded (its
+method's .so may be open by then: a blob's pieces are verified as they are read, issue 25),
+and with ``LoadOptions(hash_all=True)`` before any .so is opened too.
 
 "Opened" is checked two ways: the runtime adapter's container factory is never called,
 and no file of the copied program appears in this process's memory maps.  The strongest
@@ -19,6 +21,7 @@ from toolkit import upload
 from toolkit.runtimes import aoti as runtime
 from toolkit.errors import IntegrityError
 from toolkit.loader import resolve_devices
+from toolkit.options import LoadOptions
 from toolkit.session import Session, load_program
 from toolkit.policies import POLICIES, get_policy
 from toolkit.sources import open_program
@@ -66,20 +69,28 @@ def flip_byte(path: Path, where: float = 0.5) -> int:
     return i
 
 
+@pytest.mark.parametrize("hash_all", [False, True], ids=["default", "hash_all"])
 @pytest.mark.parametrize("rel", FILES)
 @pytest.mark.parametrize("where", [0.0, 0.5, 1.0], ids=["first", "middle", "last"])
-def test_one_flipped_byte_is_refused_before_anything_runs(base, tmp_path, opened, rel, where):
+def test_one_flipped_byte_is_refused_before_anything_runs(base, tmp_path, opened, rel, where, hash_all):
     root = clone(base, tmp_path / "p")
     flip_byte(root / rel, where)
     program = open_program(root)  # reading the manifest opens nothing
-    s = load_program(program, "fingerprint")
+    s = load_program(program, "fingerprint", options=LoadOptions(hash_all=hash_all))
+    method = rel.split("/")[1]
     assert s.status == "failed"
-    assert s.failed_method == rel.split("/")[1]
+    assert s.failed_method == method
     assert isinstance(s.exception, IntegrityError)
     assert s.exception.path == str(root / rel)
-    assert "sha256 does not match" in s.error and str(root / rel) in s.error
-    assert opened == [], "a .so was opened or bytes uploaded before the integrity check"
+    assert "does not match the program's record" in s.error and str(root / rel) in s.error
     assert str(root) not in mapped_files()
+    assert method not in s.methods
+    if rel.endswith(".blob") and not hash_all:  # verified as read: before any byte of its method is uploaded
+        at = max(i for i, c in enumerate(opened) if c.startswith("open "))  # the failing method's .so
+        assert opened[at + 1:] == [], "bytes of the method were uploaded before its blob was verified"
+        assert len([c for c in opened if c.startswith("open ")]) == [m.name for m in program.methods].index(method) + 1
+        return
+    assert opened == [], "a .so was opened or bytes uploaded before the integrity check"
     assert not s.methods and len(s.cache) == 0
 
 
@@ -100,7 +111,19 @@ def test_load_method_alone_checks_its_files_first(base, tmp_path, opened, policy
         return
     s.load_method("prefill")
     opened.clear()
-    with pytest.raises(IntegrityError, match="sha256 does not match"):
+    try:  # the blob's pieces are verified as they are read: a policy that reads none of it loads
+        s.load_method("decode")
+    except IntegrityError as e:
+        assert "does not match the program's record" in str(e)
+    else:
+        assert "decode" in s.methods
+    # decode's .so may be open by then; nothing of the tampered blob was uploaded
+    assert [c for c in opened if not c.startswith("open ")] == []
+    # with hash_all, every byte is checked before decode's .so is opened, whatever the policy reads
+    s = Session(program, get_policy(policy), resolve_devices(program, None), options=LoadOptions(hash_all=True))
+    s.load_method("prefill")
+    opened.clear()
+    with pytest.raises(IntegrityError, match="does not match the program.s record"):
         s.load_method("decode")
     assert opened == []
     assert list(s.methods) == ["prefill"]

@@ -21,11 +21,26 @@ are kept up to :data:`VerifiedFiles.budget_bytes` (a quarter of physical memory)
 recently used dropped first; :func:`verified_files` ``.clear()`` or ``LoadOptions(rehash=True)``
 reads everything again.
 
-Speed: one sha256 stream runs at about 1.4 GB/s (the H200's host, 2026-12-01), so our builder
-also records the sha256 of every :data:`CHUNK_BYTES` piece (program format 3): such a file is
-read and hashed piece by piece on every core at once (``LoadOptions.hash_threads`` caps the
-threads); a file passes when every piece matches, which trusts sha256 as much as the whole-file
-digest does.  A record without pieces (formats 1-2, files of other formats) is hashed whole.
+Speed (``benchmarks/digest_rates.py``): one sha256 stream runs at about 1.4 GB/s (the H200's
+host, 2026-12-01), BLAKE3 at about 2.3 times that per core (2-core CPU, 2026-12-02), and the
+copy itself costs about as much as a sha256 stream (new shared-memory pages, each faulted in).
+So our builder also records a digest of every :data:`CHUNK_BYTES` piece: BLAKE3 (program format
+4) or sha256 (format 3); such a file is read and hashed piece by piece on every core at once
+(``LoadOptions.hash_threads`` caps the threads); a piece passes when its digest matches, which
+trusts the piece digest (BLAKE3's or sha256's collision resistance) as much as a whole-file
+digest would.  A record without pieces (formats 1-2, files of other formats) is hashed whole.
+
+**Only the pieces a load reads** (``ranges``): a weights blob's copy is made lazily
+(:meth:`VerifiedCopy.ensure`): a piece is copied and hashed when a reader asks for a byte range
+it covers (the per-constant uploads ask for their constants' ranges, the whole-blob upload and
+every other reader for the whole file), before that reader reads it; a piece that does not
+match is an :class:`IntegrityError` naming the file, and nothing of it is used.  Pieces no one
+asks for are neither read nor hashed and stay holes of the copy.  Until every piece is in, the
+copy is sealed against growing, shrinking and every *new* writable mapping or ``write``
+(``F_SEAL_FUTURE_WRITE``): only the copy's own mapping, held by this module, fills it; once
+complete it is sealed like any other.  The program file is read through a descriptor held open
+from the first check, so a file swapped (renamed over) later is never read; a write into the
+same file after the check changes a piece not yet copied, which its digest then refuses.
 """
 
 from __future__ import annotations
@@ -41,6 +56,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
+import blake3
+
 from .errors import IntegrityError
 from .model import FileRecord
 from .options import LoadOptions
@@ -48,6 +65,17 @@ from .options import LoadOptions
 _CHUNK = 1 << 22
 CHUNK_BYTES = 64 << 20  # the piece size our builder records digests for
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+# a copy still being filled: no growing, shrinking, new writable mapping or write() (Linux 5.1)
+_SEALS_WHILE_FILLING = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
+_MADV_POPULATE_WRITE = 23  # Linux 5.14: fault a piece's pages in at once, not one by one
+
+
+def _blake3():
+    return blake3.blake3(max_threads=1)  # one thread per piece: the pieces run on every core
+
+
+DIGESTS = {"sha256": hashlib.sha256, "blake3": _blake3}  # a record's chunk_digest -> a new hasher
+DIGEST_NAMES = {"sha256": "sha256", "blake3": "BLAKE3"}
 
 
 def hash_threads() -> int:
@@ -109,18 +137,37 @@ def _read_range(fd: int, view: memoryview, start: int, path: Path, h=None) -> No
                              "expected (shrunk while loading?)", path=path)
 
 
+def _hash_range(fd: int, start: int, n: int, path: Path, h) -> None:
+    """Hash the file's bytes [start, start + n) into ``h``, read through one small buffer."""
+    view, at, end = memoryview(bytearray(min(max(n, 1), _CHUNK))), start, start + n
+    while at < end:
+        got = os.preadv(fd, [view[:min(len(view), end - at)]], at)
+        if not got:
+            raise IntegrityError(f"file ended while it was read: it is shorter than the {end} bytes expected "
+                                 "(shrunk while loading?)", path=path)
+        h.update(view[:got])
+        at += got
+
+
 def chunk_sha256s(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None,
                   threads: int | None = None) -> tuple[str, ...]:
-    """The sha256 of each ``chunk_bytes`` piece of ``path`` (the last may be shorter), hashed
-    by ``threads`` threads at once (default :func:`hash_threads`)."""
+    """The sha256 of each ``chunk_bytes`` piece of ``path`` (program format 3's piece digests)."""
+    return chunk_digests(path, chunk_bytes, size=size, threads=threads, digest="sha256")
+
+
+def chunk_digests(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None,
+                  threads: int | None = None, digest: str = "blake3") -> tuple[str, ...]:
+    """The ``digest`` (a :data:`DIGESTS` name) of each ``chunk_bytes`` piece of ``path`` (the
+    last may be shorter), hashed by ``threads`` threads at once (default :func:`hash_threads`)."""
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
+    new = DIGESTS[digest]
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size if size is None else size
 
         def piece(start: int) -> str:
-            h, buf = hashlib.sha256(), bytearray(min(chunk_bytes, size - start))
+            h, buf = new(), bytearray(min(chunk_bytes, size - start))
             _read_range(fd, memoryview(buf), start, path, h)
             return h.hexdigest()
 
@@ -131,40 +178,92 @@ def chunk_sha256s(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | Non
         os.close(fd)
 
 
-def file_record(path: Path, chunk_bytes: int = CHUNK_BYTES) -> FileRecord:
-    """A file's record as our builder writes it: size, whole-file sha256, and the sha256 of each
-    piece (the whole-file stream runs in its own thread, beside the pieces)."""
+def file_record(path: Path, chunk_bytes: int = CHUNK_BYTES, digest: str = "blake3") -> FileRecord:
+    """A file's record as our builder writes it: size, whole-file sha256 (what other tools check,
+    and what a ``.so``'s key is made of), and the ``digest`` of each piece (BLAKE3: format 4;
+    ``"sha256"``: format 3's), which is what a load verifies; the whole-file stream runs in its
+    own thread, beside the pieces."""
     with ThreadPoolExecutor(1, thread_name_prefix="constshare-hash-whole") as one:
         whole = one.submit(sha256_file, path)
-        chunks = chunk_sha256s(path, chunk_bytes)
-        digest = whole.result()
-    return FileRecord(sha256=digest, bytes=Path(path).stat().st_size, chunk_bytes=chunk_bytes, chunks=chunks)
+        chunks = chunk_digests(path, chunk_bytes, digest=digest)
+        sha = whole.result()
+    return FileRecord(sha256=sha, bytes=Path(path).stat().st_size, chunk_bytes=chunk_bytes, chunks=chunks,
+                      chunk_digest=digest)
 
 
 def file_identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _run_pieces(view: memoryview, read, pieces: list[tuple[int, int]], hashers: list, threads: int) -> None:
+    """Run ``read(view, start, length, hasher)`` for every piece (on ``threads`` threads at once)."""
+    jobs = list(zip(pieces, hashers))
+    if len(jobs) <= 1 or threads <= 1:
+        for (s, n), h in jobs:
+            read(view, s, n, h)
+    else:
+        with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="constshare-hash") as pool:
+            for f in [pool.submit(read, view, s, n, h) for (s, n), h in jobs]:
+                f.result()
+
+
+def _unmap(view: memoryview, mm: mmap.mmap) -> None:
+    view.release()
+    try:
+        mm.close()
+    except BufferError:  # a slice still held by an error's traceback: unmapped when it goes
+        pass
+
+
 def _fill(fd: int, size: int, read, pieces: list[tuple[int, int]], hashers: list, threads: int) -> None:
-    """Run ``read(view, start, length, hasher)`` for every piece of a writable mapping of ``fd``
-    (on ``threads`` threads at once), then unmap it (the seals need no writable mapping left)."""
+    """:func:`_run_pieces` into a writable mapping of ``fd``, then unmap it (the seals need no
+    writable mapping left)."""
     mm = mmap.mmap(fd, size)
     view = memoryview(mm)
     try:
-        jobs = list(zip(pieces, hashers))
-        if len(jobs) <= 1 or threads <= 1:
-            for (s, n), h in jobs:
-                read(view, s, n, h)
-        else:
-            with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="constshare-hash") as pool:
-                for f in [pool.submit(read, view, s, n, h) for (s, n), h in jobs]:
-                    f.result()
+        _run_pieces(view, read, pieces, hashers, threads)
     finally:
-        view.release()
-        try:
-            mm.close()
-        except BufferError:  # a slice still held by an error's traceback: unmapped when it goes
-            pass
+        _unmap(view, mm)
+
+
+class _Pending:
+    """What a lazily filled copy still lacks: its pieces not yet read (index -> start, length,
+    expected digest), the program file's descriptor they are read from, and the copy's one
+    writable mapping."""
+
+    def __init__(self, src_fd: int, record: FileRecord, threads: int, on_hashed, mm: mmap.mmap | None):
+        size = record.bytes
+        self.src = os.dup(src_fd)
+        self.record, self.threads, self.on_hashed = record, threads, on_hashed
+        if record.chunks:
+            step = record.chunk_bytes
+            self.step = step
+            self.pieces = {i: (s, min(step, size - s), d) for i, (s, d) in enumerate(zip(range(0, size, step),
+                                                                                        record.chunks))}
+        else:  # one digest for the whole file: any byte read needs all of it
+            self.step = max(size, 1)
+            self.pieces = {0: (0, size, record.sha256)} if size else {}
+        self.new = DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256
+        self.mm = mm
+        self.view = memoryview(mm) if mm is not None else None
+        self.lock = threading.Lock()
+
+    def wanted(self, ranges) -> list[int]:
+        if ranges is None:
+            return sorted(self.pieces)
+        out: set[int] = set()
+        for start, end in ranges:
+            if end > start:
+                out.update(i for i in range(start // self.step, (end - 1) // self.step + 1) if i in self.pieces)
+        return sorted(out)
+
+    def close(self) -> None:
+        if self.view is not None:
+            _unmap(self.view, self.mm)
+            self.view = self.mm = None
+        if self.src is not None:
+            os.close(self.src)
+            self.src = None
 
 
 class VerifiedCopy:
@@ -177,6 +276,99 @@ class VerifiedCopy:
     def __init__(self, fd: int, size: int, source: Path):
         self.fd, self.size, self.source = fd, size, Path(source)
         self.path = Path(f"/proc/self/fd/{fd}")
+        self._pending: _Pending | None = None  # a lazy copy's missing pieces (None: complete)
+
+    in_place = False  # True: no copy; :attr:`path` is the program's file, its pieces hashed where they lie
+
+    @classmethod
+    def lazy(cls, src_fd: int, source: Path, record: FileRecord, threads: int, on_hashed=None, *,
+             in_place: bool = False) -> "VerifiedCopy | None":
+        """An empty copy of the file ``src_fd`` (whose record is ``record``) that :meth:`ensure`
+        fills piece by piece, each piece hashed as it is read; None where the kernel cannot seal a
+        copy while it is filled (no ``F_SEAL_FUTURE_WRITE``: before Linux 5.1).  ``in_place``: no
+        copy at all: :meth:`ensure` hashes the pieces from the file and :attr:`path` is the file
+        itself (``LoadOptions(integrity_copy=False)``: trusts that nothing writes it between a
+        piece's check and its use)."""
+        size = record.bytes
+        if in_place:
+            copy = cls.__new__(cls)
+            copy.fd, copy.size, copy.source, copy.path, copy.in_place = None, size, Path(source), Path(source), True
+            copy._pending = _Pending(src_fd, record, threads, on_hashed, None)
+            copy._finish_if_complete()
+            return copy
+        fd = os.memfd_create(f"constshare:{source.name}"[:240], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size) if size else None  # the one writable mapping, made before the seal
+            try:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS_WHILE_FILLING)
+            except OSError:
+                if mm is not None:
+                    mm.close()
+                os.close(fd)
+                return None
+            if mm is not None and hasattr(mmap, "MADV_HUGEPAGE"):
+                mm.madvise(mmap.MADV_HUGEPAGE)  # fewer faults where shared memory may use huge pages
+        except BaseException:
+            os.close(fd)
+            raise
+        copy = cls(fd, size, source)
+        copy._pending = _Pending(src_fd, record, threads, on_hashed, mm)
+        copy._finish_if_complete()
+        return copy
+
+    @property
+    def complete(self) -> bool:
+        """Every byte read and verified (and the copy sealed for good)."""
+        return self._pending is None
+
+    def ensure(self, ranges: Iterable[tuple[int, int]] | None = None) -> int:
+        """Read and verify, before anyone reads them, the pieces covering ``ranges`` ((start, end)
+        byte ranges; None: the whole file) not read yet; the bytes hashed now.
+        :class:`IntegrityError` naming the file when a piece's digest differs from its record."""
+        p = self._pending
+        if p is None:
+            return 0
+        with p.lock:
+            if self._pending is None:
+                return 0
+            todo = p.wanted(None if ranges is None else list(ranges))
+            if not todo:
+                return 0
+            spans = [(p.pieces[i][0], p.pieces[i][1]) for i in todo]
+            hashers = [p.new() for _ in todo]
+            for s, n in spans if p.mm is not None else ():  # fault each piece's pages in at once
+                try:
+                    p.mm.madvise(_MADV_POPULATE_WRITE, s, n)
+                except OSError:  # (before Linux 5.14: they fault one by one)
+                    break
+            if p.view is None:  # in place: hashed from the file through a small buffer
+                _run_pieces(None, lambda _, s, n, h: _hash_range(p.src, s, n, self.source, h), spans, hashers,
+                            p.threads)
+            else:
+                _run_pieces(p.view, lambda view, s, n, h: _read_range(p.src, view[s: s + n], s, self.source, h),
+                            spans, hashers, p.threads)
+            nbytes = sum(n for _, n in spans)
+            if p.on_hashed is not None:
+                p.on_hashed(nbytes)
+            bad = None
+            for i, h in zip(todo, hashers):
+                if h.hexdigest() == p.pieces[i][2]:
+                    del p.pieces[i]
+                elif bad is None:
+                    bad = i
+            if bad is not None:  # its bytes stay unverified: a later ensure reads them again
+                raise _mismatch(p.record, bad, self.source)
+            self._finish_if_complete()
+            return nbytes
+
+    def _finish_if_complete(self) -> None:
+        p = self._pending
+        if p is not None and not p.pieces:
+            p.close()  # the writable mapping goes first: F_SEAL_WRITE needs none left
+            if self.fd is not None:
+                fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
+            self._pending = None
 
     @classmethod
     def read(cls, src_fd: int, source: Path, size: int, pieces: list[tuple[int, int]],
@@ -197,9 +389,20 @@ class VerifiedCopy:
         return cls(fd, size, source)
 
     def __del__(self) -> None:
+        if getattr(self, "_pending", None) is not None:
+            self._pending.close()
         if getattr(self, "fd", None) is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _mismatch(record: FileRecord, piece: int | None, path: Path) -> IntegrityError:
+    """The error for a piece (None: the whole file) whose digest differs from ``record``'s."""
+    if piece is None or not record.chunks:
+        return IntegrityError("sha256 does not match the program's record: the file was modified", path=path)
+    return IntegrityError(f"{DIGEST_NAMES[record.chunk_digest]} does not match the program's record (the "
+                          f"{record.chunk_bytes}-byte piece at byte {piece * record.chunk_bytes}): the file was "
+                          "modified", path=path)
 
 
 _KEPT: dict[str, VerifiedCopy] = {}  # sha256 -> copy: .so files dlopen'ed, open for the process
@@ -229,7 +432,8 @@ class VerifiedFiles:
         self._seen: OrderedDict[str, tuple[tuple, str, VerifiedCopy]] = OrderedDict()
         self._lock = threading.Lock()
         self.budget_bytes = _quarter_of_memory() if budget_bytes is None else budget_bytes
-        self.hashes = 0  # files hashed so far (tests count them)
+        self.hashes = 0  # files (or a lazy copy's pieces) hashed so far, one per read (tests count them)
+        self.hashed_bytes = 0  # bytes hashed so far
 
     def clear(self) -> None:
         with self._lock:
@@ -238,10 +442,13 @@ class VerifiedFiles:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def copy(self, path: Path, record: FileRecord, options: LoadOptions = LoadOptions()) -> VerifiedCopy:
-        """The verified copy of ``path``: made now (read once, hashed as it is read) unless one
-        of the file at its current identity exists; :class:`IntegrityError` unless its bytes
-        have ``record``'s size and sha256 (every piece's, when it records pieces)."""
+    def copy(self, path: Path, record: FileRecord, options: LoadOptions = LoadOptions(),
+             ranges: Iterable[tuple[int, int]] | None = None) -> VerifiedCopy:
+        """The verified copy of ``path``: made now unless one of the file at its current identity
+        exists; :class:`IntegrityError` unless the file has ``record``'s size and the bytes read
+        match its digests (every piece's, when it records pieces).  ``ranges`` None: every byte is
+        read and verified now; else ((start, end) byte ranges, maybe none) only the pieces
+        covering them, the rest when asked for (:meth:`VerifiedCopy.ensure`)."""
         path = Path(path)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
@@ -259,10 +466,24 @@ class VerifiedFiles:
             key, identity = str(path.resolve()), file_identity(st)
             with self._lock:
                 seen = self._seen.get(key)
-                if seen is not None and seen[0] == identity and seen[1] == record.sha256 and not options.rehash:
+                in_place = ranges is not None and not options.integrity_copy
+                # a sealed copy serves any reader; one in place only readers who accept that
+                if (seen is not None and seen[0] == identity and seen[1] == record.sha256 and not options.rehash
+                        and seen[2].in_place <= in_place):
                     self._seen.move_to_end(key)
-                    return seen[2]
-            copy = self._read(fd, path, record, options)
+                    copy = seen[2]
+                else:
+                    copy = None
+            if copy is not None:
+                self._ensure(copy, ranges)
+                return copy
+            threads = options.hash_threads or hash_threads()
+            copy = None if ranges is None else VerifiedCopy.lazy(fd, path, record, threads, self._hashed,
+                                                                 in_place=in_place)
+            if copy is None:
+                copy = self._read(fd, path, record, options)
+            else:
+                self._ensure(copy, ranges)
         except OSError as e:  # unreadable
             raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=path) from None
         finally:
@@ -270,11 +491,31 @@ class VerifiedFiles:
         self._keep(key, identity, record.sha256, copy)
         return copy
 
-    def check(self, path: Path, record: FileRecord, options: LoadOptions = LoadOptions()) -> bool:
-        """:meth:`copy`; True when the file was read and hashed now, False when its copy existed."""
+    def check(self, path: Path, record: FileRecord, options: LoadOptions = LoadOptions(),
+              ranges: Iterable[tuple[int, int]] | None = None) -> bool:
+        """:meth:`copy`; True when bytes of the file were read and hashed now, False when its copy
+        held them already."""
         before = self.hashes
-        self.copy(path, record, options)
+        self.copy(path, record, options, ranges)
         return self.hashes != before
+
+    def more(self, copy: VerifiedCopy, ranges: Iterable[tuple[int, int]] | None = None) -> VerifiedCopy:
+        """``copy`` (one :meth:`copy` made) holding, verified, the pieces covering ``ranges`` too
+        (None: every byte)."""
+        self._ensure(copy, ranges)
+        return copy
+
+    def _hashed(self, nbytes: int) -> None:
+        with self._lock:
+            self.hashes += 1
+            self.hashed_bytes += nbytes
+
+    @staticmethod
+    def _ensure(copy: VerifiedCopy, ranges) -> None:
+        try:
+            copy.ensure(ranges)
+        except OSError as e:
+            raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=copy.source) from None
 
     def _read(self, fd: int, path: Path, record: FileRecord, options: LoadOptions) -> VerifiedCopy:
         size = record.bytes
@@ -285,18 +526,16 @@ class VerifiedFiles:
                                      f"{record.chunk_bytes}", path=path)
         else:
             pieces = [(0, size)]
-        hashers = [hashlib.sha256() for _ in pieces]
+        hashers = [(DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256)() for _ in pieces]
         copy = VerifiedCopy.read(fd, path, size, pieces, hashers, options.hash_threads or hash_threads())
-        with self._lock:
-            self.hashes += 1
+        self._hashed(size)
         got = [h.hexdigest() for h in hashers]
         if record.chunks:
             bad = next((i for i, (a, b) in enumerate(zip(got, record.chunks)) if a != b), None)
             if bad is not None:
-                raise IntegrityError(f"sha256 does not match the program's record (the {record.chunk_bytes}-byte "
-                                     f"piece at byte {bad * record.chunk_bytes}): the file was modified", path=path)
+                raise _mismatch(record, bad, path)
         elif got[0] != record.sha256:
-            raise IntegrityError("sha256 does not match the program's record: the file was modified", path=path)
+            raise _mismatch(record, None, path)
         return copy
 
     def _keep(self, key: str, identity: tuple, sha256: str, copy: VerifiedCopy) -> None:
@@ -335,10 +574,14 @@ def verified_files() -> VerifiedFiles:
 
 
 def check_files(root: Path, records: dict[str, FileRecord], rels: Iterable[str],
-                options: LoadOptions = LoadOptions()) -> dict[str, VerifiedCopy]:
+                options: LoadOptions = LoadOptions(), *, when_read: Iterable[str] = ()) -> dict[str, VerifiedCopy]:
     """Verify the named files of a program (relative to ``root``) against their records, one after
     another (each file's pieces on every core at once), as :meth:`VerifiedFiles.copy` does with
-    ``options``, in :func:`verified_files`: their verified copies by name.  Checking several
+    ``options``, in :func:`verified_files`: their verified copies by name.  Those also named in
+    ``when_read`` (weights blobs) are only opened and their size checked now: their pieces are
+    verified when a reader asks for them (:meth:`VerifiedCopy.ensure`).  Checking several
     files at once as well was slower on the H200's 16-core host (2026-12-01: 0.61 s against
     0.44 s for the 4.3 GB benchmark program), so it is not done."""
-    return {rel: verified_files().copy(root / rel, records[rel], options) for rel in dict.fromkeys(rels)}
+    lazy = set(when_read)
+    return {rel: verified_files().copy(root / rel, records[rel], options, () if rel in lazy else None)
+            for rel in dict.fromkeys(rels)}

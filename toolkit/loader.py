@@ -33,6 +33,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def _blobs_only(specs, options: LoadOptions) -> list[str]:
+    """The weights blobs whose pieces are verified as they are read (integrity.check_files'
+    ``when_read``): not a file that also holds a method's .so (every .so byte is checked first),
+    none with ``LoadOptions(hash_all=True)``."""
+    code = {s.so_file for s in specs}
+    return [] if options.hash_all else [s.blob_file for s in specs if s.blob_file not in code]
+
+
 @dataclass
 class MethodResult:
     """What the load did with one method; kept after the method is unloaded or the session closed."""
@@ -173,7 +181,7 @@ class ProgramLoad:
                 # failure is the first method's, in load order, that uses the failing file.
                 try:
                     check_files(self.program.root, self.program.files, [r for spec in specs for r in spec.files],
-                                self.options)
+                                self.options, when_read=_blobs_only(specs, self.options))
                 except ToolkitError as e:
                     bad = getattr(e, "path", None)
                     spec = next((sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)),
@@ -308,7 +316,8 @@ class ProgramLoad:
         so = self.program.path(spec.so_file) if self.program.root is not None else Path(spec.so_file)
         self.log.record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
         if self.check_integrity:  # a .so runs code when opened: check it first (free if load() just did)
-            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file), self.options)
+            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file), self.options,
+                        when_read=_blobs_only([spec], self.options))
         self._peak = 0
         self._sample_memory(m, device, "before")
         t = time.perf_counter()

@@ -205,13 +205,16 @@ class StateBuffer:
 
 @dataclass(frozen=True)
 class FileRecord:
-    """A file's size and sha256; ``chunks`` (optional) the sha256 of each ``chunk_bytes`` piece of
-    it, in order, which lets the integrity check hash the pieces on every core at once."""
+    """A file's size and sha256; ``chunks`` (optional) the digest of each ``chunk_bytes`` piece of
+    it, in order, by ``chunk_digest`` (``"sha256"``: program format 3; ``"blake3"``: format 4),
+    which lets the integrity check hash the pieces on every core at once, and only the pieces a
+    load reads."""
 
     sha256: str
     bytes: int
     chunk_bytes: int = 0
     chunks: tuple[str, ...] = ()
+    chunk_digest: str = "sha256"
 
 
 @dataclass(frozen=True)

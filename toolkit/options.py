@@ -38,6 +38,12 @@ class LoadOptions:
     check_integrity: bool = True  # every file checked against its size and sha256 before it is used
     rehash: bool = False  # hash every file again, also those verified unchanged earlier in this process
     hash_threads: int | None = None  # threads hashing a file's pieces; None: every core, at most 32
+    # True: every byte of every file a load names verified before its first .so is opened (as before
+    # issue 25); False: .so files so, a weights blob's pieces as they are read, before that use
+    hash_all: bool = False
+    # False: a weights blob's pieces hashed from the file itself and its constants uploaded from it,
+    # no private copy: trusts that nothing writes or replaces the file between a piece's check and its upload
+    integrity_copy: bool = True
     cache_dir: Path | None = None  # the build cache (default ~/.cache/constshare): see cache_folder()
 
     def __post_init__(self) -> None:
@@ -64,6 +70,8 @@ _VARIABLES = {  # variable: (LoadOptions field, how its text is read, what it mu
     "CONSTSHARE_HOST_LOCK_GIB": ("host_lock_bytes", lambda s: max(0, int(float(s) * (1 << 30))), "a number of GiB"),
     "CONSTSHARE_REHASH": ("rehash", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
     "CONSTSHARE_HASH_THREADS": ("hash_threads", int, "a positive integer"),
+    "CONSTSHARE_HASH_ALL": ("hash_all", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
+    "CONSTSHARE_INTEGRITY_COPY": ("integrity_copy", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
     "CONSTSHARE_CACHE": ("cache_dir", Path, "a folder"),
 }
 
@@ -78,6 +86,10 @@ def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOp
       nothing (``host_lock_bytes``; default a quarter of physical memory);
     * ``CONSTSHARE_REHASH``: ``1``/``true``/``yes`` hashes every file again (``rehash``);
     * ``CONSTSHARE_HASH_THREADS``: threads hashing a file's pieces (``hash_threads``);
+    * ``CONSTSHARE_HASH_ALL``: ``1``/``true``/``yes`` verifies every byte before the first ``.so``
+      is opened (``hash_all``);
+    * ``CONSTSHARE_INTEGRITY_COPY``: ``0``/``false``/``no`` hashes a blob's pieces in the file and
+      uploads from it, no private copy (``integrity_copy``);
     * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``; :func:`cache_folder`).
     """
     env = os.environ if environ is None else environ

@@ -197,6 +197,11 @@ def check_compatible(program: Program, device_type: str, torch_version: str) -> 
 _GLOBAL_LOCK = threading.Lock()
 
 
+def _span(c: ConstantSpec) -> tuple[int, int]:
+    """The bytes of its file a constant's upload reads."""
+    return c.offset, c.offset + c.nbytes
+
+
 def extract_so(path: Path, offset: int, nbytes: int) -> Path:
     """The bytes ``[offset, offset + nbytes)`` of ``path`` (a ``.so`` kept inside a ``.pte`` or
     ``.pt2``, read from its verified copy when integrity is checked) as a file of their own for
@@ -349,7 +354,7 @@ class AotiMethod:
         self._runtime = runtime
         self._program = program
         self._spec = method
-        self._blob = runtime.source(program, method.blob_file)
+        self._blob = runtime.source(program, method.blob_file, ranges=())  # pieces verified as they are read
         self._blob_bytes: int | None = method.blob_bytes
         self._blob_tensors: dict[str, torch.Tensor] = {}  # the emulated whole blob (no dense blob)
         self.device = to_torch(device)
@@ -362,7 +367,7 @@ class AotiMethod:
         self.container = AotiContainer.create(so, self.device)
 
     def _path(self, c: ConstantSpec) -> Path:
-        return self._runtime.source(self._program, c.file or self._spec.blob_file)
+        return self._runtime.source(self._program, c.file or self._spec.blob_file, ranges=[_span(c)])
 
     def compiled(self) -> CompiledMethod:
         got = read_compiled(self.container.so_path, self.device)
@@ -390,7 +395,9 @@ class AotiMethod:
                 torch.cuda.synchronize(self.device)
             return
         # AOTI maps the blob and reads what the .so expects: a shorter file would end the
-        # process with SIGBUS, so its real size is checked here, right before.
+        # process with SIGBUS, so its real size is checked here, right before.  It reads the
+        # whole blob: every piece is verified first.
+        self._runtime.source(self._program, self._spec.blob_file)
         need = self._blob_bytes
         try:
             have = os.stat(self._blob).st_size
@@ -412,6 +419,11 @@ class AotiMethod:
         from ..upload import upload_constant
 
         uploader = self._runtime.uploader(self.device) if constants else None
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for c in constants:  # every piece these uploads read, verified at once (on every core) first
+            spans.setdefault(c.file or self._spec.blob_file, []).append(_span(c))
+        for rel, ranges in spans.items():
+            self._runtime.source(self._program, rel, ranges=ranges)
         try:
             mapped: Path | None = None
             for c in constants:
@@ -466,15 +478,20 @@ class AotiRuntime:
     def create(self, program: Program, method: MethodSpec, device: Device) -> AotiMethod:
         return AotiMethod(self, program, method, device)
 
-    def source(self, program: Program, rel: str, *, dlopen: bool = False) -> Path:
+    def source(self, program: Program, rel: str, *, dlopen: bool = False,
+               ranges: list[tuple[int, int]] | None = None) -> Path:
         """The path this session reads program file ``rel`` from: with integrity checked, its
         verified copy (:meth:`~toolkit.integrity.VerifiedFiles.copy`), the same one for the whole
-        session; ``dlopen``: a copy kept for the process (a path ``dlopen`` saw must keep its bytes)."""
+        session, holding (verified) the pieces covering ``ranges`` ((start, end) byte ranges; None:
+        every byte), which are all the caller may read of it; ``dlopen``: a copy kept for the
+        process (a path ``dlopen`` saw must keep its bytes)."""
         path, record = program.path(rel), program.files.get(rel)
         if not self.options.check_integrity or record is None:
             return path
         if path not in self._copies:
-            self._copies[path] = verified_files().copy(path, record, self.options)
+            self._copies[path] = verified_files().copy(path, record, self.options, ranges)
+        else:
+            verified_files().more(self._copies[path], ranges)
         copy = self._copies[path]
         return (keep_for_process(copy, record.sha256) if dlopen else copy).path
 
@@ -490,7 +507,7 @@ class AotiRuntime:
     def write_initial(self, tensor: torch.Tensor, program: Program, constant: ConstantSpec) -> None:
         from ..upload import as_constant, read_constant_bytes
 
-        raw = read_constant_bytes(self.source(program, constant.file), constant)
+        raw = read_constant_bytes(self.source(program, constant.file, ranges=[_span(constant)]), constant)
         with torch.no_grad():
             tensor.copy_(as_constant(raw, constant))
 

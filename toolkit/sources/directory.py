@@ -34,8 +34,8 @@ from ..model import (
 )
 from ..vocab import ConstantKind, ProgramFormat
 
-FORMAT_VERSION = 3  # written; 2 (no chunk digests) and 1 (no provenance, no sequences) are still read
-READ_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4  # written (BLAKE3 piece digests); 3 (sha256 piece digests), 2 (no piece digests) and
+READ_VERSIONS = (1, 2, 3, 4)  # 1 (no provenance, no sequences) are still read
 MANIFEST_FILE = "manifest.json"
 MAX_RANK = 64
 _SHA256 = r"^[0-9a-f]{64}$"
@@ -86,6 +86,7 @@ RelPath = Annotated[str, Field(strict=True, min_length=1), AfterValidator(_unico
 Count = Annotated[int, Field(strict=True, ge=0)]
 Dims = Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(strict=True, max_length=MAX_RANK)]
 Sha256 = Annotated[str, Field(strict=True, pattern=_SHA256)]
+Blake3 = Annotated[str, Field(strict=True, pattern=_SHA256)]  # 32 bytes as 64 lowercase hex digits, as sha256
 
 
 class _Doc(BaseModel):
@@ -137,6 +138,7 @@ class FileDoc(_Doc):
     bytes: Count
     chunk_bytes: Annotated[int, Field(strict=True, gt=0)] | None = None  # format version 3
     sha256_chunks: list[Sha256] | None = None  # the sha256 of each chunk_bytes piece, in order
+    blake3_chunks: list[Blake3] | None = None  # format version 4: the BLAKE3 of each piece instead
 
 
 class ManifestDoc(_Doc):
@@ -222,15 +224,21 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             _relpath(rel)
         except ValueError as e:
             raise fail(fw, str(e)) from None
-        if (rec.chunk_bytes is None) != (rec.sha256_chunks is None):
-            raise fail(fw, "chunk_bytes and sha256_chunks come together: one is missing")
-        if rec.chunk_bytes is not None and doc.format_version < 3:
-            raise fail(f"{fw}.sha256_chunks", f"chunk digests need format version 3, not {doc.format_version}")
-        if rec.chunk_bytes is not None and len(rec.sha256_chunks) != -(-rec.bytes // rec.chunk_bytes):
-            raise fail(f"{fw}.sha256_chunks", f"{len(rec.sha256_chunks)} chunk digests for {rec.bytes} bytes in "
+        if rec.sha256_chunks is not None and rec.blake3_chunks is not None:
+            raise fail(f"{fw}.blake3_chunks", "sha256_chunks and blake3_chunks both given: a file records one kind")
+        kind, chunks = (("blake3", rec.blake3_chunks) if rec.blake3_chunks is not None
+                        else ("sha256", rec.sha256_chunks))
+        field = f"{fw}.{kind}_chunks"
+        if (rec.chunk_bytes is None) != (chunks is None):
+            raise fail(fw, "chunk_bytes and sha256_chunks (or blake3_chunks) come together: one is missing")
+        need = 4 if kind == "blake3" else 3
+        if chunks is not None and doc.format_version < need:
+            raise fail(field, f"{kind} chunk digests need format version {need}, not {doc.format_version}")
+        if chunks is not None and len(chunks) != -(-rec.bytes // rec.chunk_bytes):
+            raise fail(field, f"{len(chunks)} chunk digests for {rec.bytes} bytes in "
                        f"chunks of {rec.chunk_bytes}: expected {-(-rec.bytes // rec.chunk_bytes)}")
         files[rel] = FileRecord(sha256=rec.sha256, bytes=rec.bytes, chunk_bytes=rec.chunk_bytes or 0,
-                                chunks=tuple(rec.sha256_chunks or ()))
+                                chunks=tuple(chunks or ()), chunk_digest=kind)
 
     methods: list[MethodSpec] = []
     seen: set[str] = set()
@@ -371,7 +379,7 @@ def _constant_json(c: ConstantSpec) -> dict:
 def _file_json(record: FileRecord) -> dict:
     out: dict = {"sha256": record.sha256, "bytes": record.bytes}
     if record.chunks:
-        out.update(chunk_bytes=record.chunk_bytes, sha256_chunks=list(record.chunks))
+        out.update({"chunk_bytes": record.chunk_bytes, f"{record.chunk_digest}_chunks": list(record.chunks)})
     return out
 
 
