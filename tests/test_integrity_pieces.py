@@ -307,3 +307,23 @@ def test_in_place_loads_upload_from_the_program_files_and_open_so_copies(base, t
     s = load_program(root, "fingerprint", options=opts)
     assert s.status == "failed" and s.failed_method == "decode" and s.exception.path == str(blob)
     assert "decode" not in s.methods
+
+
+def test_a_copy_dropped_over_the_budget_but_still_held_is_not_read_again(tmp_path):
+    """The budget drops the least recently used copy; while a load still holds it (its memory is spent
+    anyway), the file is not read, hashed and copied a second time."""
+    a, _ = _file(tmp_path)
+    b = tmp_path / "other"
+    b.write_bytes(os.urandom(a.stat().st_size))
+    files = VerifiedFiles(budget_bytes=a.stat().st_size)  # room for one copy
+    held = files.copy(a, file_record(a, PIECE))
+    files.copy(b, file_record(b, PIECE))  # drops a's copy from the budget
+    hashed = files.hashes
+    assert files.copy(a, file_record(a, PIECE)) is held and files.hashes == hashed
+    del held
+    import gc
+
+    gc.collect()
+    files.copy(b, file_record(b, PIECE))  # a's copy dropped again, now held by no one
+    files.copy(a, file_record(a, PIECE))
+    assert files.hashes > hashed  # gone: read and verified again

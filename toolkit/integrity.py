@@ -18,7 +18,9 @@ That trusts nothing about the file's current bytes (a change that keeps its iden
 unnoticed, and the load keeps using the bytes that matched the record); a new identity is read
 and verified again.  Copies cost memory (a second host copy of each file a load reads): they
 are kept up to :data:`VerifiedFiles.budget_bytes` (a quarter of physical memory), least
-recently used dropped first; :func:`verified_files` ``.clear()`` or ``LoadOptions(rehash=True)``
+recently used dropped first (a dropped copy that a load still holds is found again while it lives:
+the H200's 16.5 GiB-per-method program holds 33 GiB of blobs against a 32 GiB budget, and its
+differential oracle's unshared load would read and hash each blob again); :func:`verified_files` ``.clear()`` or ``LoadOptions(rehash=True)``
 reads everything again.
 
 Speed (``benchmarks/digest_rates.py``): one sha256 stream runs at about 1.4 GB/s (the H200's
@@ -51,6 +53,7 @@ import mmap
 import os
 import stat
 import threading
+import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -430,6 +433,9 @@ class VerifiedFiles:
 
     def __init__(self, budget_bytes: int | None = None) -> None:
         self._seen: OrderedDict[str, tuple[tuple, str, VerifiedCopy]] = OrderedDict()
+        # copies dropped over the budget that a load still holds (their memory is spent anyway):
+        # found again while they live, so a second load of the file makes no second copy
+        self._dropped: dict[str, tuple[tuple, str, weakref.ref]] = {}
         self._lock = threading.Lock()
         self.budget_bytes = _quarter_of_memory() if budget_bytes is None else budget_bytes
         self.hashes = 0  # files (or a lazy copy's pieces) hashed so far, one per read (tests count them)
@@ -438,6 +444,7 @@ class VerifiedFiles:
     def clear(self) -> None:
         with self._lock:
             self._seen.clear()
+            self._dropped.clear()
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -465,12 +472,13 @@ class VerifiedFiles:
                                      path=path)
             key, identity = str(path.resolve()), file_identity(st)
             with self._lock:
-                seen = self._seen.get(key)
+                seen = self._seen.get(key) or self._still_held(key)
                 in_place = ranges is not None and not options.integrity_copy
                 # a sealed copy serves any reader; one in place only readers who accept that
                 if (seen is not None and seen[0] == identity and seen[1] == record.sha256 and not options.rehash
                         and seen[2].in_place <= in_place):
-                    self._seen.move_to_end(key)
+                    if key in self._seen:
+                        self._seen.move_to_end(key)
                     copy = seen[2]
                 else:
                     copy = None
@@ -546,7 +554,18 @@ class VerifiedFiles:
             for k in list(self._seen):  # least recently used first; the newest stays
                 if total <= self.budget_bytes or k == key:
                     break
-                total -= self._seen.pop(k)[2].size
+                identity_k, sha_k, dropped = self._seen.pop(k)
+                total -= dropped.size
+                self._dropped[k] = (identity_k, sha_k, weakref.ref(dropped))
+            self._dropped.pop(key, None)
+            for k in [k for k, (_, _, ref) in self._dropped.items() if ref() is None]:
+                del self._dropped[k]
+
+    def _still_held(self, key: str) -> tuple[tuple, str, VerifiedCopy] | None:
+        """A dropped copy of ``key`` that is still alive (held by a load), as a ``_seen`` entry."""
+        entry = self._dropped.get(key)
+        copy = entry[2]() if entry else None
+        return None if copy is None else (entry[0], entry[1], copy)
 
     def note(self, path: Path, identity: tuple, sha256: str, copy: VerifiedCopy) -> None:
         """Record that ``path``, at ``identity``, was just read into ``copy`` and hashed to ``sha256``
