@@ -246,7 +246,9 @@ def main(argv=None):
                          "loader_load_seconds": got["loader_load_seconds"], "toolkit": str(Path(got["toolkit"]).parent),
                          "policy": POLICY, "hidden": hidden, "program_dir": args.program_dir,
                          "file_bytes": files, "upload_path": upload_path})
-            print(f"run {run} {setting:>13}: {got['seconds']:.3f}s", flush=True)
+            # bytes and rate on every line: a run stopped by its time limit still says what it measured
+            print(f"run {run} {setting:>13}: {got['seconds']:.3f}s, {got['bytes'] / 1e9:.3f} GB, "
+                  f"{got['bytes'] / got['seconds'] / 1e9:.2f} GB/s", flush=True)
     df = pd.DataFrame(rows)
     rate = {k: statistics.median(df[df.setting == k]["GBps"]) for k in (*SETTINGS, *RATES)}
     targets = {"default / pinned copy (target 1, >= 0.5)": rate["default"] / rate["pinned copy"],
