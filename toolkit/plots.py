@@ -128,18 +128,19 @@ class MatrixView:
 
 def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
                           verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
-                          only_colliding: bool | None = None) -> MatrixView:
+                          only_colliding: bool | None = None, name: str | None = None) -> MatrixView:
     """The selection both collision matrices draw: with more than :data:`LARGE_MATRIX` names
     (or ``only_colliding=True``) only the names more than one method holds; past
     :data:`MAX_MATRIX_COLUMNS` of those, the culprits first, then the collisions not shared as
-    equal, then the rest, in load order within each group."""
+    equal, then the rest, in load order within each group.  ``name``: what the title calls the
+    program (default: its own name)."""
     if isinstance(session_or_decisions, pd.DataFrame):
         decisions, order, default_title = session_or_decisions, None, "constant decisions"
     else:
         s = session_or_decisions
         decisions = s.decisions
         order = [m.name for m in s.program.methods]
-        default_title = f"{s.program.name}: {s.policy.name.value}"
+        default_title = f"{name or s.program.name}: {s.policy.name.value}"
     if verification is not None or wrong_methods or isinstance(session_or_decisions, pd.DataFrame):
         wrong = set(_wrong_methods(verification)) | set(wrong_methods)
     else:  # a session's own verdict
@@ -180,7 +181,7 @@ def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
 
 def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verification: pd.DataFrame | None = None,
                      wrong_methods: Iterable[str] = (), only_colliding: bool | None = None,
-                     ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+                     ax: "Axes | None" = None, title: str | None = None, name: str | None = None) -> "Figure":
     """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
 
     A cell whose method **runs on other data** for that constant (the decisions'
@@ -196,7 +197,7 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     from matplotlib.patches import Patch, Rectangle
 
     view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
-                                 only_colliding=only_colliding)
+                                 only_colliding=only_colliding, name=name)
     grid, culprits, wrong, default_title = view.grid, view.culprits, view.wrong, view.title
     n_rows, n_cols = grid.shape
     longest = max([len(_short(k)) for k in grid.columns] or [1])
@@ -351,7 +352,8 @@ def layer_groups(keys: Sequence[str]) -> tuple[list[int], list[str], list[str]] 
 
 def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame", *,
                                  verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
-                                 only_colliding: bool | None = None, title: str | None = None):
+                                 only_colliding: bool | None = None, title: str | None = None,
+                                 name: str | None = None):
     """The collision matrix as a plotly figure: the same cells as :func:`collision_matrix`
     (same colours, culprits red with a cross, wrong methods labelled red, only the colliding
     names of a large program), and **hovering a cell shows its decision and reason** (with the
@@ -367,7 +369,7 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     import plotly.graph_objects as go
 
     view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
-                                 only_colliding=only_colliding)
+                                 only_colliding=only_colliding, name=name)
     grid = view.grid
     methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
     grouped = layer_groups(keys) if len(keys) > GROUP_COLUMNS else None

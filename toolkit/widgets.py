@@ -71,6 +71,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 NO_CUDA = "this machine has no CUDA device: choose device cpu, or tick “dry run” to predict the load"
 MAX_INLINE_EXPORT = 512 * 1024  # bytes: a larger export is linked by its path, not embedded in the page
+SESSION_FIGURES = ("collision matrix", "timeline", "memory")  # a load's figures, drawn in this order
+# the bar's share of each step of a load: the constants of a load (then verify, blame), of a dry
+# run, and the figures drawn at the end (a 10,000-constant program takes seconds in each)
+LOAD_SPAN, DRY_RUN_SPAN, DRAW_SPAN = (0.5, 0.7), (0.1, 0.8), (0.88, 0.98)
+PROGRESS_STEP = 0.01  # the constants' progress moves the bar by at least this much (or a new method begins)
 
 
 def _one_line(e: BaseException) -> str:
@@ -219,6 +224,7 @@ class ExplorerState(traitlets.HasTraits):
         super().__init__(export_dir=Path(export_dir if export_dir is not None else Path.cwd()).expanduser().resolve())
         self._build, self._load = build, load
         self._lock = threading.Lock()
+        self._pngs: tuple[Any, dict[str, bytes]] = (None, {})  # (session, its figures' PNGs)
         self.set(**inputs)
 
     # ------------------------------------------------------------------ inputs
@@ -398,14 +404,35 @@ class ExplorerState(traitlets.HasTraits):
 
     @property
     def program_label(self) -> str:
-        """What the results on screen are called: the program's name, or, for a program read from
-        a file (a ``.pte`` or ``.pt2``, whose programs are all called alike), its folder's name."""
+        """What the results on screen are called (:meth:`label_of` their program and inputs)."""
         if self.session is None:
             return ""
-        where = Path(self.shown_inputs[1]) if self.shown_inputs and self.shown_inputs[0] == "path" else None
+        return self.label_of(self.session.program, self.shown_inputs)
+
+    @staticmethod
+    def label_of(program: "Program", inputs: tuple | None) -> str:
+        """What a program opened with ``inputs`` is called: its name, or, for one read from a file
+        (a ``.pte`` or ``.pt2``, whose programs are all called alike, "prog"), its folder's name."""
+        where = Path(inputs[1]) if inputs and inputs[0] == "path" else None
         if where is not None and where.suffix.lower() in (".pte", ".pt2") and where.resolve().parent.name:
             return where.resolve().parent.name
-        return self.session.program.name
+        return program.name
+
+    def _constants_progress(self, phase: str, span: tuple[float, float], head: str) -> Callable[[int, int, str], None]:
+        """The loader's ``on_progress``: the bar moved over ``span`` as the constants are done, at
+        least :data:`PROGRESS_STEP` at a time or when a method begins; the status says which method
+        and how many constants."""
+        start, end = max(span[0], self.progress), span[1]
+        last = [-1.0, None]
+
+        def on_progress(done: int, total: int, method: str) -> None:
+            fraction = done / total if total else 1.0
+            if fraction - last[0] < PROGRESS_STEP and method == last[1] and done < total:
+                return
+            last[:] = fraction, method
+            self._step(phase, start + (end - start) * fraction,
+                       f"{head}: method {method!r}, {done:,} of {total:,} constants")
+        return on_progress
 
     def _open_step(self) -> "Program | None":
         """The open step of a load, with its progress; None (and :attr:`error`) on failure."""
@@ -422,12 +449,13 @@ class ExplorerState(traitlets.HasTraits):
         from .session import load_program
 
         notice = native_code_notice(program)
-        self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}"
-                   + (f" ({notice})" if notice else ""))
+        head = f"loading {self.label_of(program, self.inputs())!r} under {self.policy!r} on {self.device}"
+        self._step("load", LOAD_SPAN[0], head + (f" ({notice})" if notice else ""))
         try:
             if self.device.startswith("cuda") and not _cuda_available():
                 raise ToolkitError(NO_CUDA)
-            session = (self._load or load_program)(program, self.policy, device=self.device)
+            session = (self._load or load_program)(program, self.policy, device=self.device,
+                                                   on_progress=self._constants_progress("load", LOAD_SPAN, head))
         except Exception as e:  # noqa: BLE001
             hint = self._load_hint(program, e)
             if hint and self._is_pte():  # an ExecuTorch file cannot be rebuilt here: say only what can be done
@@ -454,10 +482,12 @@ class ExplorerState(traitlets.HasTraits):
         from .analysis import run_analysis
 
         device = self.analysis_device(program)
-        self._step("analyze", 0.5, f"dry run of {program.name!r} under {self.policy!r} on {device}: predicting "
-                   f"every decision (nothing is loaded)")
+        head = f"dry run of {self.label_of(program, self.inputs())!r} under {self.policy!r} on {device}"
+        self._step("analyze", max(DRY_RUN_SPAN[0], self.progress), f"{head}: predicting every decision (nothing is "
+                   f"loaded)")
         try:
-            return run_analysis(program, self.policy, device=device).session
+            return run_analysis(program, self.policy, device=device, on_progress=self._constants_progress(
+                "analyze", DRY_RUN_SPAN, head + ", predicting (nothing is loaded)")).session
         except Exception as e:  # noqa: BLE001
             self._fail("could not analyze the program", e)
             return None
@@ -483,6 +513,7 @@ class ExplorerState(traitlets.HasTraits):
                 self._predicted_session(program) if self.dry_run else self._loaded_session(program))
             if session is None:
                 return False
+            self._step("report", max(self.progress, DRY_RUN_SPAN[1]), "the verdict and the collision report")
             try:
                 verdict = session.verdict()
                 verification = dry_run_verification(session) if verdict.predicted else session.verify()
@@ -490,6 +521,7 @@ class ExplorerState(traitlets.HasTraits):
             except Exception as e:  # noqa: BLE001
                 session.close()
                 return self._fail("could not verify the program", e)
+            self._pngs = (session, self._draw(session, verdict, self.label_of(program, target)))
             self._show(program, session, verification, verdict, report, target)
             notes = [self.blame_note, moved]
             if verdict.failed_stage is not None and not verdict.predicted:
@@ -498,7 +530,7 @@ class ExplorerState(traitlets.HasTraits):
                 self.outcome = verdict.outcome
                 failed = verdict.outcome in (MethodOutcome.FAILED, MethodOutcome.REFUSED)
                 self._step("failed" if failed else "done", 1.0, (PREDICTION if verdict.predicted else "")
-                           + verdict.headline() + "".join(f" ({n})" for n in notes if n))
+                           + verdict.headline(name=self.program_label) + "".join(f" ({n})" for n in notes if n))
             return True
         finally:
             self._end()
@@ -681,15 +713,52 @@ class ExplorerState(traitlets.HasTraits):
         return out.reset_index(drop=True)
 
     # ------------------------------------------------------------------ figures / export
+    @staticmethod
+    def _figure(name: str, session: "Session", verdict: Verdict, label: str):
+        """One of :data:`SESSION_FIGURES` of a load (matplotlib), its program called ``label``."""
+        from . import plots
+
+        if name == "collision matrix":
+            return plots.collision_matrix(session, wrong_methods=verdict.wrong_methods, name=label)
+        if name == "timeline":
+            return plots.event_timeline(session)
+        return plots.memory_by_policy(session)
+
+    def _draw(self, session: "Session", verdict: Verdict, label: str) -> dict[str, bytes]:
+        """The PNGs of a load's figures, the bar moving over :data:`DRAW_SPAN` as each is drawn
+        (a large program's take seconds); {} when one cannot be drawn (the view says why)."""
+        from .plots import figure_png
+
+        pngs: dict[str, bytes] = {}
+        try:
+            for i, name in enumerate(SESSION_FIGURES):
+                self._step("draw", DRAW_SPAN[0] + (DRAW_SPAN[1] - DRAW_SPAN[0]) * i / len(SESSION_FIGURES),
+                           f"drawing the {name} ({i + 1} of {len(SESSION_FIGURES)})")
+                pngs[name] = figure_png(self._figure(name, session, verdict, label))
+        except Exception:  # noqa: BLE001 - drawn again by the view, which shows the error
+            return {}
+        return pngs
+
+    def session_pngs(self) -> dict[str, bytes]:
+        """The PNGs of :data:`SESSION_FIGURES` of the load on screen (drawn once, by the load)."""
+        from .plots import figure_png
+
+        if self.session is None:
+            return {}
+        held, pngs = self._pngs
+        if held is not self.session or set(pngs) != set(SESSION_FIGURES):
+            pngs = {name: figure_png(fig) for name, fig in self.figures(comparison=False).items()}
+            self._pngs = (self.session, pngs)
+        return pngs
+
     def figures(self, *, session: bool = True, comparison: bool = True) -> dict[str, Any]:
         """Matplotlib figures of the results on screen (of the load, of the comparison), by name."""
         from . import plots
 
         figs: dict[str, Any] = {}
         if session and self.session is not None:
-            figs["collision matrix"] = plots.collision_matrix(self.session, wrong_methods=self.verdict.wrong_methods)
-            figs["timeline"] = plots.event_timeline(self.session)
-            figs["memory"] = plots.memory_by_policy(self.session)
+            for name in SESSION_FIGURES:
+                figs[name] = self._figure(name, self.session, self.verdict, self.program_label)
         if comparison and self.comparison is not None and self.program is not None:
             floor = plots.minimum_device_bytes(self.program)
             figs["policy trade-off"] = plots.policy_tradeoff(self.comparison, minimum=floor,
@@ -1343,23 +1412,21 @@ class Explorer:
         self.error.layout.display = None
 
     def _render_session(self) -> None:
-        from .plots import figure_png
-
         s = self.state
         if s.session is None:
             return
         v = s.verdict
         self.dry_banner.value = _banner(s.banner)
         self.dry_banner.layout.display = None if s.banner else "none"
-        self.summary.value = (_box("constshare-verdict", v.headline())
+        self.summary.value = (_box("constshare-verdict", v.headline(name=s.program_label))
                               + _box("constshare-findings", findings_summary(v))
                               + session_facts_html(s.session, predicted=v.predicted, name=s.program_label))
         self.verification.value = (f"<b>{'prediction' if v.predicted else 'verification'}</b>"
                                    + verification_html(s.verification, v, empty="no methods"))
-        figs = s.figures(comparison=False)
-        self._render_matrix(figure_png(figs["collision matrix"]))
-        self._show_png(self.timeline, figure_png(figs["timeline"]))
-        self._show_png(self.memory, figure_png(figs["memory"]))
+        pngs = s.session_pngs()
+        self._render_matrix(pngs["collision matrix"])
+        self._show_png(self.timeline, pngs["timeline"])
+        self._show_png(self.memory, pngs["memory"])
 
     def _render_matrix(self, png: bytes) -> None:
         """The interactive matrix (plotly: hover a cell for its decision, reason and blame's verdict),
@@ -1372,7 +1439,8 @@ class Explorer:
 
             from .plots import interactive_collision_matrix
 
-            fig = go.FigureWidget(interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods))
+            fig = go.FigureWidget(interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods,
+                                                               name=s.program_label))
         except ImportError:  # no plotly
             self._set_matrix(())
             self.matrix.layout.display = "none"
