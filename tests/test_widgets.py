@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import threading
 from pathlib import Path
 
@@ -1042,3 +1043,117 @@ def test_view_summary_is_a_table_in_units(explorer):
     v = ex.summary.value
     assert "<pre>" not in v and ">status<" in v and ">loaded<" in v and "16 KiB" in v
     assert "with each method on its own blob" in v and "32,768" not in v
+
+
+# ------------------------------------------------------------------ issue 22 leftovers: progress, Excel, names
+
+
+@pytest.fixture(scope="module")
+def synthetic_10k(tmp_path_factory):
+    """A 10,000-constant synthetic program (2 methods x 5,000; its manifest only: a dry run's)."""
+    from toolkit.synthetic import SyntheticSpec, write_synthetic
+
+    return write_synthetic(SyntheticSpec(name="synthetic_10k", seed=12, methods=2, constants=5_000),
+                           tmp_path_factory.mktemp("syn") / "synthetic_10k")
+
+
+def test_the_bar_moves_during_a_10k_dry_run(synthetic_10k, tmp_path):
+    require("ipywidgets", extra="notebook")
+    from toolkit.widgets import DRAW_SPAN, Explorer
+
+    ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
+                                policy="decline-on-mismatch", export_dir=tmp_path), background=False)
+    seen: list[tuple[float, str]] = []
+    ex.progress.observe(lambda ch: seen.append((ch["new"], ex.state.phase)), names="value")
+    statuses: list[str] = []
+    ex.status.observe(lambda ch: statuses.append(html.unescape(ch["new"])), names="value")
+    try:
+        ex.load_button.click()
+        assert ex.state.error is None and ex.state.is_dry_run
+        values = [v for v, _p in seen]
+        assert values == sorted(values) and values[-1] == 1.0  # never backwards, ends full
+        between = sorted({round(v, 4) for v in values if 0 < v < 1})
+        assert len(between) >= 6, seen  # not only 0 and 100 %: open, each method, the report, each figure
+        # while the constants are predicted, the bar moves more than once, the status naming method and count
+        assert len({v for v, p in seen if p == "analyze"}) >= 3, seen
+        assert any("method 'method_0'" in t and "of 10,000 constants" in t for t in statuses), statuses[:5]
+        assert any("method 'method_1', 10,000 of 10,000 constants" in t for t in statuses)
+        # the figures after the prediction (seconds at this size) move it too
+        assert len({v for v, p in seen if p == "draw" and DRAW_SPAN[0] <= v <= DRAW_SPAN[1]}) == 3, seen
+        assert any("drawing the collision matrix" in t for t in statuses)
+    finally:
+        ex.close()
+
+
+def test_the_excel_export_holds_exactly_the_filtered_rows(explorer, tmp_path):
+    require("openpyxl", extra="notebook")
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.filter_decision.value = "shared"  # decode's culprit only
+    ex.export_rows_excel_button.click()
+    s = ex.state
+    assert s.error is None and s.rows_export_file.suffix == ".xlsx"
+    assert s.rows_export_file.name == "total_collision-name-only-decisions-filtered.xlsx"
+    back = pd.read_excel(s.rows_export_file, sheet_name="decisions")
+    assert list(zip(back["method"], back["name"])) == list(zip(s.rows["method"], s.rows["name"]))
+    assert len(back) == 1 < s.total_decisions and back["decision"].tolist() == ["shared"]
+    assert back["nbytes"].dtype.kind == "i" and back["collision"].dtype == bool  # typed cells, not text
+    link = ex.export_rows_result.value
+    assert "wrote 1 rows" in link or "wrote 1 row" in link
+    assert "data:application/vnd.openxmlformats-officedocument.spreadsheetml.sheet;base64," in link
+    # unfiltered, the same button: every row, numbered past the first file
+    ex.filter_decision.value = ALL
+    ex.export_rows_excel_button.click()
+    every = pd.read_excel(s.rows_export_file)
+    assert s.rows_export_file.name == "total_collision-name-only-decisions.xlsx" and len(every) == s.total_decisions
+    ex.export_rows_excel_button.click()
+    assert s.rows_export_file.name == "total_collision-name-only-decisions-2.xlsx"
+
+
+def test_a_large_excel_export_is_linked_by_path_not_embedded(synthetic_10k, tmp_path):
+    require("ipywidgets", extra="notebook")
+    require("openpyxl", extra="notebook")
+    from toolkit.widgets import MAX_INLINE_EXPORT, Explorer
+
+    ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
+                                policy="decline-on-mismatch", export_dir=tmp_path), background=False)
+    try:
+        ex.load_button.click()
+        ex.export_rows_excel_button.click()
+        target = ex.state.rows_export_file
+        assert target.stat().st_size > MAX_INLINE_EXPORT and len(pd.read_excel(target)) == 10_000
+        page = ex.export_rows_result.value
+        assert "base64" not in page and len(page) < 2_000 and "open it from the file browser" in page
+        assert "wrote 10,000 rows" in page
+    finally:
+        ex.close()
+
+
+def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real_load):
+    require("ipywidgets", extra="notebook")
+    from executorch_fixtures import unpacked
+    from toolkit.widgets import Explorer
+
+    pte = unpacked("1.5.1", kind="cuda") / "total_collision" / "prog.pte"
+    if not pte.is_file():
+        pytest.fail(f"{pte} is missing: the committed 1.5.1 archive was not unpacked")
+    ex = Explorer(ExplorerState(program_from="path", path=str(pte), dry_run=True, policy="name-only",
+                                export_dir=tmp_path), background=False)
+    try:
+        ex.load_button.click()
+        s = ex.state
+        assert s.error is None and s.session.program.name == "prog"  # what the file calls it
+        assert s.program_label == "total_collision"
+        head = s.verdict.headline(name=s.program_label)
+        assert head.startswith("'total_collision' under 'name-only' (predicted): wrong")
+        assert "'prog'" not in s.message and "'total_collision' under 'name-only'" in s.message
+        summary = ex.summary.value.replace("&#x27;", "'")
+        assert head in summary and "'prog' under" not in summary
+        assert "total_collision-name-only-dry-run-collision-matrix.png" in ex.matrix_png.value
+        assert _matrix_figure(ex)["layout"]["title"]["text"].startswith("total_collision: name-only")
+        assert ex.state.export_csv() and s.exported.name == "total_collision-name-only-dry-run-collisions.csv"
+        assert s.export_rows() and s.rows_export_file.name == "total_collision-name-only-dry-run-decisions.csv"
+        assert not any("prog" in p.name for p in tmp_path.iterdir())
+    finally:
+        ex.close()

@@ -36,7 +36,7 @@ from .rendering import (
     CAUGHT_COLOUR, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
     html_table, markdown_html, markdown_text, outcome_colour, session_facts_html, shorten_digests, verification_html,
 )
-from .report import CollisionReport, collision_report, native_code_notice
+from .report import XLSX_MIME, CollisionReport, collision_report, native_code_notice
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
 from .verdict import BlameStatus, ConstantFinding, MethodOutcome, Verdict
 from .vocab import Lookup, PolicyName, parse
@@ -218,6 +218,7 @@ class ExplorerState(traitlets.HasTraits):
     export_ok = traitlets.Bool(None, allow_none=True)  # the latest export's outcome (None: none yet)
     export_message = traitlets.Unicode("")
     rows_exported = traitlets.Unicode("")  # what the Decisions tab's own export wrote ('' none yet)
+    rows_export_file = traitlets.Instance(Path, allow_none=True)  # and where (None: none yet)
 
     def __init__(self, *, build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
                  export_dir: str | os.PathLike | None = None, **inputs: Any):
@@ -339,7 +340,7 @@ class ExplorerState(traitlets.HasTraits):
             if scope == "export":
                 self.exported, self.export_ok, self.export_message = None, False, error
             elif scope == "rows":
-                self.rows_exported = ""
+                self.rows_exported, self.rows_export_file = "", None
             else:
                 self.outcome, self.phase, self.message = MethodOutcome.FAILED, "failed", f"{what} (see below)"
         return False
@@ -545,7 +546,7 @@ class ExplorerState(traitlets.HasTraits):
             self.shown_inputs, self.loading = inputs, False
             self.filter_method = self.filter_decision = self.filter_reason = ALL
             self.exported, self.export_ok, self.export_message = None, None, ""  # of the previous load
-            self.rows_exported = ""
+            self.rows_exported, self.rows_export_file = "", None
             self.session = session
             self.rows = self._filtered()
             self.selected = self._first_of_interest()
@@ -782,29 +783,34 @@ class ExplorerState(traitlets.HasTraits):
         first = self.export_dir / (name or self.default_export_name())
         if not first.exists():
             return str(first)
-        stem = first.name[: -len(".csv")] if first.name.endswith(".csv") else first.name
+        suffix = first.suffix
+        stem = first.name[: -len(suffix)] if suffix else first.name
         for i in range(2, 10_000):
-            candidate = self.export_dir / f"{stem}-{i}.csv"
+            candidate = self.export_dir / f"{stem}-{i}{suffix}"
             if not candidate.exists():
                 return str(candidate)
-        raise ToolkitError(f"{self.export_dir}: too many reports named {stem}-N.csv")
+        raise ToolkitError(f"{self.export_dir}: too many reports named {stem}-N{suffix}")
 
-    def export_rows(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
+    def export_rows(self, path: str | Path | None = None, *, overwrite: bool = False, excel: bool = False) -> bool:
         """Write the collision report's rows of the decisions the Decisions tab shows (:attr:`rows`:
-        after its filters, in its order) as CSV, through the report's writer (text cells
-        neutralised); default name ``<program>-<policy>-decisions[-filtered].csv``.  The outcome
-        is in :attr:`rows_exported` (the path) or :attr:`error` (scope ``"rows"``)."""
+        after its filters, in its order) as CSV, or as an Excel workbook with ``excel`` (one sheet,
+        :func:`toolkit.report.write_xlsx`), through the report's writers (text cells neutralised);
+        default name ``<program>-<policy>-decisions[-filtered].csv`` (``.xlsx``).  The outcome is in
+        :attr:`rows_exported` and :attr:`rows_export_file`, or :attr:`error` (scope ``"rows"``)."""
         self.clear_error()
         if self.report is None:
             return self._fail("nothing to export", ToolkitError("load a program first"), scope="rows")
         keys = pd.DataFrame({"method": self.rows["method"].tolist(), "name": self.rows["name"].tolist()})
         frame = keys.merge(self.report.frame, on=["method", "name"], how="inner", validate="one_to_many")
         name = self.default_export_name().replace(EXPORT_SUFFIX, "-decisions" + ("-filtered" if self.filtered
-                                                                               else "") + ".csv")
-        target = self._write(path, overwrite, frame, self.default_export_path(name) if not path else None, "rows")
+                                                                               else "") + (".xlsx" if excel else ".csv"))
+        target = self._write(path, overwrite, frame, self.default_export_path(name) if not path else None, "rows",
+                             excel=excel)
         if target is None:
             return False
-        self.rows_exported = f"wrote {len(frame):,} rows to {target}"
+        with self.hold_trait_notifications():
+            self.rows_export_file = target
+            self.rows_exported = f"wrote {len(frame):,} rows to {target}"
         return True
 
     def export_csv(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
@@ -826,10 +832,11 @@ class ExplorerState(traitlets.HasTraits):
         return True
 
     def _write(self, path: str | Path | None, overwrite: bool, frame: pd.DataFrame, default: str | None,
-               scope: str) -> Path | None:
+               scope: str, *, excel: bool = False) -> Path | None:
         """Write report rows to ``path`` (relative: in :attr:`export_dir`; none: ``default`` or
-        :meth:`default_export_path`); the absolute path written, None (and :attr:`error`) on failure."""
-        from .report import write_csv
+        :meth:`default_export_path`), as CSV or (``excel``) a workbook; the absolute path written,
+        None (and :attr:`error`) on failure."""
+        from .report import write_csv, write_xlsx
 
         try:
             target = Path(path).expanduser() if path not in (None, "") else Path(default or self.default_export_path())
@@ -847,8 +854,12 @@ class ExplorerState(traitlets.HasTraits):
             if target.exists() and not overwrite:
                 raise ToolkitError(f"{str(target)!r} already exists: choose another name, or allow overwriting")
             # "x": never replace a file that appeared since the check above, unless asked
-            with open(target, "w" if overwrite else "x", encoding="utf-8", newline="") as fh:
-                write_csv(frame, fh)
+            if excel:
+                with open(target, "wb" if overwrite else "xb") as fh:
+                    write_xlsx(frame, fh)
+            else:
+                with open(target, "w" if overwrite else "x", encoding="utf-8", newline="") as fh:
+                    write_csv(frame, fh)
         except Exception as e:  # noqa: BLE001
             self._fail(f"could not write {str(target)!r}", e, scope=scope)
             return None
@@ -964,8 +975,9 @@ def _download_link(target: Path) -> str:
     if size > MAX_INLINE_EXPORT:
         return " · too large to put in the page: open it from the file browser"
     data = base64.b64encode(target.read_bytes()).decode("ascii")
-    return (f" · <a download=\"{html.escape(target.name, quote=True)}\" href=\"data:text/csv;base64,{data}\">"
-            f"download</a>")
+    mime = XLSX_MIME if target.suffix.lower() == ".xlsx" else "text/csv"
+    return (f" · <a class=\"constshare-download\" download=\"{html.escape(target.name, quote=True)}\" "
+            f"href=\"data:{mime};base64,{data}\">download</a>")
 
 
 def _box(cls: str, text: str) -> str:
@@ -1103,7 +1115,7 @@ PANELS = {
     "_render_selection": ("selected",),
     "_render_comparison": ("comparison",),
     "_render_export": ("session", "export_dir", "export_ok", "export_message"),
-    "_render_rows_export": ("rows_exported", "error"),
+    "_render_rows_export": ("rows_exported", "rows_export_file", "error"),
 }
 
 
@@ -1177,6 +1189,9 @@ class Explorer:
         self.export_rows_button = mk(w.Button, "constshare-export-rows", description="Export these rows (CSV)",
                                      icon="download", tooltip="the rows the filters above leave, as CSV",
                                      layout=w.Layout(width="auto"))
+        self.export_rows_excel_button = mk(w.Button, "constshare-export-rows-excel", description="Excel (.xlsx)",
+                                           icon="table", layout=w.Layout(width="auto"),
+                                           tooltip="the rows the filters above leave, as an Excel workbook (.xlsx)")
         self.export_rows_result = mk(w.HTML, "constshare-export-rows-result")
         ITable = _itable_class()
         self.grid = None
@@ -1204,7 +1219,7 @@ class Explorer:
                    layout=w.Layout(flex="0 1 400px", min_width="320px", max_width="100%"))
         decisions = mk(w.VBox, children=[
             mk(w.HBox, children=[self.filter_method, self.filter_decision, self.filter_reason, self.culprits_only,
-                                 self.export_rows_button], layout=w.Layout(flex_flow="row wrap", align_items="center")),
+                                 self.export_rows_button, self.export_rows_excel_button], layout=w.Layout(flex_flow="row wrap", align_items="center")),
             self.export_rows_result,
             mk(w.HBox, children=[left, right], layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
                                                                grid_gap="16px", width="100%"))])
@@ -1233,6 +1248,7 @@ class Explorer:
                        if name != "device"]
         self.culprits_only.observe(lambda ch: self._filter("culprits_only", ch["new"]), names="value")
         self.export_rows_button.on_click(lambda _b: self.state.export_rows())
+        self.export_rows_excel_button.on_click(lambda _b: self._export_rows_excel())
         for key in FILTERS:
             getattr(self, f"filter_{key}").observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
         self.constant.observe(self._pick_constant, names="value")
@@ -1307,6 +1323,12 @@ class Explorer:
         i = rows[0]
         if 0 <= i < len(self._grid_keys) and self._grid_keys[i] != self.state.selected:
             self._guarded(self.state.select, *self._grid_keys[i])
+
+    def _export_rows_excel(self) -> None:
+        """The Excel export of the rows shown: said first (a workbook of 10,000 rows takes seconds)."""
+        self.export_rows_result.value = _box("constshare-ok", f"writing {len(self.state.rows):,} rows as an Excel "
+                                                              f"workbook\u2026")
+        self.state.export_rows(excel=True)
 
     def _export_folder(self, ch) -> None:
         if self._updating:
@@ -1393,7 +1415,8 @@ class Explorer:
         failed = bool(s.error and s.error_scope not in EXPORT_SCOPES)
         style = "danger" if failed else ("info" if s.busy else BAR_STYLES.get(s.outcome, "info"))
         self.progress.bar_style = style
-        for b in (self.load_button, self.compare_button, self.export_button):
+        for b in (self.load_button, self.compare_button, self.export_button, self.export_rows_button,
+                  self.export_rows_excel_button):
             b.disabled = s.busy
         self.load_button.description = "Working…" if s.busy else ("Dry run" if s.dry_run else "Load")
         clock = f" ({elapsed:.0f} s)" if s.busy and elapsed is not None and elapsed >= 1 else ""
@@ -1589,5 +1612,8 @@ class Explorer:
         s = self.state
         if s.error and s.error_scope == "rows":
             self.export_rows_result.value = _box("constshare-error", s.error)
+        elif s.rows_exported and s.rows_export_file is not None:
+            self.export_rows_result.value = (f"<div class='constshare-ok'>{html.escape(s.rows_exported)}"
+                                             f"{_download_link(s.rows_export_file)}</div>")
         else:
             self.export_rows_result.value = _box("constshare-ok", s.rows_exported)
