@@ -1157,3 +1157,41 @@ def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real
         assert not any("prog" in p.name for p in tmp_path.iterdir())
     finally:
         ex.close()
+
+
+def _info_line(ex) -> str:
+    """The grid's info line as DataTables draws it, unsearched: its _TOTAL_ the grid frame's rows."""
+    return ex.grid._dt_args["language"]["info"].replace("rows _START_-_END_ · ", "").replace(
+        "_TOTAL_", f"{len(ex.grid.df):,}") if len(ex.grid.df) else ex.grid._dt_args["language"]["infoEmpty"]
+
+
+def test_the_count_and_the_grid_agree_through_filters_culprits_and_a_policy_switch(explorer):
+    ex = explorer
+    s = ex.state
+
+    def agree(rows: int, filtered: bool) -> None:
+        assert len(ex.grid.df) == len(s.rows) == len(ex._grid_keys) == rows
+        assert ex.count == _info_line(ex) == f"{rows} of {s.total_decisions} decisions" + (
+            " (filtered)" if filtered else "")
+
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    agree(2, False)
+    ex.filter_decision.value = "loaded"
+    agree(1, True)
+    ex.culprits_only.value = True  # prefill's loaded row runs on its own data: none left
+    agree(0, True)
+    ex.filter_decision.value = ALL
+    agree(1, True)  # decode's culprit
+    ex.policy.value = "fingerprint"
+    ex.load_button.click()  # the filters cleared, culprits only kept (its checkbox says so): no culprit now
+    assert ex.culprits_only.value and s.culprits_only
+    agree(0, True)
+    ex.culprits_only.value = False
+    agree(2, False)
+    ex.filter_method.value = "decode"
+    agree(1, True)
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    assert ex.filter_method.value == ALL
+    agree(2, False)

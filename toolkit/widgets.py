@@ -1133,6 +1133,7 @@ class Explorer:
         self._worker: threading.Thread | None = None
         self._updating = False
         self._grid_keys: list[tuple[str, str]] = []
+        self.count = ""  # the Decisions tab's count, "N of M decisions (filtered)", of the grid's own frame
         s = self.state
         self._widgets: list[Any] = []
 
@@ -1518,19 +1519,22 @@ class Explorer:
         keys = list(zip(rows["method"], rows["name"]))
         self._grid_keys = keys
         head = findings_summary(s.verdict, set(keys))
+        # the count and the grid from one frame, total and "(filtered)" read once: they cannot disagree
+        frame, total, filtered = grid_frame(rows, s.verdict), s.total_decisions, s.filtered
+        self.count = count_text(len(frame), total, filtered)
         if self.grid is not None:
             self.decisions.value = _box("constshare-findings", " · ".join(
                 t for t in (head, "click a row to see that constant" if keys else "") if t))
             self._updating = True
             try:
-                # every option again: itables' update() forgets those not given (allow_html among them)
-                self.grid.update(grid_frame(rows, s.verdict), selected_rows=[keys.index(s.selected)]
-                                 if s.selected in keys else [], **self._grid_options(s.total_decisions, s.filtered))
+                # every option again: itables' update() forgets those not given (allow_html among them);
+                # the count is the grid's info line (its _TOTAL_: the frame's rows its own search leaves)
+                self.grid.update(frame, selected_rows=[keys.index(s.selected)] if s.selected in keys else [],
+                                 **self._grid_options(total, filtered))
             finally:
                 self._updating = False
         else:  # no itables: the renderer's table, scrolling inside a bounded box
-            self.decisions.value = (_box("constshare-findings", " · ".join(
-                t for t in (count_text(len(rows), s.total_decisions, s.filtered), head) if t))
+            self.decisions.value = (_box("constshare-findings", " · ".join(t for t in (self.count, head) if t))
                 + f"<div style='max-height: {GRID_HEIGHT}; overflow: auto'>"
                 + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters") + "</div>")
         self._set(self.constant, options=[(f"{m} / {n}", (m, n)) for m, n in keys],
