@@ -1111,15 +1111,30 @@ def test_the_excel_export_holds_exactly_the_filtered_rows(explorer, tmp_path):
     assert s.rows_export_file.name == "total_collision-name-only-decisions-2.xlsx"
 
 
-def test_a_large_excel_export_is_linked_by_path_not_embedded(synthetic_10k, tmp_path):
+def test_a_10k_dry_run_long_matrix_click_and_a_large_excel_export(synthetic_10k, tmp_path):
     require("ipywidgets", extra="notebook")
     require("openpyxl", extra="notebook")
-    from toolkit.widgets import MAX_INLINE_EXPORT, Explorer
+    from toolkit.widgets import DECISIONS_TAB, MAX_INLINE_EXPORT, Explorer
 
     ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
                                 policy="decline-on-mismatch", export_dir=tmp_path), background=False)
     try:
         ex.load_button.click()
+        # the matrix of 120 names is long: a row per name (a header per group), a column per method
+        (fig,) = ex.matrix.children
+        heat = fig.data[0]
+        assert heat.meta["long"] and list(heat.x) == ["method_0", "method_1"]
+        header = heat.meta["rows"].index(-1)
+        row = next(r for r, j in enumerate(heat.meta["rows"]) if j >= 0 and r > header)
+        name = heat.meta["names"][1][heat.meta["rows"][row]]
+        before = ex.state.selected
+        ex.tabs.selected_index = 0
+        fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {  # a header row: nothing
+            "trace_indexes": [0], "point_indexes": [[header, 1]], "xs": ["method_1"], "ys": [header]}}
+        assert ex.state.selected == before and ex.tabs.selected_index == 0 and before != ("method_1", name)
+        fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
+            "trace_indexes": [0], "point_indexes": [[row, 1]], "xs": ["method_1"], "ys": [row]}}
+        assert ex.state.selected == ("method_1", name) and ex.tabs.selected_index == DECISIONS_TAB
         ex.export_rows_excel_button.click()
         target = ex.state.rows_export_file
         assert target.stat().st_size > MAX_INLINE_EXPORT and len(pd.read_excel(target)) == 10_000

@@ -1492,11 +1492,16 @@ class Explorer:
             return
         meta = trace.meta or {}
         x = points.xs[0]
-        if isinstance(x, (list, tuple)):  # a matrix grouped by layer: (layer, label) columns
-            columns, x = list(zip(*trace.x)), tuple(x)
+        if meta.get("long"):  # a long matrix: a column per method, a row per name (a header row: none)
+            i, j = list(trace.x).index(x), meta["rows"][int(points.ys[0])]
+            if j < 0:
+                return
         else:
-            columns = list(trace.x)
-        i, j = list(trace.y).index(points.ys[0]), columns.index(x)
+            if isinstance(x, (list, tuple)):  # a matrix grouped by layer: (layer, label) columns
+                columns, x = list(zip(*trace.x)), tuple(x)
+            else:
+                columns = list(trace.x)
+            i, j = list(trace.y).index(points.ys[0]), columns.index(x)
         method, name = meta["methods"][i], meta["names"][i][j]
         if not name:  # a method without that constant
             return
