@@ -61,6 +61,7 @@ MAX_TABLE_ROWS = 300
 TAB_TITLES = ("Overview", "Decisions", "Timeline & memory", "Policies", "Export")
 DECISIONS_TAB = TAB_TITLES.index("Decisions")
 GRID_HEIGHT = "360px"  # the Decisions grid scrolls inside this height
+MATRIX_HEIGHT = "760px"  # the Overview's matrix scrolls inside this height (a long one: 16 px a name)
 EXPORT_SUFFIX = "-collisions.csv"
 EXPORT_SCOPES = ("export", "rows")  # errors of the Export tab's report and of the Decisions tab's rows
 COMPARISON_COLUMNS = ["policy", "outcome", "stage", "wrong_methods", "not_runnable", "shared", "declined",
@@ -1177,7 +1178,9 @@ class Explorer:
         self.error, self.stale_banner, self.dry_banner = (mk(w.HTML, f"constshare-{name}-box", layout=w.Layout(
             display="none")) for name in ("error", "stale", "dry"))
         # the matrix: a plotly FigureWidget (a click on a cell selects that constant), inside this box
-        self.matrix = mk(w.Box, "constshare-matrix", layout=w.Layout(display="none", max_width="100%"))
+        # (a long one, a row per name, scrolls inside MATRIX_HEIGHT)
+        self.matrix = mk(w.Box, "constshare-matrix", layout=w.Layout(display="none", max_width="100%",
+                                                                      max_height=MATRIX_HEIGHT, overflow="auto"))
         self.timeline, self.memory, self.tradeoff, self.memory_policies = (
             mk(w.Image, f"constshare-{name}", format="png", layout=picture())
             for name in ("timeline", "memory", "tradeoff", "memory-policies"))
