@@ -521,8 +521,9 @@ def test_explorer_in_jupyterlab(page, lab):
                                            attributeFilter: ['style']}); }""")
     t0 = time.monotonic()
     pg.click("button.constshare-load")
-    pg.wait_for_function("() => (document.querySelector('.constshare-status')?.textContent || '')"
-                         ".includes('dry run (a prediction')", timeout=300_000, polling=500)
+    pg.wait_for_function("() => { const t = document.querySelector('.constshare-status')?.textContent || '';"
+                         " return t.includes('dry run (a prediction') && t.includes(\"'synthetic_10k' under\"); }",
+                         timeout=300_000, polling=500)
     status = pg.inner_text(".constshare-status")
     assert "(predicted): wrong; wrong: " in status, status
     seen = pg.evaluate("() => { window.__csObserver.disconnect(); return window.__csSeen; }")

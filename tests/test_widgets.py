@@ -957,7 +957,7 @@ def test_view_culprits_only_toggle_and_rows_export(explorer, tmp_path):
     assert "(filtered)" in ex.grid._dt_args["language"]["info"]
     ex.export_rows_button.click()
     written = tmp_path / "total_collision-name-only-decisions-filtered.csv"
-    assert written.is_file() and "wrote 1 rows" in ex.export_rows_result.value
+    assert written.is_file() and "wrote 1 row to" in ex.export_rows_result.value
     frame = read_report(written).frame  # the report's writer: it reads back as a report
     assert frame["name"].tolist() == ["_tensor_constant0"] and frame["method"].tolist() == ["decode"]
     ex.export_rows_button.click()  # never overwrites: numbered
@@ -1100,7 +1100,7 @@ def test_the_excel_export_holds_exactly_the_filtered_rows(explorer, tmp_path):
     assert len(back) == 1 < s.total_decisions and back["decision"].tolist() == ["shared"]
     assert back["nbytes"].dtype.kind == "i" and back["collision"].dtype == bool  # typed cells, not text
     link = ex.export_rows_result.value
-    assert "wrote 1 rows" in link or "wrote 1 row" in link
+    assert "wrote 1 row to" in link
     assert "data:application/vnd.openxmlformats-officedocument.spreadsheetml.sheet;base64," in link
     # unfiltered, the same button: every row, numbered past the first file
     ex.filter_decision.value = ALL

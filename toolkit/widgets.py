@@ -811,7 +811,7 @@ class ExplorerState(traitlets.HasTraits):
             return False
         with self.hold_trait_notifications():
             self.rows_export_file = target
-            self.rows_exported = f"wrote {len(frame):,} rows to {target}"
+            self.rows_exported = f"wrote {_plural(len(frame), 'row')} to {target}"
         return True
 
     def export_csv(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
