@@ -387,15 +387,16 @@ def test_explorer_in_jupyterlab(page, lab):
     assert back[["method", "name", "decision"]].values.tolist() == [["prefill", "_tensor_constant0", "loaded"]]
     _shot(pg, "explorer-excel-export.png")
     pg.select_option(".constshare-filter-decision select", label="all")
+    unfiltered = ("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+                  ".startsWith('rows 1-2 · 2 of 2 decisions')")
+    pg.wait_for_function(unfiltered)
     # culprits only: the count and the rows agree (decode's culprit alone)
     pg.locator(".constshare-culprits-only input[type=checkbox]").check()
-    pg.wait_for_function("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
-                         ".includes('1 of 2 decisions (filtered)')")
-    assert pg.locator(".constshare-grid table.dataTable tbody tr").count() == 1
-    assert pg.locator(".constshare-grid table.dataTable tbody tr").first.inner_text().startswith("decode")
+    pg.wait_for_function("() => { const rows = document.querySelectorAll('.constshare-grid table.dataTable tbody tr');"
+                         " return rows.length === 1 && rows[0].textContent.startsWith('decode'); }")
+    assert pg.inner_text(".constshare-grid .dt-info").startswith("rows 1-1 · 1 of 2 decisions (filtered)")
     pg.locator(".constshare-culprits-only input[type=checkbox]").uncheck()
-    pg.wait_for_function("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
-                         ".includes('2 of 2 decisions')")
+    pg.wait_for_function(unfiltered)
 
     # the other tabs, each as an artifact
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Timeline')")
