@@ -186,12 +186,14 @@ def _kernel_idle_js() -> str:
     }"""
 
 
-def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) -> str:
+def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int, *, top: bool = False) -> str:
     """Move the mouse over one cell of the plotly collision matrix inside ``scope`` and return
-    the hover label's text (plotly draws it as SVG: its textContent, lines run together)."""
+    the hover label's text (plotly draws it as SVG: its textContent, lines run together);
+    ``top``: the plot's top brought into view (a long matrix scrolls inside its box), not its middle."""
     plots = pg.locator(f"{scope} .js-plotly-plot")
     plots.first.wait_for(state="attached")
-    plots.first.evaluate("el => el.scrollIntoView({block: 'center'})")
+    plots.first.evaluate("el => { el.scrollIntoView({block: 'start'}); el.closest('.constshare-matrix').scrollTop = 0; }"
+                         if top else "el => el.scrollIntoView({block: 'center'})")
     try:
         plots.first.wait_for(state="visible", timeout=20_000)
     except Exception:
@@ -205,8 +207,13 @@ def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) 
     y = box["y"] + box["height"] * (row + 0.5) / n_rows
     pg.mouse.move(x - 3, y - 3)
     pg.mouse.move(x, y, steps=3)
-    pg.wait_for_function("(scope) => (document.querySelector(scope + ' .hoverlayer .hovertext')?.textContent || '')"
-                         ".length > 0", arg=scope, timeout=20_000)
+    try:
+        pg.wait_for_function("(scope) => (document.querySelector(scope + ' .hoverlayer .hovertext')?.textContent || '')"
+                             ".length > 0", arg=scope, timeout=20_000)
+    except Exception:
+        _shot(pg, "explorer-matrix-hover-failed.png")
+        raise AssertionError(f"no hover label at ({x:.0f}, {y:.0f}) over row {row} of {n_rows}, column {col} of "
+                             f"{n_cols} in {box}")
     return pg.evaluate("(scope) => document.querySelector(scope + ' .hoverlayer .hovertext').textContent", scope)
 
 
@@ -569,10 +576,10 @@ def test_explorer_in_jupyterlab(page, lab):
     names = pg.evaluate("() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
                         ".filter(j => j >= 0).length")
     assert n_cols == SYNTHETIC["methods"] and names == 120 and n_rows > 120, (n_rows, n_cols, names)  # capped
-    # a name's row mid-matrix (the plot is scrolled to its middle inside the matrix box); a header row has no hover
-    row = pg.evaluate("(half) => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
-                      ".findIndex((j, r) => r >= half && j >= 0)", n_rows // 2)
-    tip = _matrix_hover(pg, ".constshare-matrix", row, n_rows, 1, n_cols)
+    # the first name's row, under its group's header (a header row has no hover); the matrix box scrolled to its top
+    row = pg.evaluate("() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
+                      ".findIndex(j => j >= 0)")
+    tip = _matrix_hover(pg, ".constshare-matrix", row + 1, n_rows, 1, n_cols, top=True)
     assert "decision:" in tip and "reason:" in tip, tip
     labels = pg.evaluate("""() => [...document.querySelectorAll('.constshare-matrix .yaxislayer-above .ytick text')]
         .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.top, b.bottom, b.height]; })""")
@@ -580,6 +587,12 @@ def test_explorer_in_jupyterlab(page, lab):
     tops = sorted(labels, key=lambda x: x[1])
     assert all(b[1] >= a[2] - 0.5 for a, b in zip(tops, tops[1:])), "matrix row labels overlap"
     assert min(h for *_x, h in labels) >= 10, labels[:3]
+    clear = pg.evaluate("""() => { const leg = document.querySelector('.constshare-matrix .legend').getBoundingClientRect();
+        return [...document.querySelectorAll('.constshare-matrix .xaxislayer-above .xtick text')].map(t => {
+            const b = t.getBoundingClientRect();
+            return [t.textContent, b.top >= leg.bottom - 0.5 || b.bottom <= leg.top + 0.5 || b.left >= leg.right
+                    || b.right <= leg.left]; }); }""")
+    assert len(clear) == n_cols and all(ok for _t, ok in clear), clear  # the method labels clear of the legend
     _shot(pg, "explorer-dry-run-10k-overview.png")
     pg.mouse.move(5, 5)
     _tab(pg, "Timeline")

@@ -421,6 +421,7 @@ LONG_MATRIX = 64  # past this many names, a matrix is drawn long: a row per name
 LONG_ROW_PX = 16  # px per row of a long plotly matrix (its labels at 10 px)
 LONG_ROW_IN = 0.2  # inches per row of a long matplotlib matrix (its labels at 8 pt)
 LONG_LABEL_PT = 8
+METHOD_LABEL_PX = 28  # px above a long plotly matrix's cells for its method labels (the legend above them)
 
 
 def stem_groups(keys: Sequence[str]) -> tuple[list[int], list[str], list[str]] | None:
@@ -656,7 +657,7 @@ def _long_interactive(view: MatrixView, title: str):
     width = int(min(MAX_PLOTLY_WIDTH, max(460, label_px + column_px * len(methods) + HOVER_ROOM)))
     room = int(max(0, min(HOVER_ROOM, width - label_px - column_px * len(methods))))
     title_text, top = _plotly_title(title, width)
-    top += 24  # the method labels, on top
+    top += METHOD_LABEL_PX  # the method labels, on top, between the cells and the legend
     fig.update_layout(
         **_plotly_frame(title_text, width, int(top + LONG_ROW_PX * len(rows) + 20),
                         {"l": 10, "r": 10 + room, "t": top, "b": 10}),
@@ -666,6 +667,7 @@ def _long_interactive(view: MatrixView, title: str):
         yaxis={"autorange": "reversed", "automargin": True, "showgrid": False, "ticks": "", "zeroline": False,
                "tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": ticktext, "tickfont": {"size": 10}},
     )
+    fig.update_layout(legend={"y": 1.0 + METHOD_LABEL_PX / (LONG_ROW_PX * len(rows))})  # above the method labels
     return fig
 
 
