@@ -1170,6 +1170,8 @@ def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real
         assert ex.state.export_csv() and s.exported.name == "total_collision-name-only-dry-run-collisions.csv"
         assert s.export_rows() and s.rows_export_file.name == "total_collision-name-only-dry-run-decisions.csv"
         assert not any("prog" in p.name for p in tmp_path.iterdir())
+        assert s.compare() and "policies on 'total_collision'" in s.message and "'prog'" not in s.message
+        assert s.figures(session=False)["policy trade-off"].axes[0].get_title().startswith("total_collision: ")
     finally:
         ex.close()
 

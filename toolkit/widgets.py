@@ -574,9 +574,11 @@ class ExplorerState(traitlets.HasTraits):
             from .compare import compare_policies, predict_policies
 
             try:
+                shown = self.program is not None
                 program = self.program or self.open_program()
             except Exception as e:  # noqa: BLE001
                 return self._fail("could not open the program", e)
+            label = self.label_of(program, self.shown_inputs if shown else self.inputs())
             dry = self.dry_run
 
             def on_policy(pol: str, i: int, n: int) -> None:
@@ -596,7 +598,7 @@ class ExplorerState(traitlets.HasTraits):
                 # the bar says what the chosen policy's verdict is, not that the comparison ran
                 self.program, self.comparison = program, result
                 self.outcome = chosen.outcome if chosen is not None else MethodOutcome.OK
-                self._step("done", 1.0, f"compared {len(result.frame)} policies on {program.name!r}"
+                self._step("done", 1.0, f"compared {len(result.frame)} policies on {label!r}"
                            + (" as a dry run (a prediction: nothing was loaded or run)" if dry else "") + ": "
                            + "; ".join(f"{o} under {', '.join(names)}" for o, names in by.items())
                            + (f"; the chosen {self.policy!r}: {chosen.outcome.value}" if chosen is not None else ""))
@@ -763,9 +765,10 @@ class ExplorerState(traitlets.HasTraits):
                 figs[name] = self._figure(name, self.session, self.verdict, self.program_label)
         if comparison and self.comparison is not None and self.program is not None:
             floor = plots.minimum_device_bytes(self.program)
+            label = self.program_label or self.program.name
             figs["policy trade-off"] = plots.policy_tradeoff(self.comparison, minimum=floor,
-                                                             title=f"{self.program.name}: correctness vs memory")
-            title = f"{self.program.name}: device memory per method and policy"
+                                                             title=f"{label}: correctness vs memory")
+            title = f"{label}: device memory per method and policy"
             figs["memory by policy"] = plots.memory_by_policy(self.comparison.memory(), minimum=floor, title=title)
         return figs
 
