@@ -1212,3 +1212,17 @@ def test_the_count_and_the_grid_agree_through_filters_culprits_and_a_policy_swit
     ex.load_button.click()
     assert ex.filter_method.value == ALL
     agree(2, False)
+
+
+def test_a_real_load_moves_the_bar_over_its_constants_then_its_figures(state):
+    from toolkit.widgets import DRAW_SPAN, LOAD_SPAN
+
+    seen: list[tuple[float, str, str]] = []
+    state.observe(lambda ch: seen.append((state.progress, state.phase, state.message)), names="progress")
+    assert state.load() is True and state.error is None
+    loading = [(p, m) for p, ph, m in seen if ph == "load"]
+    assert loading and all(LOAD_SPAN[0] <= p <= LOAD_SPAN[1] for p, _m in loading), seen
+    assert any("method 'decode', 2 of 2 constants" in m for _p, m in loading), loading
+    assert [p for p, _ph, _m in seen] == sorted(p for p, _ph, _m in seen)  # never backwards
+    assert [ph for _p, ph, _m in seen if ph in ("load", "verify", "blame", "report", "draw", "done")][-1] == "done"
+    assert len({p for p, ph, _m in seen if ph == "draw" and DRAW_SPAN[0] <= p <= DRAW_SPAN[1]}) == 3
