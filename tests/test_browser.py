@@ -44,6 +44,8 @@ MAX_EXPLORER_HEIGHT = 1500  # px, whatever the number of decisions (it was 11,19
 SYNTHETIC = {"methods": 2, "constants": 5_000}  # 10,000 constants, 10,000 decisions: the dry-run size
 SYNTHETIC_DIR = "synthetic_10k"
 SYNTHETIC_POLICY = "decline-on-mismatch"  # ExecuTorch main: content collisions with equal metadata are shared
+# ExecuTorch 1.5.1's CUDA export of total_collision (unpacked from the committed archive), under the lab's root
+PTE = Path("tests") / "fixtures" / ".unpacked" / "executorch-1.5.1-cuda" / "total_collision" / "prog.pte"
 TEACHING = sorted(p.name for p in (REPO / "notebooks").glob("0*.ipynb"))  # 01, 02, 03 (and 04 once it exists)
 NOTEBOOK_TIMEOUT_S = 900  # Run All of one notebook (02 compiles its BART: about a minute on 2 cores)
 MAX_NOTEBOOK_PAGES = 40
@@ -73,6 +75,9 @@ def lab(tmp_path_factory, built_sample):
     require("jupyterlab", extra="notebook")
     built_sample(SAMPLE)  # compile before the browser waits on it (shared cache)
     built_sample(LARGE_SAMPLE)
+    from executorch_fixtures import unpacked
+
+    unpacked("1.5.1", kind="cuda")  # PTE, read by the kernel through the lab's tests link
     root = tmp_path_factory.mktemp("lab")
     (root / "notebooks").mkdir()
     for name in ["explorer.ipynb", *TEACHING]:
@@ -181,12 +186,14 @@ def _kernel_idle_js() -> str:
     }"""
 
 
-def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) -> str:
+def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int, *, top: bool = False) -> str:
     """Move the mouse over one cell of the plotly collision matrix inside ``scope`` and return
-    the hover label's text (plotly draws it as SVG: its textContent, lines run together)."""
+    the hover label's text (plotly draws it as SVG: its textContent, lines run together);
+    ``top``: the plot's top brought into view (a long matrix scrolls inside its box), not its middle."""
     plots = pg.locator(f"{scope} .js-plotly-plot")
     plots.first.wait_for(state="attached")
-    plots.first.evaluate("el => el.scrollIntoView({block: 'center'})")
+    plots.first.evaluate("el => { el.scrollIntoView({block: 'start'}); el.closest('.constshare-matrix').scrollTop = 0; }"
+                         if top else "el => el.scrollIntoView({block: 'center'})")
     try:
         plots.first.wait_for(state="visible", timeout=20_000)
     except Exception:
@@ -200,8 +207,13 @@ def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) 
     y = box["y"] + box["height"] * (row + 0.5) / n_rows
     pg.mouse.move(x - 3, y - 3)
     pg.mouse.move(x, y, steps=3)
-    pg.wait_for_function("(scope) => (document.querySelector(scope + ' .hoverlayer .hovertext')?.textContent || '')"
-                         ".length > 0", arg=scope, timeout=20_000)
+    try:
+        pg.wait_for_function("(scope) => (document.querySelector(scope + ' .hoverlayer .hovertext')?.textContent || '')"
+                             ".length > 0", arg=scope, timeout=20_000)
+    except Exception:
+        _shot(pg, "explorer-matrix-hover-failed.png")
+        raise AssertionError(f"no hover label at ({x:.0f}, {y:.0f}) over row {row} of {n_rows}, column {col} of "
+                             f"{n_cols} in {box}")
     return pg.evaluate("(scope) => document.querySelector(scope + ' .hoverlayer .hovertext').textContent", scope)
 
 
@@ -367,7 +379,31 @@ def test_explorer_in_jupyterlab(page, lab):
                          ".includes('1 of 2 decisions (filtered)')")
     assert pg.locator(".constshare-grid table.dataTable tbody tr").count() == 1
     assert overview.stat().st_size > 10_000 and decisions.stat().st_size > 10_000
+    # the grid's own export of these rows as Excel: a download link holding the workbook, its rows the grid's
+    pg.click("button.constshare-export-rows-excel")
+    link = pg.locator(".constshare-export-rows-result a.constshare-download")
+    link.wait_for(state="visible", timeout=60_000)
+    assert link.get_attribute("download") == "total_collision-name-only-decisions-filtered.xlsx"
+    with pg.expect_download() as fetched:
+        link.click()
+    workbook = ARTIFACTS / "explorer-rows.xlsx"
+    fetched.value.save_as(workbook)
+    import pandas as pd
+
+    back = pd.read_excel(workbook)
+    assert back[["method", "name", "decision"]].values.tolist() == [["prefill", "_tensor_constant0", "loaded"]]
+    _shot(pg, "explorer-excel-export.png")
     pg.select_option(".constshare-filter-decision select", label="all")
+    unfiltered = ("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+                  ".startsWith('rows 1-2 · 2 of 2 decisions')")
+    pg.wait_for_function(unfiltered)
+    # culprits only: the count and the rows agree (decode's culprit alone)
+    pg.locator(".constshare-culprits-only input[type=checkbox]").check()
+    pg.wait_for_function("() => { const rows = document.querySelectorAll('.constshare-grid table.dataTable tbody tr');"
+                         " return rows.length === 1 && rows[0].textContent.startsWith('decode'); }")
+    assert pg.inner_text(".constshare-grid .dt-info").startswith("rows 1-1 · 1 of 2 decisions (filtered)")
+    pg.locator(".constshare-culprits-only input[type=checkbox]").uncheck()
+    pg.wait_for_function(unfiltered)
 
     # the other tabs, each as an artifact
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Timeline')")
@@ -458,19 +494,54 @@ def test_explorer_in_jupyterlab(page, lab):
     _tab(pg, "Timeline")
     _shot(pg, "explorer-timeline-llama.png")
 
-    # a 10,000-constant synthetic program (no files but its manifest): the dry run, every tab
+    # ExecuTorch 1.5.1's CUDA total_collision .pte, a dry run on this CPU: called by its folder, not "prog"
     pg.click(".constshare-program-from button:has-text('path')")
+    pg.fill(".constshare-path input", str(lab["root"] / PTE))
+    pg.locator(".constshare-path input").press("Enter")
+    pg.select_option(".constshare-policy select", "name-only")
+    pg.locator(".constshare-dry-run input[type=checkbox]").check()
+    pg.wait_for_function("() => document.querySelector('button.constshare-load')?.textContent.includes('Dry run')")
+    pg.click("button.constshare-load")
+    pg.wait_for_function("() => (document.querySelector('.constshare-status')?.textContent || '')"
+                         ".includes('dry run (a prediction')", timeout=120_000, polling=500)
+    _tab(pg, "Overview")
+    pte_summary = pg.inner_text(".constshare-summary")
+    assert "'total_collision' under 'name-only' (predicted): wrong" in pte_summary, pte_summary[:400]
+    assert "'prog'" not in pte_summary and "'prog'" not in pg.inner_text(".constshare-status")
+    assert "total_collision-name-only-dry-run-collision-matrix.png" in pg.evaluate(
+        "() => document.querySelector('.constshare-matrix-png a')?.getAttribute('download') || ''")
+    _shot(pg, "explorer-pte-label.png")
+
+    # a 10,000-constant synthetic program (no files but its manifest): the dry run, every tab
     pg.fill(".constshare-path input", str(lab["root"] / SYNTHETIC_DIR))
     pg.locator(".constshare-path input").press("Enter")
     pg.select_option(".constshare-policy select", SYNTHETIC_POLICY)
-    pg.locator(".constshare-dry-run input[type=checkbox]").check()
     pg.wait_for_function("() => document.querySelector('button.constshare-load')?.textContent.includes('Dry run')")
+    # every status line and bar width the page shows while it runs
+    pg.evaluate("""() => { const root = document.querySelector('.constshare-explorer'); window.__csSeen = [];
+        const look = () => { const t = document.querySelector('.constshare-status')?.textContent || '';
+            const bar = document.querySelector('.constshare-progress .progress-bar');
+            const w = bar ? bar.style.width || getComputedStyle(bar).width : '';
+            const last = window.__csSeen[window.__csSeen.length - 1];
+            if (!last || last[0] !== t || last[1] !== w) window.__csSeen.push([t, w]); };
+        window.__csObserver = new MutationObserver(look);
+        window.__csObserver.observe(root, {subtree: true, childList: true, characterData: true, attributes: true,
+                                           attributeFilter: ['style']}); }""")
     t0 = time.monotonic()
     pg.click("button.constshare-load")
-    pg.wait_for_function("() => (document.querySelector('.constshare-status')?.textContent || '')"
-                         ".includes('dry run (a prediction')", timeout=300_000, polling=500)
+    pg.wait_for_function("() => { const t = document.querySelector('.constshare-status')?.textContent || '';"
+                         " return t.includes('dry run (a prediction') && t.includes(\"'synthetic_10k' under\"); }",
+                         timeout=300_000, polling=500)
     status = pg.inner_text(".constshare-status")
     assert "(predicted): wrong; wrong: " in status, status
+    seen = pg.evaluate("() => { window.__csObserver.disconnect(); return window.__csSeen; }")
+    texts = [t for t, _w in seen]
+    widths = [float(w[:-1]) for _t, w in seen if w.endswith("%")]
+    # the bar moved while it ran, not only 0 and 100 %: each method's constants, then each figure
+    assert any("of 10,000 constants" in t for t in texts), texts
+    assert any("drawing the collision matrix" in t for t in texts), texts
+    assert len({w for w in widths if 0 < w < 100}) >= 3, seen
+    assert widths[-1] == 100.0 and "dry run (a prediction" in texts[-1], seen[-3:]
     _tab(pg, "Decisions")
     total = SYNTHETIC["methods"] * SYNTHETIC["constants"]
     pg.wait_for_function(f"() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
@@ -492,11 +563,36 @@ def test_explorer_in_jupyterlab(page, lab):
     assert found.count() > 0 and "DIFFERS" in found.first.inner_text()
     _shot(pg, "explorer-dry-run-10k-decisions.png")
     pg.locator(".constshare-grid input[type=search]").fill("")
+    # the 10,000 rows as Excel: a workbook too large for the page is named, not embedded
+    pg.click("button.constshare-export-rows-excel")
+    pg.wait_for_function("() => (document.querySelector('.constshare-export-rows-result')?.textContent || '')"
+                         ".includes('wrote 10,000 rows')", timeout=120_000, polling=500)
+    rows_export = pg.evaluate("() => document.querySelector('.constshare-export-rows-result').innerHTML")
+    assert "base64" not in rows_export and len(rows_export) < 2_000 and ".xlsx" in rows_export, len(rows_export)
+    assert "open it from the file browser" in rows_export
     _tab(pg, "Overview")
+    # a long matrix: a row per name, grouped (a bold header per group), a column per method
     n_rows, n_cols = _matrix_shape(pg, ".constshare-matrix")
-    assert n_rows == SYNTHETIC["methods"] and n_cols == 120, (n_rows, n_cols)  # capped, the culprits first
-    tip = _matrix_hover(pg, ".constshare-matrix", 1, n_rows, n_cols // 2, n_cols)
+    names = pg.evaluate("() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
+                        ".filter(j => j >= 0).length")
+    assert n_cols == SYNTHETIC["methods"] and names == 120 and n_rows > 120, (n_rows, n_cols, names)  # capped
+    # the first name's row, under its group's header (a header row has no hover); the matrix box scrolled to its top
+    row = pg.evaluate("() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
+                      ".findIndex(j => j >= 0)")
+    tip = _matrix_hover(pg, ".constshare-matrix", row + 1, n_rows, 1, n_cols, top=True)
     assert "decision:" in tip and "reason:" in tip, tip
+    labels = pg.evaluate("""() => [...document.querySelectorAll('.constshare-matrix .yaxislayer-above .ytick text')]
+        .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.top, b.bottom, b.height]; })""")
+    assert len(labels) == n_rows, len(labels)
+    tops = sorted(labels, key=lambda x: x[1])
+    assert all(b[1] >= a[2] - 0.5 for a, b in zip(tops, tops[1:])), "matrix row labels overlap"
+    assert min(h for *_x, h in labels) >= 10, labels[:3]
+    clear = pg.evaluate("""() => { const leg = document.querySelector('.constshare-matrix .legend').getBoundingClientRect();
+        return [...document.querySelectorAll('.constshare-matrix .xaxislayer-above .xtick text')].map(t => {
+            const b = t.getBoundingClientRect();
+            return [t.textContent, b.top >= leg.bottom - 0.5 || b.bottom <= leg.top + 0.5 || b.left >= leg.right
+                    || b.right <= leg.left]; }); }""")
+    assert len(clear) == n_cols and all(ok for _t, ok in clear), clear  # the method labels clear of the legend
     _shot(pg, "explorer-dry-run-10k-overview.png")
     pg.mouse.move(5, 5)
     _tab(pg, "Timeline")

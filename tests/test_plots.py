@@ -15,6 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from toolkit import load_program  # noqa: E402
 from toolkit import plots  # noqa: E402
+from toolkit.rendering import culprit_mask  # noqa: E402
 
 
 def decisions(rows):
@@ -404,7 +405,8 @@ def test_collision_matrix_of_thousands_of_names_is_capped_culprits_first():
     plots.figure_png(fig)
     assert time.perf_counter() - t0 < 30
     ax = fig.axes[0]
-    labels = [t.get_text() for t in ax.get_xticklabels()]
+    labels = [t.get_text() for t in ax.get_yticklabels()]  # a long matrix: a row per name (no groups here)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]  # a column per method
     culprits = [f"c{i}" for i in range(3000) if i % 97 == 5]
     assert len(labels) == plots.MAX_MATRIX_COLUMNS and set(culprits) <= set(labels)
     assert labels == sorted(labels, key=lambda k: int(k[1:]))  # load order kept
@@ -492,9 +494,13 @@ def test_interactive_matrix_of_thousands_of_names_is_capped_culprits_first():
     bundle = plots.plotly_bundle(fig)
     elapsed = time.perf_counter() - t0
     assert elapsed < 20, elapsed
-    xs = list(fig.data[0].x)
-    assert len(xs) == plots.MAX_MATRIX_COLUMNS
-    assert {f"layers.{i}.w" for i in range(5000) if i % 97 == 1} <= set(xs)
+    heat = fig.data[0]
+    assert heat.meta["long"] and list(heat.x) == ["encoder", "decoder"]  # long: a column per method
+    shown = [j for j in heat.meta["rows"] if j >= 0]
+    assert len(shown) == plots.MAX_MATRIX_COLUMNS
+    # a layer a name, one stem: nothing to group, each row its whole name
+    assert len(fig.layout.yaxis.ticktext) == len(shown) and all(j >= 0 for j in heat.meta["rows"])
+    assert {f"layers.{i}.w" for i in range(5000) if i % 97 == 1} <= set(fig.layout.yaxis.ticktext)
     assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH <= 1000  # a notebook output area at 1440 px: 1008 px
     import json
 
@@ -560,7 +566,7 @@ def test_interactive_matrix_of_one_column_keeps_the_hover_beside_it_and_the_titl
     assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH
     lines = fig.layout.title.text.split("<br>")
     assert len(lines) > 1 and max(len(x) for x in lines) * 7 <= fig.layout.width - 40 - plots.MODEBAR_WIDTH
-    wide = plots.interactive_collision_matrix(_content_rows(200), only_colliding=False)
+    wide = plots.interactive_collision_matrix(_content_rows(60), only_colliding=False)  # 61 columns: wide
     assert wide.layout.margin.r < plots.HOVER_ROOM  # a full-width matrix keeps its width for cells
 
 
@@ -585,3 +591,83 @@ def test_event_timeline_draws_short_steps_visibly_and_says_when_it_is_a_predicti
     dry = plots.event_timeline(_timeline_events(0.001), predicted=True).axes[0]
     assert "dry run" in dry.get_xlabel() and "nothing was loaded" in dry.get_xlabel()
     assert "since the load began" not in dry.get_xlabel()
+
+
+# ------------------------------------------------------------------ issue 22 leftovers: long matrices grouped
+
+
+def test_matrix_groups_fqns_by_layer_else_by_the_layers_stem():
+    keys = [f"model.layers.{i}.{w}" for i in range(3) for w in ("mlp.up.weight", "self_attn.q_proj.weight")]
+    keys += ["model.embed_tokens.weight", "lm_head.weight"]
+    order, groups, leaves = plots.matrix_groups(keys)
+    assert list(dict.fromkeys(groups)) == ["model.layers.0", "model.layers.1", "model.layers.2", "other"]
+    assert leaves[:2] == ["mlp.up.weight", "self_attn.q_proj.weight"] and sorted(order) == list(range(len(keys)))
+    assert [keys[j] for j in order][-2:] == ["model.embed_tokens.weight", "lm_head.weight"]
+    # a layer a name (or nearly): by layer would not group; by the stem, every layer together
+    many = [f"model.layers.{i}.mlp.weight" for i in range(40)] + [f"_tensor_constant{i}" for i in range(5)]
+    assert plots.layer_groups(many) is None
+    order, groups, leaves = plots.matrix_groups(many)
+    assert list(dict.fromkeys(groups)) == ["model.layers.<i>", "_tensor_constant<i>"]
+    assert leaves[0] == "0.mlp.weight" and leaves[-1] == "_tensor_constant4"  # a name ending in its number: whole
+    assert plots.matrix_groups([f"w{i}" for i in range(30)]) is None  # one stem: nothing to group
+    rows = plots.long_rows(many)
+    assert rows[0] == ("model.layers.<i>", None) and rows[1] == ("0.mlp.weight", 0)
+    assert rows[41] == ("_tensor_constant<i>", None) and len(rows) == len(many) + 2
+
+
+def _llm_rows(layers: int = 40) -> pd.DataFrame:
+    """Two methods of an LLM-like program: 3 weights a layer, decode sharing each, every 7th a culprit."""
+    rows = []
+    for i in range(layers):
+        for w in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "post_attention_layernorm.weight"):
+            fqn = f"model.layers.{i}.{w}"
+            bad = (i * 3 + len(w)) % 7 == 0
+            rows.append({"method": "prefill", "name": fqn.replace(".", "_"), "fqn": fqn, "decision": "loaded",
+                         "reason_code": "first_seen", "reason": "first", "data_problem": ""})
+            rows.append({"method": "decode", "name": fqn.replace(".", "_"), "fqn": fqn, "decision": "shared",
+                         "reason_code": "name_hit_unchecked", "reason": "shared unchecked",
+                         "data_problem": "content differs" if bad else ""})
+    return pd.DataFrame(rows)
+
+
+def test_a_long_matplotlib_matrix_is_a_row_per_name_grouped_with_labels_that_do_not_overlap():
+    d = _llm_rows(40)  # 120 names, 3 in each of 40 layers: grouped by layer, a header each
+    fig = plots.collision_matrix(d, wrong_methods=["decode"])
+    r = _drawn(fig)
+    ax = fig.axes[0]
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(rows) == 120 + 40 and rows[:2] == ["model.layers.0", "self_attn.q_proj.weight"]
+    assert rows[-4:] == ["model.layers.39", "self_attn.q_proj.weight", "mlp.down_proj.weight",
+                         "post_attention_layernorm.weight"]
+    assert [t.get_fontweight() for t in ax.get_yticklabels()][:2] == ["bold", "normal"]
+    assert all(t.get_fontsize() >= plots.LONG_LABEL_PT for t in ax.get_yticklabels())
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["prefill", "\u2717 decode (wrong)"]
+    assert all("\u2026" not in t for t in rows)  # whole, not cut
+    boxes = [(t.get_text(), t.get_window_extent(r)) for t in ax.get_yticklabels() + ax.get_xticklabels()]
+    assert not _overlaps(boxes), _overlaps(boxes)
+    fb = fig.bbox
+    for t in ax.get_xticklabels() + ax.get_yticklabels() + [ax.title]:
+        b = t.get_window_extent(r)
+        assert fb.x0 - 1 <= b.x0 and b.x1 <= fb.x1 + 1 and fb.y0 - 1 <= b.y0 and b.y1 <= fb.y1 + 1, t.get_text()
+    # every cell keeps its letter; culprits marked
+    letters = [t.get_text() for t in ax.texts]
+    assert letters.count("L") == 120 and letters.count("S\u2717") == int(culprit_mask(d).sum())
+    # 12 layers (36 names, wide, under 64): by layer, one column each, as before
+    assert len(plots.collision_matrix(_llm_rows(12)).axes[0].get_xticklabels()) == 36
+
+
+def test_a_long_plotly_matrix_is_a_row_per_name_grouped_and_a_click_names_its_constant():
+    _plotly()
+    d = _llm_rows(40)
+    fig = plots.interactive_collision_matrix(d, wrong_methods=["decode"])
+    heat = fig.data[0]
+    assert heat.meta["long"] and list(heat.x) == ["prefill", "decode"]
+    ticks = list(fig.layout.yaxis.ticktext)
+    assert len(ticks) == len(heat.z) == 160 and ticks[:2] == ["<b>model.layers.0</b>", "self_attn.q_proj.weight"]
+    assert fig.layout.yaxis.tickfont.size >= 10 and fig.layout.height >= 160 * plots.LONG_ROW_PX
+    assert heat.z[0] == (None, None) or list(heat.z[0]) == [None, None]  # the header: a gap, no hover
+    assert heat.meta["rows"][:5] == [-1, 0, 1, 2, -1]
+    j = heat.meta["rows"][5]
+    assert heat.meta["names"][1][j] == d[d["method"] == "decode"]["name"].tolist()[j]
+    assert "\u2717 decode (wrong)" in fig.layout.xaxis.ticktext[1]
+    assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH

@@ -58,3 +58,19 @@ def test_scan_shows_a_line_per_program_done_on_a_terminal(program, tmp_path, mon
     monkeypatch.setattr("sys.stderr", term)
     main(["scan", str(zoo), "--policies", "fingerprint", "--jobs", "1"])
     assert "scanning" in term.getvalue() and "2/2" in term.getvalue()
+
+
+def test_on_progress_counts_every_constant_of_every_method_in_order(program):
+    calls: list[tuple[int, int, str]] = []
+    a = run_analysis(program, "fingerprint", on_progress=lambda done, total, method: calls.append((done, total, method)))
+    methods = [m.name for m in a.session.program.methods]
+    total = sum(len(m.constants) for m in a.session.program.methods)
+    assert {t for _d, t, _m in calls} == {total}
+    done = [d for d, _t, _m in calls]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == total
+    assert list(dict.fromkeys(m for _d, _t, m in calls)) == methods  # each method in load order
+    # each method begins where the one before ended: its first call says so, before any of its constants
+    for i, m in enumerate(methods):
+        first = next(d for d, _t, mm in calls if mm == m)
+        assert first == sum(len(x.constants) for x in a.session.program.methods[:i])
+    assert len(set(done)) > len(methods) + 1  # more than one step per method (the first uploads its own)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import threading
 from pathlib import Path
 
@@ -956,7 +957,7 @@ def test_view_culprits_only_toggle_and_rows_export(explorer, tmp_path):
     assert "(filtered)" in ex.grid._dt_args["language"]["info"]
     ex.export_rows_button.click()
     written = tmp_path / "total_collision-name-only-decisions-filtered.csv"
-    assert written.is_file() and "wrote 1 rows" in ex.export_rows_result.value
+    assert written.is_file() and "wrote 1 row to" in ex.export_rows_result.value
     frame = read_report(written).frame  # the report's writer: it reads back as a report
     assert frame["name"].tolist() == ["_tensor_constant0"] and frame["method"].tolist() == ["decode"]
     ex.export_rows_button.click()  # never overwrites: numbered
@@ -1042,3 +1043,186 @@ def test_view_summary_is_a_table_in_units(explorer):
     v = ex.summary.value
     assert "<pre>" not in v and ">status<" in v and ">loaded<" in v and "16 KiB" in v
     assert "with each method on its own blob" in v and "32,768" not in v
+
+
+# ------------------------------------------------------------------ issue 22 leftovers: progress, Excel, names
+
+
+@pytest.fixture(scope="module")
+def synthetic_10k(tmp_path_factory):
+    """A 10,000-constant synthetic program (2 methods x 5,000; its manifest only: a dry run's)."""
+    from toolkit.synthetic import SyntheticSpec, write_synthetic
+
+    return write_synthetic(SyntheticSpec(name="synthetic_10k", seed=12, methods=2, constants=5_000),
+                           tmp_path_factory.mktemp("syn") / "synthetic_10k")
+
+
+def test_the_bar_moves_during_a_10k_dry_run(synthetic_10k, tmp_path):
+    require("ipywidgets", extra="notebook")
+    from toolkit.widgets import DRAW_SPAN, Explorer
+
+    ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
+                                policy="decline-on-mismatch", export_dir=tmp_path), background=False)
+    seen: list[tuple[float, str]] = []
+    ex.progress.observe(lambda ch: seen.append((ch["new"], ex.state.phase)), names="value")
+    statuses: list[str] = []
+    ex.status.observe(lambda ch: statuses.append(html.unescape(ch["new"])), names="value")
+    try:
+        ex.load_button.click()
+        assert ex.state.error is None and ex.state.is_dry_run
+        values = [v for v, _p in seen]
+        assert values == sorted(values) and values[-1] == 1.0  # never backwards, ends full
+        between = sorted({round(v, 4) for v in values if 0 < v < 1})
+        assert len(between) >= 6, seen  # not only 0 and 100 %: open, each method, the report, each figure
+        # while the constants are predicted, the bar moves more than once, the status naming method and count
+        assert len({v for v, p in seen if p == "analyze"}) >= 3, seen
+        assert any("method 'method_0'" in t and "of 10,000 constants" in t for t in statuses), statuses[:5]
+        assert any("method 'method_1', 10,000 of 10,000 constants" in t for t in statuses)
+        # the figures after the prediction (seconds at this size) move it too
+        assert len({v for v, p in seen if p == "draw" and DRAW_SPAN[0] <= v <= DRAW_SPAN[1]}) == 3, seen
+        assert any("drawing the collision matrix" in t for t in statuses)
+    finally:
+        ex.close()
+
+
+def test_the_excel_export_holds_exactly_the_filtered_rows(explorer, tmp_path):
+    require("openpyxl", extra="notebook")
+    ex = explorer
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    ex.filter_decision.value = "shared"  # decode's culprit only
+    ex.export_rows_excel_button.click()
+    s = ex.state
+    assert s.error is None and s.rows_export_file.suffix == ".xlsx"
+    assert s.rows_export_file.name == "total_collision-name-only-decisions-filtered.xlsx"
+    back = pd.read_excel(s.rows_export_file, sheet_name="decisions")
+    assert list(zip(back["method"], back["name"])) == list(zip(s.rows["method"], s.rows["name"]))
+    assert len(back) == 1 < s.total_decisions and back["decision"].tolist() == ["shared"]
+    assert back["nbytes"].dtype.kind == "i" and back["collision"].dtype == bool  # typed cells, not text
+    link = ex.export_rows_result.value
+    assert "wrote 1 row to" in link
+    assert "data:application/vnd.openxmlformats-officedocument.spreadsheetml.sheet;base64," in link
+    # unfiltered, the same button: every row, numbered past the first file
+    ex.filter_decision.value = ALL
+    ex.export_rows_excel_button.click()
+    every = pd.read_excel(s.rows_export_file)
+    assert s.rows_export_file.name == "total_collision-name-only-decisions.xlsx" and len(every) == s.total_decisions
+    ex.export_rows_excel_button.click()
+    assert s.rows_export_file.name == "total_collision-name-only-decisions-2.xlsx"
+
+
+def test_a_10k_dry_run_long_matrix_click_and_a_large_excel_export(synthetic_10k, tmp_path):
+    require("ipywidgets", extra="notebook")
+    require("openpyxl", extra="notebook")
+    from toolkit.widgets import DECISIONS_TAB, MAX_INLINE_EXPORT, Explorer
+
+    ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
+                                policy="decline-on-mismatch", export_dir=tmp_path), background=False)
+    try:
+        ex.load_button.click()
+        # the matrix of 120 names is long: a row per name (a header per group), a column per method
+        (fig,) = ex.matrix.children
+        heat = fig.data[0]
+        assert heat.meta["long"] and list(heat.x) == ["method_0", "method_1"]
+        header = heat.meta["rows"].index(-1)
+        row = next(r for r, j in enumerate(heat.meta["rows"]) if j >= 0 and r > header)
+        name = heat.meta["names"][1][heat.meta["rows"][row]]
+        before = ex.state.selected
+        ex.tabs.selected_index = 0
+        fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {  # a header row: nothing
+            "trace_indexes": [0], "point_indexes": [[header, 1]], "xs": ["method_1"], "ys": [header]}}
+        assert ex.state.selected == before and ex.tabs.selected_index == 0
+        fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
+            "trace_indexes": [0], "point_indexes": [[row, 1]], "xs": ["method_1"], "ys": [row]}}
+        assert ex.state.selected == ("method_1", name) and ex.tabs.selected_index == DECISIONS_TAB
+        ex.export_rows_excel_button.click()
+        target = ex.state.rows_export_file
+        assert target.stat().st_size > MAX_INLINE_EXPORT and len(pd.read_excel(target)) == 10_000
+        page = ex.export_rows_result.value
+        assert "base64" not in page and len(page) < 2_000 and "open it from the file browser" in page
+        assert "wrote 10,000 rows" in page
+    finally:
+        ex.close()
+
+
+def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real_load):
+    require("ipywidgets", extra="notebook")
+    from executorch_fixtures import unpacked
+    from toolkit.widgets import Explorer
+
+    pte = unpacked("1.5.1", kind="cuda") / "total_collision" / "prog.pte"
+    if not pte.is_file():
+        pytest.fail(f"{pte} is missing: the committed 1.5.1 archive was not unpacked")
+    ex = Explorer(ExplorerState(program_from="path", path=str(pte), dry_run=True, policy="name-only",
+                                export_dir=tmp_path), background=False)
+    try:
+        ex.load_button.click()
+        s = ex.state
+        assert s.error is None and s.session.program.name == "prog"  # what the file calls it
+        assert s.program_label == "total_collision"
+        head = s.verdict.headline(name=s.program_label)
+        assert head.startswith("'total_collision' under 'name-only' (predicted): wrong")
+        assert "'prog'" not in s.message and "'total_collision' under 'name-only'" in s.message
+        summary = ex.summary.value.replace("&#x27;", "'")
+        assert head in summary and "'prog' under" not in summary
+        assert "total_collision-name-only-dry-run-collision-matrix.png" in ex.matrix_png.value
+        assert _matrix_figure(ex)["layout"]["title"]["text"].startswith("total_collision: name-only")
+        assert ex.state.export_csv() and s.exported.name == "total_collision-name-only-dry-run-collisions.csv"
+        assert s.export_rows() and s.rows_export_file.name == "total_collision-name-only-dry-run-decisions.csv"
+        assert not any("prog" in p.name for p in tmp_path.iterdir())
+        assert s.compare() and "policies on 'total_collision'" in s.message and "'prog'" not in s.message
+        assert s.figures(session=False)["policy trade-off"].axes[0].get_title().startswith("total_collision: ")
+    finally:
+        ex.close()
+
+
+def _info_line(ex) -> str:
+    """The grid's info line as DataTables draws it, unsearched: its _TOTAL_ the grid frame's rows."""
+    return ex.grid._dt_args["language"]["info"].replace("rows _START_-_END_ · ", "").replace(
+        "_TOTAL_", f"{len(ex.grid.df):,}") if len(ex.grid.df) else ex.grid._dt_args["language"]["infoEmpty"]
+
+
+def test_the_count_and_the_grid_agree_through_filters_culprits_and_a_policy_switch(explorer):
+    ex = explorer
+    s = ex.state
+
+    def agree(rows: int, filtered: bool) -> None:
+        assert len(ex.grid.df) == len(s.rows) == len(ex._grid_keys) == rows
+        assert ex.count == _info_line(ex) == f"{rows} of {s.total_decisions} decisions" + (
+            " (filtered)" if filtered else "")
+
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    agree(2, False)
+    ex.filter_decision.value = "loaded"
+    agree(1, True)
+    ex.culprits_only.value = True  # prefill's loaded row runs on its own data: none left
+    agree(0, True)
+    ex.filter_decision.value = ALL
+    agree(1, True)  # decode's culprit
+    ex.policy.value = "fingerprint"
+    ex.load_button.click()  # the filters cleared, culprits only kept (its checkbox says so): no culprit now
+    assert ex.culprits_only.value and s.culprits_only
+    agree(0, True)
+    ex.culprits_only.value = False
+    agree(2, False)
+    ex.filter_method.value = "decode"
+    agree(1, True)
+    ex.policy.value = "name-only"
+    ex.load_button.click()
+    assert ex.filter_method.value == ALL
+    agree(2, False)
+
+
+def test_a_real_load_moves_the_bar_over_its_constants_then_its_figures(state):
+    from toolkit.widgets import DRAW_SPAN, LOAD_SPAN
+
+    seen: list[tuple[float, str, str]] = []
+    state.observe(lambda ch: seen.append((state.progress, state.phase, state.message)), names="progress")
+    assert state.load() is True and state.error is None
+    loading = [(p, m) for p, ph, m in seen if ph == "load"]
+    assert loading and all(LOAD_SPAN[0] <= p <= LOAD_SPAN[1] for p, _m in loading), seen
+    assert any("method 'decode', 2 of 2 constants" in m for _p, m in loading), loading
+    assert [p for p, _ph, _m in seen] == sorted(p for p, _ph, _m in seen)  # never backwards
+    assert [ph for _p, ph, _m in seen if ph in ("load", "verify", "blame", "report", "draw", "done")][-1] == "done"
+    assert len({p for p, ph, _m in seen if ph == "draw" and DRAW_SPAN[0] <= p <= DRAW_SPAN[1]}) == 3

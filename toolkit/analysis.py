@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import pandas as pd
 
@@ -58,12 +58,13 @@ class Analysis:
 
 def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fingerprint", *,
                  device: "str | Mapping[str, str] | None" = None, record: bool = True,
-                 progress: bool = False) -> Analysis:
+                 progress: bool = False, on_progress: Callable[[int, int, str], None] | None = None) -> Analysis:
     """Predict a load of ``program`` under ``policy``, method by method, in load order.
 
     A dry-run load: the same orchestrator as :func:`toolkit.load_program`, over the program
     model alone.  A failed method stops the load; later methods are "not reached".
-    ``progress``: a bar per constant (:func:`toolkit.progress.progress_bar`).
+    ``progress``: a bar per constant (:func:`toolkit.progress.progress_bar`); ``on_progress(done,
+    total, method)``: the constants predicted so far (:meth:`toolkit.loader.ProgramLoad.load`).
     """
     from .loader import resolve_devices
     from .session import Session
@@ -78,7 +79,8 @@ def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fing
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load(progress=progress)
+        s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load(progress=progress,
+                                                                                             on_progress=on_progress)
         frame = analysis_frame(s.log, s.results.values(), policy=pol.name.value)
     finally:
         if gc_was_enabled:

@@ -142,6 +142,8 @@ class ProgramLoad:
         self._peak = 0  # highest bytes in use seen during the method being loaded
         self._frames: dict[str, tuple[int, Any]] = {}
         self._bar: Any = None  # load()'s progress bar, advanced by _advance()
+        self._on_progress: Callable[[int, int, str], None] | None = None  # load()'s on_progress
+        self._progress_at = [0, 0, ""]  # constants done, of how many, the method being loaded
         self.resets = ResetCounts()
         self._touched: dict[int, tuple[Any, Any]] = {}  # id -> (weak ref, constant): what a run since the
         # last reset can have written (a swapped-out copy blame may install again included, while it lives)
@@ -152,8 +154,13 @@ class ProgramLoad:
         return self.options.check_integrity
 
     # ------------------------------------------------------------------ loading
-    def load(self, progress: bool = False) -> "ProgramLoad":
+    def load(self, progress: bool = False, on_progress: Callable[[int, int, str], None] | None = None
+             ) -> "ProgramLoad":
         """Load every method not loaded yet, in order (see :class:`~toolkit.vocab.SessionStatus`).
+
+        ``progress``: a bar (:func:`toolkit.progress.progress_bar`); ``on_progress(done, total,
+        method)``, when given, is called where the bar moves (as each method begins, then per
+        constant uploaded and once for the rest of the method) with the constants done so far.
 
         Refused (LoadError, nothing changed) once the session is loaded, failed or closed.
         After an interrupt the session is still "not loaded" and ``load()`` resumes.
@@ -166,7 +173,9 @@ class ProgramLoad:
         t0 = time.perf_counter()
         specs = [m for m in self.program.methods if m.name not in self.methods]
         # per constant, the method in the postfix: a 10,000-constant method moves while it loads
-        bar = self._bar = progress_bar(total=sum(len(s.constants) for s in specs), enabled=progress,
+        total = sum(len(s.constants) for s in specs)
+        self._on_progress, self._progress_at = on_progress, [0, total, ""]
+        bar = self._bar = progress_bar(total=total, enabled=progress,
                                        desc=f"{'loading' if self.runtime.can_run else 'dry run'} ({self.policy.name})",
                                        unit="constant")
         try:
@@ -191,6 +200,8 @@ class ProgramLoad:
                     return self
             for spec in specs:
                 bar.set_postfix_str(spec.name)
+                self._progress_at[2] = spec.name
+                self._advance(0)
                 try:
                     self.load_method(spec.name)
                 except ToolkitError as e:
@@ -200,7 +211,7 @@ class ProgramLoad:
                 self.status = self.load_outcome = SessionStatus.LOADED
         finally:
             bar.close()
-            self._bar = None
+            self._bar = self._on_progress = None
             self.load_seconds = time.perf_counter() - t0
         return self
 
@@ -208,6 +219,10 @@ class ProgramLoad:
         """The one progress point: ``constants`` more of the method being loaded are done."""
         if self._bar is not None:
             self._bar.update(constants)
+        if self._on_progress is not None:
+            at = self._progress_at
+            at[0] += constants
+            self._on_progress(at[0], at[1], at[2])
 
     def _fail(self, method: str, e: ToolkitError, stage: Stage = Stage.LOAD) -> None:
         self.status = self.load_outcome = SessionStatus.FAILED

@@ -128,18 +128,19 @@ class MatrixView:
 
 def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
                           verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
-                          only_colliding: bool | None = None) -> MatrixView:
+                          only_colliding: bool | None = None, name: str | None = None) -> MatrixView:
     """The selection both collision matrices draw: with more than :data:`LARGE_MATRIX` names
     (or ``only_colliding=True``) only the names more than one method holds; past
     :data:`MAX_MATRIX_COLUMNS` of those, the culprits first, then the collisions not shared as
-    equal, then the rest, in load order within each group."""
+    equal, then the rest, in load order within each group.  ``name``: what the title calls the
+    program (default: its own name)."""
     if isinstance(session_or_decisions, pd.DataFrame):
         decisions, order, default_title = session_or_decisions, None, "constant decisions"
     else:
         s = session_or_decisions
         decisions = s.decisions
         order = [m.name for m in s.program.methods]
-        default_title = f"{s.program.name}: {s.policy.name.value}"
+        default_title = f"{name or s.program.name}: {s.policy.name.value}"
     if verification is not None or wrong_methods or isinstance(session_or_decisions, pd.DataFrame):
         wrong = set(_wrong_methods(verification)) | set(wrong_methods)
     else:  # a session's own verdict
@@ -180,7 +181,7 @@ def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
 
 def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verification: pd.DataFrame | None = None,
                      wrong_methods: Iterable[str] = (), only_colliding: bool | None = None,
-                     ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+                     ax: "Axes | None" = None, title: str | None = None, name: str | None = None) -> "Figure":
     """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
 
     A cell whose method **runs on other data** for that constant (the decisions'
@@ -193,12 +194,14 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     (:func:`interactive_collision_matrix` draws the same cells with plotly, each cell's
     decision and reason on hover; this one is for PNG export and print.)
     """
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Rectangle
 
     view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
-                                 only_colliding=only_colliding)
+                                 only_colliding=only_colliding, name=name)
     grid, culprits, wrong, default_title = view.grid, view.culprits, view.wrong, view.title
     n_rows, n_cols = grid.shape
+    if n_cols > LONG_MATRIX:  # a row per name, grouped by layer, a column per method
+        return _long_matrix(view, ax, title if title is not None else default_title)
     longest = max([len(_short(k)) for k in grid.columns] or [1])
     vertical = n_cols > 8
     label_in = longest * 8 * 0.62 / 72  # inches the longest name takes at 8 pt
@@ -235,23 +238,87 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     ax.tick_params(length=0)
     for sp in ax.spines.values():
         sp.set_visible(False)
-    # decisions in the legend: those of some cell not already drawn as a culprit
-    present = [d for d in _DECISION_ORDER if any(grid.iat[i, j] == d and (m, k) not in culprits
-                                                 for i, m in enumerate(grid.index)
-                                                 for j, k in enumerate(grid.columns))]
+    _matrix_legend(ax, view, letters=label_cells)
+    _title(ax, plain_text(title if title is not None else default_title))
+    if not n_cols:
+        ax.text(0.5, 0.5, "no constants decided", ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
+def _matrix_legend(ax: "Axes", view: MatrixView, *, letters: bool) -> None:
+    """The legend right of a matplotlib matrix: the decisions of some cell not drawn as a culprit
+    (with their cell letters when the cells show them), the culprits' and the wrong outputs' marks."""
+    from matplotlib.patches import Patch
+
+    grid, culprits, wrong = view.grid, view.culprits, view.wrong
+    cells = grid.to_numpy(dtype=object)
+    bad = np.zeros(cells.shape, dtype=bool)
+    rows, cols = {m: i for i, m in enumerate(grid.index)}, {k: j for j, k in enumerate(grid.columns)}
+    for m, k in culprits:
+        if m in rows and k in cols:
+            bad[rows[m], cols[k]] = True
+    present = [d for d in _DECISION_ORDER if ((cells == d) & ~bad).any()]
     handles = [Patch(facecolor=DECISION_COLOURS[d], edgecolor="#888888",
-                     label=f"{_DECISION_LETTER[d]} {d}" if label_cells else d) for d in present]
-    shown_culprits = [c for c in culprits if c[0] in set(grid.index) and c[1] in set(grid.columns)]
-    if shown_culprits:
+                     label=f"{_DECISION_LETTER[d]} {d}" if letters else d) for d in present]
+    if bad.any():
         handles.append(Patch(facecolor=CULPRIT_FACE, edgecolor=WRONG_COLOUR, linewidth=1.6,
                              label="\u2717 runs on other data"))
     if wrong:
         handles.append(Patch(facecolor="white", edgecolor=WRONG_COLOUR, linewidth=2, label="wrong output"))
     if handles:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    _title(ax, plain_text(title if title is not None else default_title))
-    if not n_cols:
-        ax.text(0.5, 0.5, "no constants decided", ha="center", va="center", transform=ax.transAxes)
+
+
+def _long_matrix(view: MatrixView, ax: "Axes | None", title: str) -> "Figure":
+    """A long matrix (more than :data:`LONG_MATRIX` names) drawn readably: a row per name, grouped
+    by layer under a grey header row each (:func:`long_rows`), a column per method (labelled on
+    top, a wrong one red), the decision's letter in every cell; labels at :data:`LONG_LABEL_PT`."""
+    from matplotlib.patches import Rectangle
+
+    grid, culprits, wrong = view.grid, view.culprits, view.wrong
+    methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
+    rows = long_rows(keys)
+    n_rows, n_cols = len(rows), len(methods)
+    label_in = max(len(label) for label, _j in rows) * LONG_LABEL_PT * 0.62 / 72
+    method_in = max(len(m) + (10 if m in wrong else 0) for m in methods) * 9 * 0.62 / 72
+    column_in = max(0.6, min(method_in + 0.15, 1.6))
+    fig, ax = _axes(ax, (min(0.6 + label_in + column_in * n_cols + 2.0, 22.0), 1.3 + LONG_ROW_IN * n_rows))
+    cells = grid.to_numpy(dtype=object)
+    for r, (_label, j) in enumerate(rows):
+        if j is None:  # a group's header row
+            ax.add_patch(Rectangle((0, r), n_cols, 1, facecolor="#eeeeee", edgecolor="none"))
+            continue
+        for i, m in enumerate(methods):
+            d, bad = cells[i, j], (m, keys[j]) in culprits
+            ax.add_patch(Rectangle((i, r), 1, 1, facecolor=CULPRIT_FACE if bad else DECISION_COLOURS.get(d, "white"),
+                                   edgecolor=WRONG_COLOUR if bad else "#888888", linewidth=1.4 if bad else 0.5,
+                                   zorder=2 if bad else 1))
+            if d:
+                ax.text(i + 0.5, r + 0.5, _DECISION_LETTER.get(d, d[:1].upper()) + ("\u2717" if bad else ""),
+                        ha="center", va="center", fontsize=LONG_LABEL_PT - 1, color="#7f0000" if bad else "#222222",
+                        fontweight="bold" if bad else "normal", zorder=3)
+    for i, m in enumerate(methods):
+        if m in wrong:
+            ax.add_patch(Rectangle((i, 0), 1, n_rows, fill=False, edgecolor=WRONG_COLOUR, linewidth=2.0, zorder=4))
+    ax.set_xlim(0, n_cols)
+    ax.set_ylim(n_rows, 0)
+    ax.xaxis.tick_top()
+    ax.set_xticks([i + 0.5 for i in range(n_cols)])
+    ax.set_xticklabels([plain_text(f"\u2717 {m} (wrong)" if m in wrong else m) for m in methods], fontsize=9)
+    for lbl, m in zip(ax.get_xticklabels(), methods):
+        if m in wrong:
+            lbl.set_color(WRONG_COLOUR)
+            lbl.set_fontweight("bold")
+    ax.set_yticks([r + 0.5 for r in range(n_rows)])
+    ax.set_yticklabels([plain_text(label) for label, _j in rows], fontsize=LONG_LABEL_PT)
+    for lbl, (_label, j) in zip(ax.get_yticklabels(), rows):
+        if j is None:
+            lbl.set_fontweight("bold")
+    ax.tick_params(length=0)
+    for sp in ax.spines.values():
+        sp.set_visible(False)
+    _matrix_legend(ax, view, letters=True)
+    _title(ax, plain_text(title))
     return fig
 
 
@@ -349,9 +416,62 @@ def layer_groups(keys: Sequence[str]) -> tuple[list[int], list[str], list[str]] 
     return order, [parts[j][0] for j in order], [parts[j][1] for j in order]
 
 
+_FIRST_INDEX = re.compile(r"^(\D*?)(\d+)(.*)$")  # a name's text before its first number, the number, the rest
+LONG_MATRIX = 64  # past this many names, a matrix is drawn long: a row per name, grouped, a column per method
+LONG_ROW_PX = 16  # px per row of a long plotly matrix (its labels at 10 px)
+LONG_ROW_IN = 0.2  # inches per row of a long matplotlib matrix (its labels at 8 pt)
+LONG_LABEL_PT = 8
+METHOD_LABEL_PX = 28  # px above a long plotly matrix's cells for its method labels (the legend above them)
+
+
+def stem_groups(keys: Sequence[str]) -> tuple[list[int], list[str], list[str]] | None:
+    """Matrix names grouped by what they are a layer of, every layer together: the group the name
+    with its first number as ``<i>`` up to it (``model.layers.<i>`` of ``model.layers.3.mlp.weight``,
+    ``_tensor_constant<i>`` of ``_tensor_constant7``), the label the name from that number on
+    (``3.mlp.weight``; a name ending in its number keeps its whole name); names without a number
+    are "other".  The same shape as :func:`layer_groups`; None when fewer than 2 groups."""
+    parts = []
+    for k in keys:
+        m = _FIRST_INDEX.match(k)
+        if m is None:
+            parts.append(("other", k))
+        else:
+            head, number, rest = m.groups()
+            parts.append((f"{head}<i>", f"{number}{rest}" if rest else k))
+    first: dict[str, int] = {}
+    for g, _leaf in parts:
+        first.setdefault(g, len(first))
+    if len(first) < 2:
+        return None
+    order = sorted(range(len(keys)), key=lambda j: first[parts[j][0]])
+    return order, [parts[j][0] for j in order], [parts[j][1] for j in order]
+
+
+def matrix_groups(keys: Sequence[str]) -> tuple[list[int], list[str], list[str]] | None:
+    """How a long matrix groups its names: by layer (:func:`layer_groups`) where that helps, else by
+    the layers' stem (:func:`stem_groups`), else None."""
+    return layer_groups(keys) or stem_groups(keys)
+
+
+def long_rows(keys: Sequence[str]) -> list[tuple[str, int | None]]:
+    """The rows of a long matrix (a row per name): per group (:func:`matrix_groups`) a header row
+    ``(group, None)``, then its names ``(label, index of the name in keys)``, the label what follows
+    the group (never cut: a name is shortened only past 48 characters, from its start)."""
+    grouped = matrix_groups(keys)
+    if grouped is None:
+        return [(_short(k), j) for j, k in enumerate(keys)]
+    order, groups, leaves = grouped
+    rows: list[tuple[str, int | None]] = []
+    for g in dict.fromkeys(groups):
+        rows.append((g, None))
+        rows += [(_short(leaf), order[i]) for i, (gg, leaf) in enumerate(zip(groups, leaves)) if gg == g]
+    return rows
+
+
 def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame", *,
                                  verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
-                                 only_colliding: bool | None = None, title: str | None = None):
+                                 only_colliding: bool | None = None, title: str | None = None,
+                                 name: str | None = None):
     """The collision matrix as a plotly figure: the same cells as :func:`collision_matrix`
     (same colours, culprits red with a cross, wrong methods labelled red, only the colliding
     names of a large program), and **hovering a cell shows its decision and reason** (with the
@@ -367,9 +487,11 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     import plotly.graph_objects as go
 
     view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
-                                 only_colliding=only_colliding)
+                                 only_colliding=only_colliding, name=name)
     grid = view.grid
     methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
+    if len(keys) > LONG_MATRIX:  # a row per name, grouped, a column per method
+        return _long_interactive(view, title if title is not None else view.title)
     grouped = layer_groups(keys) if len(keys) > GROUP_COLUMNS else None
     if grouped is not None:
         order, groups, leaves = grouped
@@ -404,9 +526,6 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
             hr.append(_cell_hover(m, k, view.rows.get((m, k)), bad, m in view.wrong))
         z.append(zr), text.append(tr), hover.append(hr)
     n = len(_CATEGORIES)
-    scale = []
-    for i, c in enumerate(_CATEGORIES):
-        scale += [[i / n, _CATEGORY_FACE[c]], [(i + 1) / n, _CATEGORY_FACE[c]]]
     fig = go.Figure()
     if n_cols:
         # meta: each cell's method and internal name (a click on a cell says which constant it is)
@@ -415,16 +534,9 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
                                  meta={"methods": methods, "names": names},
                                  textfont={"size": 11 if letters else 9, "color": "#222222"},
                                  customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-                                 colorscale=scale, zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1, ygap=1,
-                                 hoverongaps=False, name="decisions", showlegend=False))
-    legend = {_CULPRIT: "\u2717 runs on other data", _ABSENT: "no such constant"}
-    for c in _CATEGORIES:
-        if c in used and c != _ABSENT:
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", showlegend=True,
-                                     name=legend.get(c, f"{_DECISION_LETTER.get(c, '')} {c}".strip()),
-                                     marker={"symbol": "square", "size": 13, "color": _CATEGORY_FACE[c],
-                                             "line": {"color": WRONG_COLOUR if c == _CULPRIT else "#888888",
-                                                      "width": 1.5 if c == _CULPRIT else 0.8}}))
+                                 colorscale=_plotly_scale(), zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1,
+                                 ygap=1, hoverongaps=False, name="decisions", showlegend=False))
+    _plotly_legend(fig, used)
     for i, m in enumerate(methods):
         if m in view.wrong and n_cols:
             fig.add_shape(type="rect", x0=-0.5, x1=n_cols - 0.5, y0=i - 0.5, y1=i + 0.5, xref="x", yref="y",
@@ -439,17 +551,10 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     width = int(min(max(cells_width + room, 460), MAX_PLOTLY_WIDTH))
     shown_title = title if title is not None else view.title
     # the title wraps short of plotly's toolbar (top right, shown on hover)
-    title_lines = textwrap.wrap(cell_text(shown_title), max(30, (width - 40 - MODEBAR_WIDTH) // 7)) or [""]
-    top = 34 + 17 * len(title_lines) + 26  # the title, then the legend in one row above the cells
+    title_text, top = _plotly_title(shown_title, width)
     height = int(top + 34 * max(n_rows, 1) + label_px + 20 + (24 if grouped is not None else 0))
     fig.update_layout(
-        title={"text": "<br>".join(plotly_text(x) for x in title_lines), "font": {"size": 13}, "x": 0.01,
-               "xanchor": "left", "y": 1.0, "yanchor": "top", "pad": {"t": 8}},
-        width=width, height=height, plot_bgcolor="#ffffff", paper_bgcolor="#ffffff", template="none",
-        margin={"l": 10, "r": 10 + room, "t": top, "b": 10},
-        legend={"orientation": "h", "x": 0.0, "y": 1.0, "xanchor": "left", "yanchor": "bottom",
-                "font": {"size": 11}},
-        hoverlabel={"bgcolor": "#ffffff", "font": {"size": 12, "color": "#222222"}, "align": "left"},
+        **_plotly_frame(title_text, width, height, {"l": 10, "r": 10 + room, "t": top, "b": 10}),
         xaxis={"tickangle": -90 if vertical else 0, "automargin": True, "showgrid": False,
                "ticks": "", "tickfont": {"size": 10 if cell >= 12 else 9}, "zeroline": False,
                **({"type": "multicategory", "dividercolor": "#999999", "dividerwidth": 1} if grouped is not None
@@ -461,6 +566,108 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     if not n_cols:
         fig.add_annotation(text="no constants decided", x=0.5, y=0.5, xref="paper", yref="paper",
                            showarrow=False)
+    return fig
+
+
+def _plotly_scale() -> list[list[Any]]:
+    """The heatmap's colour scale: a band of its colour per :data:`_CATEGORIES` entry (z is the index)."""
+    n, scale = len(_CATEGORIES), []
+    for i, c in enumerate(_CATEGORIES):
+        scale += [[i / n, _CATEGORY_FACE[c]], [(i + 1) / n, _CATEGORY_FACE[c]]]
+    return scale
+
+
+def _plotly_legend(fig, used: set[str]) -> None:
+    """A legend entry (a square of its colour) per category some cell shows, absent ones aside."""
+    import plotly.graph_objects as go
+
+    legend = {_CULPRIT: "\u2717 runs on other data", _ABSENT: "no such constant"}
+    for c in _CATEGORIES:
+        if c in used and c != _ABSENT:
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", showlegend=True,
+                                     name=legend.get(c, f"{_DECISION_LETTER.get(c, '')} {c}".strip()),
+                                     marker={"symbol": "square", "size": 13, "color": _CATEGORY_FACE[c],
+                                             "line": {"color": WRONG_COLOUR if c == _CULPRIT else "#888888",
+                                                      "width": 1.5 if c == _CULPRIT else 0.8}}))
+
+
+def _plotly_title(title: str, width: int) -> tuple[str, int]:
+    """The title wrapped short of plotly's toolbar (top right, shown on hover), and the top margin
+    it and the legend (one row above the cells) need."""
+    lines = textwrap.wrap(cell_text(title), max(30, (width - 40 - MODEBAR_WIDTH) // 7)) or [""]
+    return "<br>".join(plotly_text(x) for x in lines), 34 + 17 * len(lines) + 26
+
+
+def _plotly_frame(title_text: str, width: int, height: int, margin: dict[str, int]) -> dict[str, Any]:
+    """A matrix figure's layout but its axes: title, size, white background, legend on top, hover label."""
+    return dict(
+        title={"text": title_text, "font": {"size": 13}, "x": 0.01, "xanchor": "left", "y": 1.0, "yanchor": "top",
+               "pad": {"t": 8}},
+        width=width, height=height, plot_bgcolor="#ffffff", paper_bgcolor="#ffffff", template="none", margin=margin,
+        legend={"orientation": "h", "x": 0.0, "y": 1.0, "xanchor": "left", "yanchor": "bottom", "font": {"size": 11}},
+        hoverlabel={"bgcolor": "#ffffff", "font": {"size": 12, "color": "#222222"}, "align": "left"})
+
+
+def _long_interactive(view: MatrixView, title: str):
+    """The plotly matrix of more than :data:`LONG_MATRIX` names, drawn readably: a row per name
+    (y: the row's number, labelled by :func:`long_rows`: a bold header per layer group, then each
+    name after its group), a column per method (labelled on top, a wrong one red and framed), the
+    decision's letter in every cell, :data:`LONG_ROW_PX` per row; a header row is a gap (no hover,
+    no click).  ``meta``: ``long`` True, ``rows`` each row's index into ``names``' columns (-1: a
+    header), ``methods`` and ``names`` as in the wide matrix."""
+    import plotly.graph_objects as go
+
+    grid = view.grid
+    methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
+    rows = long_rows(keys)
+    index = {c: i for i, c in enumerate(_CATEGORIES)}
+    cells = grid.to_numpy(dtype=object)
+    z, text, hover, used = [], [], [], set()
+    for _label, j in rows:
+        if j is None:
+            z.append([None] * len(methods)), text.append([""] * len(methods)), hover.append([""] * len(methods))
+            continue
+        zr, tr, hr = [], [], []
+        for i, m in enumerate(methods):
+            d, bad = cells[i, j], (m, keys[j]) in view.culprits
+            cat = _CULPRIT if bad else (d if d in index else _ABSENT)
+            used.add(cat)
+            zr.append(index[cat])
+            tr.append(_DECISION_LETTER.get(d, d[:1].upper()) + ("\u2717" if bad else "") if d else "")
+            hr.append(_cell_hover(m, keys[j], view.rows.get((m, keys[j])), bad, m in view.wrong))
+        z.append(zr), text.append(tr), hover.append(hr)
+    ticktext = [f"<b>{plotly_text(label)}</b>" if j is None else plotly_text(label) for label, j in rows]
+    columns = [f"<span style='color:{WRONG_COLOUR}'><b>\u2717 {plotly_text(m)} (wrong)</b></span>"
+               if m in view.wrong else plotly_text(m) for m in methods]
+    names = [[cell_text((view.rows.get((m, k)) or {}).get("name")) for k in keys] for m in methods]
+    fig = go.Figure(go.Heatmap(z=z, x=methods, y=list(range(len(rows))), text=text, texttemplate="%{text}",
+                               meta={"long": True, "methods": methods, "names": names,
+                                     "rows": [-1 if j is None else j for _label, j in rows]},
+                               textfont={"size": 10, "color": "#222222"}, customdata=hover,
+                               hovertemplate="%{customdata}<extra></extra>", colorscale=_plotly_scale(),
+                               zmin=-0.5, zmax=len(_CATEGORIES) - 0.5, showscale=False, xgap=1, ygap=1,
+                               hoverongaps=False, name="decisions", showlegend=False))
+    _plotly_legend(fig, used)
+    for i, m in enumerate(methods):
+        if m in view.wrong:
+            fig.add_shape(type="rect", x0=i - 0.5, x1=i + 0.5, y0=-0.5, y1=len(rows) - 0.5, xref="x", yref="y",
+                          line={"color": WRONG_COLOUR, "width": 2.5}, fillcolor="rgba(0,0,0,0)", layer="above")
+    label_px = max(len(label) for label, _j in rows) * 6.2 + 16
+    column_px = max(70, min(160, max(len(m) + (10 if m in view.wrong else 0) for m in methods) * 7.5 + 12))
+    width = int(min(MAX_PLOTLY_WIDTH, max(460, label_px + column_px * len(methods) + HOVER_ROOM)))
+    room = int(max(0, min(HOVER_ROOM, width - label_px - column_px * len(methods))))
+    title_text, top = _plotly_title(title, width)
+    top += METHOD_LABEL_PX  # the method labels, on top, between the cells and the legend
+    fig.update_layout(
+        **_plotly_frame(title_text, width, int(top + LONG_ROW_PX * len(rows) + 20),
+                        {"l": 10, "r": 10 + room, "t": top, "b": 10}),
+        xaxis={"type": "category", "side": "top", "showgrid": False, "ticks": "", "zeroline": False,
+               "automargin": True, "tickmode": "array", "tickvals": methods, "ticktext": columns,
+               "tickfont": {"size": 12}},
+        yaxis={"autorange": "reversed", "automargin": True, "showgrid": False, "ticks": "", "zeroline": False,
+               "tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": ticktext, "tickfont": {"size": 10}},
+    )
+    fig.update_layout(legend={"y": 1.0 + METHOD_LABEL_PX / (LONG_ROW_PX * len(rows))})  # above the method labels
     return fig
 
 

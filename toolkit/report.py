@@ -251,13 +251,21 @@ def native_code_notice(program: "Program") -> str | None:
 # ------------------------------------------------------------------ CSV
 
 
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _kind_of(v: Any) -> str:
+    """A value's kind (as in :data:`REPORT_SCHEMA`) from its type: text for anything not a number."""
+    return ("bool" if isinstance(v, (bool, np.bool_)) else "int" if isinstance(v, numbers.Integral)
+            else "float" if isinstance(v, numbers.Real) else "str")
+
+
 def _cell(kind: str | None, v: Any) -> str:
     """One CSV cell; ``kind`` None: taken from the value's type (text for anything not a number)."""
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+    if _missing(v):
         return ""
-    if kind is None:
-        kind = ("bool" if isinstance(v, (bool, np.bool_)) else "int" if isinstance(v, numbers.Integral)
-                else "float" if isinstance(v, numbers.Real) else "str")
+    kind = kind or _kind_of(v)
     if kind in ("bool", "optional_bool"):
         return "True" if bool(v) else "False"
     if kind == "int":
@@ -269,10 +277,15 @@ def _cell(kind: str | None, v: Any) -> str:
 
 def write_csv(frame: pd.DataFrame, path_or_handle: PathOrHandle) -> None:
     """Write report rows (:data:`REPORT_COLUMNS`, typed by :data:`REPORT_SCHEMA`): :func:`write_table`."""
+    write_table(_report_columns(frame), path_or_handle, REPORT_SCHEMA)
+
+
+def _report_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s :data:`REPORT_COLUMNS`, in order; a :class:`ReportError` when one is missing."""
     missing = [c for c in REPORT_COLUMNS if c not in frame.columns]
     if missing:
         raise ReportError(f"not a collision report frame: columns {missing} are missing")
-    write_table(frame[list(REPORT_COLUMNS)], path_or_handle, REPORT_SCHEMA)
+    return frame[list(REPORT_COLUMNS)]
 
 
 def write_table(frame: pd.DataFrame, path_or_handle: PathOrHandle, kinds: Mapping[str, str] | None = None) -> None:
@@ -292,6 +305,46 @@ def write_table(frame: pd.DataFrame, path_or_handle: PathOrHandle, kinds: Mappin
         path_or_handle.write(buf.getvalue())  # type: ignore[union-attr]
     else:
         write_text_atomically(path_or_handle, buf.getvalue())  # type: ignore[arg-type]
+
+
+XLSX_SHEET = "decisions"
+XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+def _xlsx_cell(kind: str | None, v: Any, illegal: Any) -> Any:
+    """One Excel cell: a number or a boolean as itself, a missing value empty, text as
+    :func:`_cell` writes it (neutralised: a spreadsheet reads no formula in it), the control
+    characters Excel cannot hold (``illegal``, openpyxl's pattern) shown as U+FFFD."""
+    if _missing(v):
+        return None
+    kind = kind or _kind_of(v)
+    if kind in ("bool", "optional_bool"):
+        return bool(v)
+    if kind == "int":
+        return int(v)
+    if kind == "float":
+        return float(v)
+    return illegal.sub("\ufffd", _cell(kind, v))
+
+
+def write_xlsx(frame: pd.DataFrame, handle: IO[bytes]) -> None:
+    """Write report rows (:data:`REPORT_COLUMNS`) as an Excel workbook to a binary ``handle``: one
+    sheet (:data:`XLSX_SHEET`), a header row, cells typed by :data:`REPORT_SCHEMA`, text
+    neutralised as in the CSV (the module docstring).  Needs openpyxl (the notebook extra)."""
+    try:
+        from openpyxl import Workbook
+        from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
+    except ImportError:
+        raise ReportError("an Excel export needs openpyxl: pip install 'constshare-toolkit[notebook]' "
+                          "(or pip install openpyxl)") from None
+    frame = _report_columns(frame)
+    book = Workbook(write_only=True)  # rows streamed: 10,000 rows in about a second
+    sheet = book.create_sheet(XLSX_SHEET)
+    sheet.append([neutralize(c) for c in REPORT_COLUMNS])
+    kinds = [REPORT_SCHEMA[c] for c in REPORT_COLUMNS]
+    for rec in frame.itertuples(index=False, name=None):
+        sheet.append([_xlsx_cell(k, v, ILLEGAL_CHARACTERS_RE) for k, v in zip(kinds, rec)])
+    book.save(handle)
 
 
 def check_output(path: "str | os.PathLike[str]") -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .errors import LoadError
 from .loader import ProgramLoad, default_runtime, resolve_devices
@@ -174,13 +174,15 @@ class Session(ProgramLoad):
 def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",
                  device: "str | Any | Mapping[str, str] | None" = None, *, record: bool = True,
                  progress: bool = False, check_integrity: bool | None = None, runtime: Runtime | None = None,
-                 options: LoadOptions | None = None) -> Session:
+                 options: LoadOptions | None = None,
+                 on_progress: Callable[[int, int, str], None] | None = None) -> Session:
     """Load every method of a program under ``policy`` and return the session.
 
     A method that fails leaves the session with ``status == "failed"`` and ``error`` set,
     not an exception, so the decisions up to the failure can be inspected.  ``options``: how
     bytes move and are checked (:class:`~toolkit.options.LoadOptions`); None reads them from
     the environment (:func:`~toolkit.options.options_from_environment`), here at the edge.
+    ``on_progress(done, total, method)``: the constants loaded so far (:meth:`ProgramLoad.load`).
     """
     options = options if options is not None else options_from_environment()
     if check_integrity is not None:  # the runtime reads verified copies only when the load checks
@@ -192,4 +194,4 @@ def load_program(program_or_path: "Program | str | Path", policy: "str | Policy"
     for d in set(devices.values()):
         rt.check_available(program, d)
     return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt,
-                   options=options).load(progress=progress)
+                   options=options).load(progress=progress, on_progress=on_progress)

@@ -219,9 +219,10 @@ class Verdict:
         return ExitCode.OK if o is MethodOutcome.OK else (
             ExitCode.NOT_VERIFIED if o is MethodOutcome.NO_REFERENCE else ExitCode.PROBLEM)
 
-    def headline(self) -> str:
-        """One line: the outcome and the methods behind it."""
-        parts = [f"{self.program!r} under {self.policy!r}{' (predicted)' if self.predicted else ''}: "
+    def headline(self, name: str | None = None) -> str:
+        """One line: the outcome and the methods behind it; the program called ``name`` when given
+        (what a view calls it: a ``.pte``'s programs are all named "prog"), else by its own name."""
+        parts = [f"{name or self.program!r} under {self.policy!r}{' (predicted)' if self.predicted else ''}: "
                  f"{self.outcome.value}"]
         if self.error:
             parts.append(f"{self.failed_stage.value if self.failed_stage else 'load'} failed: {self.error}")

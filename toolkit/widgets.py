@@ -36,7 +36,7 @@ from .rendering import (
     CAUGHT_COLOUR, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
     html_table, markdown_html, markdown_text, outcome_colour, session_facts_html, shorten_digests, verification_html,
 )
-from .report import CollisionReport, collision_report, native_code_notice
+from .report import XLSX_MIME, CollisionReport, collision_report, native_code_notice
 from .samples import DEFAULT_SAMPLE, build_sample, sample_names
 from .verdict import BlameStatus, ConstantFinding, MethodOutcome, Verdict
 from .vocab import Lookup, PolicyName, parse
@@ -61,6 +61,7 @@ MAX_TABLE_ROWS = 300
 TAB_TITLES = ("Overview", "Decisions", "Timeline & memory", "Policies", "Export")
 DECISIONS_TAB = TAB_TITLES.index("Decisions")
 GRID_HEIGHT = "360px"  # the Decisions grid scrolls inside this height
+MATRIX_HEIGHT = "760px"  # the Overview's matrix scrolls inside this height (a long one: 16 px a name)
 EXPORT_SUFFIX = "-collisions.csv"
 EXPORT_SCOPES = ("export", "rows")  # errors of the Export tab's report and of the Decisions tab's rows
 COMPARISON_COLUMNS = ["policy", "outcome", "stage", "wrong_methods", "not_runnable", "shared", "declined",
@@ -71,6 +72,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 NO_CUDA = "this machine has no CUDA device: choose device cpu, or tick “dry run” to predict the load"
 MAX_INLINE_EXPORT = 512 * 1024  # bytes: a larger export is linked by its path, not embedded in the page
+SESSION_FIGURES = ("collision matrix", "timeline", "memory")  # a load's figures, drawn in this order
+# the bar's share of each step of a load: the constants of a load (then verify, blame), of a dry
+# run, and the figures drawn at the end (a 10,000-constant program takes seconds in each)
+LOAD_SPAN, DRY_RUN_SPAN, DRAW_SPAN = (0.5, 0.7), (0.1, 0.8), (0.88, 0.98)
+PROGRESS_STEP = 0.01  # the constants' progress moves the bar by at least this much (or a new method begins)
 
 
 def _one_line(e: BaseException) -> str:
@@ -213,12 +219,14 @@ class ExplorerState(traitlets.HasTraits):
     export_ok = traitlets.Bool(None, allow_none=True)  # the latest export's outcome (None: none yet)
     export_message = traitlets.Unicode("")
     rows_exported = traitlets.Unicode("")  # what the Decisions tab's own export wrote ('' none yet)
+    rows_export_file = traitlets.Instance(Path, allow_none=True)  # and where (None: none yet)
 
     def __init__(self, *, build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
                  export_dir: str | os.PathLike | None = None, **inputs: Any):
         super().__init__(export_dir=Path(export_dir if export_dir is not None else Path.cwd()).expanduser().resolve())
         self._build, self._load = build, load
         self._lock = threading.Lock()
+        self._pngs: tuple[Any, dict[str, bytes]] = (None, {})  # (session, its figures' PNGs)
         self.set(**inputs)
 
     # ------------------------------------------------------------------ inputs
@@ -333,7 +341,7 @@ class ExplorerState(traitlets.HasTraits):
             if scope == "export":
                 self.exported, self.export_ok, self.export_message = None, False, error
             elif scope == "rows":
-                self.rows_exported = ""
+                self.rows_exported, self.rows_export_file = "", None
             else:
                 self.outcome, self.phase, self.message = MethodOutcome.FAILED, "failed", f"{what} (see below)"
         return False
@@ -398,14 +406,35 @@ class ExplorerState(traitlets.HasTraits):
 
     @property
     def program_label(self) -> str:
-        """What the results on screen are called: the program's name, or, for a program read from
-        a file (a ``.pte`` or ``.pt2``, whose programs are all called alike), its folder's name."""
+        """What the results on screen are called (:meth:`label_of` their program and inputs)."""
         if self.session is None:
             return ""
-        where = Path(self.shown_inputs[1]) if self.shown_inputs and self.shown_inputs[0] == "path" else None
+        return self.label_of(self.session.program, self.shown_inputs)
+
+    @staticmethod
+    def label_of(program: "Program", inputs: tuple | None) -> str:
+        """What a program opened with ``inputs`` is called: its name, or, for one read from a file
+        (a ``.pte`` or ``.pt2``, whose programs are all called alike, "prog"), its folder's name."""
+        where = Path(inputs[1]) if inputs and inputs[0] == "path" else None
         if where is not None and where.suffix.lower() in (".pte", ".pt2") and where.resolve().parent.name:
             return where.resolve().parent.name
-        return self.session.program.name
+        return program.name
+
+    def _constants_progress(self, phase: str, span: tuple[float, float], head: str) -> Callable[[int, int, str], None]:
+        """The loader's ``on_progress``: the bar moved over ``span`` as the constants are done, at
+        least :data:`PROGRESS_STEP` at a time or when a method begins; the status says which method
+        and how many constants."""
+        start, end = max(span[0], self.progress), span[1]
+        last = [-1.0, None]
+
+        def on_progress(done: int, total: int, method: str) -> None:
+            fraction = done / total if total else 1.0
+            if fraction - last[0] < PROGRESS_STEP and method == last[1] and done < total:
+                return
+            last[:] = fraction, method
+            self._step(phase, start + (end - start) * fraction,
+                       f"{head}: method {method!r}, {done:,} of {total:,} constants")
+        return on_progress
 
     def _open_step(self) -> "Program | None":
         """The open step of a load, with its progress; None (and :attr:`error`) on failure."""
@@ -422,12 +451,13 @@ class ExplorerState(traitlets.HasTraits):
         from .session import load_program
 
         notice = native_code_notice(program)
-        self._step("load", 0.5, f"loading {program.name!r} under {self.policy!r} on {self.device}"
-                   + (f" ({notice})" if notice else ""))
+        head = f"loading {self.label_of(program, self.inputs())!r} under {self.policy!r} on {self.device}"
+        self._step("load", LOAD_SPAN[0], head + (f" ({notice})" if notice else ""))
         try:
             if self.device.startswith("cuda") and not _cuda_available():
                 raise ToolkitError(NO_CUDA)
-            session = (self._load or load_program)(program, self.policy, device=self.device)
+            session = (self._load or load_program)(program, self.policy, device=self.device,
+                                                   on_progress=self._constants_progress("load", LOAD_SPAN, head))
         except Exception as e:  # noqa: BLE001
             hint = self._load_hint(program, e)
             if hint and self._is_pte():  # an ExecuTorch file cannot be rebuilt here: say only what can be done
@@ -454,10 +484,12 @@ class ExplorerState(traitlets.HasTraits):
         from .analysis import run_analysis
 
         device = self.analysis_device(program)
-        self._step("analyze", 0.5, f"dry run of {program.name!r} under {self.policy!r} on {device}: predicting "
-                   f"every decision (nothing is loaded)")
+        head = f"dry run of {self.label_of(program, self.inputs())!r} under {self.policy!r} on {device}"
+        self._step("analyze", max(DRY_RUN_SPAN[0], self.progress), f"{head}: predicting every decision (nothing is "
+                   f"loaded)")
         try:
-            return run_analysis(program, self.policy, device=device).session
+            return run_analysis(program, self.policy, device=device, on_progress=self._constants_progress(
+                "analyze", DRY_RUN_SPAN, head + ", predicting (nothing is loaded)")).session
         except Exception as e:  # noqa: BLE001
             self._fail("could not analyze the program", e)
             return None
@@ -483,6 +515,7 @@ class ExplorerState(traitlets.HasTraits):
                 self._predicted_session(program) if self.dry_run else self._loaded_session(program))
             if session is None:
                 return False
+            self._step("report", max(self.progress, DRY_RUN_SPAN[1]), "the verdict and the collision report")
             try:
                 verdict = session.verdict()
                 verification = dry_run_verification(session) if verdict.predicted else session.verify()
@@ -490,6 +523,7 @@ class ExplorerState(traitlets.HasTraits):
             except Exception as e:  # noqa: BLE001
                 session.close()
                 return self._fail("could not verify the program", e)
+            self._pngs = (session, self._draw(session, verdict, self.label_of(program, target)))
             self._show(program, session, verification, verdict, report, target)
             notes = [self.blame_note, moved]
             if verdict.failed_stage is not None and not verdict.predicted:
@@ -498,7 +532,7 @@ class ExplorerState(traitlets.HasTraits):
                 self.outcome = verdict.outcome
                 failed = verdict.outcome in (MethodOutcome.FAILED, MethodOutcome.REFUSED)
                 self._step("failed" if failed else "done", 1.0, (PREDICTION if verdict.predicted else "")
-                           + verdict.headline() + "".join(f" ({n})" for n in notes if n))
+                           + verdict.headline(name=self.program_label) + "".join(f" ({n})" for n in notes if n))
             return True
         finally:
             self._end()
@@ -513,7 +547,7 @@ class ExplorerState(traitlets.HasTraits):
             self.shown_inputs, self.loading = inputs, False
             self.filter_method = self.filter_decision = self.filter_reason = ALL
             self.exported, self.export_ok, self.export_message = None, None, ""  # of the previous load
-            self.rows_exported = ""
+            self.rows_exported, self.rows_export_file = "", None
             self.session = session
             self.rows = self._filtered()
             self.selected = self._first_of_interest()
@@ -540,9 +574,11 @@ class ExplorerState(traitlets.HasTraits):
             from .compare import compare_policies, predict_policies
 
             try:
+                shown = self.program is not None
                 program = self.program or self.open_program()
             except Exception as e:  # noqa: BLE001
                 return self._fail("could not open the program", e)
+            label = self.label_of(program, self.shown_inputs if shown else self.inputs())
             dry = self.dry_run
 
             def on_policy(pol: str, i: int, n: int) -> None:
@@ -562,7 +598,7 @@ class ExplorerState(traitlets.HasTraits):
                 # the bar says what the chosen policy's verdict is, not that the comparison ran
                 self.program, self.comparison = program, result
                 self.outcome = chosen.outcome if chosen is not None else MethodOutcome.OK
-                self._step("done", 1.0, f"compared {len(result.frame)} policies on {program.name!r}"
+                self._step("done", 1.0, f"compared {len(result.frame)} policies on {label!r}"
                            + (" as a dry run (a prediction: nothing was loaded or run)" if dry else "") + ": "
                            + "; ".join(f"{o} under {', '.join(names)}" for o, names in by.items())
                            + (f"; the chosen {self.policy!r}: {chosen.outcome.value}" if chosen is not None else ""))
@@ -681,20 +717,58 @@ class ExplorerState(traitlets.HasTraits):
         return out.reset_index(drop=True)
 
     # ------------------------------------------------------------------ figures / export
+    @staticmethod
+    def _figure(name: str, session: "Session", verdict: Verdict, label: str):
+        """One of :data:`SESSION_FIGURES` of a load (matplotlib), its program called ``label``."""
+        from . import plots
+
+        if name == "collision matrix":
+            return plots.collision_matrix(session, wrong_methods=verdict.wrong_methods, name=label)
+        if name == "timeline":
+            return plots.event_timeline(session)
+        return plots.memory_by_policy(session)
+
+    def _draw(self, session: "Session", verdict: Verdict, label: str) -> dict[str, bytes]:
+        """The PNGs of a load's figures, the bar moving over :data:`DRAW_SPAN` as each is drawn
+        (a large program's take seconds); {} when one cannot be drawn (the view says why)."""
+        from .plots import figure_png
+
+        pngs: dict[str, bytes] = {}
+        try:
+            for i, name in enumerate(SESSION_FIGURES):
+                self._step("draw", DRAW_SPAN[0] + (DRAW_SPAN[1] - DRAW_SPAN[0]) * i / len(SESSION_FIGURES),
+                           f"drawing the {name} ({i + 1} of {len(SESSION_FIGURES)})")
+                pngs[name] = figure_png(self._figure(name, session, verdict, label))
+        except Exception:  # noqa: BLE001 - drawn again by the view, which shows the error
+            return {}
+        return pngs
+
+    def session_pngs(self) -> dict[str, bytes]:
+        """The PNGs of :data:`SESSION_FIGURES` of the load on screen (drawn once, by the load)."""
+        from .plots import figure_png
+
+        if self.session is None:
+            return {}
+        held, pngs = self._pngs
+        if held is not self.session or set(pngs) != set(SESSION_FIGURES):
+            pngs = {name: figure_png(fig) for name, fig in self.figures(comparison=False).items()}
+            self._pngs = (self.session, pngs)
+        return pngs
+
     def figures(self, *, session: bool = True, comparison: bool = True) -> dict[str, Any]:
         """Matplotlib figures of the results on screen (of the load, of the comparison), by name."""
         from . import plots
 
         figs: dict[str, Any] = {}
         if session and self.session is not None:
-            figs["collision matrix"] = plots.collision_matrix(self.session, wrong_methods=self.verdict.wrong_methods)
-            figs["timeline"] = plots.event_timeline(self.session)
-            figs["memory"] = plots.memory_by_policy(self.session)
+            for name in SESSION_FIGURES:
+                figs[name] = self._figure(name, self.session, self.verdict, self.program_label)
         if comparison and self.comparison is not None and self.program is not None:
             floor = plots.minimum_device_bytes(self.program)
+            label = self.program_label or self.program.name
             figs["policy trade-off"] = plots.policy_tradeoff(self.comparison, minimum=floor,
-                                                             title=f"{self.program.name}: correctness vs memory")
-            title = f"{self.program.name}: device memory per method and policy"
+                                                             title=f"{label}: correctness vs memory")
+            title = f"{label}: device memory per method and policy"
             figs["memory by policy"] = plots.memory_by_policy(self.comparison.memory(), minimum=floor, title=title)
         return figs
 
@@ -713,29 +787,34 @@ class ExplorerState(traitlets.HasTraits):
         first = self.export_dir / (name or self.default_export_name())
         if not first.exists():
             return str(first)
-        stem = first.name[: -len(".csv")] if first.name.endswith(".csv") else first.name
+        suffix = first.suffix
+        stem = first.name[: -len(suffix)] if suffix else first.name
         for i in range(2, 10_000):
-            candidate = self.export_dir / f"{stem}-{i}.csv"
+            candidate = self.export_dir / f"{stem}-{i}{suffix}"
             if not candidate.exists():
                 return str(candidate)
-        raise ToolkitError(f"{self.export_dir}: too many reports named {stem}-N.csv")
+        raise ToolkitError(f"{self.export_dir}: too many reports named {stem}-N{suffix}")
 
-    def export_rows(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
+    def export_rows(self, path: str | Path | None = None, *, overwrite: bool = False, excel: bool = False) -> bool:
         """Write the collision report's rows of the decisions the Decisions tab shows (:attr:`rows`:
-        after its filters, in its order) as CSV, through the report's writer (text cells
-        neutralised); default name ``<program>-<policy>-decisions[-filtered].csv``.  The outcome
-        is in :attr:`rows_exported` (the path) or :attr:`error` (scope ``"rows"``)."""
+        after its filters, in its order) as CSV, or as an Excel workbook with ``excel`` (one sheet,
+        :func:`toolkit.report.write_xlsx`), through the report's writers (text cells neutralised);
+        default name ``<program>-<policy>-decisions[-filtered].csv`` (``.xlsx``).  The outcome is in
+        :attr:`rows_exported` and :attr:`rows_export_file`, or :attr:`error` (scope ``"rows"``)."""
         self.clear_error()
         if self.report is None:
             return self._fail("nothing to export", ToolkitError("load a program first"), scope="rows")
         keys = pd.DataFrame({"method": self.rows["method"].tolist(), "name": self.rows["name"].tolist()})
         frame = keys.merge(self.report.frame, on=["method", "name"], how="inner", validate="one_to_many")
         name = self.default_export_name().replace(EXPORT_SUFFIX, "-decisions" + ("-filtered" if self.filtered
-                                                                               else "") + ".csv")
-        target = self._write(path, overwrite, frame, self.default_export_path(name) if not path else None, "rows")
+                                                                               else "") + (".xlsx" if excel else ".csv"))
+        target = self._write(path, overwrite, frame, self.default_export_path(name) if not path else None, "rows",
+                             excel=excel)
         if target is None:
             return False
-        self.rows_exported = f"wrote {len(frame):,} rows to {target}"
+        with self.hold_trait_notifications():
+            self.rows_export_file = target
+            self.rows_exported = f"wrote {_plural(len(frame), 'row')} to {target}"
         return True
 
     def export_csv(self, path: str | Path | None = None, *, overwrite: bool = False) -> bool:
@@ -757,10 +836,11 @@ class ExplorerState(traitlets.HasTraits):
         return True
 
     def _write(self, path: str | Path | None, overwrite: bool, frame: pd.DataFrame, default: str | None,
-               scope: str) -> Path | None:
+               scope: str, *, excel: bool = False) -> Path | None:
         """Write report rows to ``path`` (relative: in :attr:`export_dir`; none: ``default`` or
-        :meth:`default_export_path`); the absolute path written, None (and :attr:`error`) on failure."""
-        from .report import write_csv
+        :meth:`default_export_path`), as CSV or (``excel``) a workbook; the absolute path written,
+        None (and :attr:`error`) on failure."""
+        from .report import write_csv, write_xlsx
 
         try:
             target = Path(path).expanduser() if path not in (None, "") else Path(default or self.default_export_path())
@@ -778,8 +858,12 @@ class ExplorerState(traitlets.HasTraits):
             if target.exists() and not overwrite:
                 raise ToolkitError(f"{str(target)!r} already exists: choose another name, or allow overwriting")
             # "x": never replace a file that appeared since the check above, unless asked
-            with open(target, "w" if overwrite else "x", encoding="utf-8", newline="") as fh:
-                write_csv(frame, fh)
+            if excel:
+                with open(target, "wb" if overwrite else "xb") as fh:
+                    write_xlsx(frame, fh)
+            else:
+                with open(target, "w" if overwrite else "x", encoding="utf-8", newline="") as fh:
+                    write_csv(frame, fh)
         except Exception as e:  # noqa: BLE001
             self._fail(f"could not write {str(target)!r}", e, scope=scope)
             return None
@@ -895,8 +979,9 @@ def _download_link(target: Path) -> str:
     if size > MAX_INLINE_EXPORT:
         return " · too large to put in the page: open it from the file browser"
     data = base64.b64encode(target.read_bytes()).decode("ascii")
-    return (f" · <a download=\"{html.escape(target.name, quote=True)}\" href=\"data:text/csv;base64,{data}\">"
-            f"download</a>")
+    mime = XLSX_MIME if target.suffix.lower() == ".xlsx" else "text/csv"
+    return (f" · <a class=\"constshare-download\" download=\"{html.escape(target.name, quote=True)}\" "
+            f"href=\"data:{mime};base64,{data}\">download</a>")
 
 
 def _box(cls: str, text: str) -> str:
@@ -1034,7 +1119,7 @@ PANELS = {
     "_render_selection": ("selected",),
     "_render_comparison": ("comparison",),
     "_render_export": ("session", "export_dir", "export_ok", "export_message"),
-    "_render_rows_export": ("rows_exported", "error"),
+    "_render_rows_export": ("rows_exported", "rows_export_file", "error"),
 }
 
 
@@ -1052,6 +1137,7 @@ class Explorer:
         self._worker: threading.Thread | None = None
         self._updating = False
         self._grid_keys: list[tuple[str, str]] = []
+        self.count = ""  # the Decisions tab's count, "N of M decisions (filtered)", of the grid's own frame
         s = self.state
         self._widgets: list[Any] = []
 
@@ -1095,7 +1181,9 @@ class Explorer:
         self.error, self.stale_banner, self.dry_banner = (mk(w.HTML, f"constshare-{name}-box", layout=w.Layout(
             display="none")) for name in ("error", "stale", "dry"))
         # the matrix: a plotly FigureWidget (a click on a cell selects that constant), inside this box
-        self.matrix = mk(w.Box, "constshare-matrix", layout=w.Layout(display="none", max_width="100%"))
+        # (a long one, a row per name, scrolls inside MATRIX_HEIGHT)
+        self.matrix = mk(w.Box, "constshare-matrix", layout=w.Layout(display="none", max_width="100%",
+                                                                      max_height=MATRIX_HEIGHT, overflow="auto"))
         self.timeline, self.memory, self.tradeoff, self.memory_policies = (
             mk(w.Image, f"constshare-{name}", format="png", layout=picture())
             for name in ("timeline", "memory", "tradeoff", "memory-policies"))
@@ -1108,6 +1196,9 @@ class Explorer:
         self.export_rows_button = mk(w.Button, "constshare-export-rows", description="Export these rows (CSV)",
                                      icon="download", tooltip="the rows the filters above leave, as CSV",
                                      layout=w.Layout(width="auto"))
+        self.export_rows_excel_button = mk(w.Button, "constshare-export-rows-excel", description="Excel (.xlsx)",
+                                           icon="table", layout=w.Layout(width="auto"),
+                                           tooltip="the rows the filters above leave, as an Excel workbook (.xlsx)")
         self.export_rows_result = mk(w.HTML, "constshare-export-rows-result")
         ITable = _itable_class()
         self.grid = None
@@ -1135,7 +1226,7 @@ class Explorer:
                    layout=w.Layout(flex="0 1 400px", min_width="320px", max_width="100%"))
         decisions = mk(w.VBox, children=[
             mk(w.HBox, children=[self.filter_method, self.filter_decision, self.filter_reason, self.culprits_only,
-                                 self.export_rows_button], layout=w.Layout(flex_flow="row wrap", align_items="center")),
+                                 self.export_rows_button, self.export_rows_excel_button], layout=w.Layout(flex_flow="row wrap", align_items="center")),
             self.export_rows_result,
             mk(w.HBox, children=[left, right], layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
                                                                grid_gap="16px", width="100%"))])
@@ -1164,6 +1255,7 @@ class Explorer:
                        if name != "device"]
         self.culprits_only.observe(lambda ch: self._filter("culprits_only", ch["new"]), names="value")
         self.export_rows_button.on_click(lambda _b: self.state.export_rows())
+        self.export_rows_excel_button.on_click(lambda _b: self._export_rows_excel())
         for key in FILTERS:
             getattr(self, f"filter_{key}").observe(lambda ch, key=key: self._filter(key, ch["new"]), names="value")
         self.constant.observe(self._pick_constant, names="value")
@@ -1238,6 +1330,12 @@ class Explorer:
         i = rows[0]
         if 0 <= i < len(self._grid_keys) and self._grid_keys[i] != self.state.selected:
             self._guarded(self.state.select, *self._grid_keys[i])
+
+    def _export_rows_excel(self) -> None:
+        """The Excel export of the rows shown: said first (a workbook of 10,000 rows takes seconds)."""
+        self.export_rows_result.value = _box("constshare-ok", f"writing {len(self.state.rows):,} rows as an Excel "
+                                                              f"workbook\u2026")
+        self.state.export_rows(excel=True)
 
     def _export_folder(self, ch) -> None:
         if self._updating:
@@ -1324,7 +1422,8 @@ class Explorer:
         failed = bool(s.error and s.error_scope not in EXPORT_SCOPES)
         style = "danger" if failed else ("info" if s.busy else BAR_STYLES.get(s.outcome, "info"))
         self.progress.bar_style = style
-        for b in (self.load_button, self.compare_button, self.export_button):
+        for b in (self.load_button, self.compare_button, self.export_button, self.export_rows_button,
+                  self.export_rows_excel_button):
             b.disabled = s.busy
         self.load_button.description = "Working…" if s.busy else ("Dry run" if s.dry_run else "Load")
         clock = f" ({elapsed:.0f} s)" if s.busy and elapsed is not None and elapsed >= 1 else ""
@@ -1343,23 +1442,21 @@ class Explorer:
         self.error.layout.display = None
 
     def _render_session(self) -> None:
-        from .plots import figure_png
-
         s = self.state
         if s.session is None:
             return
         v = s.verdict
         self.dry_banner.value = _banner(s.banner)
         self.dry_banner.layout.display = None if s.banner else "none"
-        self.summary.value = (_box("constshare-verdict", v.headline())
+        self.summary.value = (_box("constshare-verdict", v.headline(name=s.program_label))
                               + _box("constshare-findings", findings_summary(v))
                               + session_facts_html(s.session, predicted=v.predicted, name=s.program_label))
         self.verification.value = (f"<b>{'prediction' if v.predicted else 'verification'}</b>"
                                    + verification_html(s.verification, v, empty="no methods"))
-        figs = s.figures(comparison=False)
-        self._render_matrix(figure_png(figs["collision matrix"]))
-        self._show_png(self.timeline, figure_png(figs["timeline"]))
-        self._show_png(self.memory, figure_png(figs["memory"]))
+        pngs = s.session_pngs()
+        self._render_matrix(pngs["collision matrix"])
+        self._show_png(self.timeline, pngs["timeline"])
+        self._show_png(self.memory, pngs["memory"])
 
     def _render_matrix(self, png: bytes) -> None:
         """The interactive matrix (plotly: hover a cell for its decision, reason and blame's verdict),
@@ -1372,7 +1469,8 @@ class Explorer:
 
             from .plots import interactive_collision_matrix
 
-            fig = go.FigureWidget(interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods))
+            fig = go.FigureWidget(interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods,
+                                                               name=s.program_label))
         except ImportError:  # no plotly
             self._set_matrix(())
             self.matrix.layout.display = "none"
@@ -1400,11 +1498,16 @@ class Explorer:
             return
         meta = trace.meta or {}
         x = points.xs[0]
-        if isinstance(x, (list, tuple)):  # a matrix grouped by layer: (layer, label) columns
-            columns, x = list(zip(*trace.x)), tuple(x)
+        if meta.get("long"):  # a long matrix: a column per method, a row per name (a header row: none)
+            i, j = list(trace.x).index(x), meta["rows"][int(points.ys[0])]
+            if j < 0:
+                return
         else:
-            columns = list(trace.x)
-        i, j = list(trace.y).index(points.ys[0]), columns.index(x)
+            if isinstance(x, (list, tuple)):  # a matrix grouped by layer: (layer, label) columns
+                columns, x = list(zip(*trace.x)), tuple(x)
+            else:
+                columns = list(trace.x)
+            i, j = list(trace.y).index(points.ys[0]), columns.index(x)
         method, name = meta["methods"][i], meta["names"][i][j]
         if not name:  # a method without that constant
             return
@@ -1427,19 +1530,22 @@ class Explorer:
         keys = list(zip(rows["method"], rows["name"]))
         self._grid_keys = keys
         head = findings_summary(s.verdict, set(keys))
+        # the count and the grid from one frame, total and "(filtered)" read once: they cannot disagree
+        frame, total, filtered = grid_frame(rows, s.verdict), s.total_decisions, s.filtered
+        self.count = count_text(len(frame), total, filtered)
         if self.grid is not None:
             self.decisions.value = _box("constshare-findings", " · ".join(
                 t for t in (head, "click a row to see that constant" if keys else "") if t))
             self._updating = True
             try:
-                # every option again: itables' update() forgets those not given (allow_html among them)
-                self.grid.update(grid_frame(rows, s.verdict), selected_rows=[keys.index(s.selected)]
-                                 if s.selected in keys else [], **self._grid_options(s.total_decisions, s.filtered))
+                # every option again: itables' update() forgets those not given (allow_html among them);
+                # the count is the grid's info line (its _TOTAL_: the frame's rows its own search leaves)
+                self.grid.update(frame, selected_rows=[keys.index(s.selected)] if s.selected in keys else [],
+                                 **self._grid_options(total, filtered))
             finally:
                 self._updating = False
         else:  # no itables: the renderer's table, scrolling inside a bounded box
-            self.decisions.value = (_box("constshare-findings", " · ".join(
-                t for t in (count_text(len(rows), s.total_decisions, s.filtered), head) if t))
+            self.decisions.value = (_box("constshare-findings", " · ".join(t for t in (self.count, head) if t))
                 + f"<div style='max-height: {GRID_HEIGHT}; overflow: auto'>"
                 + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters") + "</div>")
         self._set(self.constant, options=[(f"{m} / {n}", (m, n)) for m, n in keys],
@@ -1521,5 +1627,8 @@ class Explorer:
         s = self.state
         if s.error and s.error_scope == "rows":
             self.export_rows_result.value = _box("constshare-error", s.error)
+        elif s.rows_exported and s.rows_export_file is not None:
+            self.export_rows_result.value = (f"<div class='constshare-ok'>{html.escape(s.rows_exported)}"
+                                             f"{_download_link(s.rows_export_file)}</div>")
         else:
             self.export_rows_result.value = _box("constshare-ok", s.rows_exported)
