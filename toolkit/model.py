@@ -115,7 +115,18 @@ class ConstantSpec:
     storage: str = ""
 
     def meta(self, device_type: str, device_index: int) -> TensorMeta:
-        return TensorMeta(self.dtype, self.shape, self.strides, device_type, device_index)
+        try:
+            return _meta(self.dtype, self.shape, self.strides, device_type, device_index)
+        except TypeError:  # unhashable (a list)
+            return TensorMeta(self.dtype, self.shape, self.strides, device_type, device_index)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _meta(dtype: str, shape: tuple[int, ...], strides: tuple[int, ...], device_type: str,
+          device_index: int) -> TensorMeta:
+    """One TensorMeta per distinct metadata (immutable; a program's constants repeat a few shapes, and
+    a dry run asks each constant's several times)."""
+    return TensorMeta(dtype, shape, strides, device_type, device_index)
 
 
 @dataclass(frozen=True)
