@@ -549,11 +549,14 @@ class ProgramLoad:
                 lr = lookup(c.name)
                 ref = lr.entry if lr else None
             refs.append(ref)
-            found = find_problem(
-                method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest, mutated=c.mutated,
-                storage=c.storage, slot_problem=sp,
-                **({"cached_method": ref.owner_method, "cached_name": ref.name, "cached_digest": ref.digest,
-                    "cached_mutated": ref.mutated, "cached_storage": ref.storage} if ref else {}))
+            if ref:
+                found = find_problem(method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest,
+                                     mutated=c.mutated, storage=c.storage, slot_problem=sp,
+                                     cached_method=ref.owner_method, cached_name=ref.name, cached_digest=ref.digest,
+                                     cached_mutated=ref.mutated, cached_storage=ref.storage)
+            else:
+                found = find_problem(method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest,
+                                     mutated=c.mutated, storage=c.storage, slot_problem=sp)
             if found is not None:
                 findings.append(found)
                 data_problem.append(found.problem.value)

@@ -667,9 +667,10 @@ class Fingerprint(Policy):
     def decide(self, plan, new_meta, cache):
         m = plan.method
         out: list[ConstantDecision] = []
+        lookup, device_type, device_index = plan.lookup, m.device_type, m.device_index
         for c in m.constants:
-            meta = m.meta(c)
-            lr = plan.lookup(c.name)
+            meta = c.meta(device_type, device_index)
+            lr = lookup(c.name)
             state = _state_decision(c, lr, meta)
             if state is not None:
                 out.append(state)

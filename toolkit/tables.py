@@ -214,13 +214,14 @@ def method_results_frame(results: Iterable[Any], *, policy: str) -> pd.DataFrame
 
 def analysis_frame(log: EventLog, results: Iterable[Any], *, policy: str) -> pd.DataFrame:
     """The decisions of a (dry-run) load with each row's policy, whole_blob and method status."""
-    d = decisions_frame(log).drop(columns=["seq"])
-    per_method = {r.method: r for r in results}
+    d = decisions_frame(log)
+    del d["seq"]  # in place: the other columns are not copied, and they are in ANALYSIS_COLUMNS' order
+    per_method = {r.method: (r.whole_blob, _plain(r.status)) for r in results}
     methods = d["method"].tolist()
     d.insert(0, "policy", policy)
-    d["whole_blob"] = [per_method[m].whole_blob for m in methods]
-    d["method_status"] = [_plain(per_method[m].status) for m in methods]
-    return d[ANALYSIS_COLUMNS]
+    d["whole_blob"] = [per_method[m][0] for m in methods]
+    d["method_status"] = [per_method[m][1] for m in methods]
+    return d
 
 
 def memory_by_policy_frame(sessions: Iterable[Any]) -> pd.DataFrame:
