@@ -131,7 +131,7 @@ def test_a_streaming_log_sees_every_event_of_a_batch():
 
     class Streaming(ev.EventLog):
         def recorded(self, start, stop):
-            seen.extend(self._event(i).seq for i in range(start, stop))
+            seen.extend(self.event(i).seq for i in range(start, stop))
 
     s = _load(generate(SyntheticSpec(methods=2, constants=30, seed=2)), "fingerprint", Streaming())
     assert seen == list(range(len(s.log)))

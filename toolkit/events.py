@@ -334,6 +334,10 @@ class EventLog:
     def recorded(self, start: int, stop: int) -> None:
         """Called once events ``start`` to ``stop - 1`` are recorded (a subclass may stream them); nothing here."""
 
+    def event(self, seq: int) -> Event:
+        """The event at position ``seq`` (made on first read, once)."""
+        return self._event(seq)
+
     def _event(self, seq: int) -> Event:
         e = self._made.get(seq)
         if e is None:

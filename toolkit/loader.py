@@ -357,28 +357,17 @@ class ProgramLoad:
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
         own = [d.constant for d in outcome.decisions if d.origin is TensorOrigin.OWN_UPLOAD]
-        up: list[tuple[ConstantSpec, float, str]] = []  # recorded as one batch, also when an upload fails
+        # one event per upload, recorded as it is done: an upload runs native code, and a worker streaming its
+        # events (toolkit.isolation) keeps those before a crash
         t = time.perf_counter()
-        # a runtime that measures no memory (the dry run, CPU): the accounting only grows during the uploads,
-        # so its peak is read once after them; one that measures is read after each upload
-        probe = self.log.enabled and self.runtime.bytes_in_use(device, sync=False) is not None
-        try:
-            for c, tensor, how in handle.upload_constants(own):
-                loaded.own_tensors[c.name] = tensor
-                loaded.own_upload_bytes += c.nbytes
-                if probe:
-                    self._probe_peak(device, loaded)
-                now = time.perf_counter()
-                up.append((c, now - t, how))
-                t = now
-                self._advance(1)
-        finally:
-            if up:
-                self.log.record_batch(ev.ConstantUploaded, m, name=[u[0].name for u in up],
-                                      fqn=[u[0].fqn for u in up], bytes=[u[0].nbytes for u in up],
-                                      seconds=[u[1] for u in up], path=[u[2] for u in up])
-            if not probe:  # the accounting's peak: what is held once every upload is done
-                self._probe_peak(device, loaded)
+        for c, tensor, how in handle.upload_constants(own):
+            loaded.own_tensors[c.name] = tensor
+            loaded.own_upload_bytes += c.nbytes
+            self._probe_peak(device, loaded)
+            now = time.perf_counter()
+            self.log.record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t, path=how)
+            t = now
+            self._advance(1)
 
         # The out-of-bounds guard: AOTInductor checks nothing when a tensor is installed.
         install: dict[str, Any] = {}
