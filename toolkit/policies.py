@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Iterable, Mapping, Protocol, Sequence
 
 from .errors import UnknownPolicyError
-from .model import ConstantSpec, TensorMeta, required_nbytes, shown
+from .model import ConstantSpec, TensorMeta, quick_init, required_nbytes, shown
 from .vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
 
 # ------------------------------------------------------------------ inputs
@@ -64,6 +64,7 @@ class MethodView:
 # ------------------------------------------------------------------ outputs
 
 
+@quick_init
 @dataclass(frozen=True)
 class FieldComparison:
     field: MetadataField
@@ -75,6 +76,7 @@ class FieldComparison:
         return self.cached == self.new
 
 
+@quick_init
 @dataclass(frozen=True)
 class DigestComparison:
     cached: str
@@ -85,6 +87,7 @@ class DigestComparison:
         return self.cached == self.new
 
 
+@quick_init
 @dataclass(frozen=True)
 class LookupResult:
     constant: ConstantSpec
@@ -113,6 +116,7 @@ class Plan:
         return self._by_name.get(name)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ConstantDecision:
     constant: ConstantSpec
