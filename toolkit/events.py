@@ -402,8 +402,20 @@ class EventLog:
         return out
 
     def _value(self, seq: int, name: str) -> Any:
-        e = self._made.get(seq)
-        return getattr(e if e is not None else self._event(seq), name)
+        """Field ``name`` of the event at ``seq``, read from its record (its event is not made)."""
+        if name == "seq":
+            return seq
+        i = bisect.bisect_right(self._starts, seq) - 1
+        r = self._records[i]
+        if type(r) is tuple:
+            event_type, time_s, method, keys, values = r
+            payload = dict(zip(keys, values))
+        else:
+            event_type, payload = r.at(seq - self._starts[i])
+            time_s, method = r.time_s, r.method
+        if name in ("time_s", "method"):
+            return time_s if name == "time_s" else method
+        return payload[name] if name in payload else _defaults(event_type)[name]
 
     def seqs(self, event_type: type[Event]) -> list[int]:
         """The positions of every event of ``event_type``."""
