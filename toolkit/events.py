@@ -341,16 +341,19 @@ class EventLog:
     def _event(self, seq: int) -> Event:
         e = self._made.get(seq)
         if e is None:
-            i = bisect.bisect_right(self._starts, seq) - 1
-            r = self._records[i]
-            if type(r) is tuple:
-                event_type, time_s, method, keys, values = r
-                payload = dict(zip(keys, values))
-            else:
-                event_type, payload = r.at(seq - self._starts[i])
-                time_s, method = r.time_s, r.method
+            event_type, time_s, method, payload = self._read(seq)
             e = self._made[seq] = event_type(seq, time_s, method, **payload)
         return e
+
+    def _read(self, seq: int) -> tuple[type[Event], float, str, dict[str, Any]]:
+        """The record of the event at ``seq``: its type, time, method and the payload given."""
+        i = bisect.bisect_right(self._starts, seq) - 1
+        r = self._records[i]
+        if type(r) is tuple:
+            event_type, time_s, method, keys, values = r
+            return event_type, time_s, method, dict(zip(keys, values))
+        event_type, payload = r.at(seq - self._starts[i])
+        return event_type, r.time_s, r.method, payload
 
     def __iter__(self) -> Iterator[Event]:
         return iter([self._event(i) for i in range(self._n)])
@@ -405,14 +408,7 @@ class EventLog:
         """Field ``name`` of the event at ``seq``, read from its record (its event is not made)."""
         if name == "seq":
             return seq
-        i = bisect.bisect_right(self._starts, seq) - 1
-        r = self._records[i]
-        if type(r) is tuple:
-            event_type, time_s, method, keys, values = r
-            payload = dict(zip(keys, values))
-        else:
-            event_type, payload = r.at(seq - self._starts[i])
-            time_s, method = r.time_s, r.method
+        event_type, time_s, method, payload = self._read(seq)
         if name in ("time_s", "method"):
             return time_s if name == "time_s" else method
         return payload[name] if name in payload else _defaults(event_type)[name]
