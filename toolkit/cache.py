@@ -58,9 +58,7 @@ class SharedConstantCache:
         if entry.fqn in self._by_fqn:
             raise KeyError(f"cache already holds {entry.fqn!r}")
         self._by_fqn[entry.fqn] = entry
-        indexed = (entry.digest, entry.meta) not in self._by_content
-        if indexed:
-            self._by_content[(entry.digest, entry.meta)] = entry
+        indexed = self._by_content.setdefault((entry.digest, entry.meta), entry) is entry  # the first with it
         self._journal.append(("add", entry, indexed))
 
     def add_user(self, entry: CacheEntry, method: str) -> None:

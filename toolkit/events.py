@@ -6,11 +6,12 @@ place they become DataFrames is :mod:`toolkit.tables`.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import threading
 import time
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 from .vocab import Decision, EventKind, Lookup, MetadataField, Reason, TensorOrigin, UploadPath
 
@@ -223,13 +224,50 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 )
 
 
+class _Batch:
+    """Events recorded at once by one method, as columns: one list per field and event type, no row.
+
+    ``types``: the event types it holds; ``kinds``: per row, the index of its type in ``types``
+    (None when it holds one type); ``cols``: per type, field -> the values of that type's rows in
+    order (a field of the type not given: its default).  Every row has the batch's time and method.
+    """
+
+    __slots__ = ("types", "kinds", "cols", "n", "time_s", "method", "_pos")
+
+    def __init__(self, types, kinds, cols, n, time_s, method):
+        self.types, self.kinds, self.cols, self.n, self.time_s, self.method = types, kinds, cols, n, time_s, method
+        self._pos: list[int] | None = None  # per row, its position among the rows of its type (made when read)
+
+    def offsets(self, t: int) -> list[int]:
+        """The rows of type ``types[t]``, in order."""
+        if self.kinds is None:
+            return list(range(self.n))
+        return [o for o, k in enumerate(self.kinds) if k == t]
+
+    def at(self, o: int) -> tuple[type[Event], dict[str, Any]]:
+        """Row ``o``: its type and payload."""
+        if self.kinds is None:
+            t, j = 0, o
+        else:
+            if self._pos is None:
+                seen = [0] * len(self.types)
+                pos = []
+                for k in self.kinds:
+                    pos.append(seen[k])
+                    seen[k] += 1
+                self._pos = pos
+            t, j = self.kinds[o], self._pos[o]
+        return self.types[t], {k: v[j] for k, v in self.cols[t].items()}
+
+
 class EventLog:
     """An append-only, thread-safe, ordered log of events.
 
-    ``record`` stores what happened (type, time, method, payload) and nothing more; the
-    :class:`Event` of a record is made the first time it is read, once.  A dry run records
-    several events per decision and reads few of them back (benchmarks/scaling.py: making
-    every event as it was recorded was half of a dry run's time).
+    ``record`` stores what happened (type, time, method, payload) and nothing more;
+    ``record_batch`` and ``record_rows`` store many events of one method at once as columns (a
+    method's decisions, lookups, comparisons: one list per field, benchmarks/scaling.py).  The
+    :class:`Event` of a record is made the first time it is read, once; frames read the columns
+    (:meth:`column`) without making events.  The events of one batch share its time.
     ``enabled=False`` keeps the log empty (used to measure recording overhead).
     """
 
@@ -237,9 +275,11 @@ class EventLog:
         self.enabled = enabled
         self._clock = clock
         self._t0 = clock()
-        # (type, time_s, method, payload keys, payload values): a keys tuple is stored once per distinct
-        # order, so a record takes the memory of its values (a dict per event took 2.3 times the bytes)
-        self._records: list[tuple[type[Event], float, str, tuple[str, ...], tuple[Any, ...]]] = []
+        # an entry: one event, (type, time_s, method, payload keys, payload values) (a keys tuple is stored once
+        # per distinct order, so a record takes the memory of its values), or a _Batch of events
+        self._records: list[tuple[type[Event], float, str, tuple[str, ...], tuple[Any, ...]] | _Batch] = []
+        self._starts: list[int] = []  # per entry, the seq of its first event
+        self._n = 0
         self._keys: dict[tuple[type[Event], tuple[str, ...]], tuple[str, ...]] = {}
         self._made: dict[int, Event] = {}  # seq -> its Event, once read
         self._lock = threading.Lock()
@@ -251,51 +291,131 @@ class EventLog:
         if keys is None:  # a payload of this order for the first time: checked against the event's fields
             keys = self._keys[sig] = _checked(event_type, sig[1])
         with self._lock:  # seq, time and position agree even when threads record at once
+            start = self._n
             self._records.append((event_type, self._clock() - self._t0, method, keys, tuple(payload.values())))
+            self._starts.append(start)
+            self._n = start + 1
+        self.recorded(start, start + 1)
+
+    def record_batch(self, event_type: type[Event], method: str, **columns: list[Any]) -> None:
+        """Record ``len`` of the columns events of ``event_type`` at once: ``columns`` maps each field
+        given to its list of values, one per event, in order (the same fields as ``record`` takes)."""
+        self.record_rows(method, [event_type], None, {event_type: columns})
+
+    def record_rows(self, method: str, types: Sequence[type[Event]], kinds: list[int] | None,
+                    columns: Mapping[type[Event], Mapping[str, list[Any]]]) -> None:
+        """Record events of several types at once, in the order ``kinds`` gives (per event, the index
+        of its type in ``types``; None: ``types`` is one type): ``columns[t]`` maps each field of type
+        ``t`` to the values of its events, in order.  Nothing is recorded where no event is given."""
+        if not self.enabled:
+            return
+        types = tuple(types)
+        if kinds is None and (len(types) != 1 or not columns[types[0]]):
+            raise ValueError("a batch without kinds holds one event type and at least one column")
+        cols = []
+        for i, t in enumerate(types):
+            c = columns[t]
+            _checked(t, tuple(c))  # the fields record() would accept, or TypeError
+            n_t = len(next(iter(c.values()))) if kinds is None else kinds.count(i)
+            if any(len(v) != n_t for v in c.values()):
+                raise ValueError(f"{t.__name__}: columns of {sorted({len(v) for v in c.values()})} values "
+                                 f"for {n_t} events")
+            cols.append(dict(c))
+        n = len(kinds) if kinds is not None else n_t
+        if n == 0:
+            return
+        with self._lock:
+            start = self._n
+            self._records.append(_Batch(types, kinds, tuple(cols), n, self._clock() - self._t0, method))
+            self._starts.append(start)
+            self._n = start + n
+        self.recorded(start, start + n)
+
+    def recorded(self, start: int, stop: int) -> None:
+        """Called once events ``start`` to ``stop - 1`` are recorded (a subclass may stream them); nothing here."""
+
+    def event(self, seq: int) -> Event:
+        """The event at position ``seq`` (made on first read, once)."""
+        return self._event(seq)
 
     def _event(self, seq: int) -> Event:
         e = self._made.get(seq)
         if e is None:
-            event_type, time_s, method, keys, values = self._records[seq]
-            e = self._made[seq] = event_type(seq, time_s, method, **dict(zip(keys, values)))
+            event_type, time_s, method, payload = self._read(seq)
+            e = self._made[seq] = event_type(seq, time_s, method, **payload)
         return e
 
+    def _read(self, seq: int) -> tuple[type[Event], float, str, dict[str, Any]]:
+        """The record of the event at ``seq``: its type, time, method and the payload given."""
+        i = bisect.bisect_right(self._starts, seq) - 1
+        r = self._records[i]
+        if type(r) is tuple:
+            event_type, time_s, method, keys, values = r
+            return event_type, time_s, method, dict(zip(keys, values))
+        event_type, payload = r.at(seq - self._starts[i])
+        return event_type, r.time_s, r.method, payload
+
     def __iter__(self) -> Iterator[Event]:
-        return iter([self._event(i) for i in range(len(self._records))])
+        return iter([self._event(i) for i in range(self._n)])
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._n
 
     def last(self) -> Event:
-        return self._event(len(self._records) - 1)
+        return self._event(self._n - 1)
 
     def of_type(self, event_type: type[Event]) -> list[Event]:
-        return [self._event(i) for i, r in enumerate(self._records) if r[0] is event_type]
+        return [self._event(i) for i in self.seqs(event_type)]
 
     def column(self, event_type: type[Event], name: str, seqs: Sequence[int] | None = None) -> list[Any]:
         """Field ``name`` of the events of ``event_type`` (or of the records ``seqs``, all of that type),
         read from the records without making their events (how :mod:`toolkit.tables` builds frames)."""
-        records = self._records
-        if seqs is None:
-            seqs = self.seqs(event_type)
-        if name == "seq":
-            return list(seqs)
-        if name in ("time_s", "method"):
-            at = 1 if name == "time_s" else 2
-            return [records[i][at] for i in seqs]
+        if seqs is not None:
+            return [self._value(s, name) for s in seqs]
         default = _defaults(event_type)[name]
-        out, where = [], {}  # payload keys -> the position of ``name`` in them (-1: not given, the default)
-        for i in seqs:
-            _, _, _, keys, values = records[i]
-            at = where.get(keys)
-            if at is None:
-                at = where[keys] = keys.index(name) if name in keys else -1
-            out.append(values[at] if at >= 0 else default)
+        out: list[Any] = []
+        where: dict[tuple[str, ...], int] = {}  # payload keys -> the position of ``name`` in them (-1: the default)
+        for start, r in zip(self._starts, self._records):
+            if type(r) is tuple:
+                if r[0] is not event_type:
+                    continue
+                if name == "seq":
+                    out.append(start)
+                elif name == "time_s" or name == "method":
+                    out.append(r[1] if name == "time_s" else r[2])
+                else:
+                    keys = r[3]
+                    at = where.get(keys)
+                    if at is None:
+                        at = where[keys] = keys.index(name) if name in keys else -1
+                    out.append(r[4][at] if at >= 0 else default)
+                continue
+            if event_type not in r.types:
+                continue
+            t = r.types.index(event_type)
+            if name == "seq":
+                out.extend(start + o for o in r.offsets(t))
+                continue
+            col = r.cols[t].get(name)
+            if col is not None:
+                out.extend(col)
+            else:
+                count = r.n if r.kinds is None else r.kinds.count(t)
+                out.extend([r.time_s if name == "time_s" else r.method if name == "method" else default] * count)
         return out
+
+    def _value(self, seq: int, name: str) -> Any:
+        """Field ``name`` of the event at ``seq``, read from its record (its event is not made)."""
+        if name == "seq":
+            return seq
+        event_type, time_s, method, payload = self._read(seq)
+        if name in ("time_s", "method"):
+            return time_s if name == "time_s" else method
+        return payload[name] if name in payload else _defaults(event_type)[name]
 
     def seqs(self, event_type: type[Event]) -> list[int]:
         """The positions of every event of ``event_type``."""
-        return [i for i, r in enumerate(self._records) if r[0] is event_type]
+        return self.column(event_type, "seq")
 
 
 def _checked(event_type: type[Event], keys: tuple[str, ...]) -> tuple[str, ...]:

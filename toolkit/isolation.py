@@ -296,8 +296,10 @@ def _worker(tmp: Path) -> int:
             if event_type is ev.LoadStarted:
                 emit({"stage": "loading", "method": method})
             super().record(event_type, method, **payload)
-            if self.enabled:
-                emit({"event": {k: _jsonable(v) for k, v in self.last().row().items()}})
+
+        def recorded(self, start, stop):  # every event, one recorded alone or a batch's
+            for seq in range(start, stop):
+                emit({"event": {k: _jsonable(v) for k, v in self.event(seq).row().items()}})
 
     class WorkerSession(Session):
         def run(self, method, inputs=None):

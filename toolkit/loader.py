@@ -22,12 +22,12 @@ from . import tables
 from .cache import CacheEntry, SharedConstantCache
 from .errors import LoadError, ProgramError, ToolkitError
 from .integrity import check_files
-from .model import MethodSpec, Program, TensorMeta, shown
+from .model import ConstantSpec, MethodSpec, Program, TensorMeta, shown
 from .options import LoadOptions
 from .policies import ConstantDecision, ExportRefusal, MethodView, Outcome, Plan, Policy, slot_problem
 from .runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes
 from .verdict import ConstantFinding, find_problem
-from .vocab import Decision, MethodStatus, SessionStatus, Stage, TensorOrigin
+from .vocab import ConstantKind, Decision, Lookup, MethodStatus, SessionStatus, Stage, TensorOrigin
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,6 +87,10 @@ class LoadedMethod:
     @property
     def device_bytes(self) -> int:
         return self.whole_blob_bytes + self.own_upload_bytes
+
+
+# an enum member's value, as a table shows it (a dict: a member's .value is a slow descriptor); None: ""
+_VALUE: dict[Any, str] = {None: "", **{m: m.value for e in (ConstantKind, Lookup) for m in e}}
 
 
 def _holds(by_id: dict[int, tuple[Any, Any]], tensor: Any) -> bool:
@@ -342,9 +346,12 @@ class ProgramLoad:
 
         view = MethodView(m, device.type, device.index, spec.constants)
         plan = self.policy.plan(view, self.cache)
-        for lr in plan.lookups:
-            self.log.record(ev.CacheLookup, m, name=lr.constant.name, fqn=lr.constant.fqn, result=lr.result,
-                            cached_owner=lr.entry.owner_method if lr.entry else "", storage_key=lr.key)
+        lookups = plan.lookups
+        if lookups:  # one record for the method's lookups, as columns
+            self.log.record_batch(ev.CacheLookup, m, name=[lr.constant.name for lr in lookups],
+                                  fqn=[lr.constant.fqn for lr in lookups], result=[lr.result for lr in lookups],
+                                  cached_owner=[lr.entry.owner_method if lr.entry else "" for lr in lookups],
+                                  storage_key=[lr.key for lr in lookups])
 
         loaded = LoadedMethod(spec, device, handle, outcome=Outcome(m, ()))
         extracted: Mapping[str, Any] = {}
@@ -363,14 +370,7 @@ class ProgramLoad:
 
         outcome = self.policy.decide(plan, new_meta, self.cache)
         loaded.outcome = outcome
-        for d in outcome.decisions:
-            for fc in d.comparisons:
-                self.log.record(ev.FieldCompared, m, name=d.constant.name, fqn=d.constant.fqn, field=fc.field,
-                             cached=fc.cached, new=fc.new, equal=fc.equal)
-            if d.digest_comparison is not None:
-                dc = d.digest_comparison
-                self.log.record(ev.DigestCompared, m, name=d.constant.name, fqn=d.constant.fqn, cached=dc.cached,
-                             new=dc.new, equal=dc.equal)
+        self._record_comparisons(m, outcome)
         if outcome.failure:
             self._record_decisions(m, device, outcome, plan, {})
             for d in outcome.decisions:
@@ -381,6 +381,8 @@ class ProgramLoad:
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
         own = [d.constant for d in outcome.decisions if d.origin is TensorOrigin.OWN_UPLOAD]
+        # one event per upload, recorded as it is done: an upload runs native code, and a worker streaming its
+        # events (toolkit.isolation) keeps those before a crash
         t = time.perf_counter()
         for c, tensor, how in handle.upload_constants(own):
             loaded.own_tensors[c.name] = tensor
@@ -399,10 +401,12 @@ class ProgramLoad:
                     loaded.own_tensors[d.constant.name] if d.origin is TensorOrigin.OWN_UPLOAD else
                     extracted.get(d.shared_from.name if d.decision is Decision.SHARED else d.constant.name))
 
+        runs = {d.constant.name: runs_on(d) for d in outcome.decisions}  # what each slot runs on
+        facts, dtype, dindex = self.runtime.facts, device.type, device.index
         for d in outcome.install:
-            tensor = runs_on(d)
-            have, have_bytes = self.runtime.facts(tensor)
-            problem = slot_problem(have, have_bytes, d.constant, device.type, device.index)
+            tensor = runs[d.constant.name]
+            have, have_bytes = facts(tensor)
+            problem = slot_problem(have, have_bytes, d.constant, dtype, dindex)
             if problem:
                 loaded.runnable = False
                 loaded.problems.append(f"{d.constant.name}: {problem}")
@@ -418,28 +422,32 @@ class ProgramLoad:
         if outcome.first_container:
             self.cache.first_container = m
         self._record_decisions(m, device, outcome, plan, problems)
-        for d in outcome.decisions:  # what each slot runs on: for state resets and blame
-            loaded.tensors[d.constant.name] = runs_on(d)
+        loaded.tensors.update(runs)  # what each slot runs on: for state resets and blame
         if loaded.runnable:
             handle.install(install)
             self._probe_peak(device, loaded)
             self.log.record(ev.PairsInstalled, m, count=len(install), names=",".join(install))
 
-        for d in outcome.decisions:
-            if d.enters_cache:
-                if d.origin is TensorOrigin.WHOLE_BLOB:
-                    tensor, keep = extracted[d.constant.name], handle
-                else:
-                    tensor, keep = loaded.own_tensors[d.constant.name], None
-                entry = CacheEntry(fqn=d.cache_key, name=d.constant.name, owner_method=m,
-                                   meta=self.runtime.facts(tensor)[0], digest=d.constant.digest,
-                                   nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m},
-                                   mutated=d.constant.mutated, storage=d.constant.storage)
-                self.cache.add(entry)
-                self.log.record(ev.CacheEntryAdded, m, name=d.constant.name, fqn=d.constant.fqn,
-                             owner_kind=entry.owner_kind)
-            elif d.decision is Decision.SHARED and d.origin is TensorOrigin.CACHE:
-                self.cache.add_user(d.shared_from, m)
+        added: list[tuple[ConstantSpec, CacheEntry]] = []  # recorded as one batch
+        try:
+            for d in outcome.decisions:
+                if d.enters_cache:
+                    if d.origin is TensorOrigin.WHOLE_BLOB:
+                        tensor, keep = extracted[d.constant.name], handle
+                    else:
+                        tensor, keep = loaded.own_tensors[d.constant.name], None
+                    entry = CacheEntry(fqn=d.cache_key, name=d.constant.name, owner_method=m,
+                                       meta=self.runtime.facts(tensor)[0], digest=d.constant.digest,
+                                       nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m},
+                                       mutated=d.constant.mutated, storage=d.constant.storage)
+                    self.cache.add(entry)
+                    added.append((d.constant, entry))
+                elif d.decision is Decision.SHARED and d.origin is TensorOrigin.CACHE:
+                    self.cache.add_user(d.shared_from, m)
+        finally:
+            if added:
+                self.log.record_batch(ev.CacheEntryAdded, m, name=[c.name for c, _ in added],
+                                      fqn=[c.fqn for c, _ in added], owner_kind=[e.owner_kind for _, e in added])
         measured = self._sample_memory(m, device, "after", pending=loaded)
         self.log.record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,
                         measure="max of cudaMemGetInfo after each allocating step" if measured
@@ -458,6 +466,9 @@ class ProgramLoad:
         """
         m = spec.name
         compiled = handle.compiled()
+        if compiled.is_manifest:  # the dry run's: every check would compare the manifest with itself
+            self._enumerated(m, spec.constants)
+            return
         slots = compiled.constants
         declared = {c.name: c for c in spec.constants}
         if set(slots) != set(declared):
@@ -467,6 +478,21 @@ class ProgramLoad:
         if compiled.blob_bytes is not None and spec.constants and compiled.blob_bytes != spec.blob_bytes:
             raise ProgramError(f"method {m!r}: the .so reads a {compiled.blob_bytes}-byte weights blob, the "
                                f"manifest says {spec.blob_bytes}", path=so, field=f"methods[{m}].blob_bytes")
+        checked: list[ConstantSpec] = []  # enumerated: recorded as one batch, also when one is refused
+        try:
+            self._check_slots(spec, slots, compiled, so, checked)
+        finally:
+            self._enumerated(m, checked)
+
+    def _enumerated(self, m: str, constants: "list[ConstantSpec] | tuple[ConstantSpec, ...]") -> None:
+        if constants:
+            self.log.record_batch(ev.ConstantEnumerated, m, name=[c.name for c in constants],
+                                  fqn=[c.fqn for c in constants], dtype=[c.dtype for c in constants])
+
+    @staticmethod
+    def _check_slots(spec: MethodSpec, slots: Mapping[str, Any], compiled: Any, so: Path,
+                     checked: list[ConstantSpec]) -> None:
+        m = spec.name
         for c in spec.constants:
             slot = slots[c.name]
             where = f"methods[{m}].constants[{c.name}]"
@@ -487,35 +513,91 @@ class ProgramLoad:
             if slot.blob_offset is not None and compiled.blob_bytes is not None and slot.blob_offset != c.offset:
                 raise ProgramError(f"constant {c.name!r}: the .so reads it at blob offset {slot.blob_offset}, "
                                    f"the manifest says {c.offset}", path=so, field=f"{where}.offset")
-            self.log.record(ev.ConstantEnumerated, m, name=c.name, fqn=c.fqn, dtype=c.dtype)
+            checked.append(c)
+
+    def _record_comparisons(self, m: str, outcome: Outcome) -> None:
+        """Every field and digest comparison of a method's decisions, in order, as one record."""
+        f_name: list[str] = []
+        f_fqn: list[str] = []
+        f_field: list[Any] = []
+        f_cached: list[str] = []
+        f_new: list[str] = []
+        f_equal: list[bool] = []
+        d_rows: list[tuple[ConstantSpec, Any]] = []
+        kinds: list[int] = []
+        columns: dict[int, tuple] = {}  # id(comparisons) -> its kinds, its columns and itself
+        for d in outcome.decisions:
+            comps = d.comparisons
+            if comps:  # the same few tuples repeat (compare_metadata is memoised): columns made once per tuple
+                col = columns.get(id(comps))
+                if col is None or col[5] is not comps:
+                    col = columns[id(comps)] = ([0] * len(comps), [x.field for x in comps], [x.cached for x in comps],
+                                                [x.new for x in comps], [x.equal for x in comps], comps)
+                c, k = d.constant, len(comps)
+                f_name += [c.name] * k
+                f_fqn += [c.fqn] * k
+                kinds += col[0]
+                f_field += col[1]
+                f_cached += col[2]
+                f_new += col[3]
+                f_equal += col[4]
+            if d.digest_comparison is not None:
+                d_rows.append((d.constant, d.digest_comparison))
+                kinds.append(1)
+        if not kinds:
+            return
+        self.log.record_rows(m, (ev.FieldCompared, ev.DigestCompared), kinds, {
+            ev.FieldCompared: {"name": f_name, "fqn": f_fqn, "field": f_field, "cached": f_cached, "new": f_new,
+                               "equal": f_equal},
+            ev.DigestCompared: {"name": [c.name for c, _ in d_rows], "fqn": [c.fqn for c, _ in d_rows],
+                                "cached": [x.cached for _, x in d_rows], "new": [x.new for _, x in d_rows],
+                                "equal": [x.equal for _, x in d_rows]}})
 
     def _record_decisions(self, m: str, device: Device, outcome: Outcome, plan: Plan,
                           problems: Mapping[str, str]) -> None:
-        dev = str(device)
-        findings = []
-        for d in outcome.decisions:
-            c = d.constant
-            lr = plan.lookup(c.name)
-            ref = d.shared_from or (lr.entry if lr else None)
-            found = find_problem(
-                method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest, mutated=c.mutated,
-                storage=c.storage, slot_problem=problems.get(c.name, ""),
-                **({"cached_method": ref.owner_method, "cached_name": ref.name, "cached_digest": ref.digest,
-                    "cached_mutated": ref.mutated, "cached_storage": ref.storage} if ref else {}))
+        """Every decision of a method as one record (its columns), and the method's findings."""
+        ds = outcome.decisions
+        cs = [d.constant for d in ds]
+        slot = [problems.get(c.name, "") for c in cs] if problems else [""] * len(ds)
+        refs = []  # the cache entry each was given or checked against, None when none
+        findings, data_problem = [], []
+        lookup, shared = plan.lookup, Decision.SHARED
+        for d, c, sp in zip(ds, cs, slot):
+            ref = d.shared_from
+            if not ref:
+                lr = lookup(c.name)
+                ref = lr.entry if lr else None
+            refs.append(ref)
+            if ref:
+                found = find_problem(method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest,
+                                     mutated=c.mutated, storage=c.storage, slot_problem=sp,
+                                     cached_method=ref.owner_method, cached_name=ref.name, cached_digest=ref.digest,
+                                     cached_mutated=ref.mutated, cached_storage=ref.storage)
+            else:
+                found = find_problem(method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest,
+                                     mutated=c.mutated, storage=c.storage, slot_problem=sp)
             if found is not None:
                 findings.append(found)
-            self.log.record(
-                ev.Decided, m, device=dev, name=c.name, fqn=c.fqn, constant_kind=c.kind.value, mutated=c.mutated,
-                lookup=d.lookup.value if d.lookup else "", decision=d.decision, reason_code=d.reason_code,
-                reason=d.reason, origin=d.origin,
-                shared_from=f"{d.shared_from.owner_method}/{d.shared_from.name}"
-                if d.decision is Decision.SHARED and d.shared_from else "",
-                nbytes=c.nbytes, dtype=c.dtype, shape=shown(c.shape), strides=shown(c.strides), digest=c.digest,
-                cached_method=ref.owner_method if ref else "",
-                cached_dtype=ref.meta.dtype if ref else "", cached_shape=shown(ref.meta.shape) if ref else "",
-                cached_strides=shown(ref.meta.strides) if ref else "", cached_digest=ref.digest if ref else "",
-                slot_problem=problems.get(c.name, ""), storage_key=d.key,
-                data_problem=found.problem.value if found else "", upstream_keeps=d.upstream_keeps,
+                data_problem.append(found.problem.value)
+            else:
+                data_problem.append("")
+        if ds:
+            self.log.record_batch(
+                ev.Decided, m, device=[str(device)] * len(ds), name=[c.name for c in cs], fqn=[c.fqn for c in cs],
+                constant_kind=[_VALUE[c.kind] for c in cs], mutated=[c.mutated for c in cs],
+                lookup=[_VALUE[d.lookup] for d in ds], decision=[d.decision for d in ds],
+                reason_code=[d.reason_code for d in ds], reason=[d.reason for d in ds], origin=[d.origin for d in ds],
+                shared_from=[f"{d.shared_from.owner_method}/{d.shared_from.name}"
+                             if d.decision is shared and d.shared_from else "" for d in ds],
+                nbytes=[c.nbytes for c in cs], dtype=[c.dtype for c in cs], shape=[shown(c.shape) for c in cs],
+                strides=[shown(c.strides) for c in cs], digest=[c.digest for c in cs],
+                cached_method=[r.owner_method if r else "" for r in refs],
+                cached_dtype=[r.meta.dtype if r else "" for r in refs],
+                cached_shape=[shown(r.meta.shape) if r else "" for r in refs],
+                cached_strides=[shown(r.meta.strides) if r else "" for r in refs],
+                cached_digest=[r.digest if r else "" for r in refs],
+                slot_problem=slot, storage_key=[d.key for d in ds], data_problem=data_problem,
+                upstream_keeps=[d.upstream_keeps for d in ds],
             )
         self.results[m].findings = tuple(findings)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Iterable, Mapping, Protocol, Sequence
 
 from .errors import UnknownPolicyError
-from .model import ConstantSpec, TensorMeta, required_nbytes, shown
+from .model import ConstantSpec, TensorMeta, quick_init, required_nbytes, shown
 from .vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin, parse
 
 # ------------------------------------------------------------------ inputs
@@ -64,6 +64,7 @@ class MethodView:
 # ------------------------------------------------------------------ outputs
 
 
+@quick_init
 @dataclass(frozen=True)
 class FieldComparison:
     field: MetadataField
@@ -75,6 +76,7 @@ class FieldComparison:
         return self.cached == self.new
 
 
+@quick_init
 @dataclass(frozen=True)
 class DigestComparison:
     cached: str
@@ -85,6 +87,7 @@ class DigestComparison:
         return self.cached == self.new
 
 
+@quick_init
 @dataclass(frozen=True)
 class LookupResult:
     constant: ConstantSpec
@@ -113,6 +116,7 @@ class Plan:
         return self._by_name.get(name)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ConstantDecision:
     constant: ConstantSpec
@@ -206,8 +210,19 @@ class ExportRefusal:
 # ------------------------------------------------------------------ helpers
 
 
+class Comparisons(tuple):
+    """The field comparisons of two metadata, in order (a tuple), and whether every field is equal."""
+
+    all_equal: bool
+
+    def __new__(cls, items: Iterable[FieldComparison]) -> "Comparisons":
+        self = super().__new__(cls, items)
+        self.all_equal = all(x.equal for x in self)
+        return self
+
+
 @functools.lru_cache(maxsize=1 << 16)
-def compare_metadata(cached: TensorMeta, new: TensorMeta) -> tuple[FieldComparison, ...]:
+def compare_metadata(cached: TensorMeta, new: TensorMeta) -> Comparisons:
     """Field by field, in cuda_backend.cpp's order: dtype, rank, sizes, strides, device type, index
     (memoised: a program's constants repeat a few shapes, and a dry run compares every hit)."""
     pairs = [
@@ -218,7 +233,7 @@ def compare_metadata(cached: TensorMeta, new: TensorMeta) -> tuple[FieldComparis
         (MetadataField.DEVICE_TYPE, cached.device_type, new.device_type),
         (MetadataField.DEVICE_INDEX, cached.device_index, new.device_index),
     ]
-    return tuple(FieldComparison(f, shown(a), shown(b)) for f, a, b in pairs)
+    return Comparisons(FieldComparison(f, shown(a), shown(b)) for f, a, b in pairs)
 
 
 def _mismatch_text(comps: Sequence[FieldComparison]) -> str:
@@ -524,7 +539,7 @@ class _ExecuTorchPolicy(Policy):
             if new_meta is None or extracted not in new_meta:
                 raise ValueError(f"{self.name}: metadata of extracted constant {extracted!r} is required")
             comps = compare_metadata(entry.meta, new_meta[extracted])
-            if all(x.equal for x in comps):
+            if comps.all_equal:
                 decisions.append(ConstantDecision(
                     c, Lookup.HIT, Decision.SHARED, Reason.METADATA_MATCH,
                     "metadata equal to the cached tensor (data not compared)", TensorOrigin.CACHE, entry, comps))
@@ -624,7 +639,7 @@ def _state_decision(c: ConstantSpec, lr: "LookupResult", meta: TensorMeta) -> "C
                                 enters_cache=True)
     comps = compare_metadata(entry.meta, meta)
     dig = DigestComparison(entry.digest, c.digest)
-    if c.storage and c.storage == entry.storage and all(x.equal for x in comps) and dig.equal:
+    if c.storage and c.storage == entry.storage and comps.all_equal and dig.equal:
         return ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.SAME_STATE,
                                 "one buffer of the eager program (same storage at build time): shared as state",
                                 TensorOrigin.CACHE, entry, comps, dig)
@@ -656,9 +671,10 @@ class Fingerprint(Policy):
     def decide(self, plan, new_meta, cache):
         m = plan.method
         out: list[ConstantDecision] = []
+        lookup, device_type, device_index = plan.lookup, m.device_type, m.device_index
         for c in m.constants:
-            meta = m.meta(c)
-            lr = plan.lookup(c.name)
+            meta = c.meta(device_type, device_index)
+            lr = lookup(c.name)
             state = _state_decision(c, lr, meta)
             if state is not None:
                 out.append(state)
@@ -674,7 +690,7 @@ class Fingerprint(Policy):
                 assert entry is not None
                 comps = compare_metadata(entry.meta, meta)
                 dig = DigestComparison(entry.digest, c.digest)
-                if all(x.equal for x in comps) and dig.equal:
+                if comps.all_equal and dig.equal:
                     out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.FINGERPRINT_MATCH,
                                                 "metadata and content digest equal to the cached tensor",
                                                 TensorOrigin.CACHE, entry, comps, dig))
@@ -690,7 +706,7 @@ class Fingerprint(Policy):
                 out.append(ConstantDecision(c, Lookup.MISS, Decision.LOADED, Reason.FIRST_SEEN,
                                             "first method with this FQN: uploaded on its own and cached",
                                             TensorOrigin.OWN_UPLOAD, enters_cache=True))
-            elif not all(x.equal for x in comps):
+            elif not comps.all_equal:
                 out.append(ConstantDecision(c, Lookup.HIT, Decision.DECLINED, Reason.METADATA_MISMATCH,
                                             f"{_mismatch_text(comps)}: declined, own copy uploaded",
                                             TensorOrigin.OWN_UPLOAD, lr.entry, comps, dig))
@@ -928,7 +944,7 @@ class FqnWeightCache(Policy):
             else:
                 comps = compare_metadata(entry.meta, m.meta(c))
                 dig = DigestComparison(entry.digest, c.digest)
-                if all(x.equal for x in comps):
+                if comps.all_equal:
                     out.append(ConstantDecision(c, Lookup.HIT, Decision.SHARED, Reason.STORAGE_KEY_HIT,
                                                 f"storage key {skey!r} cached for this device: its storage is "
                                                 "reused (one key, one content: the exporter checked)",

@@ -38,6 +38,17 @@ def _plain(v: Any) -> Any:
     return v.value if isinstance(v, enum.Enum) else v
 
 
+def _enum_values(values: list[Any]) -> list[Any]:
+    """A column's enum members as their values (others as they are), as :func:`_plain` does one by one."""
+    if not values or not isinstance(values[0], enum.Enum):
+        return values
+    by_member = {m: m.value for m in type(values[0])}
+    try:
+        return [by_member[v] if isinstance(v, enum.Enum) else v for v in values]
+    except KeyError:  # a member of another enum
+        return [_plain(v) for v in values]
+
+
 def _columns(log: EventLog, event_type: type[Event], columns: list[str]) -> pd.DataFrame:
     """A frame of one event type, built column by column (far less memory and time than a dict per row).
 
@@ -45,14 +56,11 @@ def _columns(log: EventLog, event_type: type[Event], columns: list[str]) -> pd.D
     arrays without copying them: at most one column of Python values is alive at a time
     (benchmarks/scaling.py: half the peak memory of handing pandas every list at once).
     """
-    seqs = log.seqs(event_type)
-    if not seqs:
-        return pd.DataFrame({c: [] for c in columns}, columns=columns)
     data = {}
     for c in columns:
-        values = log.column(event_type, c, seqs)
-        if isinstance(values[0], enum.Enum):
-            values = [_plain(v) for v in values]
+        values = _enum_values(log.column(event_type, c))
+        if not values:
+            return pd.DataFrame({c: [] for c in columns}, columns=columns)
         data[c] = pd.Series(values, name=c, copy=False)
         del values
     return pd.DataFrame(data, columns=columns, copy=False)
@@ -145,16 +153,22 @@ def lookups_frame(log: EventLog) -> pd.DataFrame:
 
 
 def comparisons_frame(log: EventLog) -> pd.DataFrame:
-    """Field-by-field metadata comparisons, plus digest comparisons as field ``digest``."""
-    found = [e for e in log if isinstance(e, (FieldCompared, DigestCompared))]
-    if not found:
+    """Field-by-field metadata comparisons, plus digest comparisons as field ``digest``, in log order."""
+    seq_f, seq_d = log.column(FieldCompared, "seq"), log.column(DigestCompared, "seq")
+    if not seq_f and not seq_d:
         return pd.DataFrame([], columns=COMPARISON_COLUMNS)
+    seqs = seq_f + seq_d
+    order = None if not seq_f or not seq_d or seq_f[-1] < seq_d[0] else sorted(range(len(seqs)), key=seqs.__getitem__)
     data = {}
     for c in COMPARISON_COLUMNS:  # column by column, as events_frame (no dict per row)
-        if c == "field":
-            values = [e.field if isinstance(e, FieldCompared) else "digest" for e in found]
+        if c == "seq":
+            values = seqs
+        elif c == "field":
+            values = log.column(FieldCompared, c) + ["digest"] * len(seq_d)
         else:
-            values = [getattr(e, c) for e in found]
+            values = log.column(FieldCompared, c) + log.column(DigestCompared, c)
+        if order is not None:
+            values = [values[i] for i in order]
         data[c] = pd.Series(_row_values(values), name=c, copy=False)
     return pd.DataFrame(data, columns=COMPARISON_COLUMNS, copy=False)
 
@@ -164,6 +178,9 @@ def _with_culprits(frame: pd.DataFrame, blamed: Iterable[tuple[str, str, str]]) 
     found: dict[tuple[str, str], list[str]] = {}
     for method, name, verification in blamed:
         found.setdefault((method, name), []).append(verification)
+    if not found:
+        frame["culprit"] = [""] * len(frame)
+        return frame
     frame["culprit"] = [", ".join(dict.fromkeys(found.get((m, n), []))) for m, n in zip(frame["method"], frame["name"])]
     return frame
 
@@ -197,13 +214,14 @@ def method_results_frame(results: Iterable[Any], *, policy: str) -> pd.DataFrame
 
 def analysis_frame(log: EventLog, results: Iterable[Any], *, policy: str) -> pd.DataFrame:
     """The decisions of a (dry-run) load with each row's policy, whole_blob and method status."""
-    d = decisions_frame(log).drop(columns=["seq"])
-    per_method = {r.method: r for r in results}
+    d = decisions_frame(log)
+    del d["seq"]  # in place: the other columns are not copied, and they are in ANALYSIS_COLUMNS' order
+    per_method = {r.method: (r.whole_blob, _plain(r.status)) for r in results}
     methods = d["method"].tolist()
     d.insert(0, "policy", policy)
-    d["whole_blob"] = [per_method[m].whole_blob for m in methods]
-    d["method_status"] = [_plain(per_method[m].status) for m in methods]
-    return d[ANALYSIS_COLUMNS]
+    d["whole_blob"] = [per_method[m][0] for m in methods]
+    d["method_status"] = [per_method[m][1] for m in methods]
+    return d
 
 
 def memory_by_policy_frame(sessions: Iterable[Any]) -> pd.DataFrame:

@@ -39,6 +39,9 @@ class CompiledMethod:
 
     constants: Mapping[str, CompiledConstant]
     blob_bytes: int | None  # bytes a whole-blob upload reads; None when the model cannot say
+    # the compiled model is the program model itself (the dry run: nothing was compiled), so nothing
+    # can disagree with the manifest and the loader does not compare them slot by slot
+    is_manifest: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ same constants: the builder recorded it from exactly those extracted tensors.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -24,6 +25,27 @@ class PlannedTensor:
     nbytes: int
 
 
+class _ManifestSlots(Mapping[str, CompiledConstant]):
+    """A method's constants as the compiled model's slots, each made when it is read."""
+
+    def __init__(self, method: MethodSpec):
+        self._method = method
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, ConstantSpec]:
+        return {c.name: c for c in self._method.constants}
+
+    def __getitem__(self, name: str) -> CompiledConstant:
+        c = self._by_name[name]
+        return CompiledConstant(c.name, c.fqn, c.dtype, aligned_slot_bytes(c.nbytes), c.offset)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
 class DryRunMethod:
     def __init__(self, method: MethodSpec, device: Device):
         self.method = method
@@ -33,9 +55,8 @@ class DryRunMethod:
         return PlannedTensor(c.meta(self.device.type, self.device.index), c.nbytes)
 
     def compiled(self) -> CompiledMethod:
-        """The program model stands in for the compiled model (a dry run trusts it)."""
-        return CompiledMethod({c.name: CompiledConstant(c.name, c.fqn, c.dtype, aligned_slot_bytes(c.nbytes), c.offset)
-                               for c in self.method.constants}, self.method.blob_bytes)
+        """The program model stands in for the compiled model (a dry run trusts it); its slots are made when read."""
+        return CompiledMethod(_ManifestSlots(self.method), self.method.blob_bytes, is_manifest=True)
 
     def upload_blob(self) -> None:
         pass
