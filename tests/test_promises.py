@@ -119,18 +119,17 @@ def test_a_failed_session_refuses_load_and_closes(prog):
 def test_close_after_an_interrupted_load_leaves_an_empty_cache(built_sample):
     p = built_sample(SAMPLE)
     s = Session(p, get_policy("name-only"), resolve_devices(p, None))
-    real = s.log.record
 
-    def interrupting(event_type, method, **kw):
-        real(event_type, method, **kw)
-        if event_type is ev.CacheEntryAdded and method == "prefill":
+    def interrupting(start, stop):  # after every way of recording (one event, or a batch of them)
+        last = s.log.event(stop - 1)
+        if last.kind is ev.CacheEntryAdded.kind and last.method == "prefill":
             raise KeyboardInterrupt
 
-    s.log.record = interrupting
+    s.log.recorded = interrupting
     with pytest.raises(KeyboardInterrupt):
         s.load()
     assert not s.methods and len(s.cache) == 0
-    s.log.record = real
+    del s.log.recorded
     s.close()
     assert len(s.cache) == 0 and s.status == "closed"
 
