@@ -328,3 +328,16 @@ def test_a_copy_dropped_over_the_budget_but_still_held_is_not_read_again(tmp_pat
     files.copy(b, file_record(b, PIECE))  # a's copy dropped again, now held by no one
     files.copy(a, file_record(a, PIECE))
     assert files.hashes > hashed  # gone: read and verified again
+
+
+@pytest.mark.parametrize("ranges", [None, [(0, 10)]], ids=["whole", "lazy"])
+def test_a_record_with_too_few_piece_digests_is_refused_read_whole_or_lazily(tmp_path, ranges):
+    """One piece table serves both ways of reading: a record whose digests do not cover the file
+    is an error naming it, never a tail of bytes taken as verified."""
+    from dataclasses import replace
+
+    p, _ = _file(tmp_path)
+    short = replace(file_record(p, PIECE), chunks=file_record(p, PIECE).chunks[:-1])
+    with pytest.raises(IntegrityError, match="piece digests recorded") as e:
+        VerifiedFiles().copy(p, short, ranges=ranges)
+    assert e.value.path == str(p)

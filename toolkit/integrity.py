@@ -141,15 +141,25 @@ def _read_range(fd: int, view: memoryview, start: int, path: Path, h=None) -> No
 
 
 def _hash_range(fd: int, start: int, n: int, path: Path, h) -> None:
-    """Hash the file's bytes [start, start + n) into ``h``, read through one small buffer."""
-    view, at, end = memoryview(bytearray(min(max(n, 1), _CHUNK))), start, start + n
-    while at < end:
-        got = os.preadv(fd, [view[:min(len(view), end - at)]], at)
-        if not got:
-            raise IntegrityError(f"file ended while it was read: it is shorter than the {end} bytes expected "
-                                 "(shrunk while loading?)", path=path)
-        h.update(view[:got])
-        at += got
+    """Hash the file's bytes [start, start + n) into ``h``, read (:func:`_read_range`) through one
+    small buffer."""
+    view = memoryview(bytearray(min(max(n, 1), _CHUNK)))
+    for at in range(start, start + n, len(view)):
+        _read_range(fd, view[:min(len(view), start + n - at)], at, path, h)
+
+
+def _record_pieces(record: FileRecord, path: Path) -> list[tuple[int, int, str]]:
+    """(start, length, expected digest) of each piece a load verifies of the file ``record``
+    describes: its recorded pieces, else the whole file under its sha256; an
+    :class:`IntegrityError` naming ``path`` when the record's piece count does not fit its size."""
+    size = record.bytes
+    if not record.chunks:
+        return [(0, size, record.sha256)]
+    starts = range(0, size, record.chunk_bytes)
+    if len(starts) != len(record.chunks):
+        raise IntegrityError(f"{len(record.chunks)} piece digests recorded for {size} bytes in pieces of "
+                             f"{record.chunk_bytes}", path=path)
+    return [(s, min(record.chunk_bytes, size - s), d) for s, d in zip(starts, record.chunks)]
 
 
 def chunk_sha256s(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None,
@@ -234,18 +244,14 @@ class _Pending:
     expected digest), the program file's descriptor they are read from, and the copy's one
     writable mapping."""
 
-    def __init__(self, src_fd: int, record: FileRecord, threads: int, on_hashed, mm: mmap.mmap | None):
+    def __init__(self, src_fd: int, record: FileRecord, threads: int, on_hashed, mm: mmap.mmap | None,
+                 path: Path):
         size = record.bytes
+        # one digest for the whole file when it records no pieces: any byte read needs all of it
+        self.step = record.chunk_bytes if record.chunks else max(size, 1)
+        self.pieces = {i: piece for i, piece in enumerate(_record_pieces(record, path)) if piece[1]}
         self.src = os.dup(src_fd)
         self.record, self.threads, self.on_hashed = record, threads, on_hashed
-        if record.chunks:
-            step = record.chunk_bytes
-            self.step = step
-            self.pieces = {i: (s, min(step, size - s), d) for i, (s, d) in enumerate(zip(range(0, size, step),
-                                                                                        record.chunks))}
-        else:  # one digest for the whole file: any byte read needs all of it
-            self.step = max(size, 1)
-            self.pieces = {0: (0, size, record.sha256)} if size else {}
         self.new = DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256
         self.mm = mm
         self.view = memoryview(mm) if mm is not None else None
@@ -296,7 +302,7 @@ class VerifiedCopy:
         if in_place:
             copy = cls.__new__(cls)
             copy.fd, copy.size, copy.source, copy.path, copy.in_place = None, size, Path(source), Path(source), True
-            copy._pending = _Pending(src_fd, record, threads, on_hashed, None)
+            copy._pending = _Pending(src_fd, record, threads, on_hashed, None, source)
             copy._finish_if_complete()
             return copy
         fd = os.memfd_create(f"constshare:{source.name}"[:240], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -316,7 +322,7 @@ class VerifiedCopy:
             os.close(fd)
             raise
         copy = cls(fd, size, source)
-        copy._pending = _Pending(src_fd, record, threads, on_hashed, mm)
+        copy._pending = _Pending(src_fd, record, threads, on_hashed, mm, source)
         copy._finish_if_complete()
         return copy
 
@@ -527,13 +533,7 @@ class VerifiedFiles:
 
     def _read(self, fd: int, path: Path, record: FileRecord, options: LoadOptions) -> VerifiedCopy:
         size = record.bytes
-        if record.chunks:
-            pieces = [(s, min(record.chunk_bytes, size - s)) for s in range(0, size, record.chunk_bytes)]
-            if len(pieces) != len(record.chunks):
-                raise IntegrityError(f"{len(record.chunks)} piece digests recorded for {size} bytes in pieces of "
-                                     f"{record.chunk_bytes}", path=path)
-        else:
-            pieces = [(0, size)]
+        pieces = [(s, n) for s, n, _ in _record_pieces(record, path)]
         hashers = [(DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256)() for _ in pieces]
         copy = VerifiedCopy.read(fd, path, size, pieces, hashers, options.hash_threads or hash_threads())
         self._hashed(size)
