@@ -336,9 +336,6 @@ class EventLog:
 
     def event(self, seq: int) -> Event:
         """The event at position ``seq`` (made on first read, once)."""
-        return self._event(seq)
-
-    def _event(self, seq: int) -> Event:
         e = self._made.get(seq)
         if e is None:
             event_type, time_s, method, payload = self._read(seq)
@@ -356,16 +353,16 @@ class EventLog:
         return event_type, r.time_s, r.method, payload
 
     def __iter__(self) -> Iterator[Event]:
-        return iter([self._event(i) for i in range(self._n)])
+        return iter([self.event(i) for i in range(self._n)])
 
     def __len__(self) -> int:
         return self._n
 
     def last(self) -> Event:
-        return self._event(self._n - 1)
+        return self.event(self._n - 1)
 
     def of_type(self, event_type: type[Event]) -> list[Event]:
-        return [self._event(i) for i in self.seqs(event_type)]
+        return [self.event(i) for i in self.seqs(event_type)]
 
     def column(self, event_type: type[Event], name: str, seqs: Sequence[int] | None = None) -> list[Any]:
         """Field ``name`` of the events of ``event_type`` (or of the records ``seqs``, all of that type),
