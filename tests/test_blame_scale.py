@@ -70,6 +70,33 @@ def test_blame_bisects_every_shared_constant(program):
     s.close()
 
 
+def test_blame_uploads_each_experiments_own_copies_as_one_batch(program, monkeypatch):
+    """An experiment's own copies come from one upload of all of them (each piece read once), not
+    one upload per constant; each copy equals the constant's own bytes."""
+    s = toolkit.load_program(program, "name-only")
+    v = s.verify()
+    handle = s.methods["decode"].handle
+    batches = []
+    real = type(handle).upload_constants
+
+    def counting(self, constants):
+        batches.append(len(constants))
+        return real(self, constants)
+
+    monkeypatch.setattr(type(handle), "upload_constants", counting)
+    b = blame_ops.blame(s, None, v, clear_same_bytes=False)
+    assert culprits(b) == {("decode", f"core.{CULPRIT}")}, b
+    assert len(batches) <= b.attrs["experiments"] and batches[0] > 10, batches  # one batch per experiment at most
+    names = [c.name for c in s.methods["decode"].spec.constants][:5]
+    copies = s.own_copies("decode", names)
+    assert list(copies) == names
+    for n in names:
+        assert torch.equal(copies[n].view(torch.uint8), s.own_copy("decode", n).view(torch.uint8))
+    with pytest.raises(toolkit.LoadError, match="no constant 'nope'"):
+        s.own_copies("decode", ["nope"])
+    s.close()
+
+
 def test_reset_rewrites_only_what_ran_and_wrote(program):
     s = toolkit.load_program(program, "fingerprint")
     cache = next(c for c in s.program.methods[0].constants if c.mutated).nbytes

@@ -638,8 +638,17 @@ class ProgramLoad:
 
     def own_copy(self, method: str, name: str) -> Any:
         """A fresh device tensor holding constant ``name`` of ``method`` as its own file stores it."""
+        return self.own_copies(method, [name])[name]
+
+    def own_copies(self, method: str, names: list[str]) -> dict[str, Any]:
+        """:meth:`own_copy` of each of ``names``, uploaded as one batch (one pass over the pieces
+        of the files they lie in, on every core): name -> fresh device tensor."""
         lm = self.methods[method]
-        return next(iter(lm.handle.upload_constants([next(c for c in lm.spec.constants if c.name == name)])))[1]
+        by_name = {c.name: c for c in lm.spec.constants}
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise LoadError(f"method {method!r} has no constant {missing[0]!r}")
+        return {c.name: t for c, t, _ in lm.handle.upload_constants([by_name[n] for n in dict.fromkeys(names)])}
 
     def reset_state(self) -> int:
         """Put back to its initial contents every tensor a run since the last reset can have written.
