@@ -9,6 +9,8 @@
 #                                    machine: /tmp/verify_blame_scale), ~2 minutes
 #   bash .ci/gpu_session.sh default  the default load path (issue 25, targets 1-2)
 #   bash .ci/gpu_session.sh bench    diff, then default (after `scale` on the same machine)
+#   bash .ci/gpu_session.sh uploads  the upload/integrity GPU tests that need no built sample, then the
+#                                    sequence rounding probe at 4 layers (issue 24's open question)
 # Everything it writes goes to $OUT (at most 8 files come back from the device).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -47,6 +49,15 @@ default|bench)
   timeout -k 5 "${T_DEFAULT:-300}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 2 \
     --program-dir /tmp/bench_prefill_decode --out "$OUT" > "$OUT/default_path.log" 2>&1
   echo "default_path rc=$?"; tail -15 "$OUT/default_path.log"
+  ;;
+uploads)
+  timeout -k 5 "${T_UPLOADS:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 \
+    tests/test_upload.py tests/test_integrity_pieces.py tests/test_concurrent_writer.py ${UPLOAD_TESTS:-} \
+    > "$OUT/gpu_upload_tests.log" 2>&1
+  echo "upload tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_upload_tests.log" | tail -15
+  timeout -k 5 "${T_PROBE:-240}" python3 benchmarks/sequence_rounding_probe.py --layers 4 --compute float32 \
+    --program-dir /tmp/rounding_probe --out "$OUT" > "$OUT/sequence_rounding_probe.log" 2>&1
+  echo "rounding probe rc=$?"; tail -15 "$OUT/sequence_rounding_probe.log"
   ;;
 esac
 echo "== done $(date -u +%T)"
