@@ -43,6 +43,11 @@ copy is sealed against growing, shrinking and every *new* writable mapping or ``
 complete it is sealed like any other.  The program file is read through a descriptor held open
 from the first check, so a file swapped (renamed over) later is never read; a write into the
 same file after the check changes a piece not yet copied, which its digest then refuses.
+
+**Verified staging** (the default for per-constant uploads, ``LoadOptions.integrity_staging``):
+those do not read the copy; :func:`record_piece_plan` plans which pieces a batch of constants
+reads and which copies each feeds, and :func:`toolkit.upload.stage_pieces` hashes each piece in
+the process's own staging buffers and uploads from them (no copy is filled, nothing is kept).
 """
 
 from __future__ import annotations

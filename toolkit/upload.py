@@ -1,7 +1,9 @@
 """Moving constants' bytes from a host weights blob into device tensors the toolkit owns.
 
-The loader's per-constant uploads (memory-optimal policies) go through one uploader per
-CUDA device, fastest first: :class:`MappedBlobUploader` (the default on CUDA: a blob's pages
+With integrity checking on and a record for the file, the loader's per-constant uploads go
+through :func:`stage_pieces` (verified staging: each piece of the record hashed in the process's
+own staging slots and copied from there; ``first_load="pipelined"`` runs it unhashed).  Otherwise
+they go through one uploader per CUDA device, fastest first: :class:`MappedBlobUploader` (the default on CUDA: a blob's pages
 page-locked in place, kept locked between loads by the :class:`HostLockCache`, so a reload
 copies straight out of the page cache); :class:`HostStager` (``LoadOptions(upload="staged")``:
 parallel ``preadv`` into reusable pinned buffers, nothing ever locked); ``upload_constant(...,
