@@ -1,21 +1,26 @@
 """The default load path: ``load_program(path, "fingerprint")``, integrity checking on, timed whole.
 
     python benchmarks/default_path.py [--program-dir DIR] [--gib 2.0] [--device cuda] [--runs 3]
-                                      [--toolkit PATH] [--label NAME] [--out DIR]
+                                      [--toolkit PATH] [--label NAME] [--out DIR] [--settings ...]
 
 Builds (once) the prefill/decode program of benchmarks/_program.py (``--gib`` GiB of
 constants per method; 2.0 is the GPU benchmarks' hidden size 8192), then times ONE whole
 ``toolkit.load_program(program_dir, "fingerprint")`` call per fresh process: with default
 arguments (every .so and reference file verified first, a weights blob's pieces as they are
-read: BLAKE3 pieces for a program this branch builds, format 4), and, for comparison, the same call with
-``check_integrity=False``.  The program is passed by path, so opening it (reading and
-validating the manifest) is in the time wherever a version of the toolkit does it.
+read: BLAKE3 pieces for a program this branch builds, format 4; per-constant uploads through
+verified staging, each piece hashed in pinned slots and uploaded from there), and, for
+comparison, the same call with other options (:data:`SETTINGS`, ``--settings`` picks them):
+``default, sealed copy`` (``integrity_staging=False``: the pieces read into the sealed private
+copy, whose pages are then locked: the default before verified staging), ``integrity off``
+(``check_integrity=False``, ``first_load=locked``) and ``integrity off, pipelined`` (the staging
+pipeline unhashed).  The program is passed by path, so opening it (reading and validating the
+manifest) is in the time wherever a version of the toolkit does it.
 
 In the same run, each in fresh processes too, the two rates the targets of issue 25 are taken
 against: ``pinned copy`` (every constant of both methods from pinned host memory to the device)
 and ``page locking`` (``cudaHostRegister`` of every constant's pages of a mapped blob, alone).
-Printed at the end: the default path's rate (bytes it uploaded / seconds) / the pinned-copy rate
-(target 1: >= 0.5), and integrity off's rate / the page-locking rate (target 2: >= 0.9).
+Printed at the end: each integrity-on setting's rate (bytes it uploaded / seconds) / the pinned-copy
+rate (target 1: >= 0.5), and each integrity-off setting's rate / the page-locking rate (target 2: >= 0.9).
 
 One fresh process per load: a second load in one process would find the blob's pages
 still page-locked by the first (toolkit.upload.host_locks()) and .so files already mapped.
@@ -52,7 +57,12 @@ import pandas as pd
 import _program
 
 POLICY = "fingerprint"
-SETTINGS = {"default": {}, "integrity off": {"check_integrity": False}}
+# setting -> LoadOptions fields changed from the environment's options (check_integrity alone: passed as load_program's
+# keyword, which every toolkit version takes)
+SETTINGS = {"default": {},  # verified staging: each piece hashed in pinned slots and uploaded from there
+            "default, sealed copy": {"integrity_staging": False},  # the private memfd copy, then locked (before)
+            "integrity off": {"check_integrity": False},  # first_load=locked: the file's pages locked as copied
+            "integrity off, pipelined": {"check_integrity": False, "first_load": "pipelined"}}  # staging, unhashed
 RATES = ("pinned copy", "page locking")  # what the ratios are taken against, measured in this run
 
 
@@ -155,7 +165,15 @@ def child(args) -> None:
         out["modules"] = _toolkit_modules()
         print(json.dumps(out))
         return
-    kwargs = SETTINGS[args.child]
+    fields = SETTINGS[args.child]
+    if set(fields) <= {"check_integrity"}:
+        kwargs = dict(fields)
+    else:  # fields of newer toolkits: given as options (an older toolkit fails here: leave it out, --settings)
+        from dataclasses import replace
+
+        from toolkit.options import options_from_environment
+
+        kwargs = {"options": replace(options_from_environment(), **fields)}
     t = time.perf_counter()
     s = load_program(args.program_dir, POLICY, **kwargs)  # no device: the default, the program's own
     seconds = time.perf_counter() - t
@@ -199,6 +217,8 @@ def main(argv=None):
     ap.add_argument("--label", default=None, help="names the output files (default: the --toolkit folder's name, "
                                                    "else 'current')")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
+                    help="the load settings timed (default all; 'default' and 'integrity off' always)")
     ap.add_argument("--child-timeout", type=float, default=600)
     ap.add_argument("--child", default=None, choices=list(SETTINGS) + list(RATES), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -235,9 +255,11 @@ def main(argv=None):
 
     warm = run_child(args, "default", root)
     print(f"warm-up (not counted): default {warm['seconds']:.3f}s", flush=True)
+    settings = list(dict.fromkeys(["default", "integrity off", *args.settings]))
+    settings.sort(key=list(SETTINGS).index)
     rows = []
     for run in range(args.runs):
-        order = list(SETTINGS) if run % 2 == 0 else list(reversed(SETTINGS))
+        order = list(settings) if run % 2 == 0 else list(reversed(settings))
         order += list(RATES)
         for setting in order:
             got = run_child(args, setting, root)
@@ -247,13 +269,15 @@ def main(argv=None):
                          "policy": POLICY, "hidden": hidden, "program_dir": args.program_dir,
                          "file_bytes": files, "upload_path": upload_path})
             # bytes and rate on every line: a run stopped by its time limit still says what it measured
-            print(f"run {run} {setting:>13}: {got['seconds']:.3f}s, {got['bytes'] / 1e9:.3f} GB, "
+            print(f"run {run} {setting:>24}: {got['seconds']:.3f}s, {got['bytes'] / 1e9:.3f} GB, "
                   f"{got['bytes'] / got['seconds'] / 1e9:.2f} GB/s", flush=True)
     df = pd.DataFrame(rows)
-    rate = {k: statistics.median(df[df.setting == k]["GBps"]) for k in (*SETTINGS, *RATES)}
-    targets = {"default / pinned copy (target 1, >= 0.5)": rate["default"] / rate["pinned copy"],
-               "integrity off / page locking (target 2, >= 0.9)": rate["integrity off"] / rate["page locking"]}
-    by = {k: df[df.setting == k].sort_values("run")["seconds"].tolist() for k in SETTINGS}
+    rate = {k: statistics.median(df[df.setting == k]["GBps"]) for k in (*settings, *RATES)}
+    targets = {f"{k} / pinned copy (target 1, >= 0.5)": rate[k] / rate["pinned copy"]
+               for k in settings if not k.startswith("integrity off")}
+    targets.update({f"{k} / page locking (target 2, >= 0.9)": rate[k] / rate["page locking"]
+                    for k in settings if k.startswith("integrity off")})
+    by = {k: df[df.setting == k].sort_values("run")["seconds"].tolist() for k in settings}
     pairs = [round(d / o, 4) for d, o in zip(by["default"], by["integrity off"])]
     med = {k: statistics.median(v) for k, v in by.items()}
     ratio = round(med["default"] / med["integrity off"], 4)
@@ -267,6 +291,7 @@ def main(argv=None):
                "default_seconds": by["default"], "integrity_off_seconds": by["integrity off"],
                "ratio_default_over_off_per_run": pairs, "median_default_s": med["default"],
                "median_off_s": med["integrity off"], "ratio_of_medians": ratio,
+               "median_seconds": {k: statistics.median(v) for k, v in by.items()},
                "median_GBps": rate, "targets": targets, **_common.machine()}
     jpath = path.with_suffix(".json")
     jpath.write_text(json.dumps(summary, indent=2) + "\n")

@@ -211,8 +211,8 @@ def test_a_shrink_while_a_source_hashes_a_sparse_file(tmp_path):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample, tmp_path, device):
-    """Real loads: each either refused by the integrity check or loaded and right (on the GPU the
-    uploads come from the sealed copies' page-locked pages)."""
+    """Real loads: each either refused by the integrity check or loaded and right (uploads hashed
+    in staging slots; after the tamper by mapping, also through the sealed copy a load kept)."""
     clone(built_sample(SAMPLE, device), tmp_path / "p")
     got = run_child('''
     from toolkit.session import load_program
@@ -250,14 +250,24 @@ def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample,
     blob.unlink(); blob.write_bytes(good)  # a file of its own (not a link to good.bin)
     fd = os.open(blob, os.O_RDWR); mm = mmap.mmap(fd, 0)
     mm[at] = mm[at]  # the page is dirty before the load verifies the file
-    s = load_program(root, "fingerprint")  # verified: its copy is kept in this process
-    assert s.status == "loaded" and verdict(s)
-    s.close()
+    from toolkit.options import LoadOptions
+    copied = LoadOptions(integrity_staging=False)  # uploads through the sealed copy, kept in this process
+    for options in (copied, LoadOptions()):  # the default (verified staging) keeps nothing
+        s = load_program(root, "fingerprint", options=options)
+        assert s.status == "loaded" and verdict(s)
+        s.close()
     st = os.stat(blob)
     mm[at] ^= 0x40  # the tamper: no timestamp changes
-    s = load_program(root, "fingerprint")
+    s = load_program(root, "fingerprint", options=copied)
     tampered = dict(status=str(s.status), right=s.status == "loaded" and verdict(s),
                     invisible=(st.st_mtime_ns, st.st_ctime_ns) == (os.stat(blob).st_mtime_ns, os.stat(blob).st_ctime_ns))
+    s.close()
+    s = load_program(root, "fingerprint")  # the default, finding the complete verified copy: reads from it
+    tampered["kept_copy_right"] = s.status == "loaded" and verdict(s)
+    s.close()
+    verified_files().clear()  # no copy: staged, the piece is hashed again, and refused
+    s = load_program(root, "fingerprint")
+    tampered["staged"] = [str(s.status), type(s.exception).__name__, str(getattr(s.exception, "path", ""))]
     s.close()
     s = load_program(root, "fingerprint", check_integrity=False)  # the control: the tampered file runs wrong
     tampered["unchecked_right"] = s.status == "loaded" and verdict(s)
@@ -266,5 +276,9 @@ def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample,
     ''', tmp_path, timeout=300)
     assert got["cases"] == 8 and got["wrong"] == 0
     assert got["tampered"]["invisible"], "the tamper changed a timestamp: the attack was not reproduced"
-    assert got["tampered"]["right"], got  # the second load in the process used the bytes it verified
+    assert got["tampered"]["right"], got  # a load through the kept copy used the bytes it verified
+    # verified staging keeps nothing: where no load kept a complete copy, the next load hashes the piece
+    # again and refuses it (never wrong); where one did, the default load reads that copy's verified bytes
+    assert got["tampered"]["kept_copy_right"], got
+    assert got["tampered"]["staged"] == ["failed", "IntegrityError", str(tmp_path / "p/methods/decode/weights.blob")], got
     assert not got["tampered"]["unchecked_right"], "the tamper does not change the outputs: the test proves nothing"

@@ -33,7 +33,7 @@ def test_every_variable_is_read_into_its_field(tmp_path):
 
 @pytest.mark.parametrize("name,bad,expected", [
     ("CONSTSHARE_UPLOAD", "turbo", "one of mapped, staged, unstaged"),
-    ("CONSTSHARE_FIRST_LOAD", "telepathy", "one of staged, locked, hybrid"),
+    ("CONSTSHARE_FIRST_LOAD", "telepathy", "one of staged, locked, hybrid, pipelined"),
     ("CONSTSHARE_HOST_LOCK_GIB", "lots", "a number of GiB"),
     ("CONSTSHARE_REHASH", "maybe", "1, true, yes, 0, false, no"),
     ("CONSTSHARE_HASH_THREADS", "0", "a positive integer"),

@@ -27,7 +27,7 @@ from toolkit.policies import POLICIES
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import aoti
 from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, method_outputs, so_inputs
-from toolkit.vocab import Decision
+from toolkit.vocab import Decision, UploadPath
 
 import executorch_fixtures as et
 
@@ -180,25 +180,40 @@ def test_without_a_dense_blob_the_whole_blob_upload_is_emulated():
         assert bytes(t.contiguous().view(torch.uint8).numpy().tobytes()) == raw
 
 
-def test_own_uploads_read_each_constant_from_its_own_file(monkeypatch):
+@pytest.mark.parametrize("staging", [True, False])
+def test_own_uploads_read_each_constant_from_its_own_file(monkeypatch, staging):
+    from toolkit import upload
+    from toolkit.options import LoadOptions
+
     program = toolkit.open_program(pte("shared_ok"))
     m = program.method("decode")
     seen = []
-    real = aoti.AotiMethod._path
+    real, real_stage = aoti.AotiMethod._path, upload.stage_pieces
 
     def spy(self, c):
         p = real(self, c)
         seen.append((c.name, p))
         return p
 
+    def stage_spy(path, record, specs, *a, **k):
+        seen.extend((c.name, path) for c in specs)
+        return real_stage(path, record, specs, *a, **k)
+
     monkeypatch.setattr(aoti.AotiMethod, "_path", spy)
+    monkeypatch.setattr(upload, "stage_pieces", stage_spy)
     h = _cpu_method(program, m)
-    out = {c.name: t for c, t, _ in h.upload_constants(list(m.constants))}
+    h._runtime = AotiRuntime(LoadOptions(integrity_staging=staging))
+    out = {c.name: (t, how) for c, t, how in h.upload_constants(list(m.constants))}
     assert set(out) == {c.name for c in m.constants}
-    # each from ITS file: read (integrity on) from that file's verified copy
+    assert {how for _, how in out.values()} == {UploadPath.VERIFIED_HOST if staging else UploadPath.HOST}
+    # each from ITS file: staged from it (hashed as read), or read (integrity on) from its verified copy
     files = {c.name: program.path(c.file) for c in m.constants}
+    assert {name for name, _ in seen} == set(files)
     assert all(p.read_bytes() == files[name].read_bytes() for name, p in seen)
     assert len({p for _, p in seen}) == len(set(files.values()))
+    for c in m.constants:
+        raw = files[c.name].read_bytes()[c.offset:c.offset + c.nbytes]
+        assert out[c.name][0].contiguous().view(torch.uint8).numpy().tobytes() == raw
 
 
 def test_compiled_drops_blob_offsets_when_there_is_no_dense_blob(monkeypatch):

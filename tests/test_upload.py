@@ -143,10 +143,12 @@ def test_an_unknown_upload_path_is_named_in_the_error():
 def test_cpu_loads_record_how_the_bytes_travelled(built_sample):
     from toolkit import load_program
 
-    s = load_program(built_sample("total_collision"), "fingerprint", device="cpu")
+    s = load_program(built_sample("total_collision"), "fingerprint", device="cpu")  # the default: verified staging
     ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
-    assert ups and {e.path for e in ups} == {UploadPath.HOST}
-    assert set(s.events.query("kind == 'constant_uploaded'")["path"]) == {"host read"}  # the enum's value
+    assert ups and {e.path for e in ups} == {UploadPath.VERIFIED_HOST}
+    assert set(s.events.query("kind == 'constant_uploaded'")["path"]) == {"verified staging, host"}  # the enum's value
+    s = load_program(built_sample("total_collision"), "fingerprint", device="cpu", check_integrity=False)
+    assert {e.path for e in s.log if e.kind.value == "constant_uploaded"} == {UploadPath.HOST}
 
 
 # ---------------------------------------------------------------------------- short reads
@@ -541,14 +543,15 @@ def test_a_cuda_load_locks_as_it_copies_and_its_reload_copies_from_locked_pages(
     try:
         paths = []
         for _ in range(2):
-            s = load_program(prog, "fingerprint", device="cuda", options=LoadOptions())  # the default path
+            # the mapped uploader's path (the default before verified staging, and integrity off's)
+            s = load_program(prog, "fingerprint", device="cuda", options=LoadOptions(integrity_staging=False))
             ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
             assert ups
             paths.append({e.path for e in ups})
             assert s.verify()["ok"].all()
             s.close()
             locks.wait_until_locked()
-        # the default first load locks pages as it copies (a constant whose pages the one before it
+        # the first load locks pages as it copies (a constant whose pages the one before it
         # locked copies from those); the reload finds every page locked
         assert UploadPath.LOCKED_NOW in paths[0]
         assert paths[0] <= {UploadPath.LOCKED_NOW, UploadPath.MAPPED, UploadPath.MAPPED_WARM}

@@ -43,10 +43,16 @@ copy is sealed against growing, shrinking and every *new* writable mapping or ``
 complete it is sealed like any other.  The program file is read through a descriptor held open
 from the first check, so a file swapped (renamed over) later is never read; a write into the
 same file after the check changes a piece not yet copied, which its digest then refuses.
+
+**Verified staging** (the default for per-constant uploads, ``LoadOptions.integrity_staging``):
+those do not read the copy; :func:`record_piece_plan` plans which pieces a batch of constants
+reads and which copies each feeds, and :func:`toolkit.upload.stage_pieces` hashes each piece in
+the process's own staging buffers and uploads from them (no copy is filled, nothing is kept).
 """
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import hashlib
 import mmap
@@ -56,8 +62,9 @@ import threading
 import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import blake3
 
@@ -118,9 +125,10 @@ def _segments(fd: int, start: int, end: int):
         pos = hole
 
 
-def _read_range(fd: int, view: memoryview, start: int, path: Path, h=None) -> None:
-    """Fill ``view`` (zeros where the file has holes) with the file's bytes from ``start`` on,
-    block by block, each block hashed into ``h`` (when given) while it is still in the cache;
+def _read_range(fd: int, view: memoryview, start: int, path: Path, h=None, *, zero_holes: bool = False) -> None:
+    """Fill ``view`` with the file's bytes from ``start`` on, block by block, each block hashed
+    into ``h`` (when given) while it is still in the cache; where the file has holes ``view`` is
+    left as it is (a new copy's zeros, never written) unless ``zero_holes`` (a reused buffer);
     a file that ends first is an :class:`IntegrityError`."""
     for s, e, data in _segments(fd, start, start + len(view)):
         at = s
@@ -132,8 +140,11 @@ def _read_range(fd: int, view: memoryview, start: int, path: Path, h=None) -> No
                     break
                 if h is not None:
                     h.update(view[at - start: at - start + n])
-            elif h is not None:
-                h.update(_ZEROS[:n])
+            else:
+                if zero_holes:
+                    view[at - start: at - start + n] = _ZEROS[:n]
+                if h is not None:
+                    h.update(_ZEROS[:n])
             at += n
     if os.fstat(fd).st_size < start + len(view):
         raise IntegrityError(f"file ended while it was read: it is shorter than the {start + len(view)} bytes "
@@ -160,6 +171,61 @@ def _record_pieces(record: FileRecord, path: Path) -> list[tuple[int, int, str]]
         raise IntegrityError(f"{len(record.chunks)} piece digests recorded for {size} bytes in pieces of "
                              f"{record.chunk_bytes}", path=path)
     return [(s, min(record.chunk_bytes, size - s), d) for s, d in zip(starts, record.chunks)]
+
+
+@dataclass(frozen=True)
+class PieceCopy:
+    """Bytes of one piece that one constant holds: ``nbytes`` bytes from ``in_piece`` in the piece
+    to ``in_constant`` in constant ``constant`` (its index in the batch)."""
+
+    constant: int
+    in_constant: int
+    in_piece: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class PiecePlan:
+    """One piece a batch of uploads reads: its number in the file's piece table, its bytes
+    ``[start, start + length)``, the digest it must have (None: not hashed) and the copies it feeds."""
+
+    index: int
+    start: int
+    length: int
+    digest: str | None
+    copies: tuple[PieceCopy, ...]
+
+
+def plan_piece_copies(pieces: Sequence[tuple[int, int, str | None]],
+                      spans: Sequence[tuple[int, int]]) -> list[PiecePlan]:
+    """For byte ranges ``spans`` ((file offset, length) of each constant of a batch), the pieces
+    (sorted, disjoint (start, length, digest) spans of the file) that cover them, each with the
+    copies it feeds; pieces no range touches are left out.  ValueError for a byte of a range
+    that lies in no piece."""
+    starts = [s for s, _, _ in pieces]
+    feeds: dict[int, list[PieceCopy]] = {}
+    for k, (off, n) in enumerate(spans):
+        pos, end = off, off + n
+        i = bisect.bisect_right(starts, pos) - 1
+        while pos < end:
+            if not (0 <= i < len(pieces) and pieces[i][0] <= pos < pieces[i][0] + pieces[i][1]):
+                raise ValueError(f"bytes [{pos}, {end}) of constant {k} lie in no piece")
+            s, length, _ = pieces[i]
+            z = min(end, s + length)
+            feeds.setdefault(i, []).append(PieceCopy(k, pos - off, pos - s, z - pos))
+            pos, i = z, i + 1
+    return [PiecePlan(i, pieces[i][0], pieces[i][1], pieces[i][2], tuple(feeds[i])) for i in sorted(feeds)]
+
+
+def record_piece_plan(record: FileRecord, path: Path, spans: Sequence[tuple[int, int]]) -> list[PiecePlan]:
+    """:func:`plan_piece_copies` over the pieces of ``record`` (:func:`_record_pieces`: a record
+    without piece digests is one piece, the whole file under its sha256)."""
+    return plan_piece_copies(_record_pieces(record, path), spans)
+
+
+def new_hasher(record: FileRecord):
+    """A new hasher for one of ``record``'s pieces (the whole file's sha256 when it records none)."""
+    return (DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256)()
 
 
 def chunk_sha256s(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None,
@@ -252,7 +318,6 @@ class _Pending:
         self.pieces = {i: piece for i, piece in enumerate(_record_pieces(record, path)) if piece[1]}
         self.src = os.dup(src_fd)
         self.record, self.threads, self.on_hashed = record, threads, on_hashed
-        self.new = DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256
         self.mm = mm
         self.view = memoryview(mm) if mm is not None else None
         self.lock = threading.Lock()
@@ -345,7 +410,7 @@ class VerifiedCopy:
             if not todo:
                 return 0
             spans = [(p.pieces[i][0], p.pieces[i][1]) for i in todo]
-            hashers = [p.new() for _ in todo]
+            hashers = [new_hasher(p.record) for _ in todo]
             for s, n in spans if p.mm is not None else ():  # fault each piece's pages in at once
                 try:
                     p.mm.madvise(_MADV_POPULATE_WRITE, s, n)
@@ -463,19 +528,8 @@ class VerifiedFiles:
         read and verified now; else ((start, end) byte ranges, maybe none) only the pieces
         covering them, the rest when asked for (:meth:`VerifiedCopy.ensure`)."""
         path = Path(path)
+        fd, st = open_checked(path, record)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-        except OSError as e:
-            raise IntegrityError("file is missing" if isinstance(e, FileNotFoundError)
-                                 else f"file cannot be read: {e.strerror or e}", path=path) from None
-        try:
-            st = os.fstat(fd)
-            if not _is_regular(st):
-                raise IntegrityError("not a regular file", path=path)
-            if st.st_size != record.bytes:
-                kind = "truncated" if st.st_size < record.bytes else "oversized"
-                raise IntegrityError(f"file is {kind}: {st.st_size} bytes, the program records {record.bytes}",
-                                     path=path)
             key, identity = str(path.resolve()), file_identity(st)
             with self._lock:
                 seen = self._seen.get(key) or self._still_held(key)
@@ -492,7 +546,7 @@ class VerifiedFiles:
                 self._ensure(copy, ranges)
                 return copy
             threads = options.hash_threads or hash_threads()
-            copy = None if ranges is None else VerifiedCopy.lazy(fd, path, record, threads, self._hashed,
+            copy = None if ranges is None else VerifiedCopy.lazy(fd, path, record, threads, self.count_hashed,
                                                                  in_place=in_place)
             if copy is None:
                 copy = self._read(fd, path, record, options)
@@ -519,7 +573,8 @@ class VerifiedFiles:
         self._ensure(copy, ranges)
         return copy
 
-    def _hashed(self, nbytes: int) -> None:
+    def count_hashed(self, nbytes: int) -> None:
+        """Count one read of ``nbytes`` hashed bytes (a file, a lazy copy's pieces, a staged batch)."""
         with self._lock:
             self.hashes += 1
             self.hashed_bytes += nbytes
@@ -534,9 +589,9 @@ class VerifiedFiles:
     def _read(self, fd: int, path: Path, record: FileRecord, options: LoadOptions) -> VerifiedCopy:
         size = record.bytes
         pieces = [(s, n) for s, n, _ in _record_pieces(record, path)]
-        hashers = [(DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256)() for _ in pieces]
+        hashers = [new_hasher(record) for _ in pieces]
         copy = VerifiedCopy.read(fd, path, size, pieces, hashers, options.hash_threads or hash_threads())
-        self._hashed(size)
+        self.count_hashed(size)
         got = [h.hexdigest() for h in hashers]
         if record.chunks:
             bad = next((i for i, (a, b) in enumerate(zip(got, record.chunks)) if a != b), None)
@@ -571,6 +626,32 @@ class VerifiedFiles:
         """Record that ``path``, at ``identity``, was just read into ``copy`` and hashed to ``sha256``
         by someone else (a source that computed the file's record from its bytes)."""
         self._keep(str(Path(path).resolve()), identity, sha256, copy)
+
+
+def open_checked(path: Path, record: FileRecord) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of ``path`` and its status, once it is a regular file of ``record``'s
+    size; else an :class:`IntegrityError` naming it (missing, unreadable, not regular, truncated or
+    oversized)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except OSError as e:
+        raise IntegrityError("file is missing" if isinstance(e, FileNotFoundError)
+                             else f"file cannot be read: {e.strerror or e}", path=path) from None
+    try:
+        st = os.fstat(fd)
+        if not _is_regular(st):
+            raise IntegrityError("not a regular file", path=path)
+        if st.st_size != record.bytes:
+            kind = "truncated" if st.st_size < record.bytes else "oversized"
+            raise IntegrityError(f"file is {kind}: {st.st_size} bytes, the program records {record.bytes}",
+                                 path=path)
+    except OSError as e:
+        os.close(fd)
+        raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=path) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def _is_regular(st: os.stat_result) -> bool:

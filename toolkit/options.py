@@ -26,6 +26,9 @@ class FirstLoad(enum.StrEnum):
     STAGED = "staged"
     LOCKED = "locked"
     HYBRID = "hybrid"
+    # the staging pipeline of :func:`toolkit.upload.stage_pieces`, unhashed: for uploads not hashed as they are
+    # staged (integrity off, or integrity_staging=False); its pinned slots are reused, nothing is ever locked
+    PIPELINED = "pipelined"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,11 @@ class LoadOptions:
     # False: a weights blob's pieces hashed from the file itself and its constants uploaded from it,
     # no private copy: trusts that nothing writes or replaces the file between a piece's check and its upload
     integrity_copy: bool = True
+    # True: a weights blob's per-constant uploads read each piece once into the process's own pinned staging
+    # slots, hash it there and upload from there (toolkit.upload.stage_pieces; no private copy of the file);
+    # False: through the sealed private copy (toolkit.integrity.VerifiedCopy), as before
+    integrity_staging: bool = True
+    staging_chunk_bytes: int = 8 << 20  # the staging pipeline's slot size (each worker has two)
     cache_dir: Path | None = None  # the build cache (default ~/.cache/constshare): see cache_folder()
 
     def __post_init__(self) -> None:
@@ -51,6 +59,8 @@ class LoadOptions:
             object.__setattr__(self, name, parse(kind, getattr(self, name), what=f"LoadOptions.{name}"))
         if self.hash_threads is not None and self.hash_threads < 1:
             raise ValueError(f"LoadOptions.hash_threads={self.hash_threads!r}: expected a positive integer or None")
+        if self.staging_chunk_bytes < 1:
+            raise ValueError(f"LoadOptions.staging_chunk_bytes={self.staging_chunk_bytes!r}: expected a positive integer")
 
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "constshare"
@@ -72,6 +82,8 @@ _VARIABLES = {  # variable: (LoadOptions field, how its text is read, what it mu
     "CONSTSHARE_HASH_THREADS": ("hash_threads", int, "a positive integer"),
     "CONSTSHARE_HASH_ALL": ("hash_all", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
     "CONSTSHARE_INTEGRITY_COPY": ("integrity_copy", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
+    "CONSTSHARE_INTEGRITY_STAGING": ("integrity_staging", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
+    "CONSTSHARE_STAGING_CHUNK_MIB": ("staging_chunk_bytes", lambda s: int(float(s) * (1 << 20)), "a number of MiB"),
     "CONSTSHARE_CACHE": ("cache_dir", Path, "a folder"),
 }
 
@@ -81,7 +93,7 @@ def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOp
     variables keep the defaults, a value that cannot be read raises ValueError naming its variable.
 
     * ``CONSTSHARE_UPLOAD``: ``mapped`` (default), ``staged`` or ``unstaged`` (``upload``);
-    * ``CONSTSHARE_FIRST_LOAD``: ``locked`` (default), ``staged`` or ``hybrid`` (``first_load``);
+    * ``CONSTSHARE_FIRST_LOAD``: ``locked`` (default), ``staged``, ``hybrid`` or ``pipelined`` (``first_load``);
     * ``CONSTSHARE_HOST_LOCK_GIB``: GiB of blob pages kept page-locked between loads, 0 locks
       nothing (``host_lock_bytes``; default a quarter of physical memory);
     * ``CONSTSHARE_REHASH``: ``1``/``true``/``yes`` hashes every file again (``rehash``);
@@ -90,6 +102,10 @@ def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOp
       is opened (``hash_all``);
     * ``CONSTSHARE_INTEGRITY_COPY``: ``0``/``false``/``no`` hashes a blob's pieces in the file and
       uploads from it, no private copy (``integrity_copy``);
+    * ``CONSTSHARE_INTEGRITY_STAGING``: ``0``/``false``/``no`` uploads a blob's constants through the
+      sealed private copy of its verified pieces (as before 2026-12-02) instead of hashing each piece
+      in the process's own pinned staging slots and uploading from there (``integrity_staging``);
+    * ``CONSTSHARE_STAGING_CHUNK_MIB``: MiB of each staging slot (``staging_chunk_bytes``, default 8);
     * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``; :func:`cache_folder`).
     """
     env = os.environ if environ is None else environ

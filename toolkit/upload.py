@@ -1,7 +1,9 @@
 """Moving constants' bytes from a host weights blob into device tensors the toolkit owns.
 
-The loader's per-constant uploads (memory-optimal policies) go through one uploader per
-CUDA device, fastest first: :class:`MappedBlobUploader` (the default on CUDA: a blob's pages
+With integrity checking on and a record for the file, the loader's per-constant uploads go
+through :func:`stage_pieces` (verified staging: each piece of the record hashed in the process's
+own staging slots and copied from there; ``first_load="pipelined"`` runs it unhashed).  Otherwise
+they go through one uploader per CUDA device, fastest first: :class:`MappedBlobUploader` (the default on CUDA: a blob's pages
 page-locked in place, kept locked between loads by the :class:`HostLockCache`, so a reload
 copies straight out of the page cache); :class:`HostStager` (``LoadOptions(upload="staged")``:
 parallel ``preadv`` into reusable pinned buffers, nothing ever locked); ``upload_constant(...,
@@ -12,6 +14,7 @@ tensor.  Every path returns bytes equal to the blob's (``tests/test_upload.py``,
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import os
 import threading
@@ -23,7 +26,8 @@ from typing import Any
 import torch
 
 from .errors import IntegrityError
-from .model import ConstantSpec
+from .integrity import PiecePlan, _mismatch, _read_range, new_hasher, open_checked, plan_piece_copies, record_piece_plan
+from .model import ConstantSpec, FileRecord
 from .options import FirstLoad, LoadOptions, UploadMode
 from .vocab import UploadPath, parse
 
@@ -695,6 +699,168 @@ class MappedBlobUploader:
             self._unlock_pool.shutdown(wait=True)
         self._pool = self._unlock_pool = None
         self.fallback.close()
+
+
+class _Slots:
+    """Staging slots of one device: two buffers per worker (pinned on CUDA), the CUDA events of the
+    copies out of them, and the worker threads; allocated once, each worker's buffers on its first
+    piece, and reused by every later batch (:func:`_take_slots`)."""
+
+    def __init__(self, device: torch.device, workers: int, nbytes: int):
+        self.device, self.workers, self.nbytes = device, workers, nbytes
+        self.bufs: list[list[tuple[torch.Tensor, memoryview]]] = [[] for _ in range(workers)]
+        self.events: list[list[Any]] = [[None, None] for _ in range(workers)]
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="constshare-stage")
+
+    def worker_bufs(self, w: int) -> list[tuple[torch.Tensor, memoryview]]:
+        if not self.bufs[w]:
+            pin = self.device.type == "cuda"
+            for _ in range(2):
+                t = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=pin)
+                self.bufs[w].append((t, memoryview(t.numpy()).cast("B")))
+        return self.bufs[w]
+
+
+_FREE_SLOTS: dict[tuple[str, int, int, int], list[_Slots]] = {}  # (device, workers, slot bytes) -> sets not in use
+_SLOTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _take_slots(device: torch.device, workers: int, nbytes: int):
+    """A set of staging slots of the process for one batch (``workers`` workers, whose buffers hold
+    ``nbytes`` each): a free one, else a new one (two batches at once, from two sessions' threads,
+    never share one); handed back afterwards."""
+    key = (device.type, device.index if device.index is not None else -1, workers, nbytes)
+    with _SLOTS_LOCK:
+        free = _FREE_SLOTS.setdefault(key, [])
+        slots = free.pop() if free else None
+    if slots is None:
+        slots = _Slots(device, workers, nbytes)
+    try:
+        yield slots
+    finally:
+        with _SLOTS_LOCK:
+            _FREE_SLOTS[key].append(slots)
+
+
+def unhashed_pieces(specs: list[ConstantSpec], size: int, piece_bytes: int = 64 << 20) -> list[tuple[int, int, None]]:
+    """Pieces for an unhashed staging (no record to follow): the constants' pages, merged, cut into
+    ``piece_bytes`` regions, the last one ending at the file's end (``size``)."""
+    regions = regions_to_lock([(c.offset, c.offset + c.nbytes) for c in specs], [], piece_bytes)
+    return [(s, min(e, size) - s, None) for s, e in regions]
+
+
+def stage_pieces(path: Path, record: FileRecord | None, specs: list[ConstantSpec], device: torch.device, *,
+                 threads: int, chunk_bytes: int = 8 << 20, on_hashed=None) -> list[torch.Tensor]:
+    """The constants' bytes, as uint8 tensors on ``device`` (in ``specs``' order), read from
+    ``path`` piece by piece: with ``record``, the record's pieces covering them (:func:`record_piece_plan`),
+    each hashed as it is read and compared with its digest; without, their pages unhashed.
+
+    ``threads`` workers each take whole pieces and read a piece in ``chunk_bytes`` sub-chunks
+    (:func:`~toolkit.integrity._read_range`: holes read as zeros, a file that ends early is an
+    :class:`IntegrityError`) into the process's own staging slots (pinned on CUDA, two per worker,
+    reused: :func:`_take_slots`), hashing each sub-chunk into the piece's hasher there and then
+    copying its parts into the constants' tensors (on CUDA asynchronously on the caller's current
+    stream: no side stream; a slot is refilled only once the copy out of it is done).  So the
+    bytes uploaded are exactly the bytes hashed, in private memory.  Returns once every piece is
+    hashed and matches and every copy is done; a piece that does not match is an IntegrityError
+    naming the file and the piece (:func:`~toolkit.integrity._mismatch`), and no tensor is returned.
+    ``on_hashed(nbytes)`` counts the bytes hashed (also those of a batch that failed).
+    """
+    path = Path(path)
+    if record is not None:
+        fd, st = open_checked(path, record)
+    else:
+        fd = os.open(path, os.O_RDONLY)
+        st = os.fstat(fd)
+    try:
+        size = st.st_size
+        for c in specs:
+            if c.nbytes and (c.offset < 0 or c.offset + c.nbytes > size):
+                raise _blob_too_short(path, c, f"the file has {size} bytes")
+        spans = [(c.offset, c.nbytes) for c in specs]
+        plan = record_piece_plan(record, path, spans) if record is not None else \
+            plan_piece_copies(unhashed_pieces(specs, size), spans)
+        outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
+        if plan:
+            _run_staging(fd, path, record, plan, outs, device, threads, chunk_bytes, on_hashed)
+        return outs
+    finally:
+        os.close(fd)
+
+
+def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[PiecePlan], outs: list[torch.Tensor],
+                 device: torch.device, threads: int, chunk_bytes: int, on_hashed) -> None:
+    """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece)."""
+    cuda = device.type == "cuda"
+    stream = torch.cuda.current_stream(device) if cuda else None
+    workers, chunk = max(1, min(threads, len(plan))), chunk_bytes
+    todo = iter(plan)
+    claim = threading.Lock()
+    stop = threading.Event()
+    bad: list[int] = []
+    hashed = [0]
+
+    def next_piece() -> PiecePlan | None:
+        with claim:
+            return None if stop.is_set() else next(todo, None)
+
+    def piece(slots: _Slots, w: int, k: list[int], p: PiecePlan) -> None:
+        bufs, events = slots.worker_bufs(w), slots.events[w]
+        h = new_hasher(record) if p.digest is not None else None
+        end = p.start + p.length
+        for u in range(p.start, end, chunk):
+            m = min(chunk, end - u)
+            slot = k[0] % 2
+            k[0] += 1
+            if events[slot] is not None:
+                events[slot].synchronize()  # the copy out of this slot is done: it may be refilled
+            buf, view = bufs[slot]
+            _read_range(fd, view[:m], u, path, h, zero_holes=True)  # a reused slot: holes written as zeros
+            for cp in p.copies:
+                fs = p.start + cp.in_piece  # the file's byte the copy starts at
+                a, z = max(u, fs), min(u + m, fs + cp.nbytes)
+                if a < z:
+                    at = cp.in_constant + a - fs
+                    outs[cp.constant][at: at + z - a].copy_(buf[a - u: z - u], non_blocking=cuda)
+            if cuda:
+                if events[slot] is None:
+                    events[slot] = torch.cuda.Event()
+                events[slot].record(stream)
+        if h is not None:
+            with claim:
+                hashed[0] += p.length
+                if h.hexdigest() != p.digest:
+                    bad.append(p.index)
+                    stop.set()  # the batch fails: the other workers take no new piece
+
+    def worker(slots: _Slots, w: int) -> None:
+        k = [0]
+        try:
+            with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                while (p := next_piece()) is not None:
+                    piece(slots, w, k, p)
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            for ev in slots.events[w]:
+                if ev is not None:
+                    ev.synchronize()  # no slot is handed on while a copy out of it may still run
+
+    with _take_slots(device, max(1, threads), chunk) as slots:
+        futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
+        wait(futs)
+    if on_hashed is not None and hashed[0]:
+        on_hashed(hashed[0])
+    for f in futs:
+        e = f.exception()
+        if isinstance(e, OSError):
+            raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=path) from None
+        if e is not None:
+            raise e
+    if bad:
+        raise _mismatch(record, min(bad), path)
 
 
 def make_uploader(device: torch.device, options: LoadOptions) -> "MappedBlobUploader | HostStager | None":

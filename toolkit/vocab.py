@@ -97,6 +97,10 @@ class UploadPath(enum.StrEnum):
     LOCKED_NOW = "page-locked during this load"  # a first load that locked its pages as it copied
     HYBRID = "page-locked and pinned staging at once"
     STAGED = "pinned staging"
+    # a piece read into the process's own pinned slots, hashed there, uploaded from there (toolkit.upload.stage_pieces)
+    VERIFIED_STAGED = "verified pinned staging"
+    VERIFIED_HOST = "verified staging, host"  # the same on the CPU: plain slots, a host destination
+    PIECES = "pinned staging by pieces"  # the same pipeline, nothing hashed (first_load="pipelined")
     PINNED_EACH = "pinned buffer per constant"
     HOST = "host read"  # on the CPU
 

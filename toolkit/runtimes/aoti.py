@@ -30,9 +30,9 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
-from ..integrity import VerifiedCopy, copy_region, keep_for_process, verified_files
+from ..integrity import VerifiedCopy, copy_region, hash_threads, keep_for_process, verified_files
 from ..model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
-from ..options import LoadOptions
+from ..options import FirstLoad, LoadOptions, UploadMode
 from ..vocab import ProgramFormat, UploadPath
 from . import CompiledConstant, CompiledMethod, Device
 from . import parse_device as _parse
@@ -416,21 +416,34 @@ class AotiMethod:
         return self.container.extract()
 
     def upload_constants(self, constants: list[ConstantSpec]) -> Iterator[tuple[ConstantSpec, torch.Tensor, str]]:
-        from ..upload import upload_constant
+        from ..upload import as_constant, upload_constant
 
-        uploader = self._runtime.uploader(self.device) if constants else None
-        spans: dict[str, list[tuple[int, int]]] = {}
-        for c in constants:  # every piece these uploads read, verified at once (on every core) first
-            spans.setdefault(c.file or self._spec.blob_file, []).append(_span(c))
-        for rel, ranges in spans.items():
-            self._runtime.source(self._program, rel, ranges=ranges)
+        groups: dict[str, list[int]] = {}  # program file -> the constants read from it
+        for i, c in enumerate(constants):
+            groups.setdefault(c.file or self._spec.blob_file, []).append(i)
+        staged: dict[int, tuple[torch.Tensor, UploadPath]] = {}
+        for rel, idx in groups.items():
+            # every piece these uploads read, verified at once (on every core) first: hashed in staging
+            # slots and uploaded from there (the batch's tensors come back only when every piece matched),
+            # or verified into the file's private copy
+            got = self._runtime.stage_constants(self._program, rel, [constants[i] for i in idx], self.device)
+            if got is None:
+                self._runtime.source(self._program, rel, ranges=[_span(constants[i]) for i in idx])
+            else:
+                staged.update(zip(idx, zip(*got)))
+        rest = [c for i, c in enumerate(constants) if i not in staged]  # those the uploader takes
+        uploader = self._runtime.uploader(self.device) if rest else None
         try:
             mapped: Path | None = None
-            for c in constants:
+            for i, c in enumerate(constants):
+                if i in staged:
+                    raw, how = staged.pop(i)
+                    yield c, as_constant(raw, c), how
+                    continue
                 path = self._path(c)  # each constant from ITS file
                 if uploader is not None and path != mapped:
                     # maps the file: pages an earlier load locked are copied from
-                    uploader.prefetch(path, [x for x in constants if self._path(x) == path])
+                    uploader.prefetch(path, [x for x in rest if self._path(x) == path])
                     mapped = path
                 tensor = upload_constant(path, c, self.device, uploader)
                 how = uploader.last_path if uploader else (UploadPath.HOST if self.device.type == "cpu"
@@ -494,6 +507,36 @@ class AotiRuntime:
             verified_files().more(self._copies[path], ranges)
         copy = self._copies[path]
         return (keep_for_process(copy, record.sha256) if dlopen else copy).path
+
+    def stage_constants(self, program: Program, rel: str, constants: list[ConstantSpec],
+                        device: torch.device) -> tuple[list[torch.Tensor], list[UploadPath]] | None:
+        """The raw bytes of ``constants`` (all read from program file ``rel``) on ``device``, and how
+        each travelled, through the staging pipeline (:func:`~toolkit.upload.stage_pieces`) where it
+        applies; None where they go the other way (the private copy, the uploader).
+
+        Hashed as staged: integrity checked, the file has a record, ``integrity_staging`` and
+        ``integrity_copy`` on, ``hash_all`` off, and this session holds no complete verified copy of
+        the file (one made for a whole-blob upload or a ``.so`` inside it: read from that).  Nothing
+        kept: a later batch reads and hashes its pieces again.  Unhashed: on CUDA under
+        ``first_load="pipelined"``, from where the other way would read (:meth:`source`)."""
+        o, path, record = self.options, program.path(rel), program.files.get(rel)
+        copy = self._copies.get(path)
+        if (o.check_integrity and record is not None and o.integrity_staging and o.integrity_copy
+                and not o.hash_all and not (copy is not None and copy.complete)):
+            from ..upload import stage_pieces
+
+            raws = stage_pieces(path, record, constants, device, threads=o.hash_threads or hash_threads(),
+                                chunk_bytes=o.staging_chunk_bytes, on_hashed=verified_files().count_hashed)
+            how = UploadPath.VERIFIED_STAGED if device.type == "cuda" else UploadPath.VERIFIED_HOST
+        elif device.type == "cuda" and o.upload is UploadMode.MAPPED and o.first_load is FirstLoad.PIPELINED:
+            from ..upload import stage_pieces
+
+            raws = stage_pieces(self.source(program, rel, ranges=[_span(c) for c in constants]), None, constants,
+                                device, threads=o.hash_threads or hash_threads(), chunk_bytes=o.staging_chunk_bytes)
+            how = UploadPath.PIECES
+        else:
+            return None
+        return raws, [how] * len(raws)
 
     def uploader(self, device: torch.device):
         if device.type != "cuda":
