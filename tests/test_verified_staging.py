@@ -201,7 +201,7 @@ def test_staging_slots_are_reused_and_never_shared_by_two_batches_at_once():
 
 
 def test_the_options_select_staging_and_its_slot_size():
-    assert LoadOptions().integrity_staging and LoadOptions().staging_chunk_bytes == 8 << 20
+    assert LoadOptions().integrity_staging and LoadOptions().staging_chunk_bytes == 4 << 20
     o = options_from_environment({"CONSTSHARE_INTEGRITY_STAGING": "0", "CONSTSHARE_STAGING_CHUNK_MIB": "4",
                                   "CONSTSHARE_FIRST_LOAD": "pipelined"})
     assert (o.integrity_staging, o.staging_chunk_bytes, o.first_load) == (False, 4 << 20, FirstLoad.PIPELINED)
@@ -336,7 +336,8 @@ def test_cuda_staging_delivers_the_exact_bytes_and_refuses_a_tampered_piece(tmp_
 @pytest.mark.parametrize("options,path", [(LoadOptions(), UploadPath.VERIFIED_STAGED),
                                           (LoadOptions(check_integrity=False, first_load="pipelined"),
                                            UploadPath.PIECES)])
-def test_a_cuda_load_stages_and_uploads_the_files_bytes(built_sample, options, path):
+def test_a_cuda_load_stages_and_uploads_the_files_bytes(built_sample, options, path, fresh):
+    """(``fresh``: a copy of the blob verified whole by an earlier load in this process is read from, not staged.)"""
     prog = built_sample("total_collision", device="cuda")
     s = load_program(prog, "fingerprint", device="cuda", options=options)
     assert s.status == "loaded", s.error

@@ -51,7 +51,9 @@ class LoadOptions:
     # slots, hash it there and upload from there (toolkit.upload.stage_pieces; no private copy of the file);
     # False: through the sealed private copy (toolkit.integrity.VerifiedCopy), as before
     integrity_staging: bool = True
-    staging_chunk_bytes: int = 8 << 20  # the staging pipeline's slot size (each worker has two)
+    # the staging pipeline's slot size (each worker has two): 4 MiB read at 45-55 GB/s on the H200 host, 16 MiB at
+    # 34-36, and pinning 16 workers' slots took ~40 ms at 4 MiB, ~200 at 16 (benchmarks/staging_profile.py, 2026-12-02)
+    staging_chunk_bytes: int = 4 << 20
     cache_dir: Path | None = None  # the build cache (default ~/.cache/constshare): see cache_folder()
 
     def __post_init__(self) -> None:
@@ -105,7 +107,7 @@ def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOp
     * ``CONSTSHARE_INTEGRITY_STAGING``: ``0``/``false``/``no`` uploads a blob's constants through the
       sealed private copy of its verified pieces (as before 2026-12-02) instead of hashing each piece
       in the process's own pinned staging slots and uploading from there (``integrity_staging``);
-    * ``CONSTSHARE_STAGING_CHUNK_MIB``: MiB of each staging slot (``staging_chunk_bytes``, default 8);
+    * ``CONSTSHARE_STAGING_CHUNK_MIB``: MiB of each staging slot (``staging_chunk_bytes``, default 4);
     * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``; :func:`cache_folder`).
     """
     env = os.environ if environ is None else environ
