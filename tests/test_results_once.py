@@ -1,4 +1,5 @@
-"""Results computed once: every file hashed once per load (and not again while unchanged),
+"""Results computed once: every file hashed once per load (and, kept as a sealed copy, not again while
+unchanged; a blob's pieces staged by verified staging are hashed by each load),
 tables built once per load, verification run once, the CLI verifying once."""
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ import os
 import pytest
 
 from toolkit import compare_policies, load_program
-from toolkit import integrity
+from toolkit import integrity, upload
 from toolkit.integrity import verified_files
+from toolkit.options import LoadOptions
 
 pytestmark = pytest.mark.slow  # loads a (cached) sample program
 
@@ -35,6 +37,14 @@ def hashes(monkeypatch):
         return hashed
 
     monkeypatch.setattr(integrity.VerifiedCopy, "ensure", ensure)
+    real_stage = upload.stage_pieces
+
+    def stage(path, record, *a, **kw):  # verified staging: a blob's pieces hashed as they are uploaded
+        if record is not None:
+            seen.append(str(path))
+        return real_stage(path, record, *a, **kw)
+
+    monkeypatch.setattr(upload, "stage_pieces", stage)
     verified_files().clear()
     yield seen
     verified_files().clear()
@@ -49,20 +59,38 @@ def test_every_file_is_hashed_once_per_load(built_sample, hashes):
     s.close()
 
 
-def test_an_unchanged_file_is_not_hashed_again_in_this_process(built_sample, hashes, tmp_path):
+def test_staged_blobs_are_hashed_by_every_load_and_kept_files_once(built_sample, hashes, tmp_path):
+    """Verified staging keeps nothing: each load hashes the blob pieces it stages; the .so and
+    reference files (kept as sealed copies) are hashed once in the process."""
     import shutil
 
     root = tmp_path / "p"
     shutil.copytree(built_sample("total_collision").root, root)
     load_program(root, "fingerprint").close()
+    first = list(hashes)
+    assert any(h.endswith("weights.blob") for h in first) and any(h.endswith("model.so") for h in first)
+    load_program(root, "fingerprint").close()
+    again = hashes[len(first):]
+    assert sorted(again) == sorted(h for h in first if h.endswith("weights.blob")), again
+
+
+def test_an_unchanged_file_is_not_hashed_again_in_this_process(built_sample, hashes, tmp_path):
+    """Through the sealed copies (``integrity_staging=False``): a copy verified once serves every later
+    load in the process while the file's identity is unchanged."""
+    import shutil
+
+    copies = LoadOptions(integrity_staging=False)
+    root = tmp_path / "p"
+    shutil.copytree(built_sample("total_collision").root, root)
+    load_program(root, "fingerprint", options=copies).close()
     first = len(hashes)
-    load_program(root, "name-only").close()
+    load_program(root, "name-only", options=copies).close()
     assert len(hashes) == first, "a second load re-hashed unchanged files"
     # touching a file (new mtime and ctime) makes it suspect again: hashed on the next load
     blob = root / "methods/decode/weights.blob"
     st = blob.stat()
     os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    load_program(root, "fingerprint").close()
+    load_program(root, "fingerprint", options=copies).close()
     assert hashes[first:] == [str(blob)]
     # setting the old mtime back does not hide the change: ctime moved on
     os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
