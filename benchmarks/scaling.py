@@ -34,6 +34,7 @@ columns included) into ``--out`` (default ``benchmarks/results/<today>/``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gc
 import json
@@ -102,7 +103,8 @@ def _best(fn, repeats: int):
 
 
 def _dry_load(model, policy: str, record: bool = True):
-    """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, GC off."""
+    """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, the
+    collector paused as ``run_analysis`` pauses it (``toolkit.analysis.collector_paused``, where it has one)."""
     from toolkit.loader import resolve_devices
     from toolkit.session import Session
     from toolkit.policies import get_policy
@@ -110,10 +112,26 @@ def _dry_load(model, policy: str, record: bool = True):
 
     rt = DryRunRuntime()
     devices = resolve_devices(model, None, rt)
+    with _collector_paused():
+        return Session(model, get_policy(policy), devices, record=record, check_integrity=False, runtime=rt).load()
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """``toolkit.analysis.collector_paused``; in a toolkit without it (an older version measured with
+    ``--toolkit``), the collector off and back on, as that version's ``run_analysis`` had it."""
+    try:
+        from toolkit.analysis import collector_paused
+    except ImportError:
+        collector_paused = None
+    if collector_paused is not None:
+        with collector_paused():
+            yield
+        return
     was = gc.isenabled()
     gc.disable()
     try:
-        return Session(model, get_policy(policy), devices, record=record, check_integrity=False, runtime=rt).load()
+        yield
     finally:
         if was:
             gc.enable()
