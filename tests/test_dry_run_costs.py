@@ -102,3 +102,61 @@ def test_the_collector_is_restored_when_the_pass_raises(collector_state):
         with collector_paused():
             raise RuntimeError("stop")
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def _uploads_load(native: bool):
+    from toolkit.loader import resolve_devices
+    from toolkit.policies import get_policy
+    from toolkit.runtimes.dry_run import DryRunRuntime
+    from toolkit.session import Session
+
+    class Runtime(DryRunRuntime):
+        native_uploads = native
+
+    program = generate(SyntheticSpec(methods=3, constants=120, seed=5))
+    rt = Runtime()
+    return Session(program, get_policy("fingerprint"), resolve_devices(program, None, rt), check_integrity=False,
+                   runtime=rt).load()
+
+
+def test_uploads_that_run_no_native_code_are_one_record_of_the_same_events():
+    """A runtime whose uploads run native code has each recorded as it is done (a streaming worker keeps
+    them before a crash); the dry run's are one batch per method: the same events, in the same places."""
+    one_by_one, batched = _uploads_load(True), _uploads_load(False)
+    entries = {s: [r for r in s.log._records if (r[0] if type(r) is tuple else r.types[0]) is ev.ConstantUploaded]
+               for s in (one_by_one, batched)}
+    uploads = len(one_by_one.log.of_type(ev.ConstantUploaded))
+    assert uploads > 100
+    assert len(entries[one_by_one]) == uploads and all(type(r) is tuple for r in entries[one_by_one])
+    assert len(entries[batched]) == sum(1 for r in batched.results.values() if r.own_upload_bytes)
+    assert all(isinstance(r, ev._Batch) for r in entries[batched])
+    assert len(one_by_one.log) == len(batched.log)
+    for a, b in zip(one_by_one.log, batched.log):
+        ra, rb = a.row(), b.row()
+        for clock in ("time_s", "seconds"):
+            ra.pop(clock, None), rb.pop(clock, None)
+        assert ra == rb
+    assert all(e.seconds >= 0 for e in batched.log.of_type(ev.ConstantUploaded))
+
+
+def test_an_upload_that_raises_leaves_the_uploads_before_it_recorded(monkeypatch):
+    """The batch is recorded also when an upload fails half-way, as the one-by-one records were."""
+    from toolkit.runtimes import dry_run
+
+    real = dry_run.DryRunMethod.upload_constants
+
+    def failing(self, constants):
+        for i, item in enumerate(real(self, constants)):
+            if i == 7:
+                raise RuntimeError("device lost")
+            yield item
+
+    monkeypatch.setattr(dry_run.DryRunMethod, "upload_constants", failing)
+    names = {}
+    for native in (True, False):
+        s = _uploads_load(native)
+        assert s.status == "failed" and "device lost" in s.error
+        names[native] = [e.name for e in s.log.of_type(ev.ConstantUploaded)]
+        assert len(names[native]) == 7
+        assert type(s.log.last()) is ev.LoadFailed and s.log.last().method == s.program.methods[0].name
+    assert names[True] == names[False]

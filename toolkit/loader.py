@@ -382,16 +382,31 @@ class ProgramLoad:
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
         own = [d.constant for d in outcome.decisions if d.origin is TensorOrigin.OWN_UPLOAD]
         # one event per upload, recorded as it is done: an upload runs native code, and a worker streaming its
-        # events (toolkit.isolation) keeps those before a crash
+        # events (toolkit.isolation) keeps those before a crash; a runtime whose uploads run none (the dry run)
+        # has them recorded as one batch once they are done (the same events, the batch's time)
         t = time.perf_counter()
-        for c, tensor, how in handle.upload_constants(own):
-            loaded.own_tensors[c.name] = tensor
-            loaded.own_upload_bytes += c.nbytes
-            self._probe_peak(device, loaded)
-            now = time.perf_counter()
-            self.log.record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t, path=how)
-            t = now
-            self._advance(1)
+        done: dict[str, list[Any]] | None = (None if self.runtime.native_uploads else
+                                             {"name": [], "fqn": [], "bytes": [], "seconds": [], "path": []})
+        try:
+            for c, tensor, how in handle.upload_constants(own):
+                loaded.own_tensors[c.name] = tensor
+                loaded.own_upload_bytes += c.nbytes
+                self._probe_peak(device, loaded)
+                now = time.perf_counter()
+                if done is None:
+                    self.log.record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t,
+                                    path=how)
+                else:
+                    done["name"].append(c.name)
+                    done["fqn"].append(c.fqn)
+                    done["bytes"].append(c.nbytes)
+                    done["seconds"].append(now - t)
+                    done["path"].append(how)
+                t = now
+                self._advance(1)
+        finally:
+            if done and done["name"]:  # what was uploaded, also when an upload raised
+                self.log.record_batch(ev.ConstantUploaded, m, **done)
 
         # The out-of-bounds guard: AOTInductor checks nothing when a tensor is installed.
         install: dict[str, Any] = {}
