@@ -160,3 +160,15 @@ def test_an_upload_that_raises_leaves_the_uploads_before_it_recorded(monkeypatch
         assert len(names[native]) == 7
         assert type(s.log.last()) is ev.LoadFailed and s.log.last().method == s.program.methods[0].name
     assert names[True] == names[False]
+
+
+def test_members_are_the_enums_own():
+    """vocab.Members: the same member objects (``is`` comparisons and values unchanged), every one of them."""
+    from toolkit import vocab
+
+    for e in (vocab.Decision, vocab.Reason, vocab.TensorOrigin, vocab.Lookup, vocab.ConstantKind):
+        m = vocab.Members(e)
+        assert {k: getattr(m, k) for k in e.__members__} == dict(e.__members__)
+        assert all(getattr(m, k) is v for k, v in e.__members__.items())
+    with pytest.raises(AttributeError):
+        vocab.Members(vocab.Lookup).MAYBE
