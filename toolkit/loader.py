@@ -182,9 +182,10 @@ class ProgramLoad:
         # per constant, the method in the postfix: a 10,000-constant method moves while it loads
         total = sum(len(s.constants) for s in specs)
         self._on_progress, self._progress_at = on_progress, [0, total, ""]
-        bar = self._bar = progress_bar(total=total, enabled=progress,
-                                       desc=f"{'loading' if self.runtime.can_run else 'dry run'} ({self.policy.name})",
-                                       unit="constant")
+        bar = progress_bar(total=total, enabled=progress,
+                           desc=f"{'loading' if self.runtime.can_run else 'dry run'} ({self.policy.name})",
+                           unit="constant")
+        self._bar = None if bar.disable else bar  # a bar that shows nothing is not advanced per constant
         try:
             refusal = self.export_refusal()
             if refusal is not None:  # no program was written: nothing is checked, opened or uploaded
@@ -390,6 +391,8 @@ class ProgramLoad:
         t = time.perf_counter()
         done: dict[str, list[Any]] | None = (None if self.runtime.native_uploads else
                                              {"name": [], "fqn": [], "bytes": [], "seconds": [], "path": []})
+        if done is not None:
+            names, fqns, sizes, times, paths = (v.append for v in done.values())
         try:
             for c, tensor, how in handle.upload_constants(own):
                 loaded.own_tensors[c.name] = tensor
@@ -400,11 +403,11 @@ class ProgramLoad:
                     self.log.record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t,
                                     path=how)
                 else:
-                    done["name"].append(c.name)
-                    done["fqn"].append(c.fqn)
-                    done["bytes"].append(c.nbytes)
-                    done["seconds"].append(now - t)
-                    done["path"].append(how)
+                    names(c.name)
+                    fqns(c.fqn)
+                    sizes(c.nbytes)
+                    times(now - t)
+                    paths(how)
                 t = now
                 self._advance(1)
         finally:

@@ -721,11 +721,14 @@ class Fingerprint(Policy):
                                             _TensorOrigin.OWN_UPLOAD, lr.entry, comps, dig))
         entering: set[str] = set()  # an FQN twice in one method: the cache takes the first, the rest upload their own
         for i, d in enumerate(out):
-            if d.enters_cache and d.cache_key in entering:
+            if not d.enters_cache:
+                continue
+            if d.cache_key in entering:
                 out[i] = ConstantDecision(d.constant, d.lookup, _Decision.PRIVATE, _Reason.SAME_KEY_IN_METHOD,
                                           "another constant of this method enters the cache under this FQN: own "
                                           "copy uploaded", _TensorOrigin.OWN_UPLOAD)
-            entering.update([d.cache_key] if d.enters_cache else [])
+            else:
+                entering.add(d.cache_key)
         return Outcome(m.name, tuple(out))
 
 
