@@ -124,7 +124,7 @@ def _dry_load(model, policy: str, record: bool = True):
 @contextlib.contextmanager
 def _collector_paused():
     """``toolkit.analysis.collector_paused``; in a toolkit without it (an older version measured with
-    ``--toolkit``), the collector off and back on, as that version's ``run_analysis`` had it."""
+    ``--base``), the collector off and back on, as that version's ``run_analysis`` had it."""
     try:
         from toolkit.analysis import collector_paused
     except ImportError:
