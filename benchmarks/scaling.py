@@ -1,6 +1,6 @@
 """Tables at scale: the dry run, every frame and the event log's memory, up to 200,000 constants per method.
 
-    python benchmarks/scaling.py [--sizes 2000 10000 50000 100000 200000] [--methods 2] [--out DIR]
+    python benchmarks/scaling.py [--sizes 2000 10000 50000 100000 200000] [--methods 2] [--out DIR] [--base PATH]
 
 One run, one fresh process per size (so that peak RSS is that size's own).  For each size the
 parent writes a synthetic program (``toolkit.synthetic``, 2 methods by default) to a folder
@@ -29,11 +29,17 @@ linear), then issue 25's target 4: the dry run's CPU microseconds per decision w
 recorded (``run_analysis``, what ``toolkit.analyze`` runs) at each size and its ratio to
 ``--target-us`` (20; <= 1.0 meets it); and writes ``scaling.csv`` (long format, one row per size and metric, machine
 columns included) into ``--out`` (default ``benchmarks/results/<today>/``).
+
+``--base PATH``: an A/B in the same run: every size is also measured with the toolkit of another
+checkout (``PATH/toolkit``, e.g. the main branch), its child run just before this one's on the same
+program; the CSV's ``toolkit`` column says which (``this`` or ``base``), the tables are this
+version's, and the target lines give both and this version's figure as a ratio of the base's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gc
 import json
@@ -102,7 +108,8 @@ def _best(fn, repeats: int):
 
 
 def _dry_load(model, policy: str, record: bool = True):
-    """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, GC off."""
+    """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, the
+    collector paused as ``run_analysis`` pauses it (``toolkit.analysis.collector_paused``, where it has one)."""
     from toolkit.loader import resolve_devices
     from toolkit.session import Session
     from toolkit.policies import get_policy
@@ -110,10 +117,26 @@ def _dry_load(model, policy: str, record: bool = True):
 
     rt = DryRunRuntime()
     devices = resolve_devices(model, None, rt)
+    with _collector_paused():
+        return Session(model, get_policy(policy), devices, record=record, check_integrity=False, runtime=rt).load()
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """``toolkit.analysis.collector_paused``; in a toolkit without it (an older version measured with
+    ``--base``), the collector off and back on, as that version's ``run_analysis`` had it."""
+    try:
+        from toolkit.analysis import collector_paused
+    except ImportError:
+        collector_paused = None
+    if collector_paused is not None:
+        with collector_paused():
+            yield
+        return
     was = gc.isenabled()
     gc.disable()
     try:
-        return Session(model, get_policy(policy), devices, record=record, check_integrity=False, runtime=rt).load()
+        yield
     finally:
         if was:
             gc.enable()
@@ -241,11 +264,14 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     return {k: [round(v[0], 4), v[1], v[2], None if v[3] is None else round(v[3], 4)] for k, v in out.items()}
 
 
-def run_size(script: Path, program_dir: Path, ref_dir: Path, repeats: int, timeout: float) -> dict:
+def run_size(script: Path, program_dir: Path, ref_dir: Path, repeats: int, timeout: float,
+             toolkit_root: Path | None = None) -> dict:
+    """One child measuring one size; ``toolkit_root``: the checkout whose toolkit it imports (default: this one)."""
+    root = toolkit_root or _common.REPO
     proc = subprocess.run([sys.executable, str(script), "--child", str(program_dir), "--ref", str(ref_dir),
-                           "--repeats", str(repeats)],
+                           "--repeats", str(repeats), "--toolkit-root", str(root)],
                           stdout=subprocess.PIPE, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(_common.REPO)})
+                          env={**os.environ, "PYTHONPATH": str(root)})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"measuring {program_dir} failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}")
@@ -261,20 +287,32 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--name", default="scaling.csv", help="CSV file name")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per size")
     ap.add_argument("--target-us", type=float, default=20.0, help="issue 25 target 4: dry-run us per decision")
+    ap.add_argument("--base", default=None, help="another checkout (its toolkit/ folder) to measure beside this one: an A/B")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--toolkit-root", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ref", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
+        root = Path(args.toolkit_root).resolve()
+        sys.path.insert(0, str(root))  # before this checkout, which _common put first
+        import toolkit
+
+        if Path(toolkit.__file__).resolve().parent != root / "toolkit":
+            raise RuntimeError(f"measuring the toolkit of {root}, but imported {toolkit.__file__}")
         print(json.dumps(child(args.child, args.repeats, args.ref)), flush=True)
         return None
+    base = Path(args.base).resolve() if args.base else None
+    if base is not None and not (base / "toolkit" / "__init__.py").is_file():
+        ap.error(f"--base {args.base}: no toolkit/__init__.py there")
 
     from toolkit.synthetic import SyntheticSpec, write_synthetic
 
     sizes = sorted(set(args.sizes))
     out_dir = Path(args.out) if args.out else _common.RESULTS / dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     tmp = Path(tempfile.mkdtemp(prefix="constshare-scaling-", dir="/tmp"))
-    rows = []
+    rows: list[dict] = []
+    base_rows: list[dict] = []  # --base: the other checkout's figures
     t_run = time.perf_counter()
     ref_dir = tmp / f"{args.methods}x{sizes[0]}"  # the smallest size: every child times it too
     write_synthetic(SyntheticSpec(methods=args.methods, constants=sizes[0]), ref_dir / "ref")
@@ -289,43 +327,50 @@ def main(argv=None) -> pd.DataFrame:
             mb = (d / "manifest.json").stat().st_size / 1e6
             print(f"K={k:,} x {args.methods} methods: manifest {mb:.0f} MB written in "
                   f"{time.perf_counter() - t:.1f}s to {d}; measuring (best of {repeats})", flush=True)
-            t = time.perf_counter()
-            res = run_size(Path(__file__).resolve(), d, ref_dir / "ref", repeats, args.timeout)
-            print(f"  done in {time.perf_counter() - t:.0f}s: dry run {res['run_analysis[fingerprint]'][0]:.1f} "
-                  f"us/decision, {res['event_log_bytes_per_event'][0]:.0f} B/event, peak RSS "
-                  f"{res['peak_rss'][0]:.0f} MB", flush=True)
-            for metric, (value, unit, count, ref_value) in res.items():
-                rows.append({"constants_per_method": k, "methods": args.methods, "decisions": n,
-                             "metric": metric, "value": value, "unit": unit, "rows": count, "repeats": repeats,
-                             "ref_value": ref_value})
+            for which, root in ((("base", base),) if base is not None else ()) + (("this", None),):
+                t = time.perf_counter()
+                res = run_size(Path(__file__).resolve(), d, ref_dir / "ref", repeats, args.timeout, root)
+                print(f"  {which + ': ' if base is not None else ''}done in {time.perf_counter() - t:.0f}s: dry run "
+                      f"{res['run_analysis[fingerprint]'][0]:.1f} us/decision, {res['event_log_bytes_per_event'][0]:.0f} "
+                      f"B/event, peak RSS {res['peak_rss'][0]:.0f} MB, load average {os.getloadavg()[0]:.2f}", flush=True)
+                for metric, (value, unit, count, ref_value) in res.items():
+                    (base_rows if which == "base" else rows).append({
+                        "toolkit": which, "constants_per_method": k, "methods": args.methods, "decisions": n,
+                        "metric": metric, "value": value, "unit": unit, "rows": count, "repeats": repeats,
+                        "ref_value": ref_value})
             if k != sizes[0]:
                 shutil.rmtree(d, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows + base_rows)
     base_k = sizes[0]
-    ref = df[df.constants_per_method == base_k].set_index("metric")["value"]
+    # per toolkit measured (this one, and --base's), the smallest size's figure of each metric
+    first_of = df[df.constants_per_method == base_k].set_index(["toolkit", "metric"])["value"]
+    ref = first_of.loc["this"]
     df["size_ratio"] = df["constants_per_method"] / base_k
     # timed steps: against the smallest program timed beside it (same load of the shared host);
     # memory and counts: against the smallest size's own child
-    df["ratio_unpaired"] = [round(v / ref[m], 3) if ref[m] else float("nan") for v, m in zip(df["value"], df["metric"])]
+    df["ratio_unpaired"] = [round(v / first_of[w, m], 3) if first_of[w, m] else float("nan")
+                            for v, w, m in zip(df["value"], df["toolkit"], df["metric"])]
     df["ratio_to_smallest"] = [round(v / r, 3) if pd.notna(r) and r else u
                                for v, r, u in zip(df["value"], df["ref_value"], df["ratio_unpaired"])]
     target = df["metric"].str.startswith(("run_analysis[", "dry_run_load[")) & (df["unit"] == "us/decision")
     df["ratio_to_target"] = [round(v / args.target_us, 3) if t else float("nan") for v, t in zip(df["value"], target)]
+    df["toolkit_root"] = [str(base) if w == "base" else str(_common.REPO) for w in df["toolkit"]]
     df["cpu_model"] = cpu_model()
     df["ram_gib"] = ram_gib()
     df["run_seconds"] = round(time.perf_counter() - t_run, 1)
     path = _common.write_csv(df, args.name, out_dir)
 
-    table = df.pivot(index="metric", columns="constants_per_method", values="ratio_to_smallest")
-    table = table.loc[list(dict.fromkeys(df["metric"]))]
-    units = df.drop_duplicates("metric").set_index("metric")["unit"]
+    mine = df[df.toolkit == "this"]
+    table = mine.pivot(index="metric", columns="constants_per_method", values="ratio_to_smallest")
+    table = table.loc[list(dict.fromkeys(mine["metric"]))]
+    units = mine.drop_duplicates("metric").set_index("metric")["unit"]
     first = ref.rename(f"K={base_k:,}")
     shown = pd.concat([units, first.map(lambda v: f"{v:,.2f}")], axis=1)
     for k in sizes[1:]:
         shown[f"x{k // base_k} K"] = table[k].map(lambda v: f"{v:.2f}")
-    shown[f"K={sizes[-1]:,}"] = df[df.constants_per_method == sizes[-1]].set_index("metric")["value"].map(
+    shown[f"K={sizes[-1]:,}"] = mine[mine.constants_per_method == sizes[-1]].set_index("metric")["value"].map(
         lambda v: f"{v:,.2f}")
     pd.set_option("display.width", 200)
     print()
@@ -336,9 +381,14 @@ def main(argv=None) -> pd.DataFrame:
     print(f"\nissue 25 target 4: the dry run with every event recorded, <= {args.target_us:g} us per decision "
           "(CPU time, best of the repeats)")
     for pol in POLICIES:
-        got = df[df.metric == f"run_analysis[{pol}]"]
+        got = mine[mine.metric == f"run_analysis[{pol}]"]
         print(f"  {pol}: " + "; ".join(f"K={k:,}: {v:.1f} us = {r:.2f} x target"
                                      for k, v, r in zip(got.constants_per_method, got.value, got.ratio_to_target)))
+        if base_rows:
+            was = df[(df.toolkit == "base") & (df.metric == f"run_analysis[{pol}]")].set_index("constants_per_method")
+            print(f"    base {base}: " + "; ".join(
+                f"K={k:,}: {was.value[k]:.1f} us (this = {v / was.value[k]:.2f} x base)"
+                for k, v in zip(got.constants_per_method, got.value)))
     return df
 
 

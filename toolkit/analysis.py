@@ -10,10 +10,11 @@ Layering: policies (pure) <- loader (orchestrator) <- analysis (this module) <- 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 import pandas as pd
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from .verdict import Verdict
 
 FLOOR_COLUMNS = ["device", "method", "name", "fqn", "nbytes", "role", "counted"]
-__all__ = ["ANALYSIS_COLUMNS", "Analysis", "MemoryFloor", "analyze", "memory_floor", "run_analysis"]
+__all__ = ["ANALYSIS_COLUMNS", "Analysis", "MemoryFloor", "analyze", "collector_paused", "memory_floor", "run_analysis"]
 
 
 @dataclass
@@ -73,19 +74,38 @@ def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fing
     pol = get_policy(policy)
     runtime = DryRunRuntime()
     devices = resolve_devices(model, device, runtime)
-    # The pass allocates millions of small objects and no reference cycles; with the cyclic
-    # collector running, each of its full passes rescans everything allocated so far, which
-    # measured as 40% of the time at 160,000 decisions.  Reference counting still frees everything.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load(progress=progress,
                                                                                              on_progress=on_progress)
         frame = analysis_frame(s.log, s.results.values(), policy=pol.name.value)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return Analysis(pol.name.value, frame, list(s.results.values()), s)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for a dry run's pass, and what the pass made kept out of its young
+    generations afterwards (reference counting still frees everything; cycles are still collected).
+
+    The pass allocates millions of small objects and no reference cycles.  With the collector running,
+    each of its full passes rescans everything allocated so far (40% of the time at 160,000 decisions).
+    Merely turning it back on afterwards is not enough: the first allocation then starts a collection of
+    the youngest generation, which holds every object the pass made and still alive (0.9 s at 400,000
+    decisions, benchmarks/scaling.py), and two more generations rescan them later.  So they are moved to
+    the oldest generation untraversed (``gc.freeze()`` then ``gc.unfreeze()``: what surviving two
+    collections would do), where only a full collection visits them.  Skipped where the process holds
+    frozen objects already (``gc.freeze()`` by its owner, before a fork): they stay frozen.  A collector
+    the caller had turned off stays off.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
 
 
 def analyze(program: "Program | str | Path", policy: "str | Policy" = "fingerprint", *,

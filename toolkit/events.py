@@ -282,6 +282,10 @@ class EventLog:
         self._n = 0
         self._keys: dict[tuple[type[Event], tuple[str, ...]], tuple[str, ...]] = {}
         self._made: dict[int, Event] = {}  # seq -> its Event, once read
+        # event type -> the positions in _records of the entries holding it, for the first _indexed entries
+        # (made when a column is read: a frame reads one type's few batches without passing over every entry)
+        self._by_type: dict[type[Event], list[int]] = {}
+        self._indexed = 0
         self._lock = threading.Lock()
 
     def record(self, event_type: type[Event], method: str, **payload: Any) -> None:
@@ -372,10 +376,10 @@ class EventLog:
         default = _defaults(event_type)[name]
         out: list[Any] = []
         where: dict[tuple[str, ...], int] = {}  # payload keys -> the position of ``name`` in them (-1: the default)
-        for start, r in zip(self._starts, self._records):
+        starts, records = self._starts, self._records
+        for i in self._entries_of(event_type):
+            start, r = starts[i], records[i]
             if type(r) is tuple:
-                if r[0] is not event_type:
-                    continue
                 if name == "seq":
                     out.append(start)
                 elif name == "time_s" or name == "method":
@@ -387,11 +391,9 @@ class EventLog:
                         at = where[keys] = keys.index(name) if name in keys else -1
                     out.append(r[4][at] if at >= 0 else default)
                 continue
-            if event_type not in r.types:
-                continue
             t = r.types.index(event_type)
             if name == "seq":
-                out.extend(start + o for o in r.offsets(t))
+                out.extend(range(start, start + r.n) if r.kinds is None else [start + o for o in r.offsets(t)])
                 continue
             col = r.cols[t].get(name)
             if col is not None:
@@ -400,6 +402,21 @@ class EventLog:
                 count = r.n if r.kinds is None else r.kinds.count(t)
                 out.extend([r.time_s if name == "time_s" else r.method if name == "method" else default] * count)
         return out
+
+    def _entries_of(self, event_type: type[Event]) -> list[int]:
+        """The positions in the log's entries of those holding events of ``event_type``, in order
+        (the index is brought up to date with the entries recorded since it was last read)."""
+        with self._lock:
+            records, by_type = self._records, self._by_type
+            for i in range(self._indexed, len(records)):
+                r = records[i]
+                for t in ((r[0],) if type(r) is tuple else r.types):
+                    at = by_type.get(t)
+                    if at is None:
+                        at = by_type[t] = []
+                    at.append(i)
+            self._indexed = len(records)
+            return list(by_type.get(event_type, ()))
 
     def _value(self, seq: int, name: str) -> Any:
         """Field ``name`` of the event at ``seq``, read from its record (its event is not made)."""

@@ -14,7 +14,9 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from .vocab import Decision, MethodStatus, Stage
+from .vocab import Decision, Members, MethodStatus, Stage
+
+_Decision = Members(Decision)  # read per constant by find_problem (vocab.Members: 0.12 us each off the enum on 3.11)
 
 
 class MethodOutcome(enum.StrEnum):
@@ -103,9 +105,9 @@ def find_problem(*, method: str, name: str, fqn: str, decision: Decision, digest
     """The one rule for "this constant runs on other data than its own" (None: it does not).
 
     ``cached_*`` describe the cache entry the method was given or checked against ("" when none)."""
-    shared = decision is Decision.SHARED
+    shared = decision is _Decision.SHARED
     source = f"{cached_method}/{cached_name}" if shared and cached_method else ""
-    if decision is Decision.NEVER_FILLED:
+    if decision is _Decision.NEVER_FILLED:
         return ConstantFinding(method, name, fqn, DataProblem.SLOT_NEVER_FILLED, slot_problem, source)
     if slot_problem:
         return ConstantFinding(method, name, fqn, DataProblem.SLOT_MISMATCH, slot_problem, source)

@@ -92,6 +92,9 @@ class MethodRuntime(Protocol):
 class Runtime(Protocol):
     name: str
     can_run: bool  # False for the dry run: nothing can be run or verified
+    # its uploads run native code (a crash ends the process): the loader records each as it is done, so a
+    # worker streaming its events keeps those before a crash; False (the dry run): recorded as one batch
+    native_uploads: bool
 
     def resolve(self, spec: Any) -> Device:
         """A device spec ('cpu', 'cuda', 'cuda:1', a torch.device) as this runtime places it."""

@@ -467,6 +467,7 @@ class AotiRuntime:
 
     name = "aoti"
     can_run = True
+    native_uploads = True
 
     def __init__(self, options: LoadOptions | None = None) -> None:
         self.options = options if options is not None else LoadOptions()

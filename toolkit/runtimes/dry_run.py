@@ -17,9 +17,11 @@ from . import CompiledConstant, CompiledMethod, Device, aligned_slot_bytes, pars
 PATH_NONE = "dry run"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class PlannedTensor:
-    """What stands for a device tensor in a dry run: its metadata and its readable bytes."""
+    """What stands for a device tensor in a dry run: its metadata and its readable bytes (compared and
+    hashed by identity, as a tensor is hashed; not frozen: a frozen one took twice as long to make, and a
+    dry run makes one per constant uploaded or extracted)."""
 
     meta: TensorMeta
     nbytes: int
@@ -78,6 +80,7 @@ class DryRunMethod:
 class DryRunRuntime:
     name = "dry run"
     can_run = False
+    native_uploads = False
 
     def resolve(self, spec: Any) -> Device:
         return parse_device(spec)  # a bare 'cuda' is cuda:0, as in a fresh process
