@@ -232,7 +232,7 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     paired("memory_floor", "us/decision", lambda: memory_floor(model), lambda: memory_floor(ref_model),
            lambda f: f.constants)
 
-    del s, keep, ref_keep
+    s = keep = ref_keep = None  # (not `del`: the lambdas above close over these names)
     gc.collect()
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out["peak_rss"] = [peak_rss / 1e6, "MB", n, None]
