@@ -203,7 +203,7 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
         if pol == "fingerprint":
             keep, ref_keep = s, _dry_load(ref_model, pol)
             out["events_per_decision"] = [len(s.log) / n, "events/decision", n, None]
-        del s
+        s = None
     s = keep
     out["peak_rss_after_dry_runs"] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6, "MB", n, None]
     _progress("frames")
