@@ -259,7 +259,7 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     out["event_log_bytes_per_event"] = [(before - after) / events, "B/event", events, None]
     out["event_log_bytes_per_decision"] = [(before - after) / n, "B/decision", n, None]
     out["event_log_share_of_retained"] = [(before - after) / (cur - base), "fraction", n, None]
-    del s
+    s = None
     tracemalloc.stop()
     return {k: [round(v[0], 4), v[1], v[2], None if v[3] is None else round(v[3], 4)] for k, v in out.items()}
 
