@@ -35,8 +35,10 @@ imported, and the run stops if one is not from PATH.  ``--device cpu`` runs it o
 (AOTInductor compiles the program for the CPU: keep ``--gib`` small, e.g. 0.05) to check
 the script.
 
-Writes default_path_<label>.csv (one row per run, machine columns appended) and
-default_path_<label>.json (the same runs and the summary).
+Writes default_path_<label>.csv (one row per run, machine columns appended),
+default_path_<label>.json (the same runs and the summary) and default_path_<label>_timeline.json
+(per setting, its first timed load's events but the per-constant ones, and per method the span of
+its constant uploads: where the time went).
 """
 
 from __future__ import annotations
@@ -179,10 +181,34 @@ def child(args) -> None:
     seconds = time.perf_counter() - t
     uploaded = sum(e.bytes for e in s.log if e.kind in (EventKind.CONSTANT_UPLOADED, EventKind.BLOB_UPLOADED))
     out = {"setting": args.child, "seconds": seconds, "status": str(s.status), "error": s.error, "bytes": uploaded,
-           "loader_load_seconds": getattr(s, "load_seconds", None), "toolkit": toolkit.__file__}
+           "loader_load_seconds": getattr(s, "load_seconds", None), "toolkit": toolkit.__file__,
+           "timeline": timeline(s.log)}
     s.close()
     out["modules"] = _toolkit_modules()  # after the load and close: whatever they imported lazily too
     print(json.dumps(out))
+
+
+def timeline(log) -> list[dict]:
+    """Where one load's time went, from its event log (seconds since the log began): every event
+    but the per-constant ones, and per method the span of its constant uploads (from the start of the
+    first, its event's time less its own seconds, to the last one's event; the bytes; the sum of the
+    uploads' own seconds)."""
+    per_constant = {"constant_enumerated", "cache_lookup", "field_compared", "digest_compared", "decided",
+                    "cache_entry_added", "constant_uploaded"}
+    rows, spans = [], {}
+    for e in log:
+        kind = e.kind.value
+        if kind == "constant_uploaded":
+            sp = spans.setdefault(e.method, {"t": e.time_s - e.seconds, "end": e.time_s, "bytes": 0, "seconds": 0.0,
+                                             "n": 0, "path": str(e.path)})
+            sp["end"], sp["bytes"], sp["seconds"], sp["n"] = e.time_s, sp["bytes"] + e.bytes, \
+                sp["seconds"] + e.seconds, sp["n"] + 1
+        elif kind not in per_constant:
+            rows.append({"t": round(e.time_s, 5), "kind": kind, "method": e.method})
+    rows += [{"t": round(sp["t"], 5), "kind": "constant uploads", "method": m, "end": round(sp["end"], 5),
+              "uploads": sp["n"], "bytes": sp["bytes"], "upload_seconds": round(sp["seconds"], 5), "path": sp["path"]}
+             for m, sp in spans.items()]
+    return sorted(rows, key=lambda r: r["t"])
 
 
 def run_child(args, setting: str, root: Path | None) -> dict:
@@ -257,12 +283,14 @@ def main(argv=None):
     print(f"warm-up (not counted): default {warm['seconds']:.3f}s", flush=True)
     settings = list(dict.fromkeys(["default", "integrity off", *args.settings]))
     settings.sort(key=list(SETTINGS).index)
-    rows = []
+    rows, timelines = [], {}
     for run in range(args.runs):
         order = list(settings) if run % 2 == 0 else list(reversed(settings))
         order += list(RATES)
         for setting in order:
             got = run_child(args, setting, root)
+            if run == 0 and got.get("timeline") is not None:
+                timelines[setting] = got["timeline"]
             rows.append({"label": label, "setting": setting, "run": run, "seconds": round(got["seconds"], 4),
                          "bytes": got["bytes"], "GBps": got["bytes"] / got["seconds"] / 1e9,
                          "loader_load_seconds": got["loader_load_seconds"], "toolkit": str(Path(got["toolkit"]).parent),
@@ -272,6 +300,10 @@ def main(argv=None):
             print(f"run {run} {setting:>24}: {got['seconds']:.3f}s, {got['bytes'] / 1e9:.3f} GB, "
                   f"{got['bytes'] / got['seconds'] / 1e9:.2f} GB/s", flush=True)
     df = pd.DataFrame(rows)
+    # where each setting's first timed load spent its time (the loader's events), for the runs' CSV's reader
+    tl_path = Path(args.out or _common.RESULTS) / f"default_path_{label}_timeline.json"
+    tl_path.parent.mkdir(parents=True, exist_ok=True)
+    tl_path.write_text(json.dumps(timelines, indent=1) + "\n")
     rate = {k: statistics.median(df[df.setting == k]["GBps"]) for k in (*settings, *RATES)}
     targets = {f"{k} / pinned copy (target 1, >= 0.5)": rate[k] / rate["pinned copy"]
                for k in settings if not k.startswith("integrity off")}
