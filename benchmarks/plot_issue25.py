@@ -33,6 +33,21 @@ def _where(frame: pd.DataFrame) -> str:
     return f"{row.get('gpu', '')} host, {row.get('host_cpus', '?')} cores, torch {row.get('torch', '?')}, {row['date_utc']} UTC"
 
 
+def _save(fig, ax, title: str, out: Path) -> Path:
+    """Title, layout, write, close: the end of every plot here."""
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _bars(ax, labels, fontsize: int = 10) -> None:
+    """Horizontal bars read top-down in ``labels``' order."""
+    ax.set_yticks(range(len(labels)), labels, fontsize=fontsize)
+    ax.invert_yaxis()
+
+
 def default_path(results: Path) -> Path:
     f = pd.read_csv(results / "default_path_h200_staging.csv")
     f = f[f["run"] >= 0]
@@ -45,36 +60,27 @@ def default_path(results: Path) -> Path:
         ax.plot(f[f["setting"] == s]["GBps"], [i] * int((f["setting"] == s).sum()), "k.", ms=6)
         ax.text(med[s] + 0.6, i, f"{med[s]:.1f} GB/s", va="center", fontsize=8)
     ax.axvline(0.5 * med["pinned copy"], color="#c44e52", ls="--", lw=1)
-    ax.text(0.5 * med["pinned copy"], len(order) - 0.4, " target 1: 0.5 x pinned copy", color="#c44e52", fontsize=8)
+    ax.text(0.5 * med["pinned copy"], 1.5, " target 1: 0.5 x pinned copy", color="#c44e52", fontsize=8)
     ax.axvline(0.9 * med["page locking"], color="#dd8452", ls=":", lw=1)
-    ax.text(0.9 * med["page locking"], len(order) - 0.9, " target 2: 0.9 x page locking", color="#dd8452", fontsize=8)
-    ax.set_yticks(range(len(order)), order)
-    ax.invert_yaxis()
+    ax.text(0.9 * med["page locking"], 3.5, " target 2: 0.9 x page locking", color="#dd8452", fontsize=8)
+    _bars(ax, order)
     ax.set_xlabel("GB/s (uploaded bytes / seconds of the whole load, fresh process; dots: runs, bars: medians)")
-    ax.set_title(f"Default load path, 4.3 GB program, 2.44 GB uploaded\n{_where(f)}", fontsize=9)
-    fig.tight_layout()
-    out = results / "default_path_h200.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, ax, f"Default load path, 4.3 GB program, 2.44 GB uploaded\n{_where(f)}",
+                 results / "default_path_h200.png")
 
 
 def staging_profile(results: Path) -> Path:
     f = pd.read_csv(results / "staging_profile_h200.csv")
     f = f[f["GBps"].notna()].copy()
-    f["label"] = f.apply(lambda r: r["what"].replace(", torch may hand back cached blocks", "") + (f" ({int(r['threads'])} thr, {int(r['chunk_mib'])} MiB)"
-                                               if pd.notna(r.get("threads")) else ""), axis=1)
+    f["label"] = f.apply(lambda r: r["what"].replace(", torch may hand back cached blocks", "")
+                         + (f" ({int(r['threads'])} thr, {int(r['chunk_mib'])} MiB)" if pd.notna(r.get("threads"))
+                            else ""), axis=1)
     fig, ax = plt.subplots(figsize=(9, 0.28 * len(f) + 1.2))
     ax.barh(range(len(f)), f["GBps"], color="#4c72b0")
-    ax.set_yticks(range(len(f)), f["label"], fontsize=7)
-    ax.invert_yaxis()
+    _bars(ax, f["label"], fontsize=7)
     ax.set_xlabel("GB/s")
-    ax.set_title(f"Verified staging by stage (staging_profile.py, 2.15 GB blob)\n{_where(f)}", fontsize=9)
-    fig.tight_layout()
-    out = results / "staging_profile_h200.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, ax, f"Verified staging by stage (staging_profile.py, 2.15 GB blob)\n{_where(f)}",
+                 results / "staging_profile_h200.png")
 
 
 def dry_run(results: Path) -> Path:
@@ -90,14 +96,9 @@ def dry_run(results: Path) -> Path:
     ax.set_xlabel("constants per method (2 methods)")
     ax.set_ylabel("µs per decision, every event recorded (CPU time)")
     row = f.iloc[0]
-    ax.set_title(f"Dry run per decision (scaling.py --base)\n{row['cpu_model']}, {row['host_cpus']} cores, "
-                 f"Python {row['python']}, {row['date_utc']} UTC", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = results / "dry_run_per_decision.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, ax, f"Dry run per decision (scaling.py --base)\n{row['cpu_model']}, {row['host_cpus']} cores, "
+                 f"Python {row['python']}, {row['date_utc']} UTC", results / "dry_run_per_decision.png")
 
 
 def main(argv=None) -> None:
