@@ -751,7 +751,8 @@ def unhashed_pieces(specs: list[ConstantSpec], size: int, piece_bytes: int = 64 
 
 
 def stage_pieces(path: Path, record: FileRecord | None, specs: list[ConstantSpec], device: torch.device, *,
-                 threads: int, chunk_bytes: int = 8 << 20, on_hashed=None) -> list[torch.Tensor]:
+                 threads: int, chunk_bytes: int = LoadOptions.staging_chunk_bytes, on_hashed=None
+                 ) -> list[torch.Tensor]:
     """The constants' bytes, as uint8 tensors on ``device`` (in ``specs``' order), read from
     ``path`` piece by piece: with ``record``, the record's pieces covering them (:func:`record_piece_plan`),
     each hashed as it is read and compared with its digest; without, their pages unhashed.

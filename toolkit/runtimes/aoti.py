@@ -430,7 +430,8 @@ class AotiMethod:
             if got is None:
                 self._runtime.source(self._program, rel, ranges=[_span(constants[i]) for i in idx])
             else:
-                staged.update(zip(idx, zip(*got)))
+                raws, how = got
+                staged.update((i, (raw, how)) for i, raw in zip(idx, raws))
         rest = [c for i, c in enumerate(constants) if i not in staged]  # those the uploader takes
         uploader = self._runtime.uploader(self.device) if rest else None
         try:
@@ -510,9 +511,9 @@ class AotiRuntime:
         return (keep_for_process(copy, record.sha256) if dlopen else copy).path
 
     def stage_constants(self, program: Program, rel: str, constants: list[ConstantSpec],
-                        device: torch.device) -> tuple[list[torch.Tensor], list[UploadPath]] | None:
+                        device: torch.device) -> tuple[list[torch.Tensor], UploadPath] | None:
         """The raw bytes of ``constants`` (all read from program file ``rel``) on ``device``, and how
-        each travelled, through the staging pipeline (:func:`~toolkit.upload.stage_pieces`) where it
+        they travelled, through the staging pipeline (:func:`~toolkit.upload.stage_pieces`) where it
         applies; None where they go the other way (the private copy, the uploader).
 
         Hashed as staged: integrity checked, the file has a record, ``integrity_staging`` and
@@ -524,20 +525,17 @@ class AotiRuntime:
         copy = self._copies.get(path)
         if (o.check_integrity and record is not None and o.integrity_staging and o.integrity_copy
                 and not o.hash_all and not (copy is not None and copy.complete)):
-            from ..upload import stage_pieces
-
-            raws = stage_pieces(path, record, constants, device, threads=o.hash_threads or hash_threads(),
-                                chunk_bytes=o.staging_chunk_bytes, on_hashed=verified_files().count_hashed)
-            how = UploadPath.VERIFIED_STAGED if device.type == "cuda" else UploadPath.VERIFIED_HOST
+            read_from, how = path, UploadPath.VERIFIED_STAGED if device.type == "cuda" else UploadPath.VERIFIED_HOST
         elif device.type == "cuda" and o.upload is UploadMode.MAPPED and o.first_load is FirstLoad.PIPELINED:
-            from ..upload import stage_pieces
-
-            raws = stage_pieces(self.source(program, rel, ranges=[_span(c) for c in constants]), None, constants,
-                                device, threads=o.hash_threads or hash_threads(), chunk_bytes=o.staging_chunk_bytes)
-            how = UploadPath.PIECES
+            read_from, how = self.source(program, rel, ranges=[_span(c) for c in constants]), UploadPath.PIECES
+            record = None  # unhashed
         else:
             return None
-        return raws, [how] * len(raws)
+        from ..upload import stage_pieces
+
+        return stage_pieces(read_from, record, constants, device, threads=o.hash_threads or hash_threads(),
+                            chunk_bytes=o.staging_chunk_bytes,
+                            on_hashed=verified_files().count_hashed if record is not None else None), how
 
     def uploader(self, device: torch.device):
         if device.type != "cuda":
