@@ -6,8 +6,9 @@
 One process, one random blob of ``--gib`` GiB in the page cache with its BLAKE3 piece record
 (64 MiB pieces, as the builder records).  Measured, each in this one run:
 
-* ``pinned alloc``: allocating buffers like the staging slots alone (two per worker, pinned on CUDA),
-  of sizes not used before in the process;
+* ``pinned alloc``: allocating buffers like the staging slots alone (two per worker, pinned on CUDA)
+  with ``torch.empty(pin_memory=True)``, of sizes not used before in the process; on CUDA also
+  ``slot pinning``: the toolkit's own (``upload._pinned_block``, one block of two slots per worker);
 * per (threads, slot size), hashed (the default path) and unhashed (``first_load=pipelined``):
   the first batch (it allocates its slots: the very first row is a fresh process's first batch) and the second (slots reused), seconds and GB/s of the
   constants' bytes;
@@ -101,6 +102,12 @@ def main(argv=None) -> None:
             row("pinned alloc (2 per worker, torch may hand back cached blocks)", time.perf_counter() - t, 2 * w * ch, threads=w,
                 chunk_mib=ch >> 20)
             del bufs
+            if device.type == "cuda":  # what the staging slots do now: one block per worker, on the workers
+                t = time.perf_counter()
+                with ThreadPoolExecutor(w) as pool:
+                    pinned = sum(b.numel() for b in pool.map(lambda _: upload._pinned_block(2 * ch), range(w)))
+                row("slot pinning (toolkit: cudaHostRegister of huge-page memory, per worker)",
+                    time.perf_counter() - t, pinned, threads=w, chunk_mib=ch >> 20)
     # reading alone: the same 64 MiB pieces on the same threads, into reused plain buffers
     fd = os.open(args.path, os.O_RDONLY)
     try:

@@ -354,3 +354,21 @@ def test_a_cuda_load_stages_and_uploads_the_files_bytes(built_sample, options, p
     assert s.verify()["ok"].all()
     s.close()
 
+
+
+@pytest.mark.gpu
+def test_staging_slots_are_pinned_huge_page_aligned_blocks_that_copy_asynchronously():
+    """The slots' memory (``upload._pinned_block``): page-locked (CUDA reports it pinned), 2 MiB
+    aligned (so the kernel can back it with huge pages), two slots of one block per worker, and a
+    non-blocking copy out of it delivers its bytes."""
+    block = upload._pinned_block(8 << 20)
+    assert block.is_pinned() and block.numel() == 8 << 20 and block.data_ptr() % (2 << 20) == 0
+    block.copy_(torch.randint(0, 256, (8 << 20,), dtype=torch.uint8))
+    dev = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    dev.copy_(block, non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(dev.cpu(), block)
+    slots = upload._Slots(torch.device("cuda", 0), 2, 4 << 20)
+    a, b = slots.worker_bufs(1)
+    assert a[0].is_pinned() and b[0].data_ptr() == a[0].data_ptr() + (4 << 20) and not slots.bufs[0]
+    slots.pool.shutdown()

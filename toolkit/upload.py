@@ -714,11 +714,47 @@ class _Slots:
 
     def worker_bufs(self, w: int) -> list[tuple[torch.Tensor, memoryview]]:
         if not self.bufs[w]:
-            pin = self.device.type == "cuda"
-            for _ in range(2):
-                t = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=pin)
+            block = _pinned_block(2 * self.nbytes) if self.device.type == "cuda" else \
+                torch.empty(2 * self.nbytes, dtype=torch.uint8)
+            for i in range(2):
+                t = block[i * self.nbytes: (i + 1) * self.nbytes]
                 self.bufs[w].append((t, memoryview(t.numpy()).cast("B")))
         return self.bufs[w]
+
+
+_HUGE_PAGE = 2 << 20
+_PINNED_BLOCKS: list[mmap.mmap] = []  # registered for the process's lifetime: never unmapped
+
+
+def _pinned_block(nbytes: int) -> torch.Tensor:
+    """``nbytes`` of pinned host memory, as a uint8 tensor.
+
+    Anonymous memory, aligned to 2 MiB and advised ``MADV_HUGEPAGE``, touched (so its pages exist,
+    huge where the kernel grants them) and then page-locked with ``cudaHostRegister``: what
+    PyTorch's own ``pinned_use_cuda_host_register`` allocator option does, because
+    ``cudaHostAlloc`` allocates, zeroes and maps page by page.  Measured on the H200: ``cudaHostAlloc``
+    1.3-3.7 GB/s, ``cudaHostRegister`` of resident memory 37-50 GB/s.  Falls back to
+    ``torch.empty(pin_memory=True)`` when registering fails.  Staging slots are kept for the
+    process's lifetime, so the block is never unregistered.
+    """
+    try:
+        mm = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    whole = torch.frombuffer(mm, dtype=torch.uint8)
+    skip = -whole.data_ptr() % _HUGE_PAGE
+    block = whole[skip: skip + nbytes]
+    if hasattr(mm, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):
+            mm.madvise(mmap.MADV_HUGEPAGE, skip // mmap.PAGESIZE * mmap.PAGESIZE, nbytes)
+    block.fill_(0)  # every page resident before it is locked
+    if int(torch.cuda.cudart().cudaHostRegister(block.data_ptr(), nbytes, _REGISTER_PORTABLE)) != 0:
+        del block, whole  # (a worker thread's CUDA last-error: see _register)
+        with contextlib.suppress(BufferError):
+            mm.close()
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    _PINNED_BLOCKS.append(mm)
+    return block
 
 
 _FREE_SLOTS: dict[tuple[str, int, int, int], list[_Slots]] = {}  # (device, workers, slot bytes) -> sets not in use
