@@ -24,8 +24,16 @@ import time
 import triton
 import triton.language as tl
 
-_IV = (0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19)
-CHUNK_START, CHUNK_END, PARENT, ROOT = 1, 2, 4, 8
+# BLAKE3's flags, as the kernels spell them: CHUNK_START 1, CHUNK_END 2, PARENT 4, ROOT 8
+
+
+@triton.jit
+def _iv(BLOCK: tl.constexpr):
+    """BLAKE3's eight IV words (SHA-256's), one per lane."""
+    return (tl.full([BLOCK], 0x6A09E667, tl.uint32), tl.full([BLOCK], 0xBB67AE85, tl.uint32),
+            tl.full([BLOCK], 0x3C6EF372, tl.uint32), tl.full([BLOCK], 0xA54FF53A, tl.uint32),
+            tl.full([BLOCK], 0x510E527F, tl.uint32), tl.full([BLOCK], 0x9B05688C, tl.uint32),
+            tl.full([BLOCK], 0x1F83D9AB, tl.uint32), tl.full([BLOCK], 0x5BE0CD19, tl.uint32))
 
 
 @triton.jit
@@ -48,12 +56,9 @@ def _g(a, b, c, d, mx, my):
 
 @triton.jit
 def _compress(h0, h1, h2, h3, h4, h5, h6, h7, m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14,
-              m15, t0, t1, blen, flags):
+              m15, t0, t1, blen, flags, BLOCK: tl.constexpr):
     v0, v1, v2, v3, v4, v5, v6, v7 = h0, h1, h2, h3, h4, h5, h6, h7
-    v8 = tl.full(h0.shape, 0x6A09E667, tl.uint32)
-    v9 = tl.full(h0.shape, 0xBB67AE85, tl.uint32)
-    v10 = tl.full(h0.shape, 0x3C6EF372, tl.uint32)
-    v11 = tl.full(h0.shape, 0xA54FF53A, tl.uint32)
+    v8, v9, v10, v11, _4, _5, _6, _7 = _iv(BLOCK)
     v12, v13, v14, v15 = t0, t1, blen, flags
     for _r in tl.static_range(7):
         v0, v4, v8, v12 = _g(v0, v4, v8, v12, m0, m1)
@@ -81,14 +86,7 @@ def _chunks_kernel(words, n, nchunks, out, BLOCK: tl.constexpr):
     live = lane < nchunks
     clen = tl.minimum(n - lane.to(tl.int64) * 1024, 1024).to(tl.int32)
     nblocks = tl.maximum((clen + 63) // 64, 1)
-    h0 = tl.full([BLOCK], 0x6A09E667, tl.uint32)
-    h1 = tl.full([BLOCK], 0xBB67AE85, tl.uint32)
-    h2 = tl.full([BLOCK], 0x3C6EF372, tl.uint32)
-    h3 = tl.full([BLOCK], 0xA54FF53A, tl.uint32)
-    h4 = tl.full([BLOCK], 0x510E527F, tl.uint32)
-    h5 = tl.full([BLOCK], 0x9B05688C, tl.uint32)
-    h6 = tl.full([BLOCK], 0x1F83D9AB, tl.uint32)
-    h7 = tl.full([BLOCK], 0x5BE0CD19, tl.uint32)
+    h0, h1, h2, h3, h4, h5, h6, h7 = _iv(BLOCK)
     t0 = lane.to(tl.uint32)
     t1 = tl.zeros([BLOCK], tl.uint32)
     for b in range(16):
@@ -103,7 +101,7 @@ def _chunks_kernel(words, n, nchunks, out, BLOCK: tl.constexpr):
             _word(words, at + 4, ok), _word(words, at + 5, ok), _word(words, at + 6, ok), _word(words, at + 7, ok),
             _word(words, at + 8, ok), _word(words, at + 9, ok), _word(words, at + 10, ok), _word(words, at + 11, ok),
             _word(words, at + 12, ok), _word(words, at + 13, ok), _word(words, at + 14, ok), _word(words, at + 15, ok),
-            t0, t1, blen, flags)
+            t0, t1, blen, flags, BLOCK)
         h0, h1, h2, h3 = tl.where(ok, c0, h0), tl.where(ok, c1, h1), tl.where(ok, c2, h2), tl.where(ok, c3, h3)
         h4, h5, h6, h7 = tl.where(ok, c4, h4), tl.where(ok, c5, h5), tl.where(ok, c6, h6), tl.where(ok, c7, h7)
     o = out + lane.to(tl.int64) * 8
@@ -131,12 +129,10 @@ def _parents_kernel(cvs, nodes, out, root, BLOCK: tl.constexpr):
     m12, m13, m14, m15 = _word(left, 12, pair), _word(left, 13, pair), _word(left, 14, pair), _word(left, 15, pair)
     z = tl.zeros([BLOCK], tl.uint32)
     flags = tl.full([BLOCK], 4, tl.uint32) | tl.where(root != 0, 8, 0).to(tl.uint32)
+    i0, i1, i2, i3, i4, i5, i6, i7 = _iv(BLOCK)
     c0, c1, c2, c3, c4, c5, c6, c7 = _compress(
-        tl.full([BLOCK], 0x6A09E667, tl.uint32), tl.full([BLOCK], 0xBB67AE85, tl.uint32),
-        tl.full([BLOCK], 0x3C6EF372, tl.uint32), tl.full([BLOCK], 0xA54FF53A, tl.uint32),
-        tl.full([BLOCK], 0x510E527F, tl.uint32), tl.full([BLOCK], 0x9B05688C, tl.uint32),
-        tl.full([BLOCK], 0x1F83D9AB, tl.uint32), tl.full([BLOCK], 0x5BE0CD19, tl.uint32),
-        m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15, z, z, z + 64, flags)
+        i0, i1, i2, i3, i4, i5, i6, i7,
+        m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15, z, z, z + 64, flags, BLOCK)
     o = out + lane.to(tl.int64) * 8
     tl.store(o + 0, tl.where(pair, c0, m0).to(tl.int32, bitcast=True), mask=live)
     tl.store(o + 1, tl.where(pair, c1, m1).to(tl.int32, bitcast=True), mask=live)

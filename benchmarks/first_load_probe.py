@@ -59,16 +59,20 @@ def child(case: str, path: str, constant: int) -> float:
         mapped = torch.frombuffer(mm, dtype=torch.uint8)
     base, rt = mapped.data_ptr(), torch.cuda.cudart()
     pieces = [(s, min(s + PIECE, n)) for s in range(0, n, PIECE)]
+
+    def register(s: int, e: int) -> int:  # whole pages, portable and read-only, as toolkit.upload locks them
+        return int(rt.cudaHostRegister(base + s, -(-(e - s) // mmap.PAGESIZE) * mmap.PAGESIZE, 0x01 | 0x08))
+
     if case == "lock alone":
         t = time.perf_counter()
-        errs = [int(rt.cudaHostRegister(base + s, -(-(e - s) // 4096) * 4096, 0x01 | 0x08)) for s, e in pieces]
+        errs = [register(s, e) for s, e in pieces]
         return time.perf_counter() - t if not any(errs) else float("nan")
     whole = None if case.endswith("per constant") else torch.empty(n, dtype=torch.uint8, device=dev)
     done = [threading.Event() for _ in pieces]
 
     def locker():
         for i, (s, e) in enumerate(pieces):
-            rt.cudaHostRegister(base + s, -(-(e - s) // 4096) * 4096, 0x01 | 0x08)
+            register(s, e)
             done[i].set()
 
     t = time.perf_counter()

@@ -746,7 +746,7 @@ def _pinned_block(nbytes: int) -> torch.Tensor:
     block = whole[skip: skip + nbytes]
     if hasattr(mm, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         with contextlib.suppress(OSError):
-            mm.madvise(mmap.MADV_HUGEPAGE, skip // mmap.PAGESIZE * mmap.PAGESIZE, nbytes)
+            mm.madvise(mmap.MADV_HUGEPAGE, skip, nbytes)  # skip: a whole number of pages
     block.fill_(0)  # every page resident before it is locked
     if int(torch.cuda.cudart().cudaHostRegister(block.data_ptr(), nbytes, _REGISTER_PORTABLE)) != 0:
         del block, whole  # (a worker thread's CUDA last-error: see _register)
