@@ -10,6 +10,8 @@ arguments (every .so and reference file verified first, a weights blob's pieces 
 read: BLAKE3 pieces for a program this branch builds, format 4; per-constant uploads through
 verified staging, each piece hashed in pinned slots and uploaded from there), and, for
 comparison, the same call with other options (:data:`SETTINGS`, ``--settings`` picks them):
+``default, host digest`` (``device_digest=False``: every piece hashed on the host, as before the
+device digest),
 ``default, sealed copy`` (``integrity_staging=False``: the pieces read into the sealed private
 copy, whose pages are then locked: the default before verified staging), ``integrity off``
 (``check_integrity=False``, ``first_load=locked``) and ``integrity off, pipelined`` (the staging
@@ -61,7 +63,8 @@ import _program
 POLICY = "fingerprint"
 # setting -> LoadOptions fields changed from the environment's options (check_integrity alone: passed as load_program's
 # keyword, which every toolkit version takes)
-SETTINGS = {"default": {},  # verified staging: each piece hashed in pinned slots and uploaded from there
+SETTINGS = {"default": {},  # verified staging: whole pieces hashed on the device, the rest in the pinned slots
+            "default, host digest": {"device_digest": False},  # every piece hashed in the pinned slots (before)
             "default, sealed copy": {"integrity_staging": False},  # the private memfd copy, then locked (before)
             "integrity off": {"check_integrity": False},  # first_load=locked: the file's pages locked as copied
             "integrity off, pipelined": {"check_integrity": False, "first_load": "pipelined"}}  # staging, unhashed

@@ -54,6 +54,10 @@ class LoadOptions:
     # the staging pipeline's slot size (each worker has two): 4 MiB read at 45-55 GB/s on the H200 host, 16 MiB at
     # 34-36, and pinning 16 workers' slots took ~40 ms at 4 MiB, ~200 at 16 (benchmarks/staging_profile.py, 2026-12-02)
     staging_chunk_bytes: int = 4 << 20
+    # verified staging's BLAKE3 pieces that land whole in one constant hashed on the device, where they landed
+    # (toolkit.device_digest, Triton): True always, False never (the host hashes every piece), None (default)
+    # per batch, when the kernels are loaded in this process or the batch hashes at least device_digest.MIN_BYTES
+    device_digest: bool | None = None
     cache_dir: Path | None = None  # the build cache (default ~/.cache/constshare): see cache_folder()
 
     def __post_init__(self) -> None:
@@ -86,6 +90,8 @@ _VARIABLES = {  # variable: (LoadOptions field, how its text is read, what it mu
     "CONSTSHARE_INTEGRITY_COPY": ("integrity_copy", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
     "CONSTSHARE_INTEGRITY_STAGING": ("integrity_staging", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
     "CONSTSHARE_STAGING_CHUNK_MIB": ("staging_chunk_bytes", lambda s: int(float(s) * (1 << 20)), "a number of MiB"),
+    "CONSTSHARE_DEVICE_DIGEST": ("device_digest", lambda s: None if s.lower() == "auto" else _FLAGS[s.lower()],
+                                 "auto, " + ", ".join(_FLAGS)),
     "CONSTSHARE_CACHE": ("cache_dir", Path, "a folder"),
 }
 
@@ -108,6 +114,8 @@ def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOp
       sealed private copy of its verified pieces (as before 2026-12-02) instead of hashing each piece
       in the process's own pinned staging slots and uploading from there (``integrity_staging``);
     * ``CONSTSHARE_STAGING_CHUNK_MIB``: MiB of each staging slot (``staging_chunk_bytes``, default 4);
+    * ``CONSTSHARE_DEVICE_DIGEST``: ``auto`` (default), ``1``/``true``/``yes`` or ``0``/``false``/``no``:
+      whether verified staging hashes BLAKE3 pieces on the device (``device_digest``);
     * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``; :func:`cache_folder`).
     """
     env = os.environ if environ is None else environ

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from . import device_digest as digest_on_device
 from .errors import IntegrityError
 from .integrity import PiecePlan, _mismatch, _read_range, new_hasher, open_checked, plan_piece_copies, record_piece_plan
 from .model import ConstantSpec, FileRecord
@@ -787,8 +788,8 @@ def unhashed_pieces(specs: list[ConstantSpec], size: int, piece_bytes: int = 64 
 
 
 def stage_pieces(path: Path, record: FileRecord | None, specs: list[ConstantSpec], device: torch.device, *,
-                 threads: int, chunk_bytes: int = LoadOptions.staging_chunk_bytes, on_hashed=None
-                 ) -> list[torch.Tensor]:
+                 threads: int, chunk_bytes: int = LoadOptions.staging_chunk_bytes, on_hashed=None,
+                 device_digest: bool | None = LoadOptions.device_digest) -> list[torch.Tensor]:
     """The constants' bytes, as uint8 tensors on ``device`` (in ``specs``' order), read from
     ``path`` piece by piece: with ``record``, the record's pieces covering them (:func:`record_piece_plan`),
     each hashed as it is read and compared with its digest; without, their pages unhashed.
@@ -803,6 +804,13 @@ def stage_pieces(path: Path, record: FileRecord | None, specs: list[ConstantSpec
     hashed and matches and every copy is done; a piece that does not match is an IntegrityError
     naming the file and the piece (:func:`~toolkit.integrity._mismatch`), and no tensor is returned.
     ``on_hashed(nbytes)`` counts the bytes hashed (also those of a batch that failed).
+
+    **Device digest** (``device_digest``; :mod:`toolkit.device_digest`): a BLAKE3 piece that lands
+    whole in one constant (4-byte aligned, a multiple of 64 bytes) is not hashed on the host but
+    where it landed, on a stream of its own once its copies are done; the other pieces (shared by
+    constants, partly unread, sha256) are hashed on the host as above.  Every digest is compared
+    before this returns, so no tensor of a batch with a wrong piece is ever handed out.  ``None``
+    decides per batch (:func:`~toolkit.device_digest.worth_it`); it needs Triton (else the host).
     """
     path = Path(path)
     if record is not None:
@@ -820,17 +828,51 @@ def stage_pieces(path: Path, record: FileRecord | None, specs: list[ConstantSpec
             plan_piece_copies(unhashed_pieces(specs, size), spans)
         outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
         if plan:
-            _run_staging(fd, path, record, plan, outs, device, threads, chunk_bytes, on_hashed)
+            on_device = _device_hashed(record, plan, outs, device, device_digest)
+            _run_staging(fd, path, record, plan, outs, device, threads, chunk_bytes, on_hashed, on_device)
         return outs
     finally:
         os.close(fd)
 
 
+def _in_one_constant(p: PiecePlan, outs: list[torch.Tensor]) -> torch.Tensor | None:
+    """The bytes of constant tensor that piece ``p`` fills whole, where the device can hash them in
+    place; None for a piece shared, partly unread or misaligned."""
+    if len(p.copies) != 1:
+        return None
+    cp = p.copies[0]
+    if cp.in_piece != 0 or cp.nbytes != p.length:
+        return None
+    view = outs[cp.constant][cp.in_constant: cp.in_constant + cp.nbytes]
+    return view if digest_on_device.hashable_in_place(view, p.length) else None
+
+
+def _device_hashed(record: FileRecord | None, plan: list[PiecePlan], outs: list[torch.Tensor], device: torch.device,
+                   forced: bool | None) -> dict[int, torch.Tensor]:
+    """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device hashes, each with the
+    bytes it lands in: none without a BLAKE3 piece record, when ``forced`` is False, without Triton, or
+    (``forced`` None) when the batch is too small to pay for it (:func:`~toolkit.device_digest.worth_it`)."""
+    if (record is None or not record.chunks or record.chunk_digest != "blake3" or forced is False
+            or not digest_on_device.available(device)):
+        return {}
+    where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
+    if not digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced):
+        return {}
+    return where
+
+
 def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[PiecePlan], outs: list[torch.Tensor],
-                 device: torch.device, threads: int, chunk_bytes: int, on_hashed) -> None:
-    """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece)."""
+                 device: torch.device, threads: int, chunk_bytes: int, on_hashed,
+                 on_device: dict[int, torch.Tensor]) -> None:
+    """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece).
+    The pieces of ``on_device`` (by position in ``plan``) are hashed where they landed instead."""
     cuda = device.type == "cuda"
     stream = torch.cuda.current_stream(device) if cuda else None
+    digests = digest_on_device.DeviceDigests(device, len(plan)) if on_device else None
+    hash_stream = torch.cuda.Stream(device) if cuda and on_device else None
+    if hash_stream is not None:
+        hash_stream.wait_stream(stream)  # the digest table's zeros are written before any root
+    position = {id(p): i for i, p in enumerate(plan)}
     workers, chunk = max(1, min(threads, len(plan))), chunk_bytes
     todo = iter(plan)
     claim = threading.Lock()
@@ -844,7 +886,8 @@ def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[Piec
 
     def piece(slots: _Slots, w: int, k: list[int], p: PiecePlan) -> None:
         bufs, events = slots.worker_bufs(w), slots.events[w]
-        h = new_hasher(record) if p.digest is not None else None
+        pos = position[id(p)]
+        h = new_hasher(record) if p.digest is not None and pos not in on_device else None
         end = p.start + p.length
         for u in range(p.start, end, chunk):
             m = min(chunk, end - u)
@@ -864,6 +907,15 @@ def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[Piec
                 if events[slot] is None:
                     events[slot] = torch.cuda.Event()
                 events[slot].record(stream)
+        if pos in on_device:  # hashed where it landed, once its copies are done
+            if cuda:
+                done = torch.cuda.Event()
+                done.record(stream)
+                hash_stream.wait_event(done)
+                with torch.cuda.stream(hash_stream):
+                    digests.hash(on_device[pos], pos)
+            else:
+                digests.hash(on_device[pos], pos)
         if h is not None:
             with claim:
                 hashed[0] += p.length
@@ -888,6 +940,13 @@ def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[Piec
     with _take_slots(device, max(1, threads), chunk) as slots:
         futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
         wait(futs)
+    if digests is not None:
+        if hash_stream is not None:
+            hash_stream.synchronize()  # every kernel done: the digests are final
+        for pos, hexdigest in digests.hexdigests().items():
+            hashed[0] += plan[pos].length
+            if hexdigest != plan[pos].digest:
+                bad.append(plan[pos].index)
     if on_hashed is not None and hashed[0]:
         on_hashed(hashed[0])
     for f in futs:

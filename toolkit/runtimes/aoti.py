@@ -534,7 +534,7 @@ class AotiRuntime:
         from ..upload import stage_pieces
 
         return stage_pieces(read_from, record, constants, device, threads=o.hash_threads or hash_threads(),
-                            chunk_bytes=o.staging_chunk_bytes,
+                            chunk_bytes=o.staging_chunk_bytes, device_digest=o.device_digest,
                             on_hashed=verified_files().count_hashed if record is not None else None), how
 
     def uploader(self, device: torch.device):

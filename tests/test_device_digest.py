@@ -1,0 +1,200 @@
+"""Issue 25, target 1: verified staging's device digest.  A BLAKE3 piece that lands whole in one
+constant is hashed where it landed (toolkit.device_digest's Triton kernels), the others on the host,
+and every digest is compared before any tensor is handed out.
+
+On a machine without CUDA the same kernels run in Triton's interpreter on CPU tensors
+(``TRITON_INTERPRET=1``, set below before the kernels are first imported), so CI checks the kernels
+byte for byte against the ``blake3`` package and the staging pipeline's split, tamper refusal and
+counting; the ``gpu`` tests run them on the H200.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # before toolkit._blake3_kernels is first imported: Triton reads it then
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import blake3  # noqa: E402
+import pytest  # noqa: E402
+
+from test_integrity_pieces import _flip  # noqa: E402
+from test_upload import spec  # noqa: E402
+from toolkit import device_digest, upload  # noqa: E402
+from toolkit.errors import IntegrityError  # noqa: E402
+from toolkit.integrity import file_record  # noqa: E402
+from toolkit.options import LoadOptions, options_from_environment  # noqa: E402
+
+PIECE = 4096
+CPU = torch.device("cpu")
+LENGTHS = [0, 1, 63, 64, 65, 1023, 1024, 1025, 2048, 3073, 4096 + 5]  # one chunk, two, an odd tree level, a carry
+
+
+def _hash(data: bytes, device: torch.device) -> str:
+    buf = torch.zeros(max(64, -(-len(data) // 64) * 64), dtype=torch.uint8)
+    if data:
+        buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    d = device_digest.DeviceDigests(device, 3)
+    d.hash(buf.to(device), 2, len(data))  # slot 2 of 3: the root lands in its own row
+    out = d.hexdigests()
+    assert list(out) == [2]
+    return out[2]
+
+
+def test_the_kernels_match_the_blake3_package_on_edge_case_lengths():
+    for n in LENGTHS:
+        data = os.urandom(n)
+        assert _hash(data, CPU) == blake3.blake3(data).hexdigest(), n
+
+
+def test_a_buffer_the_kernels_cannot_read_whole_blocks_of_is_refused():
+    d = device_digest.DeviceDigests(CPU, 1)
+    with pytest.raises(ValueError, match="whole 64-byte blocks"):
+        d.hash(torch.zeros(100, dtype=torch.uint8), 0)
+    with pytest.raises(ValueError, match="4-byte aligned"):
+        d.hash(torch.zeros(129, dtype=torch.uint8)[1:], 0)
+    assert not device_digest.hashable_in_place(torch.zeros(128, dtype=torch.uint8)[:100], 100)
+    assert device_digest.hashable_in_place(torch.zeros(128, dtype=torch.uint8), 128)
+
+
+def test_auto_hashes_on_the_device_only_on_cuda_once_worth_it(monkeypatch):
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(device_digest, "_kernels", None)
+    assert not device_digest.worth_it(cuda, device_digest.MIN_BYTES - 1, None)
+    assert device_digest.worth_it(cuda, device_digest.MIN_BYTES, None)
+    assert not device_digest.worth_it(CPU, 1 << 40, None)  # the interpreter only when asked for
+    assert device_digest.worth_it(CPU, 64, True) and not device_digest.worth_it(cuda, 1 << 40, False)
+    monkeypatch.setattr(device_digest, "_kernels", object())  # loaded already: no fixed cost left to pay
+    assert device_digest.worth_it(cuda, 64, None)
+
+
+def test_the_option_and_its_variable():
+    assert LoadOptions().device_digest is None
+    for text, want in (("auto", None), ("1", True), ("no", False)):
+        assert options_from_environment({"CONSTSHARE_DEVICE_DIGEST": text}).device_digest is want
+    with pytest.raises(ValueError, match="CONSTSHARE_DEVICE_DIGEST='maybe': expected auto, 1, true"):
+        options_from_environment({"CONSTSHARE_DEVICE_DIGEST": "maybe"})
+
+
+# ----------------------------------------------------------------------------- the staging pipeline
+
+
+@pytest.fixture
+def blob(tmp_path):
+    data = os.urandom(10 * PIECE + 100)
+    p = tmp_path / "weights.blob"
+    p.write_bytes(data)
+    return p, data
+
+
+def _specs(data_len: int) -> list:
+    """c0 fills pieces 1-4 whole (aligned) and half of piece 5; c1 shares piece 5 with it; c2 starts
+    one byte into piece 6 and fills 7 (misaligned in it); c3 is the file's short last piece."""
+    return [spec("c0", PIECE, 4 * PIECE + 100), spec("c1", 5 * PIECE + 200, 300), spec("c2", 6 * PIECE + 1, 2 * PIECE),
+            spec("c3", 10 * PIECE, data_len - 10 * PIECE)]
+
+
+@pytest.fixture
+def spied(monkeypatch):
+    slots: list[int] = []
+    real = device_digest.DeviceDigests.hash
+
+    def spy(self, data, slot, n=None):
+        slots.append(slot)
+        return real(self, data, slot, n)
+
+    monkeypatch.setattr(device_digest.DeviceDigests, "hash", spy)
+    return slots
+
+
+def _stage(path, record, specs, device=CPU, **kw):
+    kw.setdefault("threads", 3)
+    return upload.stage_pieces(path, record, specs, device, **kw)
+
+
+def test_whole_aligned_pieces_are_hashed_on_the_device_the_rest_on_the_host(blob, spied):
+    path, data = blob
+    specs, counted = _specs(len(data)), []
+    outs = _stage(path, file_record(path, PIECE), specs, device_digest=True, chunk_bytes=1000, on_hashed=counted.append)
+    assert [t.numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+    # plan positions: pieces 1-4 (c0's whole ones) are 0-3 on the device; 5, 6, 7, 8 and 10 on the host
+    assert sorted(spied) == [0, 1, 2, 3]
+    assert counted == [8 * PIECE + 100]  # every piece read (1-8 and 10), hashed once, wherever it was
+
+
+def test_without_the_option_or_under_sha256_pieces_every_piece_is_hashed_on_the_host(blob, spied):
+    path, data = blob
+    specs = _specs(len(data))
+    for record, forced in ((file_record(path, PIECE), False), (file_record(path, PIECE), None),
+                           (file_record(path, PIECE, digest="sha256"), True)):
+        outs = _stage(path, record, specs, device_digest=forced)
+        assert [t.numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+    assert spied == []
+
+
+@pytest.mark.parametrize("at,piece", [(2 * PIECE + 7, 2), (5 * PIECE + 250, 5), (7 * PIECE + 3, 7)])
+def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spied, at, piece):
+    """Piece 2 is hashed on the device, 5 (shared) and 7 (misaligned in c2) on the host."""
+    path, data = blob
+    rec = file_record(path, PIECE)
+    _flip(path, at)
+    with pytest.raises(IntegrityError, match=f"BLAKE3 does not match the program's record "
+                                             fr"\(the {PIECE}-byte piece at byte {piece * PIECE}\)") as ei:
+        _stage(path, rec, _specs(len(data)), device_digest=True)
+    assert ei.value.path == str(path) and spied
+
+
+# ----------------------------------------------------------------------------- CUDA (run on the H200)
+
+
+@pytest.mark.gpu
+def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_path, spied):
+    assert _hash(b"", torch.device("cuda", 0)) == blake3.blake3(b"").hexdigest()
+    mib = 1 << 20
+    data = torch.randint(0, 256, (5 * 64 * mib + 4321,), dtype=torch.uint8,
+                         generator=torch.Generator().manual_seed(9)).numpy().tobytes()
+    path = tmp_path / "weights.blob"
+    path.write_bytes(data)
+    rec = file_record(path)  # 64 MiB BLAKE3 pieces, as the builder records
+    for n in (1, 1025, 64 * mib):
+        assert _hash(data[:n], torch.device("cuda", 0)) == blake3.blake3(data[:n]).hexdigest(), n
+    spied.clear()
+    specs = [spec("a", 0, 3 * 64 * mib + 12), spec("b", 3 * 64 * mib + 12, 64 * mib), spec("c", 5 * 64 * mib, 4321)]
+    dev = torch.device("cuda", 0)
+    outs = upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
+    assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+    assert sorted(spied) == [0, 1, 2]  # a's three whole pieces; 3 and 4 are shared or misaligned, 5 short
+    _flip(path, 64 * mib + 99)
+    with pytest.raises(IntegrityError, match=f"piece at byte {64 * mib}"):
+        upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
+
+
+@pytest.mark.gpu
+def test_a_cuda_load_hashes_whole_pieces_on_the_device_and_uploads_the_files_bytes(built_sample, tmp_path, spied):
+    from test_errors import clone
+    from test_integrity_pieces import _piece_size
+    from toolkit.integrity import verified_files
+    from toolkit.session import load_program
+    from toolkit.sources import open_program
+
+    root = clone(built_sample("total_collision", device="cuda"), tmp_path / "p")
+    _piece_size(root, PIECE)  # 4 KiB pieces: each 16 KiB constant holds whole ones
+    prog = open_program(root)
+    verified_files().clear()
+    s = load_program(prog, "fingerprint", device="cuda", options=LoadOptions(device_digest=True))
+    try:
+        assert s.status == "loaded", s.error
+        assert spied, "no piece was hashed on the device"
+        for m in prog.methods:
+            for c in m.constants:
+                t = s.methods[m.name].own_tensors.get(c.name)
+                if t is not None:
+                    with open(prog.path(c.file or m.blob_file), "rb") as f:
+                        f.seek(c.offset)
+                        assert t.contiguous().view(torch.uint8).cpu().numpy().tobytes() == f.read(c.nbytes)
+        assert s.verify()["ok"].all()
+    finally:
+        s.close()
+        verified_files().clear()
