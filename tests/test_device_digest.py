@@ -70,6 +70,16 @@ def test_auto_hashes_on_the_device_only_on_cuda_once_worth_it(monkeypatch):
     assert device_digest.worth_it(cuda, 64, None)
 
 
+def test_warm_up_loads_the_kernels_where_they_can_run(monkeypatch):
+    monkeypatch.setattr(device_digest, "_kernels", None)
+    monkeypatch.setattr(device_digest, "available", lambda device: False)
+    device_digest.warm_up(CPU)
+    assert device_digest._kernels is None  # nothing to run them on: nothing imported
+    monkeypatch.setattr(device_digest, "available", lambda device: True)
+    device_digest.warm_up(CPU)  # the interpreter here
+    assert device_digest._kernels is not None
+
+
 def test_the_option_and_its_variable():
     assert LoadOptions().device_digest is None
     for text, want in (("auto", None), ("1", True), ("no", False)):

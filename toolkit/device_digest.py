@@ -12,8 +12,9 @@ the host.  Exact against the ``blake3`` package (``tests/test_device_digest.py``
 interpreter on the CPU, the device on the H200).
 
 Triton is imported on first use: ``import triton`` and loading the kernels cost a fresh process a
-fixed time, so by default a batch hashes on the device only once that is paid or when the batch is
-large (:func:`worth_it`).  Launches are serialised by one lock (they come from the staging
+fixed ~0.55 s on the H200, so by default a batch hashes on the device only once that is paid or when
+the batch is large enough to win it back (:data:`MIN_BYTES`, :func:`worth_it`); :func:`warm_up` pays
+it ahead of a load.  Launches are serialised by one lock (they come from the staging
 workers' threads).
 """
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import threading
 
 import torch
@@ -30,17 +30,22 @@ _BLOCK = 128  # lanes per Triton program
 _LOCK = threading.Lock()
 _kernels = None  # toolkit._blake3_kernels, once imported
 # by default a batch hashes on the device once the kernels are loaded or when it hashes at least this
-# many bytes: a fresh process's first use (import triton, the kernels' cache) is a fixed cost, against
-# the host's ~25 GB/s (benchmarks/RESULTS.md, issue 25)
-MIN_BYTES = 1 << 30
+# many bytes.  Measured on the H200 (2026-12-02 21:00, benchmarks/default_path.py, fresh processes): the
+# first use in a process (import triton, the kernels from Triton's disk cache, its launcher) costs
+# ~0.55 s; after it a verified batch uploads at 16.6 GB/s against 10.1 with the host hashing (decode's
+# 0.28 GB: 16.7 ms against 27.4), about 0.035 s saved per GB: break-even near 16 GB
+MIN_BYTES = 16 << 30
 
 
 def available(device: torch.device) -> bool:
-    """Whether pieces uploaded to ``device`` can be hashed there: a CUDA device and Triton installed
-    (on the CPU only under ``TRITON_INTERPRET=1``, Triton's interpreter, which the tests use)."""
+    """Whether pieces uploaded to ``device`` can be hashed there: a CUDA device and Triton installed;
+    on the CPU only when Triton's interpreter runs the kernels (``TRITON_INTERPRET=1`` as Triton
+    was first imported: the tests; this loads the kernels to see)."""
     if importlib.util.find_spec("triton") is None:
         return False
-    return device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+    if device.type == "cuda":
+        return True
+    return device.type == "cpu" and type(_loaded()._chunks_kernel).__name__ == "InterpretedFunction"
 
 
 def worth_it(device: torch.device, nbytes: int, forced: bool | None) -> bool:
@@ -64,6 +69,15 @@ def _loaded():
         if _kernels is None:
             _kernels = importlib.import_module("toolkit._blake3_kernels")
         return _kernels
+
+
+def warm_up(device: torch.device) -> None:
+    """Import Triton and run the kernels once on ``device`` (a CUDA device): later loads of this
+    process then hash their whole pieces there by default.  A no-op where :func:`available` is False."""
+    if available(device):
+        d = DeviceDigests(device, 1)
+        d.hash(torch.zeros(2048, dtype=torch.uint8, device=device), 0)
+        d.hexdigests()
 
 
 class DeviceDigests:

@@ -853,7 +853,7 @@ def _device_hashed(record: FileRecord | None, plan: list[PiecePlan], outs: list[
     bytes it lands in: none without a BLAKE3 piece record, when ``forced`` is False, without Triton, or
     (``forced`` None) when the batch is too small to pay for it (:func:`~toolkit.device_digest.worth_it`)."""
     if (record is None or not record.chunks or record.chunk_digest != "blake3" or forced is False
-            or not digest_on_device.available(device)):
+            or (forced is None and device.type != "cuda") or not digest_on_device.available(device)):
         return {}
     where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
     if not digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced):
