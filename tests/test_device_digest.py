@@ -22,6 +22,7 @@ import pytest  # noqa: E402
 
 from test_integrity_pieces import _flip  # noqa: E402
 from test_upload import spec  # noqa: E402
+import test_verified_staging  # noqa: E402
 from toolkit import device_digest, upload  # noqa: E402
 from toolkit.errors import IntegrityError  # noqa: E402
 from toolkit.integrity import file_record  # noqa: E402
@@ -91,17 +92,12 @@ def test_the_option_and_its_variable():
 # ----------------------------------------------------------------------------- the staging pipeline
 
 
-@pytest.fixture
-def blob(tmp_path):
-    data = os.urandom(10 * PIECE + 100)
-    p = tmp_path / "weights.blob"
-    p.write_bytes(data)
-    return p, data
+blob = test_verified_staging.blob  # the fixture: a random file of 10 pieces and a short one, and its bytes
 
 
 def _specs(data_len: int) -> list:
     """c0 fills pieces 1-4 whole (aligned) and half of piece 5; c1 shares piece 5 with it; c2 starts
-    one byte into piece 6 and fills 7 (misaligned in it); c3 is the file's short last piece."""
+    one byte into piece 6 and fills 7 (misaligned in it); c3 is the file's short last piece (piece 10)."""
     return [spec("c0", PIECE, 4 * PIECE + 100), spec("c1", 5 * PIECE + 200, 300), spec("c2", 6 * PIECE + 1, 2 * PIECE),
             spec("c3", 10 * PIECE, data_len - 10 * PIECE)]
 
@@ -131,7 +127,7 @@ def test_whole_aligned_pieces_are_hashed_on_the_device_the_rest_on_the_host(blob
     assert [t.numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
     # plan positions: pieces 1-4 (c0's whole ones) are 0-3 on the device; 5, 6, 7, 8 and 10 on the host
     assert sorted(spied) == [0, 1, 2, 3]
-    assert counted == [8 * PIECE + 100]  # every piece read (1-8 and 10), hashed once, wherever it was
+    assert counted == [8 * PIECE + len(data) - 10 * PIECE]  # every piece read (1-8 and 10), hashed once, wherever it was
 
 
 def test_without_the_option_or_under_sha256_pieces_every_piece_is_hashed_on_the_host(blob, spied):
