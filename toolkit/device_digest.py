@@ -57,10 +57,17 @@ def worth_it(device: torch.device, nbytes: int, forced: bool | None) -> bool:
     return device.type == "cuda" and (_kernels is not None or nbytes >= MIN_BYTES)
 
 
+def _whole_blocks(t: torch.Tensor, n: int) -> bool:
+    """Whether the kernels can read the first ``n`` bytes of uint8 tensor ``t`` as whole 64-byte blocks
+    of 32-bit words: contiguous, 4-byte aligned, a multiple of 64 bytes and at least 64, ``n`` of them."""
+    return (t.is_contiguous() and t.numel() % 64 == 0 and t.numel() >= max(64, n) and n >= 0
+            and t.data_ptr() % 4 == 0)
+
+
 def hashable_in_place(t: torch.Tensor, n: int) -> bool:
-    """Whether the kernels can hash the ``n`` bytes of uint8 tensor ``t`` where they are: contiguous,
-    4-byte aligned, ``n`` a positive multiple of 64 (whole 64-byte blocks: nothing past ``n`` is read)."""
-    return t.is_contiguous() and t.numel() == n and n > 0 and n % 64 == 0 and t.data_ptr() % 4 == 0
+    """Whether the kernels can hash the ``n`` bytes of uint8 tensor ``t`` where they are: all of it,
+    ``n`` a positive multiple of 64 (whole 64-byte blocks: nothing past ``n`` is read)."""
+    return t.numel() == n and n > 0 and _whole_blocks(t, n)
 
 
 def _loaded():
@@ -93,8 +100,7 @@ class DeviceDigests:
         current stream (no wait).  ``data``: contiguous, 4-byte aligned, a multiple of 64 bytes and
         at least 64, zeros past ``n`` (:func:`hashable_in_place` holds for ``n`` = its length)."""
         n = data.numel() if n is None else n
-        if not (data.is_contiguous() and data.numel() % 64 == 0 and data.numel() >= max(64, n) and n >= 0
-                and data.data_ptr() % 4 == 0):
+        if not _whole_blocks(data, n):
             raise ValueError(f"{data.numel()} bytes at {data.data_ptr():#x} cannot be hashed as {n} bytes: "
                              "expected contiguous, 4-byte aligned whole 64-byte blocks")
         k, words, root = self.kernels, data.view(torch.int32), self.table[slot * 8: slot * 8 + 8]

@@ -852,11 +852,11 @@ def _device_hashed(record: FileRecord | None, plan: list[PiecePlan], outs: list[
     """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device hashes, each with the
     bytes it lands in: none without a BLAKE3 piece record, when ``forced`` is False, without Triton, or
     (``forced`` None) when the batch is too small to pay for it (:func:`~toolkit.device_digest.worth_it`)."""
-    if (record is None or not record.chunks or record.chunk_digest != "blake3" or forced is False
-            or (forced is None and device.type != "cuda") or not digest_on_device.available(device)):
+    if record is None or not record.chunks or record.chunk_digest != "blake3":
         return {}
     where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
-    if not digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced):
+    if not (where and digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced)
+            and digest_on_device.available(device)):  # last: on the CPU it loads the kernels to see
         return {}
     return where
 
@@ -872,21 +872,19 @@ def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[Piec
     hash_stream = torch.cuda.Stream(device) if cuda and on_device else None
     if hash_stream is not None:
         hash_stream.wait_stream(stream)  # the digest table's zeros are written before any root
-    position = {id(p): i for i, p in enumerate(plan)}
     workers, chunk = max(1, min(threads, len(plan))), chunk_bytes
-    todo = iter(plan)
+    todo = enumerate(plan)  # (position in plan, piece)
     claim = threading.Lock()
     stop = threading.Event()
     bad: list[int] = []
     hashed = [0]
 
-    def next_piece() -> PiecePlan | None:
+    def next_piece() -> tuple[int, PiecePlan] | None:
         with claim:
             return None if stop.is_set() else next(todo, None)
 
-    def piece(slots: _Slots, w: int, k: list[int], p: PiecePlan) -> None:
+    def piece(slots: _Slots, w: int, k: list[int], pos: int, p: PiecePlan) -> None:
         bufs, events = slots.worker_bufs(w), slots.events[w]
-        pos = position[id(p)]
         h = new_hasher(record) if p.digest is not None and pos not in on_device else None
         end = p.start + p.length
         for u in range(p.start, end, chunk):
@@ -912,9 +910,7 @@ def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[Piec
                 done = torch.cuda.Event()
                 done.record(stream)
                 hash_stream.wait_event(done)
-                with torch.cuda.stream(hash_stream):
-                    digests.hash(on_device[pos], pos)
-            else:
+            with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
                 digests.hash(on_device[pos], pos)
         if h is not None:
             with claim:
@@ -927,8 +923,8 @@ def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[Piec
         k = [0]
         try:
             with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                while (p := next_piece()) is not None:
-                    piece(slots, w, k, p)
+                while (job := next_piece()) is not None:
+                    piece(slots, w, k, *job)
         except BaseException:
             stop.set()
             raise
