@@ -8,8 +8,8 @@ if [ "$step" = build ] || [ "$step" = all ]; then
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0)); import os; print('CXX=', os.environ.get('CXX'), 'LD_PRELOAD=', os.environ.get('LD_PRELOAD'))"
   # one process per sample, all at once: 129 s for the ten samples on the H200's 16 cores (cold),
   # against more than 330 s one after another (measured 2026-12-01)
-  python3 -c "import toolkit.samples as S; print('\n'.join(S.sample_names()))" |
-    xargs -P "$(nproc)" -I{} python3 -c "import time, toolkit.samples as S; t = time.time(); p = S.build_sample('{}', device='cuda', progress=False); print(f'built {} for cuda in {time.time()-t:.1f}s -> {p.root}', flush=True)" ||
+  python3 -c "import toolkit.build.samples as S; print('\n'.join(S.sample_names()))" |
+    xargs -P "$(nproc)" -I{} python3 -c "import time, toolkit.build.samples as S; t = time.time(); p = S.build_sample('{}', device='cuda', progress=False); print(f'built {} for cuda in {time.time()-t:.1f}s -> {p.root}', flush=True)" ||
     { echo "a CUDA build failed"; exit 1; }
   so=$(ls .cache/programs/*-cuda-*/methods/*/model.so | head -1)
   echo "check $so:"; readelf -d "$so" | grep libstdc++; echo "locale symbols: $(nm -D --defined-only "$so" | grep -c _ZNSt6locale)"

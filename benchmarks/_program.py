@@ -20,7 +20,7 @@ import os
 import torch
 
 LAYERS = 7
-UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # read by toolkit.options.options_from_environment (by older toolkits themselves)
+UPLOAD_ENV = "CONSTSHARE_UPLOAD"  # read by toolkit.core.options.options_from_environment (by older toolkits themselves)
 BATCH = {"prefill": 8, "decode": 1}
 
 
@@ -90,7 +90,7 @@ def build(out_dir, device: str = "cuda", hidden: int = 8192):
     from pathlib import Path
 
     from toolkit import build_program, open_program
-    from toolkit.errors import ToolkitError
+    from toolkit.core.errors import ToolkitError
 
     out = Path(out_dir)
     if (out / "manifest.json").is_file():
@@ -131,8 +131,8 @@ def check_upload_path(device, choice: str) -> str:
     try:
         from toolkit.manifest import ConstantSpec
     except ImportError:
-        from toolkit.model import ConstantSpec
-    from toolkit.vocab import ConstantKind
+        from toolkit.core.model import ConstantSpec
+    from toolkit.core.vocab import ConstantKind
 
     dev = torch.device(device)
     sizes = [0, 1, 4096 + 3, (8 << 20) + 5, (64 << 20) * 2 + 12345, 77]
@@ -144,7 +144,7 @@ def check_upload_path(device, choice: str) -> str:
             blob = Path(d) / "blob"
             blob.write_bytes(data.numpy().tobytes())
             try:  # this toolkit: the options say the path (read from the CONSTSHARE_UPLOAD set above)
-                from toolkit.options import options_from_environment
+                from toolkit.core.options import options_from_environment
 
                 uploader = upload.make_uploader(dev, options_from_environment())
             except ImportError:  # a toolkit from before toolkit/options.py reads the environment itself

@@ -157,7 +157,7 @@ def child(args) -> None:
 
     import toolkit
     from toolkit import load_program
-    from toolkit.vocab import EventKind
+    from toolkit.core.vocab import EventKind
 
     dev = torch.device(args.device)
     if dev.type == "cuda":  # the CUDA context is per process, not per load: create it untimed
@@ -176,7 +176,7 @@ def child(args) -> None:
     else:  # fields of newer toolkits: given as options (an older toolkit fails here: leave it out, --settings)
         from dataclasses import replace
 
-        from toolkit.options import options_from_environment
+        from toolkit.core.options import options_from_environment
 
         kwargs = {"options": replace(options_from_environment(), **fields)}
     t = time.perf_counter()

@@ -2,7 +2,7 @@
 
     python benchmarks/device_blake3_probe.py [--pieces 32] [--out DIR]
 
-The loader's own kernels (``toolkit.device_digest``), timed alone.  Target 1 cannot be met while
+The loader's own kernels (``toolkit.integrity.device_digest``), timed alone.  Target 1 cannot be met while
 the host hashes every byte a load reads (BLAKE3 on 16 cores: 25 GB/s, below the 27 GB/s needed).  If
 the device hashed its own copy after the upload (its memory is private to the process: what is
 hashed is what is used), a verified load could run at the unverified rate.  This measures whether
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from toolkit.device_digest import DeviceDigests
+from toolkit.integrity.device_digest import DeviceDigests
 
 
 def blake3_on_device(buf, n: int) -> str:

@@ -31,8 +31,8 @@ from _common import REPO, RESULTS, write_csv
 import pandas as pd
 
 import toolkit
-from toolkit.analysis import run_analysis
-from toolkit.tables import wrong_methods
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.engine.frames import wrong_methods
 
 DEFAULT_ROOT = REPO / "tests" / "fixtures" / "executorch-1.5.1-cuda"
 COLUMNS = ["program", "policy", "exporter", "dry_status", "predicted_wrong", "status", "wrong_alone",

@@ -35,8 +35,8 @@ import pandas as pd
 import torch
 
 import toolkit
-from toolkit.samples import build_sample, sample_module
-from toolkit.verification import read_sequence_reference
+from toolkit.build.samples import build_sample, sample_module
+from toolkit.engine.verification import read_sequence_reference
 
 SAMPLE = "llama_static_cache"
 

@@ -9,7 +9,7 @@ hidden 8192), then, per policy, in one process, one after another:
   allocates constants with plain cudaMalloc, invisible to torch.cuda.memory_allocated();
 * peak bytes during the load: the larger of a background thread polling cudaMemGetInfo
   every millisecond and the loader's own 'peak' samples (taken after every allocating step);
-* M (toolkit.analysis.memory_floor), the largest constant, load seconds, the methods whose
+* M (toolkit.workflows.dry_run.memory_floor), the largest constant, load seconds, the methods whose
   outputs differ from the eager reference, and bytes NOT returned after unloading (torch
   <= 2.13 leaks one reference per tensor installed user-managed: toolkit-owned uploads are
   never freed; see background.md) — each policy's baseline is measured afresh;
@@ -33,9 +33,9 @@ import torch
 
 import _program
 from toolkit import POLICIES, load_program
-from toolkit.analysis import memory_floor, run_analysis
-from toolkit.tables import wrong_methods
-from toolkit.vocab import EventKind
+from toolkit.workflows.dry_run import memory_floor, run_analysis
+from toolkit.engine.frames import wrong_methods
+from toolkit.core.vocab import EventKind
 
 GIB = _common.GIB
 

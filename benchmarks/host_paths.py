@@ -134,8 +134,8 @@ def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) 
     """The loader's upload paths over 10 equal constants of the file, against the same
     per-constant copies from pinned memory: prefetch to release, everything inside the timing."""
     from toolkit import upload
-    from toolkit.model import ConstantSpec
-    from toolkit.vocab import ConstantKind
+    from toolkit.core.model import ConstantSpec
+    from toolkit.core.vocab import ConstantKind
 
     k = 10
     size = (n // k) // 4096 * 4096 - 64  # unaligned ends, like a real blob's constants

@@ -19,7 +19,7 @@ Measured, in one run:
 * per policy, one fresh process each: the load on the default path (integrity checking on:
   the first load of each file in that process), the same program loaded again in that
   process (pages locked, files already verified), resident device bytes (driver level,
-  ``cudaMemGetInfo``) and the peak while loading, against M (``toolkit.analysis.memory_floor``);
+  ``cudaMemGetInfo``) and the peak while loading, against M (``toolkit.workflows.dry_run.memory_floor``);
   the methods wrong alone and in the ``generate`` sequence;
 * the integrity check alone (every file of the program, fresh process): seconds and GB/s.
 
@@ -181,7 +181,7 @@ class Peak:
 
 def child_policy(args) -> dict:
     from toolkit import load_program, open_program
-    from toolkit.analysis import memory_floor
+    from toolkit.workflows.dry_run import memory_floor
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"

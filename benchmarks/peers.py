@@ -127,8 +127,8 @@ def child(args) -> dict:
         from dataclasses import replace
 
         from toolkit import load_program
-        from toolkit.options import options_from_environment
-        from toolkit.vocab import EventKind
+        from toolkit.core.options import options_from_environment
+        from toolkit.core.vocab import EventKind
 
         _, mode, _, integrity = kind.split()
         # the upload path _program.prepare chose (CONSTSHARE_UPLOAD), this first-load mode

@@ -22,8 +22,8 @@ import torch
 
 import _program
 from toolkit import POLICIES, load_program
-from toolkit.analysis import memory_floor, run_analysis
-from toolkit.tables import wrong_methods
+from toolkit.workflows.dry_run import memory_floor, run_analysis
+from toolkit.engine.frames import wrong_methods
 
 
 def _in_use(d) -> int:

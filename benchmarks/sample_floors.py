@@ -3,8 +3,8 @@
     python benchmarks/sample_floors.py [--out DIR]
 
 Builds the samples (cached) and, without loading anything, tabulates M
-(toolkit.analysis.memory_floor), bytes with nothing shared, and each policy's predicted
-constant bytes (toolkit.analysis.run_analysis).  Writes sample_floors.csv.
+(toolkit.workflows.dry_run.memory_floor), bytes with nothing shared, and each policy's predicted
+constant bytes (toolkit.workflows.dry_run.run_analysis).  Writes sample_floors.csv.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import _common
 import pandas as pd
 
 from toolkit import POLICIES, ToolkitError
-from toolkit.analysis import memory_floor, run_analysis
-from toolkit.samples import build_sample, sample_names
+from toolkit.workflows.dry_run import memory_floor, run_analysis
+from toolkit.build.samples import build_sample, sample_names
 
 
 def main(argv=None):

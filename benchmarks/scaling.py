@@ -3,7 +3,7 @@
     python benchmarks/scaling.py [--sizes 2000 10000 50000 100000 200000] [--methods 2] [--out DIR] [--base PATH]
 
 One run, one fresh process per size (so that peak RSS is that size's own).  For each size the
-parent writes a synthetic program (``toolkit.synthetic``, 2 methods by default) to a folder
+parent writes a synthetic program (``toolkit.build.synthetic``, 2 methods by default) to a folder
 under /tmp, never the repository, and the child process measures, from that manifest:
 
 * reading and validating the manifest (pydantic), per decision (not part of the claim);
@@ -11,9 +11,9 @@ under /tmp, never the repository, and the child process measures, from that mani
   ``toolkit.analyze`` runs: the load over the dry-run runtime and its analysis frame) and the
   load alone (``Session.load`` over the dry-run runtime, the cyclic GC off as ``run_analysis``
   has it);
-* every frame of :mod:`toolkit.tables` built from the fingerprint load's log, per row
+* every frame of :mod:`toolkit.engine.frames` built from the fingerprint load's log, per row
   (decisions, lookups, comparisons, events, memory, analysis, method results);
-* the session's text and HTML display (``toolkit.rendering``), per decision, frames not
+* the session's text and HTML display (``toolkit.display.html``), per decision, frames not
   cached beforehand (measured only);
 * ``memory_floor`` per decision;
 * the event log's memory with ``tracemalloc``, in a second fingerprint load: the peak and the
@@ -109,10 +109,10 @@ def _best(fn, repeats: int):
 
 def _dry_load(model, policy: str, record: bool = True):
     """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, the
-    collector paused as ``run_analysis`` pauses it (``toolkit.analysis.collector_paused``, where it has one)."""
-    from toolkit.loader import resolve_devices
-    from toolkit.session import Session
-    from toolkit.policies import get_policy
+    collector paused as ``run_analysis`` pauses it (``toolkit.workflows.dry_run.collector_paused``, where it has one)."""
+    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.session import Session
+    from toolkit.core.policies import get_policy
     from toolkit.runtimes.dry_run import DryRunRuntime
 
     rt = DryRunRuntime()
@@ -123,10 +123,10 @@ def _dry_load(model, policy: str, record: bool = True):
 
 @contextlib.contextmanager
 def _collector_paused():
-    """``toolkit.analysis.collector_paused``; in a toolkit without it (an older version measured with
+    """``toolkit.workflows.dry_run.collector_paused``; in a toolkit without it (an older version measured with
     ``--base``), the collector off and back on, as that version's ``run_analysis`` had it."""
     try:
-        from toolkit.analysis import collector_paused
+        from toolkit.workflows.dry_run import collector_paused
     except ImportError:
         collector_paused = None
     if collector_paused is not None:
@@ -149,11 +149,11 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     just before and just after, in the same process: ``ref_value`` is the mean of those two,
     so a ratio value / ref_value compares two sizes under the same load of the shared host.
     """
-    from toolkit import tables
-    from toolkit.analysis import memory_floor, run_analysis
-    from toolkit.rendering import session_html, session_text
+    from toolkit.engine import frames as tables
+    from toolkit.workflows.dry_run import memory_floor, run_analysis
+    from toolkit.display.html import session_html, session_text
     from toolkit.sources import read_program_model
-    from toolkit.synthetic import SyntheticSpec, generate
+    from toolkit.build.synthetic import SyntheticSpec, generate
 
     out: dict[str, list] = {}
 
@@ -240,7 +240,7 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     out["peak_rss_growth_per_decision"] = [(peak_rss - rss0) / n, "B/decision", n, None]
 
     _progress("tracemalloc: event log memory")
-    from toolkit.events import EventLog
+    from toolkit.core.events import EventLog
 
     tracemalloc.start()
     gc.collect()
@@ -306,7 +306,7 @@ def main(argv=None) -> pd.DataFrame:
     if base is not None and not (base / "toolkit" / "__init__.py").is_file():
         ap.error(f"--base {args.base}: no toolkit/__init__.py there")
 
-    from toolkit.synthetic import SyntheticSpec, write_synthetic
+    from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
     sizes = sorted(set(args.sizes))
     out_dir = Path(args.out) if args.out else _common.RESULTS / dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")

@@ -2,7 +2,7 @@
 
     python benchmarks/scan_folder.py [--programs 100] [--constants 300] [--jobs 2] [--policies ...] [--out DIR]
 
-Writes ``--programs`` synthetic programs (``toolkit.synthetic``: ``--constants`` per method, 2-4
+Writes ``--programs`` synthetic programs (``toolkit.build.synthetic``: ``--constants`` per method, 2-4
 methods each, drawn per program) into a folder under /tmp, then runs the CLI's ``scan`` on it
 exactly as ``python -m toolkit scan FOLDER`` does (its worker processes, ``--jobs`` of them),
 in a fresh process, and prints its wall-clock seconds, seconds per program and microseconds
@@ -28,8 +28,8 @@ import pandas as pd
 
 
 def main(argv=None) -> pd.DataFrame:
-    from toolkit.policies import POLICIES
-    from toolkit.synthetic import SyntheticSpec, write_synthetic
+    from toolkit.core.policies import POLICIES
+    from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", type=int, default=100)

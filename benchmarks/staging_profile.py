@@ -32,7 +32,7 @@ import torch
 
 from toolkit import upload
 from toolkit.integrity import file_record
-from toolkit.model import ConstantKind, ConstantSpec
+from toolkit.core.model import ConstantKind, ConstantSpec
 
 
 def spec(name: str, offset: int, nbytes: int) -> ConstantSpec:

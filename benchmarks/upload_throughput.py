@@ -47,7 +47,7 @@ import torch
 import _program
 from toolkit import load_program
 from toolkit.upload import HostLockCache, HostStager, MappedBlobUploader, host_locks, read_constant_bytes, upload_constant
-from toolkit.vocab import EventKind
+from toolkit.core.vocab import EventKind
 
 
 def _sync(dev):

@@ -77,8 +77,9 @@ def unique_bytes(s) -> int:
 
 
 def measure_verify_and_reset(label: str, program, policy: str, sequence: str | None) -> None:
-    from toolkit import load_program, verification
+    from toolkit import load_program
 
+    from toolkit.engine import verification
     s = load_program(program, policy)
     assert s.status == "loaded", s.error
     every = unique_bytes(s)
@@ -108,9 +109,10 @@ def measure_verify_and_reset(label: str, program, policy: str, sequence: str | N
 
 
 def measure_blame(label: str, program, policy: str, sequence: str | None, expected: set | None = None) -> None:
-    from toolkit import blame as blame_ops
-    from toolkit import load_program, verification
+    from toolkit.engine import blame as blame_ops
+    from toolkit import load_program
 
+    from toolkit.engine import verification
     s = load_program(program, policy)
     assert s.status == "loaded", s.error
     v = s.verify(sequence=sequence)

@@ -88,7 +88,7 @@ def methods() -> dict[str, tuple[torch.nn.Module, tuple]]:
 
 
 def _expected():
-    from toolkit.samples import Expected
+    from toolkit.build.samples import Expected
 
     # All 22 constants are genuinely shared: every sharing policy shares them all and every
     # method stays correct; no-sharing keeps two copies.

@@ -228,7 +228,7 @@ def sequences():
 
 
 def _expected():
-    from toolkit.samples import Expected
+    from toolkit.build.samples import Expected
 
     # 21 parameters + rotary inv_freq + 4 cache buffers + the counter = 27 constants per method, all
     # one tensor of the eager program: every sharing policy shares all 27 of decode and of

@@ -2,7 +2,7 @@
 
 import torch
 
-from toolkit.samples import Expected
+from toolkit.build.samples import Expected
 
 from ._common import randn
 

@@ -55,7 +55,7 @@ class _Builds:
         self._built = {}
 
     def __call__(self, name: str, device: str = "cpu"):
-        from toolkit.samples import build_sample
+        from toolkit.build.samples import build_sample
 
         key = (name, device)
         if key not in self._built:

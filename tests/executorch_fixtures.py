@@ -202,7 +202,7 @@ EXPECTED: dict[str, Expect] = {
 
 
 def _cache_key(name: str) -> str:
-    from toolkit import builder
+    from toolkit.build import builder
 
     import torch
 
@@ -217,8 +217,8 @@ def _cache_key(name: str) -> str:
 def built_program(name: str, order: list[str] | None = None):
     """The fixture's modules built by our builder on the CPU (cached like the samples), methods
     in ``order`` (the order the exporter processed them)."""
-    from toolkit.builder import build_program
-    from toolkit.samples import cache_root
+    from toolkit.build.builder import build_program
+    from toolkit.build.samples import cache_root
     from toolkit.sources import open_program
 
     pdef = script().PROGRAMS[name]

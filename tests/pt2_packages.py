@@ -13,7 +13,7 @@ For CUDA (:func:`cuda_packages`, on a GPU machine) the archives hold two models,
 and ``decode``, compiled for ``cuda``.
 
 The cache key covers this file's source, the device and torch's version; the cache lives under
-the one build cache's ``programs/`` (:func:`toolkit.samples.cache_root`).
+the one build cache's ``programs/`` (:func:`toolkit.build.samples.cache_root`).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def packages(device: str = "cpu") -> dict[str, Path]:
 
     h = hashlib.sha256(inspect.getsource(_modules).encode() + inspect.getsource(_build).encode()
                        + torch.__version__.encode() + device.encode()).hexdigest()[:12]
-    from toolkit.samples import cache_root
+    from toolkit.build.samples import cache_root
 
     root = cache_root()
     out = root / f"pt2-packages-{'' if device == 'cpu' else device + '-'}{h}"

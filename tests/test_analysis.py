@@ -1,7 +1,7 @@
 """Dry-run analysis predicts the real load, decision for decision; the memory floor holds.
 
 Every sample program is built once (conftest's ``built_sample``) and loaded for real on
-CPU under every policy; :func:`toolkit.analysis.analyze` must give the same
+CPU under every policy; :func:`toolkit.workflows.dry_run.analyze` must give the same
 (method, name, decision, reason_code) rows in the same order, the same load status and
 the same constant bytes.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from toolkit import POLICIES, load_program, open_program
-from toolkit.analysis import ANALYSIS_COLUMNS, analyze, memory_floor, run_analysis
-from toolkit.samples import sample_module, sample_names
-from toolkit.vocab import EventKind
+from toolkit.workflows.dry_run import ANALYSIS_COLUMNS, analyze, memory_floor, run_analysis
+from toolkit.build.samples import sample_module, sample_names
+from toolkit.core.vocab import EventKind
 
 KEY = ["method", "name", "decision", "reason_code"]
 

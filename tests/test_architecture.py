@@ -31,8 +31,8 @@ def test_a_broken_contract_is_reported(tmp_path):
     """The checker really checks: the loader does import the policies, so forbidding it must fail."""
     cfg = tmp_path / "contracts.toml"
     cfg.write_text('[tool.importlinter]\nroot_package = "toolkit"\n\n[[tool.importlinter.contracts]]\n'
-                   'name = "must break"\ntype = "forbidden"\nsource_modules = ["toolkit.loader"]\n'
-                   'forbidden_modules = ["toolkit.policies"]\n', encoding="utf-8")
+                   'name = "must break"\ntype = "forbidden"\nsource_modules = ["toolkit.engine.loader"]\n'
+                   'forbidden_modules = ["toolkit.core.policies"]\n', encoding="utf-8")
     out = subprocess.run([_lint_imports(), "--config", str(cfg)], cwd=REPO, capture_output=True, text=True)
     assert out.returncode != 0 and "BROKEN" in out.stdout, out.stdout + out.stderr
 
@@ -40,8 +40,8 @@ def test_a_broken_contract_is_reported(tmp_path):
 def test_dry_run_loads_no_torch(tmp_path):
     code = (
         "import sys\n"
-        "import toolkit.analysis as a\n"
-        "from toolkit.synthetic import SyntheticSpec, generate\n"
+        "import toolkit.workflows.dry_run as a\n"
+        "from toolkit.build.synthetic import SyntheticSpec, generate\n"
         "p = generate(SyntheticSpec(methods=3, constants=50))\n"
         "for pol in ('name-only', 'refuse-on-mismatch', 'fingerprint'):\n"
         "    assert len(a.analyze(p, pol)) > 0\n"

@@ -15,14 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit import POLICIES
-from toolkit import events as ev
-from toolkit import tables
-from toolkit.analysis import run_analysis
-from toolkit.loader import resolve_devices
-from toolkit.policies import get_policy
+from toolkit.core import events as ev
+from toolkit.engine import frames as tables
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.engine.loader import resolve_devices
+from toolkit.core.policies import get_policy
 from toolkit.runtimes.dry_run import DryRunRuntime
-from toolkit.session import Session
-from toolkit.synthetic import SyntheticSpec, generate
+from toolkit.engine.session import Session
+from toolkit.build.synthetic import SyntheticSpec, generate
 
 
 class OneByOneLog(ev.EventLog):

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import toolkit
-from toolkit import blame as blame_ops
-from toolkit.verdict import BlameStatus
+from toolkit.engine import blame as blame_ops
+from toolkit.core.verdict import BlameStatus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 CULPRIT = "blocks.7.w3"
@@ -25,7 +25,7 @@ CULPRIT = "blocks.7.w3"
 def program():
     """Built once, cached as the samples are (keyed by llm_scale.py's source, the builder's, torch)."""
     import llm_scale
-    from toolkit.samples import _cache_key, cache_root
+    from toolkit.build.samples import _cache_key, cache_root
 
     args = Namespace(layers=12, hidden=32, ffn=64, vocab=64, dtype="bfloat16", compute="float32", device="cpu",
                      culprit=CULPRIT)

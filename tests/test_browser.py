@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from conftest import in_ci, require
 
-from toolkit.policies import POLICIES
+from toolkit.core.policies import POLICIES
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -85,7 +85,7 @@ def lab(tmp_path_factory, built_sample):
     for linked in ("sample_programs", "tests", "docs", "benchmarks"):  # what a notebook may read from the checkout
         # (docs: its images; benchmarks: measured tables)
         (root / linked).symlink_to(REPO / linked, target_is_directory=True)
-    from toolkit.synthetic import SyntheticSpec, write_synthetic
+    from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
     write_synthetic(SyntheticSpec(name="synthetic_10k", seed=12, **SYNTHETIC), root / SYNTHETIC_DIR)
     home = tmp_path_factory.mktemp("jupyter-home")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from toolkit.analysis import run_analysis
-from toolkit.ci_report import failure_message, junit_xml
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.reports.ci import failure_message, junit_xml
 from toolkit.cli import main
-from toolkit.verdict import BAD_OUTCOMES, MethodOutcome
+from toolkit.core.verdict import BAD_OUTCOMES, MethodOutcome
 
 from executorch_fixtures import unpacked
 
@@ -146,7 +146,7 @@ def test_report_writes_html_with_the_plot_and_junit_for_one_load(tmp_path, capsy
 
 
 def test_junit_marks_no_reference_skipped_and_refused_failed():
-    from toolkit.verdict import MethodVerdict, Verdict
+    from toolkit.core.verdict import MethodVerdict, Verdict
 
     v = Verdict("p", "fqn-weight-cache", False, (MethodVerdict("a", MethodOutcome.REFUSED, "duplicate key"),
                                                  MethodVerdict("b", MethodOutcome.NO_REFERENCE, "not verified")))

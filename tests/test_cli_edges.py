@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import toolkit.report
+import toolkit.reports.collision
 from test_csv_safety import hostile_zoo
 from toolkit.cli import EXIT_INTERRUPTED, main
 
@@ -93,7 +93,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(prog, tmp_path,
 
     def fail(*a, **k):
         raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
-    monkeypatch.setattr(toolkit.report.os, "replace", fail)
+    monkeypatch.setattr(toolkit.reports.collision.os, "replace", fail)
     assert main(_argv("report", prog, str(csv))) == 2
     _one_line_error(capsys, str(csv), os.strerror(getattr(errno, errno_name)))
     assert [p.name for p in csv.parent.iterdir()] == ["r.csv"] and csv.read_text() == "before\n"
@@ -144,7 +144,7 @@ def test_ctrl_c_during_scan_stops_at_once_and_writes_what_finished(tmp_path):
 def test_ctrl_c_elsewhere_is_exit_130_without_a_traceback(prog, monkeypatch, capsys):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr("toolkit.analysis.run_analysis", interrupted)
+    monkeypatch.setattr("toolkit.workflows.dry_run.run_analysis", interrupted)
     assert main(["report", str(prog), "--dry-run"]) == EXIT_INTERRUPTED
     assert capsys.readouterr().err.strip() == "constshare: interrupted"
 
@@ -156,7 +156,7 @@ def test_a_so_that_fails_to_load_leaves_the_so_cache(tmp_path):
     """An embedded .so that dlopen refuses: the load fails and leaves no copy of it on disk (it is
     dlopen'ed from a sealed in-memory copy: nothing is written to the cache folder)."""
     import toolkit
-    from toolkit.options import LoadOptions
+    from toolkit.core.options import LoadOptions
     from toolkit.runtimes import Device
     from toolkit.runtimes.aoti import AotiMethod, AotiRuntime
 
@@ -180,7 +180,7 @@ def test_a_so_that_fails_to_load_leaves_the_so_cache(tmp_path):
 
 @pytest.fixture()
 def fresh_notice(monkeypatch):
-    monkeypatch.setattr(toolkit.report, "_NATIVE_CODE_NOTICED", [])
+    monkeypatch.setattr(toolkit.reports.collision, "_NATIVE_CODE_NOTICED", [])
 
 
 def test_a_full_load_says_once_that_it_runs_native_code(fresh_notice, capsys):
@@ -196,18 +196,18 @@ def test_a_full_load_says_once_that_it_runs_native_code(fresh_notice, capsys):
 
 
 def test_no_notice_for_a_program_built_here_nor_for_a_dry_run(fresh_notice, built_sample, prog):
-    from toolkit.report import native_code_notice
+    from toolkit.reports.collision import native_code_notice
     from toolkit.sources import open_program
 
     assert native_code_notice(built_sample("total_collision")) is None  # in the build cache: ours
-    assert main(["report", str(prog), "--dry-run"]) == 0 and toolkit.report._NATIVE_CODE_NOTICED == []
+    assert main(["report", str(prog), "--dry-run"]) == 0 and toolkit.reports.collision._NATIVE_CODE_NOTICED == []
     assert "runs the native code" in native_code_notice(open_program(prog))
     assert native_code_notice(open_program(prog)) is None  # once per process
 
 
 def test_the_explorer_says_it_in_its_status_before_loading(fresh_notice):
     from toolkit.sources import open_program
-    from toolkit.widgets import ExplorerState
+    from toolkit.explorer import ExplorerState
 
     seen = []
 

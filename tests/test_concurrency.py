@@ -15,10 +15,10 @@ import threading
 
 import pytest
 
-from toolkit.errors import LoadError
-from toolkit.loader import resolve_devices
-from toolkit.session import Session
-from toolkit.policies import get_policy
+from toolkit.core.errors import LoadError
+from toolkit.engine.loader import resolve_devices
+from toolkit.engine.session import Session
+from toolkit.core.policies import get_policy
 
 THREADS = 8
 REPEATS = 4

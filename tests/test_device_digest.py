@@ -1,5 +1,5 @@
 """Issue 25, target 1: verified staging's device digest.  A BLAKE3 piece that lands whole in one
-constant is hashed where it landed (toolkit.device_digest's Triton kernels), the others on the host,
+constant is hashed where it landed (toolkit.integrity.device_digest's Triton kernels), the others on the host,
 and every digest is compared before any tensor is handed out.
 
 On a machine without CUDA the same kernels run in Triton's interpreter on CPU tensors
@@ -14,7 +14,7 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():  # before toolkit._blake3_kernels is first imported: Triton reads it then
+if not torch.cuda.is_available():  # before toolkit.integrity.blake3_kernels is first imported: Triton reads it then
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import blake3  # noqa: E402
@@ -23,10 +23,11 @@ import pytest  # noqa: E402
 from test_integrity_pieces import _flip  # noqa: E402
 from test_upload import spec  # noqa: E402
 import test_verified_staging  # noqa: E402
-from toolkit import device_digest, upload  # noqa: E402
-from toolkit.errors import IntegrityError  # noqa: E402
+from toolkit import upload  # noqa: E402
+from toolkit.integrity import device_digest
+from toolkit.core.errors import IntegrityError  # noqa: E402
 from toolkit.integrity import file_record  # noqa: E402
-from toolkit.options import LoadOptions, options_from_environment  # noqa: E402
+from toolkit.core.options import LoadOptions, options_from_environment  # noqa: E402
 
 PIECE = 4096
 CPU = torch.device("cpu")
@@ -182,7 +183,7 @@ def test_a_cuda_load_hashes_whole_pieces_on_the_device_and_uploads_the_files_byt
     from test_errors import clone
     from test_integrity_pieces import _piece_size
     from toolkit.integrity import verified_files
-    from toolkit.session import load_program
+    from toolkit.engine.session import load_program
     from toolkit.sources import open_program
 
     root = clone(built_sample("total_collision", device="cuda"), tmp_path / "p")

@@ -16,11 +16,12 @@ import pytest
 import torch
 
 import toolkit
-from toolkit import inputs, verification
-from toolkit.policies import POLICIES
-from toolkit.samples import sample_names
-from toolkit.verdict import MethodOutcome
-from toolkit.vocab import ProgramFormat
+from toolkit.engine import inputs
+from toolkit.engine import verification
+from toolkit.core.policies import POLICIES
+from toolkit.build.samples import sample_names
+from toolkit.core.verdict import MethodOutcome
+from toolkit.core.vocab import ProgramFormat
 
 from executorch_fixtures import unpacked
 
@@ -99,7 +100,7 @@ def test_a_sequence_is_checked_against_the_intended_shared_state(built_sample):
     keeping it apart (no-sharing) is wrong there too; the verdict says which model of state it used."""
     import dataclasses
 
-    from toolkit.verdict import verdict_from_dict
+    from toolkit.core.verdict import verdict_from_dict
 
     s = toolkit.load_program(built_sample("shared_state"), "no-sharing")
     try:

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from toolkit import events as ev
-from toolkit.analysis import collector_paused, run_analysis
-from toolkit.synthetic import SyntheticSpec, generate
+from toolkit.core import events as ev
+from toolkit.workflows.dry_run import collector_paused, run_analysis
+from toolkit.build.synthetic import SyntheticSpec, generate
 
 
 def _columns_by_events(log: ev.EventLog, event_type: type[ev.Event], name: str) -> list:
@@ -105,10 +105,10 @@ def test_the_collector_is_restored_when_the_pass_raises(collector_state):
 
 
 def _uploads_load(native: bool):
-    from toolkit.loader import resolve_devices
-    from toolkit.policies import get_policy
+    from toolkit.engine.loader import resolve_devices
+    from toolkit.core.policies import get_policy
     from toolkit.runtimes.dry_run import DryRunRuntime
-    from toolkit.session import Session
+    from toolkit.engine.session import Session
 
     class Runtime(DryRunRuntime):
         native_uploads = native
@@ -164,7 +164,7 @@ def test_an_upload_that_raises_leaves_the_uploads_before_it_recorded(monkeypatch
 
 def test_members_are_the_enums_own():
     """vocab.Members: the same member objects (``is`` comparisons and values unchanged), every one of them."""
-    from toolkit import vocab
+    from toolkit.core import vocab
 
     for e in (vocab.Decision, vocab.Reason, vocab.TensorOrigin, vocab.Lookup, vocab.ConstantKind):
         m = vocab.Members(e)

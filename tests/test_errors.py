@@ -16,15 +16,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from toolkit import events as ev
-from toolkit.errors import (
+from toolkit.core import events as ev
+from toolkit.core.errors import (
     IncompatibleProgramError, IntegrityError, LoadError, ManifestError, ProgramError, ToolkitError,
 )
-from toolkit.loader import resolve_devices
-from toolkit.session import Session, load_program
+from toolkit.engine.loader import resolve_devices
+from toolkit.engine.session import Session, load_program
 from toolkit.integrity import check_files, file_record
 from toolkit.sources.directory import MANIFEST_FILE
-from toolkit.policies import get_policy
+from toolkit.core.policies import get_policy
 from toolkit.sources import open_program
 
 def check_program_files(program) -> None:
@@ -448,8 +448,8 @@ def test_sequence_steps_counts_are_whole_numbers_from_zero(tmp_path, value, says
 
 
 def test_report_error_is_a_toolkit_error_and_an_overlong_integer_is_one(tmp_path):
-    from toolkit.errors import ReportError, ToolkitError
-    from toolkit.report import REPORT_COLUMNS, REPORT_SCHEMA, read_report
+    from toolkit.core.errors import ReportError, ToolkitError
+    from toolkit.reports.collision import REPORT_COLUMNS, REPORT_SCHEMA, read_report
 
     assert issubclass(ReportError, ToolkitError) and issubclass(ReportError, ValueError)
     col = next(c for c, kind in REPORT_SCHEMA.items() if kind == "int")

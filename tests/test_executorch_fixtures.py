@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file
 
 import toolkit
-from toolkit.analysis import run_analysis
-from toolkit.policies import POLICIES
-from toolkit.vocab import Decision, ProgramFormat
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.core.policies import POLICIES
+from toolkit.core.vocab import Decision, ProgramFormat
 
 from executorch_fixtures import (
     EXPECTED, MANIFEST, POLICY_NAMES, ROOT, RUN_COMMAND, SCRIPT, built_program, exported, manifest, present,

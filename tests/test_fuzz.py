@@ -63,10 +63,10 @@ from hypothesis import strategies as st
 
 from test_errors import read_json, refresh_digests, write_json
 from toolkit.runtimes import aoti as runtime
-from toolkit.errors import IntegrityError, ProgramError, ToolkitError
-from toolkit.session import load_program
+from toolkit.core.errors import IntegrityError, ProgramError, ToolkitError
+from toolkit.engine.session import load_program
 from toolkit.sources.directory import MANIFEST_FILE
-from toolkit.policies import POLICIES
+from toolkit.core.policies import POLICIES
 from toolkit.sources import open_program
 
 SAMPLES = ["total_collision", "three_methods"]
@@ -332,7 +332,7 @@ def _cases(family: str):
 def loads(sample: str, policy: str) -> bool:
     """Whether the unmutated sample loads under ``policy`` (fqn-weight-cache reproduces
     ExecuTorch 1.5.x's exporter, which refuses both fuzzed samples: see their EXPECTED)."""
-    from toolkit.samples import sample_module
+    from toolkit.build.samples import sample_module
 
     return sample_module(sample).EXPECTED[policy].loaded
 
@@ -658,10 +658,10 @@ def test_an_interrupt_at_any_event_leaves_a_consistent_session(bases, sample, po
     """KeyboardInterrupt right after each event of a load, one case per event: the methods
     loaded before stay loaded, the cache holds only their entries (users included), the
     session stays "not loaded", and load() then resumes and gives the unmutated answers."""
-    from toolkit import events as ev
-    from toolkit.loader import resolve_devices
-    from toolkit.session import Session
-    from toolkit.policies import get_policy
+    from toolkit.core import events as ev
+    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.session import Session
+    from toolkit.core.policies import get_policy
 
     base = bases[sample]
     # one case per record the load makes (an event, or a batch of a method's events of one step):
@@ -710,7 +710,7 @@ def test_layout_lie_runs_isolated(bases, workdir, policy):
     runner, and a generated kernel may read the slot past the smaller tensor.  Such
     mutations are not run in-process; through the worker the caller survives whatever
     happens, and the outcome is a failed load or a load whose verification flags it."""
-    from toolkit.isolation import load_isolated
+    from toolkit.workflows.isolation import load_isolated
 
     root = make_case(bases["three_methods"], workdir)
     d = read_json(root)
@@ -766,7 +766,7 @@ def _damage(rng: random.Random, raw: bytearray, lo: int, hi: int) -> str:
 def _open_damaged(family: str, path: Path, note: str, files: set[Path], **kw) -> None:
     """Open a damaged program: a ProgramError naming one of its files, or a self-consistent model
     whose dry run works under a policy drawn from the note."""
-    from toolkit.analysis import memory_floor, run_analysis
+    from toolkit.workflows.dry_run import memory_floor, run_analysis
 
     t0 = time.perf_counter()
     try:
@@ -831,7 +831,7 @@ def test_damaged_cuda_payload_is_refused_by_name_or_opens_consistently(workdir, 
     root, kw = _pte_case(workdir, folder)
     p = root / "prog.pte"
     raw = bytearray(p.read_bytes())
-    from toolkit.sources._binary import MappedFile
+    from toolkit.sources.binary import MappedFile
     from toolkit.sources.executorch import _read_pte
 
     f = MappedFile(p, "prog.pte")
@@ -1043,8 +1043,8 @@ def _reference_internal_names(fqns):  # the quadratic rule as graph.allocate_non
 
 
 def _many_methods_program(n: int):
-    from toolkit.model import ConstantSpec, MethodSpec, Program
-    from toolkit.vocab import ConstantKind
+    from toolkit.core.model import ConstantSpec, MethodSpec, Program
+    from toolkit.core.vocab import ConstantKind
 
     c = ConstantSpec(name="w", fqn="w", kind=ConstantKind.PARAMETER, mutated=False, dtype="float32", shape=(4,),
                      strides=(1,), storage_offset=0, nbytes=16, offset=0, digest="0" * 64, file="blob.bin")
@@ -1086,7 +1086,7 @@ def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, 
     quadratic code took 155 s, 210 s, and 13 s for 10,000 methods)."""
     import re
 
-    from toolkit.analysis import run_analysis
+    from toolkit.workflows.dry_run import run_analysis
     from toolkit.sources.executorch import aoti_internal_names
 
     rng = random.Random(seed)
@@ -1175,7 +1175,7 @@ def test_deep_nesting_is_refused_by_name_never_a_recursion_error(workdir, pt2_fi
     import struct
     import zipfile
 
-    from toolkit.errors import ManifestError
+    from toolkit.core.errors import ManifestError
     from toolkit.sources.directory import read_manifest_file
 
     rng = random.Random(seed)

@@ -63,7 +63,7 @@ def _policies() -> list[str]:
 
 
 def _samples() -> list[str]:
-    from toolkit.samples import sample_names
+    from toolkit.build.samples import sample_names
 
     return sample_names()
 
@@ -80,7 +80,7 @@ def all_samples(built_sample):
 @pytest.mark.slow
 def test_dry_run_frames(all_samples):
     from toolkit import run_analysis
-    from toolkit.tables import verdict_frames
+    from toolkit.engine.frames import verdict_frames
 
     for name, program in all_samples.items():
         parts = []

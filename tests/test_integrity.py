@@ -19,11 +19,11 @@ from test_errors import SAMPLE, clone
 from test_isolation import build_crashing_so, mapped_files
 from toolkit import upload
 from toolkit.runtimes import aoti as runtime
-from toolkit.errors import IntegrityError
-from toolkit.loader import resolve_devices
-from toolkit.options import LoadOptions
-from toolkit.session import Session, load_program
-from toolkit.policies import POLICIES, get_policy
+from toolkit.core.errors import IntegrityError
+from toolkit.engine.loader import resolve_devices
+from toolkit.core.options import LoadOptions
+from toolkit.engine.session import Session, load_program
+from toolkit.core.policies import POLICIES, get_policy
 from toolkit.sources import open_program
 
 FILES = ["methods/prefill/model.so", "methods/decode/model.so",
@@ -102,7 +102,7 @@ def test_load_method_alone_checks_its_files_first(base, tmp_path, opened, policy
     program = open_program(root)
     s = Session(program, get_policy(policy), resolve_devices(program, None))
     if policy == "fqn-weight-cache":  # 1.5.x's exporter refuses this program: no method of it exists
-        from toolkit.errors import LoadError
+        from toolkit.core.errors import LoadError
 
         for m in ("prefill", "decode"):
             with pytest.raises(LoadError, match="Duplicate key"):

@@ -15,11 +15,11 @@ import blake3
 import pytest
 
 from test_errors import SAMPLE, clone, read_json, write_json
-from toolkit.errors import IntegrityError, ManifestError
+from toolkit.core.errors import IntegrityError, ManifestError
 from toolkit.integrity import VerifiedFiles, chunk_digests, file_record, verified_files
-from toolkit.model import FileRecord
-from toolkit.options import LoadOptions
-from toolkit.session import load_program
+from toolkit.core.model import FileRecord
+from toolkit.core.options import LoadOptions
+from toolkit.engine.session import load_program
 from toolkit.sources import open_program
 from toolkit.sources.directory import FORMAT_VERSION, manifest_json, parse_manifest
 

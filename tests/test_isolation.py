@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 from test_errors import SAMPLE, clone, refresh_digests
-from toolkit.errors import IncompatibleProgramError, LoadError, ProgramError, WorkerCrashedError
-from toolkit.isolation import load_isolated
-from toolkit.session import load_program
+from toolkit.core.errors import IncompatibleProgramError, LoadError, ProgramError, WorkerCrashedError
+from toolkit.workflows.isolation import load_isolated
+from toolkit.engine.session import load_program
 
 CRASH_C = r"""
 /* A .so that segfaults the process that opens it: the constructor runs inside dlopen. */
@@ -100,7 +100,7 @@ def test_worker_timeout_is_a_failed_load(base):
 
 def test_bad_manifest_raises_in_the_caller_before_any_worker(base, tmp_path):
     """What load_program raises (malformed or incompatible program), load_isolated raises too."""
-    from toolkit.errors import IncompatibleProgramError, ManifestError
+    from toolkit.core.errors import IncompatibleProgramError, ManifestError
     from test_errors import edit_manifest
 
     root = clone(base, tmp_path / "p")

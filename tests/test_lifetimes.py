@@ -17,15 +17,15 @@ import itertools
 import pytest
 import torch
 
-from toolkit.loader import resolve_devices
-from toolkit.session import Session
-from toolkit.policies import POLICIES, get_policy
+from toolkit.engine.loader import resolve_devices
+from toolkit.engine.session import Session
+from toolkit.core.policies import POLICIES, get_policy
 
 SHARING = [p for p in POLICIES if p != "no-sharing"]
 
 
 def _loads(sample: str, policy: str) -> bool:
-    from toolkit.samples import sample_module
+    from toolkit.build.samples import sample_module
 
     return sample_module(sample).EXPECTED[policy].loaded  # fqn-weight-cache: 1.5.x refuses three_methods
 
@@ -104,7 +104,7 @@ def test_unload_owner_first_cuda(built_sample, sample, policy):
 
 
 def test_running_an_unloaded_method_is_a_load_error(built_sample):
-    from toolkit.errors import LoadError
+    from toolkit.core.errors import LoadError
 
     s = _load(built_sample("three_methods"), "fingerprint", "cpu")
     s.unload("encode")

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import toolkit
-from toolkit.builder import mutated_buffers
-from toolkit.samples import sample_module, sample_names
-from toolkit.verification import read_sequence_reference
+from toolkit.build.builder import mutated_buffers
+from toolkit.build.samples import sample_module, sample_names
+from toolkit.engine.verification import read_sequence_reference
 
 pytestmark = pytest.mark.slow  # builds (once, cached) and loads the sample
 

@@ -52,7 +52,7 @@ def test_notebook_runs_top_to_bottom(path):
               if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
     # quiet output: no warning walls (torch export's FutureWarnings are silenced where it compiles,
-    # toolkit.builder, so no notebook has to filter them itself)
+    # toolkit.build.builder, so no notebook has to filter them itself)
     warned = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "stream" and o.get("name") == "stderr" and "Warning" in o.get("text", "")]
     assert not warned, f"{path.name}: warnings in the output:\n{warned[0][:2000]}"

@@ -18,12 +18,12 @@ import pandas as pd
 import pytest
 
 from toolkit.cli import main as cli_main
-from toolkit.compare import compare_policies, predict_policies
+from toolkit.workflows.compare import compare_policies, predict_policies
 from toolkit.plots import collision_matrix_view
-from toolkit.rendering import verification_html
-from toolkit.report import collision_report, read_report
-from toolkit.samples import sample_module, sample_names
-from toolkit.verdict import BAD_OUTCOMES, ExitCode, MethodOutcome
+from toolkit.display.html import verification_html
+from toolkit.reports.collision import collision_report, read_report
+from toolkit.build.samples import sample_module, sample_names
+from toolkit.core.verdict import BAD_OUTCOMES, ExitCode, MethodOutcome
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = [n for n in sample_names() if n != "llama_static_cache"]  # its real loads are test_llm_state's
@@ -108,7 +108,7 @@ def test_scan_reads_the_dry_run_verdict(built_sample, tmp_path):
     """scan's per-method outcome is the dry run's verdict; wrong_data marks exactly the failing outcomes."""
     import shutil
 
-    from toolkit.analysis import run_analysis
+    from toolkit.workflows.dry_run import run_analysis
 
     zoo = tmp_path / "zoo"
     for name in ("total_collision", "partial_collision_shape"):
@@ -139,7 +139,7 @@ def test_a_refused_export_reads_the_same_everywhere(built_sample, tmp_path):
 
 def test_the_exit_codes_are_documented_once(capsys):
     """--help and the README show the one table ExitCode defines."""
-    from toolkit.verdict import EXIT_CODE_MEANINGS
+    from toolkit.core.verdict import EXIT_CODE_MEANINGS
 
     with pytest.raises(SystemExit):
         cli_main(["--help"])
@@ -174,9 +174,9 @@ def test_no_import_circle_in_the_package():
 
 def test_blame_confirms_clears_or_leaves_open_each_finding():
     """The verdict's per-constant confirmation from blame's experiments (pure: no load)."""
-    from toolkit.verdict import (BlameRow, BlameStatus, CheckRow, DataProblem, MethodFacts, build_verdict,
+    from toolkit.core.verdict import (BlameRow, BlameStatus, CheckRow, DataProblem, MethodFacts, build_verdict,
                                  find_problem)
-    from toolkit.vocab import Decision, MethodStatus
+    from toolkit.core.vocab import Decision, MethodStatus
 
     def found(m, n):
         return find_problem(method=m, name=n, fqn=n, decision=Decision.SHARED, digest="b" * 64, mutated=False,
@@ -208,8 +208,8 @@ def test_blame_confirms_clears_or_leaves_open_each_finding():
 @pytest.mark.slow
 def test_blame_of_a_sequence_names_the_state_kept_apart(built_sample):
     """shared_state under no-sharing: prefill's cache is kept from decode; blame's culprit enters the verdict."""
-    from toolkit.session import load_program
-    from toolkit.verdict import BlameStatus, DataProblem
+    from toolkit.engine.session import load_program
+    from toolkit.core.verdict import BlameStatus, DataProblem
 
     s = load_program(built_sample("shared_state"), "no-sharing")
     before = s.verdict()
@@ -224,8 +224,8 @@ def test_blame_of_a_sequence_names_the_state_kept_apart(built_sample):
 
 @pytest.mark.slow
 def test_an_isolated_load_brings_back_the_same_verdict(built_sample):
-    from toolkit.isolation import load_isolated
-    from toolkit.session import load_program
+    from toolkit.workflows.isolation import load_isolated
+    from toolkit.engine.session import load_program
 
     prog = built_sample("total_collision")
     for policy in ("name-only", "fqn-weight-cache"):

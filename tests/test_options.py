@@ -1,5 +1,5 @@
 """Options, not environment: one typed LoadOptions per load, the environment read once at the edge
-(toolkit.options.options_from_environment), and nowhere else in the toolkit."""
+(toolkit.core.options.options_from_environment), and nowhere else in the toolkit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.options import FirstLoad, LoadOptions, UploadMode, cache_folder, options_from_environment
+from toolkit.core.options import FirstLoad, LoadOptions, UploadMode, cache_folder, options_from_environment
 
 TOOLKIT = Path(__file__).resolve().parents[1] / "toolkit"
 
@@ -53,7 +53,7 @@ def test_options_are_checked_at_construction_naming_the_field():
 
 
 def test_the_build_cache_folder_comes_from_the_options(monkeypatch, tmp_path):
-    from toolkit.samples import cache_root
+    from toolkit.build.samples import cache_root
 
     monkeypatch.setenv("CONSTSHARE_CACHE", str(tmp_path))
     assert cache_root() == tmp_path / "programs"

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from toolkit import load_program  # noqa: E402
 from toolkit import plots  # noqa: E402
-from toolkit.rendering import culprit_mask  # noqa: E402
+from toolkit.display.html import culprit_mask  # noqa: E402
 
 
 def decisions(rows):
@@ -150,7 +150,7 @@ print("matplotlib.pyplot" in sys.modules)
 
 def test_import_toolkit_needs_neither_matplotlib_nor_ipywidgets():
     # plots and widgets import them lazily, inside the functions that draw or display
-    code = ("import sys, toolkit, toolkit.report, toolkit.plots, toolkit.widgets; "
+    code = ("import sys, toolkit, toolkit.reports.collision, toolkit.plots, toolkit.explorer; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'ipywidgets'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -216,7 +216,7 @@ def _check_tradeoff_figure(fig):
 @pytest.fixture(scope="module")
 def every_sample_compared(built_sample):
     from toolkit import compare_policies
-    from toolkit.samples import sample_names
+    from toolkit.build.samples import sample_names
 
     out = {}
     for name in sample_names():

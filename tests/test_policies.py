@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.model import ConstantSpec, TensorMeta, required_nbytes
-from toolkit.policies import (
+from toolkit.core.model import ConstantSpec, TensorMeta, required_nbytes
+from toolkit.core.policies import (
     POLICIES, Fingerprint, MethodView, VerifyAlways, compare_metadata, fqn_weight_key, get_policy, refusal_message,
 )
-from toolkit.vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin
+from toolkit.core.vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -388,7 +388,7 @@ def test_refusal_names_the_fqn_after_the_first_mismatching_field_as_922_logs_the
 
 
 def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
-    from toolkit.policies import check_cached_constant_match as line
+    from toolkit.core.policies import check_cached_constant_match as line
 
     a = TensorMeta("float32", (4, 4), (4, 1), "cuda", 0)
     assert line("w", a, a) is None
@@ -430,7 +430,7 @@ LIBSTDCXX_ORDERS = [
 
 @pytest.mark.parametrize("keys,iterated", LIBSTDCXX_ORDERS)
 def test_unordered_map_order_is_libstdcxx_s(keys, iterated):
-    from toolkit.policies import libstdcxx_string_hash, unordered_map_order
+    from toolkit.core.policies import libstdcxx_string_hash, unordered_map_order
 
     assert libstdcxx_string_hash("layers.0.bias") == 12144026510823220176  # std::hash<std::string> of g++ 12
     assert unordered_map_order(keys + keys[:3]) == iterated  # a key met again is not re-inserted
@@ -441,7 +441,7 @@ def test_unordered_map_order_agrees_with_gxx_on_random_keys(tmp_path):
     import random
     import subprocess
 
-    from toolkit.policies import unordered_map_order
+    from toolkit.core.policies import unordered_map_order
 
     src = tmp_path / "order.cpp"
     src.write_text("#include <unordered_map>\n#include <string>\n#include <iostream>\nint main(){std::string l;"
@@ -474,8 +474,8 @@ def test_922_failed_init_records_the_misses_upstream_keeps_in_its_cache():
 
 
 def test_dry_run_records_what_upstream_keeps_after_a_failed_init_and_restores_its_own_cache():
-    from toolkit import events as ev
-    from toolkit.analysis import run_analysis
+    from toolkit.core import events as ev
+    from toolkit.workflows.dry_run import run_analysis
 
     enc_w, enc_b, dec_w = (const(n.replace(".", "_"), fqn=n, data="m1") for n in ("enc.w", "enc.b", "dec.w"))
     a = run_analysis(_program(("m0", [B16]), ("m1", [enc_w, B32, enc_b, dec_w]), ("m2", [enc_b])),
@@ -523,7 +523,7 @@ def test_blind_share_first_container_is_the_first_with_constants_named_or_not():
 
 
 def _program(*methods):
-    from toolkit.model import FileRecord, MethodSpec, Program
+    from toolkit.core.model import FileRecord, MethodSpec, Program
     from toolkit.sources.directory import PLACEHOLDER_SHA256
 
     files = {"weights.blob": FileRecord(PLACEHOLDER_SHA256, 0)}
@@ -539,8 +539,8 @@ def _program(*methods):
 
 @pytest.mark.parametrize("policy", ["name-only", "refuse-on-mismatch", "decline-on-mismatch"])
 def test_dry_run_says_a_never_filled_slot_is_not_runnable(policy):
-    from toolkit.analysis import run_analysis
-    from toolkit.verdict import DataProblem, MethodOutcome
+    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.core.verdict import DataProblem, MethodOutcome
 
     a = run_analysis(_program(("m0", [B16]), ("m1", [B32, X])), policy)
     assert a.status == "loaded"
@@ -555,7 +555,7 @@ def test_dry_run_says_a_never_filled_slot_is_not_runnable(policy):
 
 
 def test_dry_run_blind_share_shares_nothing_after_an_unnamed_first_method():
-    from toolkit.analysis import run_analysis
+    from toolkit.workflows.dry_run import run_analysis
 
     t1, t2 = (const("t0", fqn="_tensor_constant0", data=d) for d in ("m1", "m2"))
     a = run_analysis(_program(("m0", [const("t0", fqn="", data="m0")]), ("m1", [t1]), ("m2", [t2])), "blind-share")
@@ -711,8 +711,8 @@ def test_fqn_weight_cache_an_unnamed_parameter_fails_the_bind_an_unnamed_buffer_
 
 
 def test_dry_run_of_fqn_weight_cache_says_an_unnamed_buffer_is_not_runnable():
-    from toolkit.analysis import run_analysis
-    from toolkit.verdict import MethodOutcome
+    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.core.verdict import MethodOutcome
 
     w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
     a = run_analysis(_program(("m0", [w, const("b", fqn="", data="b", kind=ConstantKind.BUFFER)])), "fqn-weight-cache")
@@ -758,7 +758,7 @@ def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():
 
 
 def test_every_policy_says_what_it_reproduces():
-    from toolkit.policies import POLICY_CLASSES, UpstreamRevision
+    from toolkit.core.policies import POLICY_CLASSES, UpstreamRevision
 
     for name, cls in POLICY_CLASSES.items():
         assert cls.summary and cls.reproduces_text(), name
@@ -790,7 +790,7 @@ def _policy_rows(readme: str) -> dict[str, str]:
 def test_the_docs_name_every_revision_the_policies_reproduce():
     """docs/upstream.md names every PR and commit of every policy's ``reproduces``; the README's
     policy table names each policy's own revision (its PR, and its commit where established)."""
-    from toolkit.policies import POLICY_CLASSES
+    from toolkit.core.policies import POLICY_CLASSES
 
     docs = (REPO / "docs" / "upstream.md").read_text(encoding="utf-8")
     rows = _policy_rows((REPO / "README.md").read_text(encoding="utf-8"))
@@ -813,7 +813,7 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
     record.  total_collision's two methods are one graph: AOTInductor compiles byte-identical
     .so files (compiled separately), so both lifted tables get one key with other data, and
     1.5.1's exporter refuses (docs/upstream.md, "the seed's case")."""
-    from toolkit.analysis import run_analysis
+    from toolkit.workflows.dry_run import run_analysis
 
     prog = built_sample("total_collision")
     so = {m.name: prog.files[m.so_file].sha256 for m in prog.methods}
@@ -852,8 +852,8 @@ def test_repeated_fqn_that_misses_beside_a_hit_re_points_the_last_slot_at_the_fi
 
 @pytest.mark.parametrize("policy", DENSE)
 def test_dry_run_of_the_re_pointed_twin_runs_on_the_first_slots_data(policy):
-    from toolkit.analysis import run_analysis
-    from toolkit.verdict import DataProblem, MethodOutcome
+    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.core.verdict import DataProblem, MethodOutcome
 
     a = run_analysis(_program(("m0", [B16]), ("m1", [B16, TWIN, BIAS])), policy)
     assert a.status == "loaded"

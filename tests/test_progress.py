@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from toolkit.analysis import run_analysis
-from toolkit.synthetic import SyntheticSpec, write_synthetic
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
 
 class Terminal(io.StringIO):

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from test_errors import clone, edit_manifest, read_json, refresh_digests, write_json
-from toolkit import events as ev
+from toolkit.core import events as ev
 from toolkit.cli import main as cli_main
-from toolkit.errors import IntegrityError, LoadError, ManifestError, ProgramError
-from toolkit.loader import resolve_devices
-from toolkit.session import Session, load_program
-from toolkit.policies import POLICIES, get_policy
+from toolkit.core.errors import IntegrityError, LoadError, ManifestError, ProgramError
+from toolkit.engine.loader import resolve_devices
+from toolkit.engine.session import Session, load_program
+from toolkit.core.policies import POLICIES, get_policy
 from toolkit.sources import open_program
 from toolkit.sources.directory import MANIFEST_FILE
 
@@ -138,7 +138,7 @@ def test_close_after_an_interrupted_load_leaves_an_empty_cache(built_sample):
 
 
 def test_cli_checks_arguments_before_any_work(built_sample, tmp_path, capsys, monkeypatch):
-    import toolkit.session as loader
+    import toolkit.engine.session as loader
 
     root = str(built_sample(SAMPLE).root)
     monkeypatch.setattr(loader, "load_program", lambda *a, **k: pytest.fail("loaded before checking arguments"))
@@ -240,7 +240,7 @@ def test_unknown_fields_are_refused(prog):
 
 @pytest.mark.parametrize("bad", [-1, 0, math.nan, math.inf, "10", True])
 def test_load_isolated_refuses_a_bad_timeout(built_sample, bad):
-    from toolkit.isolation import load_isolated
+    from toolkit.workflows.isolation import load_isolated
 
     with pytest.raises(ValueError, match="timeout_s"):
         load_isolated(built_sample(SAMPLE), "fingerprint", timeout_s=bad)
@@ -272,7 +272,7 @@ def test_every_cuda_sample_declares_the_layout_its_manifest_records(built_sample
     import torch
 
     from toolkit.runtimes.aoti import AotiContainer, read_compiled
-    from toolkit.samples import sample_names
+    from toolkit.build.samples import sample_names
 
     for name in sample_names():
         p = built_sample(name, "cuda")

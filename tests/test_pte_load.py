@@ -4,7 +4,7 @@ runtime, no ExecuTorch C++ runtime (issue 10 item 4; ``docs/upstream.md``).
 The GPU tests load both real fixtures, and every program exported by
 ``fixtures/make_executorch_fixtures.py`` (``executorch_fixtures.py``: the folders present),
 under every policy and check the outcome against what the dry run
-(:func:`toolkit.analysis.run_analysis`) predicts: the same status, and a method
+(:func:`toolkit.workflows.dry_run.run_analysis`) predicts: the same status, and a method
 verifies wrong exactly when it runs on a shared constant whose content digest differs from its
 own.  The CPU tests cover what can run without a GPU: extracting the embedded ``.so``, the
 input reorder, the emulated whole-blob upload of a format without a dense blob, and the
@@ -20,14 +20,14 @@ import pytest
 import torch
 
 import toolkit
-from toolkit.analysis import run_analysis
-from toolkit.errors import IncompatibleProgramError, LoadError
-from toolkit.model import PerConstantStorages, Region
-from toolkit.policies import POLICIES
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.core.errors import IncompatibleProgramError, LoadError
+from toolkit.core.model import PerConstantStorages, Region
+from toolkit.core.policies import POLICIES
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import aoti
 from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, method_outputs, so_inputs
-from toolkit.vocab import Decision, UploadPath
+from toolkit.core.vocab import Decision, UploadPath
 
 import executorch_fixtures as et
 
@@ -183,7 +183,7 @@ def test_without_a_dense_blob_the_whole_blob_upload_is_emulated():
 @pytest.mark.parametrize("staging", [True, False])
 def test_own_uploads_read_each_constant_from_its_own_file(monkeypatch, staging):
     from toolkit import upload
-    from toolkit.options import LoadOptions
+    from toolkit.core.options import LoadOptions
 
     program = toolkit.open_program(pte("shared_ok"))
     m = program.method("decode")
@@ -346,7 +346,7 @@ def _run_sequence(path: Path, policy: str, info: dict) -> list[bool]:
     """The eager sequence's steps in a fresh session, in order, state carried: ok per step."""
     from safetensors.torch import load_file
 
-    from toolkit.verification import compare_outputs
+    from toolkit.engine.verification import compare_outputs
 
     ref = load_file(str(path.parent / info["file"]))
     s = toolkit.load_program(path, policy)

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit.policies import POLICIES
+from toolkit.core.policies import POLICIES
 
 import executorch_fixtures as et
 
@@ -97,7 +97,7 @@ def test_without_its_constant_table_a_generation_1_export_says_what_is_missing(t
 
     bare = shutil.copytree(GEN1 / "shared_state", tmp_path / "shared_state")
     (bare / "constant_table.json").unlink()  # (read from beside the .pte by default)
-    with pytest.raises(toolkit.errors.ProgramError, match="constant_table"):
+    with pytest.raises(toolkit.core.errors.ProgramError, match="constant_table"):
         toolkit.open_program(bare / "prog.pte")
 
 

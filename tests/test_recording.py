@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit import events as ev
+from toolkit.core import events as ev
 from toolkit.cli import main as cli_main
-from toolkit.vocab import EventKind
+from toolkit.core.vocab import EventKind
 
 
 def test_every_event_type_has_a_distinct_kind_and_a_flat_row():
@@ -33,7 +33,7 @@ def test_log_orders_events_and_can_be_switched_off():
 
 
 def test_log_makes_each_event_once_on_first_read_and_reads_columns_from_its_records():
-    from toolkit.vocab import Lookup
+    from toolkit.core.vocab import Lookup
 
     log = ev.EventLog()
     log.record(ev.CacheLookup, "m0", name="a", fqn="a.w", result=Lookup.HIT, cached_owner="m")

@@ -21,14 +21,14 @@ from safetensors.torch import save_file
 
 import toolkit
 from pt2_packages import FORMATS, cuda_packages, modules, packages
-from toolkit.analysis import run_analysis
+from toolkit.workflows.dry_run import run_analysis
 from toolkit.cli import main
-from toolkit.verdict import ExitCode
-from toolkit.compare import compare_policies
-from toolkit.errors import ReferenceDataError
-from toolkit.policies import POLICIES
-from toolkit.report import collision_report, read_report, to_csv
-from toolkit.verification import NO_REFERENCE
+from toolkit.core.verdict import ExitCode
+from toolkit.workflows.compare import compare_policies
+from toolkit.core.errors import ReferenceDataError
+from toolkit.core.policies import POLICIES
+from toolkit.reports.collision import collision_report, read_report, to_csv
+from toolkit.engine.verification import NO_REFERENCE
 
 # the name-sharing policies: decode and prefill_again run on prefill's _tensor_constant0 (other data)
 NAME_SHARING = ("name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share")
@@ -172,7 +172,7 @@ def test_a_module_reference_runs_a_copy(pt2):
             self.n.add_(1)
             return x + self.n
 
-    from toolkit.verification import _from_module
+    from toolkit.engine.verification import _from_module
 
     c = Counter()
     r = _from_module("m", c, (torch.zeros(2),))
@@ -231,7 +231,7 @@ def test_references_that_do_not_fit_are_refused_naming_method_and_field(pt2, eag
 def test_our_programs_take_references_and_check_them_against_their_own(built_sample):
     """A program directory has its own references: supplied ones replace them, and are checked
     against the inputs the program recorded (dtype, shape) before anything runs."""
-    from toolkit.samples import sample_module
+    from toolkit.build.samples import sample_module
 
     program = built_sample("total_collision")
     methods = sample_module("total_collision").methods()
@@ -284,8 +284,8 @@ def test_an_export_refusal_loads_nothing_and_the_dry_run_predicts_it_exactly(bui
     row = compare_policies(program, ["fqn-weight-cache"]).frame.iloc[0]
     assert (row["loaded"], row["refused"], row["loaded_constants"], row["device_bytes"]) == (False, 2, 0, 0)
     # loading one method on its own is refused too: the program does not exist
-    from toolkit.loader import resolve_devices
-    from toolkit.session import Session
+    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.session import Session
 
     one = Session(program, toolkit.get_policy("fqn-weight-cache"), resolve_devices(program, None))
     with pytest.raises(toolkit.LoadError, match="Duplicate key"):

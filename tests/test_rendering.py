@@ -1,4 +1,4 @@
-"""toolkit.rendering: the one HTML table renderer (pandas Styler, escaping on)."""
+"""toolkit.display.html: the one HTML table renderer (pandas Styler, escaping on)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from toolkit.rendering import (
+from toolkit.display.html import (
     CULPRIT_STYLE, DECISION_COLOURS, cell_text, content_check, culprit_mask, html_table, markdown_html, short_digest,
     table, verification_html,
 )
@@ -104,9 +104,9 @@ def test_hostile_empty_text_is_escaped():
 def test_hostile_verification_is_escaped():
     v = pd.DataFrame({"method": ["<script>m</script>"], "ran": [True], "max_abs_err": [1.0], "atol": [1e-5],
                       "rtol": [1e-4], "ok": [False], "reason": ['"&<b>bad</b>']})
-    from toolkit.tables import check_rows
-    from toolkit.verdict import MethodFacts, build_verdict
-    from toolkit.vocab import MethodStatus
+    from toolkit.engine.frames import check_rows
+    from toolkit.core.verdict import MethodFacts, build_verdict
+    from toolkit.core.vocab import MethodStatus
 
     verdict = build_verdict(program="p", policy="name-only", predicted=False, checks=check_rows(v),
                             methods=[MethodFacts("<script>m</script>", MethodStatus.LOADED, True)])
@@ -128,7 +128,7 @@ def test_mathjax_is_off_for_names_with_dollars():
 def test_the_palette():
     assert DECISION_COLOURS == {"loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc",
                                 "private": "#eeeeee", "refused": "#f4cccc", "never filled": "#ea9999"}
-    from toolkit.vocab import Decision
+    from toolkit.core.vocab import Decision
 
     assert set(DECISION_COLOURS) == {d.value for d in Decision}  # every decision has its colour
 
@@ -143,7 +143,7 @@ def test_every_decision_gets_its_colour():
 
 
 def test_decision_enums_are_coloured_by_value():
-    from toolkit.vocab import Decision
+    from toolkit.core.vocab import Decision
 
     frame = pd.DataFrame({"decision": [Decision.SHARED, Decision.REFUSED]})
     assert _Parsed(html_table(frame)).column(0) == [("shared", DECISION_COLOURS["shared"]),
@@ -163,9 +163,9 @@ def test_other_boolean_columns_are_not_coloured():
 
 def _verdict(v, statuses=None, findings=()):
     """A verdict over verification frame ``v`` (every method loaded and runnable unless ``statuses`` says)."""
-    from toolkit.tables import check_rows
-    from toolkit.verdict import MethodFacts, build_verdict
-    from toolkit.vocab import MethodStatus
+    from toolkit.engine.frames import check_rows
+    from toolkit.core.verdict import MethodFacts, build_verdict
+    from toolkit.core.vocab import MethodStatus
 
     statuses = statuses or {}
     facts = [MethodFacts(m, statuses.get(m, (MethodStatus.LOADED, True))[0], statuses.get(m, (None, True))[1],
@@ -174,7 +174,7 @@ def _verdict(v, statuses=None, findings=()):
 
 
 def test_verification_results_are_coloured():
-    from toolkit.vocab import MethodStatus
+    from toolkit.core.vocab import MethodStatus
 
     v = pd.DataFrame({"method": ["a", "b", "c"], "ran": [True, True, False], "max_abs_err": [0.0, 0.123456, None],
                       "atol": [1e-5, 1e-5, 1e-5], "rtol": [1e-4, 1e-4, 1e-4], "ok": pd.array([True, False, pd.NA],
@@ -262,7 +262,7 @@ def test_module_imports_only_pandas_and_stdlib():
     the source, and by loading the file on its own in a fresh interpreter."""
     import ast
 
-    import toolkit.rendering as rendering
+    import toolkit.display.html as rendering
 
     tree = ast.parse(open(rendering.__file__, encoding="utf-8").read())
     top = set()
@@ -285,7 +285,7 @@ def test_module_imports_only_pandas_and_stdlib():
 
 
 def test_report_html_is_a_wrapper():
-    from toolkit.report import report_html
+    from toolkit.reports.collision import report_html
 
     frame = pd.DataFrame({"method": ["m"], "name": ["<x>"], "decision": ["declined"], "method_ok": [False],
                           "not_shown": ["secret"]})
@@ -300,7 +300,7 @@ def test_report_html_is_a_wrapper():
 
 
 def test_widget_helpers_use_the_renderer():
-    from toolkit.widgets import _table_html
+    from toolkit.explorer import _table_html
 
     assert "<i>nothing</i>" in _table_html(pd.DataFrame(columns=["a"]), ["a"], "nothing")
     out = _table_html(pd.DataFrame({"a": ["<b>"], "wrong_methods": [["decode", "x"]]}), ["a", "wrong_methods"], "e")
@@ -431,8 +431,8 @@ def test_markdown_is_rendered_escaped():
 
 
 def test_verification_names_the_constants_that_run_on_other_data():
-    from toolkit.verdict import find_problem
-    from toolkit.vocab import Decision
+    from toolkit.core.verdict import find_problem
+    from toolkit.core.vocab import Decision
 
     v = pd.DataFrame({"method": ["prefill", "decode"], "ran": [True, True], "max_abs_err": [0.0, 9.0],
                       "atol": [1e-5] * 2, "rtol": [1e-4] * 2, "ok": [True, False], "reason": ["", "outputs differ"]})
@@ -445,8 +445,8 @@ def test_verification_names_the_constants_that_run_on_other_data():
 
 
 def test_verification_says_blames_finding_once_for_the_constants_it_was_found_for():
-    from toolkit.rendering import findings_text
-    from toolkit.verdict import BlameStatus, ConstantFinding, DataProblem
+    from toolkit.display.html import findings_text
+    from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem
 
     note = "breaks standalone (only together with the 4 other swaps of this set)"
 
@@ -466,7 +466,7 @@ def test_verification_says_blames_finding_once_for_the_constants_it_was_found_fo
 def test_session_facts_are_a_table_in_binary_units():
     from types import SimpleNamespace
 
-    from toolkit.rendering import session_facts_html
+    from toolkit.display.html import session_facts_html
 
     decisions = pd.DataFrame({"method": ["prefill", "decode"], "name": ["w", "w"], "decision": ["loaded", "shared"]})
     methods = [SimpleNamespace(name="prefill", blob_bytes=35_485_875_968), SimpleNamespace(name="decode",

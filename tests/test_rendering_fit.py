@@ -1,4 +1,4 @@
-"""toolkit.rendering: the options that keep a table inside a notebook's width (issue 12).
+"""toolkit.display.html: the options that keep a table inside a notebook's width (issue 12).
 
 ``wrap`` (more prose columns), ``capped`` (one line at a capped width, the whole text on hover),
 ``decimals``, :func:`shorten_digests`, left captions; and the session view's "show all
@@ -14,7 +14,7 @@ import pandas as pd
 
 from test_rendering import _Parsed
 from test_report import _decided_session
-from toolkit.rendering import (
+from toolkit.display.html import (
     CAPPED_EM, DIGEST_SHOWN, SESSION_ALL_CAPPED, SESSION_CAPPED, html_table, session_html, shorten_digests, table,
 )
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import load_program
-from toolkit.report import (
+from toolkit.reports.collision import (
     FORMULA_TRIGGERS, REPORT_COLUMNS, REPORT_SCHEMA, CollisionReport, ReportError, _typed, collision_report,
     neutralize, read_report, to_csv, unneutralize,
 )
@@ -88,9 +88,9 @@ def test_csv_round_trip_through_pandas_and_read_report(name_only_report, tmp_pat
 
 @pytest.mark.slow
 def test_constants_of_methods_not_loaded_are_reported_undecided(built_sample):
-    from toolkit.loader import resolve_devices
-    from toolkit.session import Session
-    from toolkit.policies import get_policy
+    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.session import Session
+    from toolkit.core.policies import get_policy
 
     prog = built_sample("total_collision")
     s = Session(prog, get_policy("fingerprint"), resolve_devices(prog, None))
@@ -180,7 +180,7 @@ def test_report_module_does_not_import_presentation_libraries():
     import subprocess
     import sys
 
-    code = ("import sys, toolkit, toolkit.report; "
+    code = ("import sys, toolkit, toolkit.reports.collision; "
             "print(any(m.split('.')[0] in ('matplotlib', 'ipywidgets') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -193,10 +193,10 @@ def _fake_session(name: str, status: str = "loaded", error: str | None = None):
     """Just what session_text / session_html read, with a real event log and real method results."""
     from types import SimpleNamespace
 
-    from toolkit import events as ev
-    from toolkit.loader import MethodResult
-    from toolkit.tables import decisions_frame
-    from toolkit.vocab import Decision, MethodStatus, Reason, TensorOrigin
+    from toolkit.core import events as ev
+    from toolkit.engine.loader import MethodResult
+    from toolkit.engine.frames import decisions_frame
+    from toolkit.core.vocab import Decision, MethodStatus, Reason, TensorOrigin
 
     log = ev.EventLog()
     for method, decision in (("m1", Decision.LOADED), ("m2", Decision.SHARED)):
@@ -215,7 +215,7 @@ def _fake_session(name: str, status: str = "loaded", error: str | None = None):
 
 
 def test_session_text_summary():
-    from toolkit.rendering import session_text
+    from toolkit.display.html import session_text
 
     text = session_text(_fake_session("w", status="failed", error="boom"))
     lines = text.splitlines()
@@ -227,7 +227,7 @@ def test_session_text_summary():
 
 
 def test_session_html_escapes_and_colours():
-    from toolkit.rendering import DECISION_COLOURS, session_html
+    from toolkit.display.html import DECISION_COLOURS, session_html
 
     evil = "<img src=x onerror=alert(1)>"
     h = session_html(_fake_session(evil, status="failed", error=f"bad {evil}"))
@@ -251,10 +251,10 @@ def _decided_session(rows):
     """A session stand-in whose decisions are ``rows`` (method, name, decision, lookup, digest, cached_digest)."""
     from types import SimpleNamespace
 
-    from toolkit import events as ev
-    from toolkit.tables import decisions_frame
-    from toolkit.verdict import find_problem
-    from toolkit.vocab import Decision, Reason, TensorOrigin
+    from toolkit.core import events as ev
+    from toolkit.engine.frames import decisions_frame
+    from toolkit.core.verdict import find_problem
+    from toolkit.core.vocab import Decision, Reason, TensorOrigin
 
     log = ev.EventLog()
     for method, name, decision, lookup, digest, cached in rows:
@@ -277,7 +277,7 @@ def _decided_session(rows):
 
 def test_session_html_scales_and_points_at_the_culprits():
     """50 decisions: counts, the collisions with the culprits first, the rest one click away."""
-    from toolkit.rendering import CULPRIT_STYLE, session_html, session_text
+    from toolkit.display.html import CULPRIT_STYLE, session_html, session_text
 
     a, b = "a" * 64, "b" * 64
     rows = [("enc", f"w{i}", "loaded", "miss", a, "") for i in range(30)]
@@ -304,7 +304,7 @@ def test_every_column_is_documented_in_its_order_and_type():
     """docs/report_columns.md lists the columns the CSV has, in the CSV's order, each with its type."""
     from pathlib import Path
 
-    from toolkit.report import REPORT_SCHEMA
+    from toolkit.reports.collision import REPORT_SCHEMA
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "report_columns.md").read_text(encoding="utf-8")
     listed = re.findall(r"^\| `(\w+)` \| (\w+) \| .+ \|$", doc, flags=re.M)

@@ -11,7 +11,7 @@ import pytest
 from toolkit import compare_policies, load_program
 from toolkit import integrity, upload
 from toolkit.integrity import verified_files
-from toolkit.options import LoadOptions
+from toolkit.core.options import LoadOptions
 
 pytestmark = pytest.mark.slow  # loads a (cached) sample program
 
@@ -103,8 +103,9 @@ def test_an_unchanged_file_is_not_hashed_again_in_this_process(built_sample, has
 
 
 def test_tables_and_verification_are_computed_once(built_sample, monkeypatch):
-    from toolkit import tables, verification
+    from toolkit.engine import frames as tables
 
+    from toolkit.engine import verification
     s = load_program(built_sample("total_collision"), "name-only")
     built, ran = [], []
     real_frame, real_verify = tables.decisions_frame, verification.verify_session
@@ -137,7 +138,7 @@ def test_compare_policies_keeps_its_sessions(built_sample):
 
 
 def test_cli_report_verifies_once(built_sample, tmp_path, monkeypatch):
-    from toolkit import verification
+    from toolkit.engine import verification
     from toolkit.cli import main
 
     ran = []
@@ -150,10 +151,10 @@ def test_cli_report_verifies_once(built_sample, tmp_path, monkeypatch):
 
 def test_keyboard_interrupt_leaves_the_cache_as_before(built_sample):
     """A BaseException raised after decode's cache insertions rolls them back like any failure."""
-    from toolkit import events as ev
-    from toolkit.loader import resolve_devices
-    from toolkit.session import Session
-    from toolkit.policies import get_policy
+    from toolkit.core import events as ev
+    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.session import Session
+    from toolkit.core.policies import get_policy
 
     prog = built_sample("total_collision")
     s = Session(prog, get_policy("fingerprint"), resolve_devices(prog, None))
@@ -189,7 +190,7 @@ def test_plots_take_the_comparison_itself(built_sample):
 
 def test_a_program_that_exists_only_in_memory_is_analysed_not_loaded():
     from toolkit import LoadError, analyze
-    from toolkit.synthetic import SyntheticSpec, generate
+    from toolkit.build.synthetic import SyntheticSpec, generate
 
     p = generate(SyntheticSpec(methods=2, constants=10, device="cpu"))
     assert len(analyze(p, "fingerprint")) == 20

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit.samples import sample_module, sample_names
-from toolkit.vocab import EventKind
+from toolkit.build.samples import sample_module, sample_names
+from toolkit.core.vocab import EventKind
 
 CASES = [(s, p) for s in sample_names() for p in toolkit.POLICIES]
 
@@ -91,7 +91,7 @@ def test_a_samples_cache_key_covers_the_shared_sample_code(monkeypatch):
     """An edit to sample_programs/_common.py alone rebuilds the samples that use it."""
     from pathlib import Path
 
-    from toolkit.samples import _cache_key, sample_module
+    from toolkit.build.samples import _cache_key, sample_module
 
     mod = sample_module("shared_state")
     before = _cache_key(mod, "cpu")

@@ -19,13 +19,13 @@ import pytest
 from safetensors.numpy import load_file
 
 import toolkit
-from toolkit.analysis import run_analysis
-from toolkit.errors import ProgramError, ToolkitError
-from toolkit.model import PerConstantStorages, required_nbytes
-from toolkit.policies import POLICIES
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.core.errors import ProgramError, ToolkitError
+from toolkit.core.model import PerConstantStorages, required_nbytes
+from toolkit.core.policies import POLICIES
 from toolkit.sources import open_program, read_program_model
 from toolkit.sources.executorch import AotiConstant, PteLocation, aoti_internal_names, open_pte
-from toolkit.vocab import ConstantKind, ProgramFormat
+from toolkit.core.vocab import ConstantKind, ProgramFormat
 
 from executorch_fixtures import unpacked
 

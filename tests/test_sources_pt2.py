@@ -14,13 +14,13 @@ import zipfile
 import pytest
 
 from pt2_packages import MODELS, eager_tensors, packages
-from toolkit.analysis import run_analysis
-from toolkit.errors import ProgramError
-from toolkit.model import PerConstantStorages, required_nbytes
-from toolkit.policies import POLICIES
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.core.errors import ProgramError
+from toolkit.core.model import PerConstantStorages, required_nbytes
+from toolkit.core.policies import POLICIES
 from toolkit.sources import open_program, read_program_model
 from toolkit.sources.pt2 import Pt2Location
-from toolkit.vocab import ConstantKind, ProgramFormat
+from toolkit.core.vocab import ConstantKind, ProgramFormat
 
 
 def sha(b: bytes) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import toolkit
-from toolkit.samples import sample_module
+from toolkit.build.samples import sample_module
 
 pytestmark = pytest.mark.slow  # loads (cached) sample programs
 
@@ -41,7 +41,7 @@ def test_a_sequence_is_recorded_and_verified_step_by_step(built_sample):
 
 
 def test_state_is_reset_so_verifying_twice_gives_the_same_answer(built_sample, monkeypatch):
-    from toolkit import verification
+    from toolkit.engine import verification
 
     p = built_sample("mutated_buffer")
     s = toolkit.load_program(p, "name-only")  # kv shared by name: prefill's writes reach decode
@@ -61,7 +61,7 @@ def test_without_resets_the_leak_shows_in_standalone_runs(built_sample, monkeypa
     p = built_sample("mutated_buffer")
     s = toolkit.load_program(p, "name-only")
     monkeypatch.setattr(type(s), "reset_state", lambda self: 0)
-    from toolkit import verification
+    from toolkit.engine import verification
 
     v = verification.verify_session(s)
     assert not v.set_index("method").loc["decode", "ok"]
@@ -172,7 +172,7 @@ def test_repeatability_attributes_state_carried_differences(accumulating):
 
 
 def test_blame_fills_the_culprit_column_of_decisions_and_the_csv(built_sample, tmp_path):
-    from toolkit.report import read_report, to_csv
+    from toolkit.reports.collision import read_report, to_csv
 
     s = toolkit.load_program(built_sample("total_collision"), "name-only")
     assert (s.decisions["culprit"] == "").all()  # nothing blamed before blame() runs

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.analysis import analyze, memory_floor, run_analysis
+from toolkit.workflows.dry_run import analyze, memory_floor, run_analysis
 from toolkit.sources import read_program_model
 from toolkit.sources.directory import manifest_json
-from toolkit.synthetic import SyntheticSpec, generate, write_synthetic
+from toolkit.build.synthetic import SyntheticSpec, generate, write_synthetic
 
 
 def _roles(spec: SyntheticSpec):

@@ -1,4 +1,4 @@
-"""The column-by-column frame builders of toolkit.tables give exactly the frames of the row-dict path.
+"""The column-by-column frame builders of toolkit.engine.frames give exactly the frames of the row-dict path.
 
 ``events_frame`` and ``comparisons_frame`` are built column by column (benchmarks/scaling.py:
 half the time and under half the peak memory at 3 million events); the reference here is
@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 from toolkit import POLICIES
-from toolkit import events as ev
-from toolkit import tables
-from toolkit.analysis import run_analysis
-from toolkit.synthetic import SyntheticSpec, generate
+from toolkit.core import events as ev
+from toolkit.engine import frames as tables
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.build.synthetic import SyntheticSpec, generate
 
 
 def _events_by_rows(log: ev.EventLog) -> pd.DataFrame:
@@ -104,7 +104,7 @@ def test_dry_runs_under_every_policy(policy):
 def test_wrong_methods_are_the_ones_that_ran_and_disagree():
     import pandas as pd
 
-    from toolkit.tables import wrong_methods
+    from toolkit.engine.frames import wrong_methods
 
     v = pd.DataFrame({"method": ["a", "b", "c", "d"], "ran": [True, True, False, False],
                       "ok": pd.array([False, True, pd.NA, False], dtype="boolean")})

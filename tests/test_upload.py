@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from toolkit import upload
-from toolkit.errors import IntegrityError
-from toolkit.model import ConstantSpec
-from toolkit.options import FirstLoad, LoadOptions, UploadMode
-from toolkit.vocab import ConstantKind, UploadPath
+from toolkit.core.errors import IntegrityError
+from toolkit.core.model import ConstantSpec
+from toolkit.core.options import FirstLoad, LoadOptions, UploadMode
+from toolkit.core.vocab import ConstantKind, UploadPath
 
 PAGE = mmap.PAGESIZE
 

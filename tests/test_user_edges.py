@@ -13,8 +13,8 @@ import pytest
 
 import toolkit
 from toolkit.cli import main
-from toolkit.errors import ProgramError, ToolkitError, UnknownPolicyError
-from toolkit.policies import POLICIES
+from toolkit.core.errors import ProgramError, ToolkitError, UnknownPolicyError
+from toolkit.core.policies import POLICIES
 from toolkit.sources import open_program
 
 from executorch_fixtures import unpacked
@@ -26,11 +26,11 @@ TABLED = [str(GEN1), "synthetic-gen2"]  # payload generations whose constant tab
 
 
 def test_submodules_are_attributes_after_a_bare_import():
-    """``import toolkit`` then ``toolkit.report.to_csv`` (the README's way), in a fresh interpreter."""
+    """``import toolkit`` then ``toolkit.reports.collision.to_csv`` (the README's way), in a fresh interpreter."""
     code = ("import sys, toolkit; assert 'toolkit.plots' not in sys.modules; "
-            "print(toolkit.report.to_csv.__module__, toolkit.plots.__name__, 'report' in dir(toolkit) or 'x')")
+            "print(toolkit.reports.collision.to_csv.__module__, toolkit.plots.__name__, 'report' in dir(toolkit) or 'x')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
-    assert out.split()[:2] == ["toolkit.report", "toolkit.plots"]
+    assert out.split()[:2] == ["toolkit.reports.collision", "toolkit.plots"]
     with pytest.raises(AttributeError, match="no attribute 'not_a_module'"):
         toolkit.not_a_module  # noqa: B018
 
@@ -85,7 +85,7 @@ def test_the_cli_reads_the_table_beside_the_file_and_takes_one(tmp_path, capsys)
 
 
 def test_a_programs_repr_is_a_short_summary():
-    from toolkit.synthetic import SyntheticSpec, generate
+    from toolkit.build.synthetic import SyntheticSpec, generate
 
     p = generate(SyntheticSpec(methods=12, constants=400))
     text = repr(p)

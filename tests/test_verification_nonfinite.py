@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from toolkit.verification import compare_outputs
+from toolkit.engine.verification import compare_outputs
 
 NAN, INF = math.nan, math.inf
 
@@ -56,8 +56,8 @@ def test_a_sequence_step_names_the_eager_sequence():
 def test_a_method_whose_right_output_holds_nan_verifies_ok(built_sample):
     """NaN in the input gives NaN in the compiled output and in eager's: ok, not "wrong"; a
     reference with a NaN the compiled output does not have is still wrong."""
-    from toolkit.samples import sample_module
-    from toolkit.session import load_program
+    from toolkit.build.samples import sample_module
+    from toolkit.engine.session import load_program
 
     module, (x,) = sample_module("total_collision").methods()["prefill"]
     x = x.clone()
@@ -81,7 +81,7 @@ def test_a_method_whose_right_output_holds_nan_verifies_ok(built_sample):
 
 def test_the_unshared_oracle_compares_nan_and_infinities_by_the_same_rule():
     """Nondeterministic repeats (not bit-equal): matched NaN and same-sign infinities are no error."""
-    from toolkit.verification import compare_unshared
+    from toolkit.engine.verification import compare_unshared
 
     first = [torch.tensor([1.0, NAN, INF, -INF])]
     second = [torch.tensor([1.5, NAN, INF, -INF])]  # a spread of 0.5 on the finite position

@@ -18,13 +18,13 @@ from test_errors import SAMPLE, clone
 from test_integrity_pieces import _flip, _piece_size
 from test_upload import spec
 from toolkit import upload
-from toolkit.errors import IntegrityError
+from toolkit.core.errors import IntegrityError
 from toolkit.integrity import (PieceCopy, file_record, plan_piece_copies, record_piece_plan, verified_files)
-from toolkit.model import FileRecord
-from toolkit.options import FirstLoad, LoadOptions, options_from_environment
-from toolkit.session import load_program
+from toolkit.core.model import FileRecord
+from toolkit.core.options import FirstLoad, LoadOptions, options_from_environment
+from toolkit.engine.session import load_program
 from toolkit.sources import open_program
-from toolkit.vocab import UploadPath
+from toolkit.core.vocab import UploadPath
 
 PIECE = 4096
 

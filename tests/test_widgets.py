@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from conftest import require
 
-from toolkit.policies import POLICIES
-from toolkit.report import read_report
-from toolkit.widgets import ALL, ExplorerState, grid_frame, safe_file_name
+from toolkit.core.policies import POLICIES
+from toolkit.reports.collision import read_report
+from toolkit.explorer import ALL, ExplorerState, grid_frame, safe_file_name
 
 pytestmark = pytest.mark.slow  # every test here loads a (cached) sample program
 
@@ -171,8 +171,8 @@ def test_compare_all_policies(state):
 def test_compare_loads_each_policy_once(state, monkeypatch):
     """The comparison frame, the memory per method, the sessions and their verdicts come from one
     load and one verification per policy."""
-    from toolkit import verification
-    from toolkit.session import Session
+    from toolkit.engine import verification
+    from toolkit.engine.session import Session
 
     state.load()
     loads, verifies = [], []
@@ -217,7 +217,7 @@ def _grid_text(ex) -> str:
 def explorer(built_sample, tmp_path):
     require("ipywidgets", extra="notebook")
     require("itables", extra="notebook")
-    from toolkit.widgets import Explorer
+    from toolkit.explorer import Explorer
 
     prog = built_sample("total_collision")
     ex = Explorer(ExplorerState(sample="total_collision", build=lambda name, **kw: prog, export_dir=tmp_path),
@@ -309,7 +309,7 @@ def test_view_close_leaves_no_widgets(built_sample):
     ipywidgets = require("ipywidgets", extra="notebook")
     from ipywidgets.widgets.widget import _instances
 
-    from toolkit.widgets import Explorer
+    from toolkit.explorer import Explorer
 
     prog = built_sample("total_collision")
     before = set(_instances)
@@ -385,7 +385,7 @@ def test_compile_progress_moves_per_method(built_sample):
 
 def test_real_cold_build_reports_each_method(tmp_path, monkeypatch):
     """build_sample's on_method really fires per compiled method (a fresh cache: a real compile)."""
-    from toolkit.samples import build_sample
+    from toolkit.build.samples import build_sample
 
     calls = []
     build_sample("no_constants", cache_dir=tmp_path, progress=False, on_method=lambda *a: calls.append(a))
@@ -475,7 +475,7 @@ def test_default_export_stays_in_the_folder_and_never_overwrites(built_sample, t
 
 
 def test_sample_description_is_rendered_not_raw_markdown(state):
-    assert "`" in __import__("toolkit.samples", fromlist=["x"]).sample_module("total_collision").DESCRIPTION
+    assert "`" in __import__("toolkit.build.samples", fromlist=["x"]).sample_module("total_collision").DESCRIPTION
     assert "`" not in state.sample_description and "_tensor_constant0" in state.sample_description
     h = state.sample_description_html
     assert "<code>_tensor_constant0</code>" in h and "`" not in h
@@ -599,7 +599,7 @@ PTE = Path(__file__).parent / "fixtures" / "executorch-1.5.1-cuda" / "shared_ok"
 @pytest.fixture
 def no_real_load(monkeypatch):
     """Session.load calls by runtime (the dry run's vs AOTInductor's); any AOTI method made fails."""
-    from toolkit.session import Session
+    from toolkit.engine.session import Session
     from toolkit.runtimes.aoti import AotiRuntime
 
     calls: list[str] = []
@@ -709,7 +709,7 @@ def test_path_source_takes_pte_pt2_and_names_them(tmp_path):
 
 def test_view_dry_run_banner_verification_and_compare(tmp_path, no_real_load):
     require("ipywidgets", extra="notebook")
-    from toolkit.widgets import Explorer
+    from toolkit.explorer import Explorer
 
     ex = Explorer(ExplorerState(program_from="path", path=str(PTE), export_dir=tmp_path), background=False)
     try:
@@ -756,7 +756,7 @@ def test_load_blames_the_wrong_method_and_names_its_culprit(state):
 
 
 def test_a_right_load_runs_no_blame(state, monkeypatch):
-    from toolkit.session import Session
+    from toolkit.engine.session import Session
 
     def no_blame(*a, **kw):
         raise AssertionError("blame ran on a load whose methods are right")
@@ -768,8 +768,8 @@ def test_a_right_load_runs_no_blame(state, monkeypatch):
 
 
 def test_a_failed_blame_is_a_note_and_its_findings_stay_not_tested(state, monkeypatch):
-    from toolkit.session import Session
-    from toolkit.widgets import findings_summary
+    from toolkit.engine.session import Session
+    from toolkit.explorer import findings_summary
 
     def broken(*a, **kw):
         raise RuntimeError("no memory left")
@@ -783,7 +783,7 @@ def test_a_failed_blame_is_a_note_and_its_findings_stay_not_tested(state, monkey
 
 
 def test_verification_row_of_the_wrong_method_names_its_culprit_with_evidence(state):
-    from toolkit.rendering import verification_html
+    from toolkit.display.html import verification_html
 
     assert state.load()
     out = verification_html(state.verification, state.verdict)
@@ -794,7 +794,7 @@ def test_verification_row_of_the_wrong_method_names_its_culprit_with_evidence(st
 
 
 def test_view_marks_blamed_rows_and_says_why(explorer):
-    from toolkit.rendering import FINDINGS_COLUMN
+    from toolkit.display.html import FINDINGS_COLUMN
 
     ex = explorer
     ex.policy.value = "name-only"
@@ -818,7 +818,7 @@ def test_view_marks_blamed_rows_and_says_why(explorer):
 
 
 def _verdict_of_three_findings():
-    from toolkit.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
+    from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
 
     def finding(method, name, blame, note, broken=()):
         return ConstantFinding(method, name, name, DataProblem.CONTENT_DIFFERS, f"cached x from 'a', own {name}",
@@ -835,7 +835,7 @@ def _verdict_of_three_findings():
 
 
 def test_findings_say_which_are_culprits_and_why_the_others_are_harmless():
-    from toolkit.widgets import count_text, findings_summary
+    from toolkit.explorer import count_text, findings_summary
 
     v = _verdict_of_three_findings()
     assert findings_summary(v) == (
@@ -873,8 +873,8 @@ def test_view_matrix_hover_says_decision_and_reason(explorer):
 
 
 def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest():
-    from toolkit.rendering import MAX_NAMED, verification_html
-    from toolkit.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
+    from toolkit.display.html import MAX_NAMED, verification_html
+    from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
 
     v = pd.DataFrame([{"method": m, "ran": True, "max_abs_err": err, "atol": 1e-3, "rtol": 1e-3, "ok": err == 0,
                        "reason": "" if err == 0 else "output differs"}
@@ -897,7 +897,7 @@ def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest
 
 
 def test_grid_puts_culprits_first_and_toggles_culprits_only(state):
-    from toolkit.widgets import CULPRIT_RANK, OTHER, interest_rank
+    from toolkit.explorer import CULPRIT_RANK, OTHER, interest_rank
 
     assert state.load()
     assert list(zip(state.rows["method"], state.rows["name"]))[0] == ("decode", "_tensor_constant0")
@@ -910,7 +910,7 @@ def test_grid_puts_culprits_first_and_toggles_culprits_only(state):
 
 
 def test_interest_rank_orders_culprits_findings_wrong_methods_collisions():
-    from toolkit.widgets import CULPRIT_RANK, COLLISION, OF_A_WRONG_METHOD, OTHER, RUNS_ON_OTHER_DATA, interest_rank
+    from toolkit.explorer import CULPRIT_RANK, COLLISION, OF_A_WRONG_METHOD, OTHER, RUNS_ON_OTHER_DATA, interest_rank
 
     v = _verdict_of_three_findings()  # b/w0 culprit; b/w1, c/w1, b/w2 harmless; b wrong
     rows = pd.DataFrame([("a", "w0", "miss", ""), ("a", "w3", "hit", ""), ("b", "w9", "miss", ""),
@@ -933,7 +933,7 @@ def test_grid_shows_the_fqn_with_the_internal_name_beside():
 
 
 def test_view_matrix_click_selects_the_constant_in_the_grid_and_detail(explorer):
-    from toolkit.widgets import DECISIONS_TAB
+    from toolkit.explorer import DECISIONS_TAB
 
     ex = explorer
     ex.policy.value = "name-only"
@@ -966,9 +966,9 @@ def test_view_culprits_only_toggle_and_rows_export(explorer, tmp_path):
 
 def test_device_is_validated_and_cuda_without_cuda_is_a_message(built_sample, monkeypatch):
     require("ipywidgets", extra="notebook")
-    import toolkit.widgets as widgets
-    from toolkit.errors import ToolkitError
-    from toolkit.widgets import NO_CUDA, Explorer
+    import toolkit.explorer as widgets
+    from toolkit.core.errors import ToolkitError
+    from toolkit.explorer import NO_CUDA, Explorer
 
     with pytest.raises(ToolkitError, match="unknown device 'tpu'"):
         ExplorerState(device="tpu")
@@ -987,7 +987,7 @@ def test_device_is_validated_and_cuda_without_cuda_is_a_message(built_sample, mo
 
 
 def test_cuda_pte_on_a_cpu_says_the_dry_run_first_and_no_rebuild(tmp_path, monkeypatch):
-    import toolkit.widgets as widgets
+    import toolkit.explorer as widgets
 
     monkeypatch.setattr(widgets, "_cuda_available", lambda: False)
     st = ExplorerState(program_from="path", path=str(PTE), export_dir=tmp_path)
@@ -1019,7 +1019,7 @@ def test_compare_colours_the_bar_by_the_chosen_policys_verdict(explorer):
 
 
 def test_comparison_errors_show_short_keys():
-    from toolkit.widgets import comparison_display
+    from toolkit.explorer import comparison_display
 
     key = "ab" * 32
     out = comparison_display(pd.DataFrame({"policy": ["fqn-weight-cache"], "error": [f"no entry {key} in the cache"]}))
@@ -1027,7 +1027,7 @@ def test_comparison_errors_show_short_keys():
 
 
 def test_a_large_export_is_linked_by_path_not_embedded(explorer, tmp_path, monkeypatch):
-    import toolkit.widgets as widgets
+    import toolkit.explorer as widgets
 
     monkeypatch.setattr(widgets, "MAX_INLINE_EXPORT", 16)
     ex = explorer
@@ -1051,7 +1051,7 @@ def test_view_summary_is_a_table_in_units(explorer):
 @pytest.fixture(scope="module")
 def synthetic_10k(tmp_path_factory):
     """A 10,000-constant synthetic program (2 methods x 5,000; its manifest only: a dry run's)."""
-    from toolkit.synthetic import SyntheticSpec, write_synthetic
+    from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
     return write_synthetic(SyntheticSpec(name="synthetic_10k", seed=12, methods=2, constants=5_000),
                            tmp_path_factory.mktemp("syn") / "synthetic_10k")
@@ -1059,7 +1059,7 @@ def synthetic_10k(tmp_path_factory):
 
 def test_the_bar_moves_during_a_10k_dry_run(synthetic_10k, tmp_path):
     require("ipywidgets", extra="notebook")
-    from toolkit.widgets import DRAW_SPAN, Explorer
+    from toolkit.explorer import DRAW_SPAN, Explorer
 
     ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
                                 policy="decline-on-mismatch", export_dir=tmp_path), background=False)
@@ -1114,7 +1114,7 @@ def test_the_excel_export_holds_exactly_the_filtered_rows(explorer, tmp_path):
 def test_a_10k_dry_run_long_matrix_click_and_a_large_excel_export(synthetic_10k, tmp_path):
     require("ipywidgets", extra="notebook")
     require("openpyxl", extra="notebook")
-    from toolkit.widgets import DECISIONS_TAB, MAX_INLINE_EXPORT, Explorer
+    from toolkit.explorer import DECISIONS_TAB, MAX_INLINE_EXPORT, Explorer
 
     ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
                                 policy="decline-on-mismatch", export_dir=tmp_path), background=False)
@@ -1148,7 +1148,7 @@ def test_a_10k_dry_run_long_matrix_click_and_a_large_excel_export(synthetic_10k,
 def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real_load):
     require("ipywidgets", extra="notebook")
     from executorch_fixtures import unpacked
-    from toolkit.widgets import Explorer
+    from toolkit.explorer import Explorer
 
     pte = unpacked("1.5.1", kind="cuda") / "total_collision" / "prog.pte"
     if not pte.is_file():
@@ -1215,7 +1215,7 @@ def test_the_count_and_the_grid_agree_through_filters_culprits_and_a_policy_swit
 
 
 def test_a_real_load_moves_the_bar_over_its_constants_then_its_figures(state):
-    from toolkit.widgets import DRAW_SPAN, LOAD_SPAN
+    from toolkit.explorer import DRAW_SPAN, LOAD_SPAN
 
     seen: list[tuple[float, str, str]] = []
     state.observe(lambda ch: seen.append((state.progress, state.phase, state.message)), names="progress")

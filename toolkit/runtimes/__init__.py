@@ -1,4 +1,4 @@
-"""Runtimes: what the load orchestrator (:mod:`toolkit.loader`) carries a load out against.
+"""Runtimes: what the load orchestrator (:mod:`toolkit.engine.loader`) carries a load out against.
 
 Two implementations of one small interface:
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol
 
-from ..model import ConstantSpec, MethodSpec, Program, TensorMeta, aligned_slot_bytes  # noqa: F401 (re-exported)
+from toolkit.core.model import ConstantSpec, MethodSpec, Program, TensorMeta, aligned_slot_bytes  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

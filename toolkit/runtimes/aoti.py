@@ -29,13 +29,13 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from ..errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
-from ..integrity import VerifiedCopy, copy_region, hash_threads, keep_for_process, verified_files
-from ..model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
-from ..options import FirstLoad, LoadOptions, UploadMode
-from ..vocab import ProgramFormat, UploadPath
-from . import CompiledConstant, CompiledMethod, Device
-from . import parse_device as _parse
+from toolkit.core.errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
+from toolkit.integrity import VerifiedCopy, copy_region, hash_threads, keep_for_process, verified_files
+from toolkit.core.model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
+from toolkit.core.options import FirstLoad, LoadOptions, UploadMode
+from toolkit.core.vocab import ProgramFormat, UploadPath
+from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
+from toolkit.runtimes import parse_device as _parse
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def make_torch_global() -> list[str]:
 
 def so_inputs(inputs: list, order: "tuple[int, ...] | None") -> list:
     """The method's inputs in the order its ``.so`` takes them: ``order[i]`` is the method input
-    feeding the ``.so``'s input ``i`` (:attr:`~toolkit.model.MethodSpec.input_order`); None: as given."""
+    feeding the ``.so``'s input ``i`` (:attr:`~toolkit.core.model.MethodSpec.input_order`); None: as given."""
     if order is None:
         return list(inputs)
     bad = [i for i in order if not 0 <= i < len(inputs)]
@@ -252,7 +252,7 @@ def so_inputs(inputs: list, order: "tuple[int, ...] | None") -> list:
 
 def method_outputs(outputs: list, order: "tuple[int, ...] | None") -> list:
     """The ``.so``'s outputs in the method's order: ``order[j]`` is the ``.so`` output giving the
-    method's output ``j`` (:attr:`~toolkit.model.MethodSpec.output_order`); None: as they come.
+    method's output ``j`` (:attr:`~toolkit.core.model.MethodSpec.output_order`); None: as they come.
 
     The order comes from the ``.pte``'s execution plan, not from the ``.so``'s output names
     (``AOTInductorModelContainerGetOutputName``): AOTInductor names outputs by position
@@ -344,7 +344,7 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
 class AotiMethod:
     """One method on the AOTInductor runtime: its container and the uploads into it.
 
-    A method whose ``.so`` and weights lie inside larger files (a :class:`~toolkit.model.PackedLocation`)
+    A method whose ``.so`` and weights lie inside larger files (a :class:`~toolkit.core.model.PackedLocation`)
     has its ``.so`` copied out first (:func:`extract_so`), torch's libraries made global
     (:func:`make_torch_global`), and AOTI's whole-blob upload (of a whole file) emulated: each constant
     uploaded from its file and installed user-managed, held as AOTI would hold its blob.
@@ -416,7 +416,7 @@ class AotiMethod:
         return self.container.extract()
 
     def upload_constants(self, constants: list[ConstantSpec]) -> Iterator[tuple[ConstantSpec, torch.Tensor, str]]:
-        from ..upload import as_constant, upload_constant
+        from toolkit.upload import as_constant, upload_constant
 
         groups: dict[str, list[int]] = {}  # program file -> the constants read from it
         for i, c in enumerate(constants):
@@ -531,7 +531,7 @@ class AotiRuntime:
             record = None  # unhashed
         else:
             return None
-        from ..upload import stage_pieces
+        from toolkit.upload import stage_pieces
 
         return stage_pieces(read_from, record, constants, device, threads=o.hash_threads or hash_threads(),
                             chunk_bytes=o.staging_chunk_bytes, device_digest=o.device_digest,
@@ -541,13 +541,13 @@ class AotiRuntime:
         if device.type != "cuda":
             return None
         if device not in self._uploaders:
-            from ..upload import make_uploader
+            from toolkit.upload import make_uploader
 
             self._uploaders[device] = make_uploader(device, self.options)
         return self._uploaders[device]
 
     def write_initial(self, tensor: torch.Tensor, program: Program, constant: ConstantSpec) -> None:
-        from ..upload import as_constant, read_constant_bytes
+        from toolkit.upload import as_constant, read_constant_bytes
 
         raw = read_constant_bytes(self.source(program, constant.file, ranges=[_span(constant)]), constant)
         with torch.no_grad():

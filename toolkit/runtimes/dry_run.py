@@ -11,8 +11,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ..model import ConstantSpec, MethodSpec, Program, TensorMeta
-from . import CompiledConstant, CompiledMethod, Device, aligned_slot_bytes, parse_device
+from toolkit.core.model import ConstantSpec, MethodSpec, Program, TensorMeta
+from toolkit.runtimes import CompiledConstant, CompiledMethod, Device, aligned_slot_bytes, parse_device
 
 PATH_NONE = "dry run"
 

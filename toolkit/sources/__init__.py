@@ -1,4 +1,4 @@
-"""Sources of programs: each turns files of one format into the program model (:mod:`toolkit.model`).
+"""Sources of programs: each turns files of one format into the program model (:mod:`toolkit.core.model`).
 
 * our program directory (:mod:`toolkit.sources.directory`): ``manifest.json`` beside per-method files;
 * an ExecuTorch CUDA program (:mod:`toolkit.sources.executorch`): a ``.pte`` and its ``.ptd``;
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ProgramError
-from ..integrity import verified_files
-from ..model import Program
-from ..vocab import ProgramFormat
-from .directory import MANIFEST_FILE, open_directory, read_manifest_file
-from ._binary import claimed_file
-from .executorch import PTE_IDENTIFIER, open_pte
-from .pt2 import ZIP_MAGIC, open_pt2
+from toolkit.core.errors import ProgramError
+from toolkit.integrity import verified_files
+from toolkit.core.model import Program
+from toolkit.core.vocab import ProgramFormat
+from toolkit.sources.directory import MANIFEST_FILE, open_directory, read_manifest_file
+from toolkit.sources.binary import claimed_file
+from toolkit.sources.executorch import PTE_IDENTIFIER, open_pte
+from toolkit.sources.pt2 import ZIP_MAGIC, open_pt2
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ Layout::
 
 The manifest is parsed declaratively (pydantic v2 models, strict types) and then checked
 across fields (layouts against byte sizes, offsets against blob sizes, file records); every
-failure is a :class:`~toolkit.errors.ManifestError` naming the manifest file and the field as
+failure is a :class:`~toolkit.core.errors.ManifestError` naming the manifest file and the field as
 a dotted path (``methods[0].constants[1].offset``).  :func:`manifest_json` is the one
-serialiser of a :class:`~toolkit.model.Program` into this format.
+serialiser of a :class:`~toolkit.core.model.Program` into this format.
 
-A lifted ``_tensor_constant*`` constant's ``so_key`` (:func:`toolkit.policies.fqn_weight_key`) is
+A lifted ``_tensor_constant*`` constant's ``so_key`` (:func:`toolkit.core.policies.fqn_weight_key`) is
 ExecuTorch's, ``<sha256 of the .so>_so_blob``, from its ``.so``'s file record; none for a record of
 64 zeros, a placeholder (synthetic programs): each method then counts as its own ``.so``.
 """
@@ -27,12 +27,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ManifestError, ProgramError
-from ..model import (
+from toolkit.core.errors import ManifestError, ProgramError
+from toolkit.core.model import (
     DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, SequenceSpec, SequenceStep,
     required_nbytes,
 )
-from ..vocab import ConstantKind, ProgramFormat
+from toolkit.core.vocab import ConstantKind, ProgramFormat
 
 FORMAT_VERSION = 4  # written (BLAKE3 piece digests); 3 (sha256 piece digests), 2 (no piece digests) and
 READ_VERSIONS = (1, 2, 3, 4)  # 1 (no provenance, no sequences) are still read

@@ -1,8 +1,8 @@
 """ExecuTorch programs of the CUDA backend: a ``.pte`` and the ``.ptd`` beside it, as the program model.
 
-Our own bounds-checked FlatBuffer reader (:mod:`toolkit.sources._binary`) reads the ``.pte``
+Our own bounds-checked FlatBuffer reader (:mod:`toolkit.sources.binary`) reads the ``.pte``
 (``ET12``, extended header ``eh00``) and each ``.ptd`` (FlatTensor, ``FT01``/``FH01``); every
-malformed byte is a :class:`~toolkit.errors.ProgramError` naming the file, field and offset.
+malformed byte is a :class:`~toolkit.core.errors.ProgramError` naming the file, field and offset.
 Methods are the execution plans with one CUDA delegate; its ``processed`` bytes, in one of
 three payload generations (named-data keys; ``.so`` and weights keys; the ``ETCUDAFQN3``,
 ``4``, ``5`` and ``0`` per-FQN manifests of 1.5.x), say where its ``.so`` and weights lie.
@@ -25,15 +25,15 @@ from typing import Iterable, Mapping, Sequence
 
 from pydantic import TypeAdapter, ValidationError
 
-from ..errors import ProgramError, ToolkitError
-from ..integrity import VerifiedFiles
-from ..model import (
+from toolkit.core.errors import ProgramError, ToolkitError
+from toolkit.integrity import VerifiedFiles
+from toolkit.core.model import (
     DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
     SequenceSpec, SequenceStep, aligned_slot_bytes, required_nbytes,
 )
-from ..vocab import ConstantKind, ProgramFormat
-from ._binary import Bytes, Cursor, MappedFile, Table, root
-from .directory import StepDoc, validation_problem
+from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.sources.binary import Bytes, Cursor, MappedFile, Table, root
+from toolkit.sources.directory import StepDoc, validation_problem
 
 DEFAULT_DATA_FILE = "aoti_cuda_blob.ptd"
 DEFAULT_CONSTANT_TABLE_FILE = "constant_table.json"  # read from beside the .pte when constant_table= is not given
@@ -98,7 +98,7 @@ class AotiConstant:
 
     ``data_size`` is the bytes of its storage in the dense blob (default: what the view
     reads); ``offset`` its byte offset in the blob (default: AOTInductor's layout rule).
-    A :class:`~toolkit.model.ConstantSpec` (e.g. of the program the ``.so`` was built from)
+    A :class:`~toolkit.core.model.ConstantSpec` (e.g. of the program the ``.so`` was built from)
     is accepted in place of one.
     """
 
@@ -796,7 +796,7 @@ def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None
     only (see the module docstring).  ``reader="executorch"`` parses with ExecuTorch's own
     reader (the optional extra) instead of ours.  Each file, hashed for its record, is noted in
     ``verified``.  Every failure is a ToolkitError naming the file; a malformed file a
-    :class:`~toolkit.errors.ProgramError` naming the field and offset.
+    :class:`~toolkit.core.errors.ProgramError` naming the field and offset.
     """
     if reader not in ("toolkit", "executorch"):
         raise ValueError(f"unknown reader {reader!r}; choose 'toolkit' or 'executorch'")

@@ -23,14 +23,14 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ProgramError
-from ..integrity import VerifiedFiles
-from ..model import (
+from toolkit.core.errors import ProgramError
+from toolkit.integrity import VerifiedFiles
+from toolkit.core.model import (
     DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
     aligned_slot_bytes, required_nbytes,
 )
-from ..vocab import ConstantKind, ProgramFormat
-from ._binary import Bytes, MappedFile
+from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.sources.binary import Bytes, MappedFile
 
 AOTI_DIR = "data/aotinductor/"
 WEIGHTS_DIR = "data/weights/"

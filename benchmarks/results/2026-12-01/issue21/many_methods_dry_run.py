@@ -7,9 +7,9 @@ import pstats
 import sys
 import time
 
-from toolkit.analysis import run_analysis
-from toolkit.model import ConstantSpec, MethodSpec, Program
-from toolkit.vocab import ConstantKind
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.core.model import ConstantSpec, MethodSpec, Program
+from toolkit.core.vocab import ConstantKind
 
 n = int(sys.argv[1])
 c = ConstantSpec(name="w", fqn="w", kind=ConstantKind.PARAMETER, mutated=False, dtype="float32", shape=(4,),

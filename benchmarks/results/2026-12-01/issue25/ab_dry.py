@@ -1,6 +1,6 @@
 import sys, time, json
-from toolkit.synthetic import SyntheticSpec, generate
-from toolkit.analysis import run_analysis
+from toolkit.build.synthetic import SyntheticSpec, generate
+from toolkit.workflows.dry_run import run_analysis
 import toolkit
 k = int(sys.argv[1]); pol = sys.argv[2]
 model = generate(SyntheticSpec(methods=2, constants=k))

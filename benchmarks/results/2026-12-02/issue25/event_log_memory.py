@@ -1,12 +1,12 @@
 """The event log's bytes of one dry-run load (fingerprint, 2 methods of K constants): what tracemalloc sees freed
 when the log alone is dropped.  ``PYTHONPATH=<tree> python event_log_memory.py K`` (one JSON line)."""
 import gc, tracemalloc, sys, json
-from toolkit.synthetic import SyntheticSpec, generate
-from toolkit.loader import resolve_devices
-from toolkit.session import Session
-from toolkit.policies import get_policy
+from toolkit.build.synthetic import SyntheticSpec, generate
+from toolkit.engine.loader import resolve_devices
+from toolkit.engine.session import Session
+from toolkit.core.policies import get_policy
 from toolkit.runtimes.dry_run import DryRunRuntime
-from toolkit.events import EventLog
+from toolkit.core.events import EventLog
 import toolkit
 k = int(sys.argv[1]); model = generate(SyntheticSpec(methods=2, constants=k)); n = 2 * k
 tracemalloc.start(); gc.collect()

@@ -13,8 +13,8 @@ import argparse, os, pickle, subprocess, sys, tempfile
 DUMP = r'''
 import pickle, sys
 from toolkit import POLICIES
-from toolkit.analysis import run_analysis
-from toolkit.synthetic import SyntheticSpec, generate
+from toolkit.workflows.dry_run import run_analysis
+from toolkit.build.synthetic import SyntheticSpec, generate
 out = {}
 for pol in POLICIES:
     for n, dev in ((0, "cuda"), (50, "cuda"), (300, "cpu")):

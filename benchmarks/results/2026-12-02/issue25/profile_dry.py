@@ -1,7 +1,7 @@
 """cProfile of one run_analysis: ``PYTHONPATH=<tree> python profile_dry.py K POLICY [SORT]`` (SORT: tottime, cumulative)."""
 import sys, time, cProfile, pstats, gc
-from toolkit.synthetic import SyntheticSpec, generate
-from toolkit.analysis import run_analysis
+from toolkit.build.synthetic import SyntheticSpec, generate
+from toolkit.workflows.dry_run import run_analysis
 k = int(sys.argv[1]); pol = sys.argv[2]
 model = generate(SyntheticSpec(methods=2, constants=k))
 run_analysis(generate(SyntheticSpec(methods=2, constants=500)), pol)

@@ -1,0 +1,3 @@
+"""Workflows over loads: the dry run, the comparison of policies, the isolated load and the scan
+of a folder.
+"""
