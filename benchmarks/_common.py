@@ -65,9 +65,13 @@ def run_child(script: str | Path, args: list[str], timeout: float = 120) -> dict
     import json
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(script), "--child", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])})
+    proc = subprocess.run(
+        [sys.executable, str(script), "--child", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])},
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])

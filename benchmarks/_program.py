@@ -27,7 +27,7 @@ BATCH = {"prefill": 8, "decode": 1}
 class Mat(torch.nn.Module):
     def __init__(self, rows: int, cols: int, gen: torch.Generator, device):
         super().__init__()
-        w = torch.randn(rows, cols, generator=gen, device=device) * rows ** -0.5
+        w = torch.randn(rows, cols, generator=gen, device=device) * rows**-0.5
         self.weight = torch.nn.Parameter(w, requires_grad=False)
 
     def forward(self, x):
@@ -102,13 +102,27 @@ def build(out_dir, device: str = "cuda", hidden: int = 8192):
 
     t = time.perf_counter()
     try:
-        prog = build_program(methods(device, hidden, True), out, device=device, name="bench_prefill_decode",
-                             description="benchmarks/_program.py", progress=False, overwrite=True)
+        prog = build_program(
+            methods(device, hidden, True),
+            out,
+            device=device,
+            name="bench_prefill_decode",
+            description="benchmarks/_program.py",
+            progress=False,
+            overwrite=True,
+        )
         note = "with kv buffer"
     except Exception as e:  # keep the benchmark alive: the kv mutation is the riskiest part
         print(f"build with the kv buffer failed ({type(e).__name__}: {str(e)[:200]}); building without it")
-        prog = build_program(methods(device, hidden, False), out, device=device, name="bench_prefill_decode",
-                             description="benchmarks/_program.py (no kv)", progress=False, overwrite=True)
+        prog = build_program(
+            methods(device, hidden, False),
+            out,
+            device=device,
+            name="bench_prefill_decode",
+            description="benchmarks/_program.py (no kv)",
+            progress=False,
+            overwrite=True,
+        )
         note = "without kv buffer (build with it failed)"
     return prog, time.perf_counter() - t, note
 
@@ -125,6 +139,7 @@ def check_upload_path(device, choice: str) -> str:
     from pathlib import Path
 
     from toolkit import upload
+
     # default_path.py --toolkit runs this with the toolkit from before toolkit/model.py too.  The
     # old module first: under an editable install, a module the old folder lacks (model) would
     # be found in this checkout instead and mix the two versions.
@@ -152,9 +167,21 @@ def check_upload_path(device, choice: str) -> str:
             warm = getattr(upload, "PATH_MAPPED_WARM", "page-locked mapping, already locked")  # UploadPath.MAPPED_WARM
             specs, off = [], 7
             for n in sizes:
-                specs.append(ConstantSpec(name=f"c{n}", fqn=f"c{n}", kind=ConstantKind.BUFFER, mutated=False,
-                                          dtype="uint8", shape=(n,), strides=(1,), storage_offset=0, nbytes=n,
-                                          offset=off, digest="0" * 64))
+                specs.append(
+                    ConstantSpec(
+                        name=f"c{n}",
+                        fqn=f"c{n}",
+                        kind=ConstantKind.BUFFER,
+                        mutated=False,
+                        dtype="uint8",
+                        shape=(n,),
+                        strides=(1,),
+                        storage_offset=0,
+                        nbytes=n,
+                        offset=off,
+                        digest="0" * 64,
+                    )
+                )
                 off += n
             locks = upload.HostLockCache(1 << 40)
             if isinstance(uploader, upload.MappedBlobUploader):
@@ -164,10 +191,9 @@ def check_upload_path(device, choice: str) -> str:
                     uploader.prefetch(blob, specs)
                 for c in specs:
                     got = upload.upload_constant(blob, c, dev, uploader).cpu()
-                    if not torch.equal(got, data[c.offset: c.offset + c.nbytes]):
+                    if not torch.equal(got, data[c.offset : c.offset + c.nbytes]):
                         return f"{load}: bytes differ for a {c.nbytes}-byte constant"
-                    if (c.nbytes and choice == "mapped" and load == "reload"
-                            and uploader.last_path != warm):
+                    if c.nbytes and choice == "mapped" and load == "reload" and uploader.last_path != warm:
                         return f"reload fell back to {uploader.last_path}: {uploader.disabled_reason}"
                 if uploader is not None:
                     uploader.release()

@@ -56,18 +56,19 @@ import time
 from pathlib import Path
 
 import _common
-import pandas as pd
-
 import _program
+import pandas as pd
 
 POLICY = "fingerprint"
 # setting -> LoadOptions fields changed from the environment's options (check_integrity alone: passed as load_program's
 # keyword, which every toolkit version takes)
-SETTINGS = {"default": {},  # verified staging: whole pieces hashed on the device, the rest in the pinned slots
-            "default, host digest": {"device_digest": False},  # every piece hashed in the pinned slots (before)
-            "default, sealed copy": {"integrity_staging": False},  # the private memfd copy, then locked (before)
-            "integrity off": {"check_integrity": False},  # first_load=locked: the file's pages locked as copied
-            "integrity off, pipelined": {"check_integrity": False, "first_load": "pipelined"}}  # staging, unhashed
+SETTINGS = {
+    "default": {},  # verified staging: whole pieces hashed on the device, the rest in the pinned slots
+    "default, host digest": {"device_digest": False},  # every piece hashed in the pinned slots (before)
+    "default, sealed copy": {"integrity_staging": False},  # the private memfd copy, then locked (before)
+    "integrity off": {"check_integrity": False},  # first_load=locked: the file's pages locked as copied
+    "integrity off, pipelined": {"check_integrity": False, "first_load": "pipelined"},
+}  # staging, unhashed
 RATES = ("pinned copy", "page locking")  # what the ratios are taken against, measured in this run
 
 
@@ -93,8 +94,11 @@ def _toolkit_root(path: str | None) -> Path | None:
 
 def _toolkit_modules() -> dict[str, str]:
     """The file of every toolkit module this process imported."""
-    return {k: m.__file__ for k, m in list(sys.modules.items())
-            if (k == "toolkit" or k.startswith("toolkit.")) and getattr(m, "__file__", None)}
+    return {
+        k: m.__file__
+        for k, m in list(sys.modules.items())
+        if (k == "toolkit" or k.startswith("toolkit.")) and getattr(m, "__file__", None)
+    }
 
 
 def _check_toolkit(modules: dict[str, str], root: Path | None) -> None:
@@ -138,16 +142,22 @@ def rate_child(kind: str, program_dir: str, dev) -> dict:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         base = torch.frombuffer(mm, dtype=torch.uint8).data_ptr()
         maps.append(mm)
-        spans += [(base + s, e - s) for s, e in page_spans([(c.offset, c.offset + c.nbytes)
-                                                             for m, c in consts if m.blob_file == blob])]
+        spans += [
+            (base + s, e - s)
+            for s, e in page_spans([(c.offset, c.offset + c.nbytes) for m, c in consts if m.blob_file == blob])
+        ]
     rt = torch.cuda.cudart()
     t = time.perf_counter()
     errs = [int(rt.cudaHostRegister(p, n, 0x01 | 0x08)) for p, n in spans]  # portable, read-only (as upload.py)
     seconds = time.perf_counter() - t
     for p, _ in spans:
         rt.cudaHostUnregister(p)
-    return {"seconds": seconds, "bytes": sum(n for _, n in spans), "status": "loaded" if not any(errs) else "failed",
-            "error": f"cudaHostRegister errors {sorted(set(errs))}" if any(errs) else ""}
+    return {
+        "seconds": seconds,
+        "bytes": sum(n for _, n in spans),
+        "status": "loaded" if not any(errs) else "failed",
+        "error": f"cudaHostRegister errors {sorted(set(errs))}" if any(errs) else "",
+    }
 
 
 def child(args) -> None:
@@ -165,8 +175,12 @@ def child(args) -> None:
         torch.zeros(1, device=dev)
         torch.cuda.synchronize()
     if args.child in RATES:
-        out = {"setting": args.child, **rate_child(args.child, args.program_dir, dev), "toolkit": toolkit.__file__,
-               "loader_load_seconds": None}
+        out = {
+            "setting": args.child,
+            **rate_child(args.child, args.program_dir, dev),
+            "toolkit": toolkit.__file__,
+            "loader_load_seconds": None,
+        }
         out["modules"] = _toolkit_modules()
         print(json.dumps(out))
         return
@@ -183,9 +197,16 @@ def child(args) -> None:
     s = load_program(args.program_dir, POLICY, **kwargs)  # no device: the default, the program's own
     seconds = time.perf_counter() - t
     uploaded = sum(e.bytes for e in s.log if e.kind in (EventKind.CONSTANT_UPLOADED, EventKind.BLOB_UPLOADED))
-    out = {"setting": args.child, "seconds": seconds, "status": str(s.status), "error": s.error, "bytes": uploaded,
-           "loader_load_seconds": getattr(s, "load_seconds", None), "toolkit": toolkit.__file__,
-           "timeline": timeline(s.log)}
+    out = {
+        "setting": args.child,
+        "seconds": seconds,
+        "status": str(s.status),
+        "error": s.error,
+        "bytes": uploaded,
+        "loader_load_seconds": getattr(s, "load_seconds", None),
+        "toolkit": toolkit.__file__,
+        "timeline": timeline(s.log),
+    }
     s.close()
     out["modules"] = _toolkit_modules()  # after the load and close: whatever they imported lazily too
     print(json.dumps(out))
@@ -196,21 +217,44 @@ def timeline(log) -> list[dict]:
     but the per-constant ones, and per method the span of its constant uploads (from the start of the
     first, its event's time less its own seconds, to the last one's event; the bytes; the sum of the
     uploads' own seconds)."""
-    per_constant = {"constant_enumerated", "cache_lookup", "field_compared", "digest_compared", "decided",
-                    "cache_entry_added", "constant_uploaded"}
+    per_constant = {
+        "constant_enumerated",
+        "cache_lookup",
+        "field_compared",
+        "digest_compared",
+        "decided",
+        "cache_entry_added",
+        "constant_uploaded",
+    }
     rows, spans = [], {}
     for e in log:
         kind = e.kind.value
         if kind == "constant_uploaded":
-            sp = spans.setdefault(e.method, {"t": e.time_s - e.seconds, "end": e.time_s, "bytes": 0, "seconds": 0.0,
-                                             "n": 0, "path": str(e.path)})
-            sp["end"], sp["bytes"], sp["seconds"], sp["n"] = e.time_s, sp["bytes"] + e.bytes, \
-                sp["seconds"] + e.seconds, sp["n"] + 1
+            sp = spans.setdefault(
+                e.method,
+                {"t": e.time_s - e.seconds, "end": e.time_s, "bytes": 0, "seconds": 0.0, "n": 0, "path": str(e.path)},
+            )
+            sp["end"], sp["bytes"], sp["seconds"], sp["n"] = (
+                e.time_s,
+                sp["bytes"] + e.bytes,
+                sp["seconds"] + e.seconds,
+                sp["n"] + 1,
+            )
         elif kind not in per_constant:
             rows.append({"t": round(e.time_s, 5), "kind": kind, "method": e.method})
-    rows += [{"t": round(sp["t"], 5), "kind": "constant uploads", "method": m, "end": round(sp["end"], 5),
-              "uploads": sp["n"], "bytes": sp["bytes"], "upload_seconds": round(sp["seconds"], 5), "path": sp["path"]}
-             for m, sp in spans.items()]
+    rows += [
+        {
+            "t": round(sp["t"], 5),
+            "kind": "constant uploads",
+            "method": m,
+            "end": round(sp["end"], 5),
+            "uploads": sp["n"],
+            "bytes": sp["bytes"],
+            "upload_seconds": round(sp["seconds"], 5),
+            "path": sp["path"],
+        }
+        for m, sp in spans.items()
+    ]
     return sorted(rows, key=lambda r: r["t"])
 
 
@@ -219,8 +263,13 @@ def run_child(args, setting: str, root: Path | None) -> dict:
     path = [str(root)] if root else []
     path += [str(_common.REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     cmd = [sys.executable, __file__, "--child", setting, "--program-dir", args.program_dir, "--device", args.device]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=args.child_timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
@@ -234,20 +283,31 @@ def run_child(args, setting: str, root: Path | None) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--program-dir", default=None,
-                    help="where the program is built or reused "
-                         "(default .cache/bench_prefill_decode-<device>-h<hidden>)")
+    ap.add_argument(
+        "--program-dir",
+        default=None,
+        help="where the program is built or reused (default .cache/bench_prefill_decode-<device>-h<hidden>)",
+    )
     ap.add_argument("--gib", type=float, default=2.0, help="GiB of constants per method (2.0: hidden 8192)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--runs", type=int, default=3, help="timed processes per setting")
-    ap.add_argument("--toolkit", default=None, metavar="PATH",
-                    help="a directory holding another toolkit/ package: "
-                         "first on sys.path and on the children's PYTHONPATH")
-    ap.add_argument("--label", default=None, help="names the output files (default: the --toolkit folder's name, "
-                                                   "else 'current')")
+    ap.add_argument(
+        "--toolkit",
+        default=None,
+        metavar="PATH",
+        help="a directory holding another toolkit/ package: first on sys.path and on the children's PYTHONPATH",
+    )
+    ap.add_argument(
+        "--label", default=None, help="names the output files (default: the --toolkit folder's name, else 'current')"
+    )
     ap.add_argument("--out", default=None)
-    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
-                    help="the load settings timed (default all; 'default' and 'integrity off' always)")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        default=list(SETTINGS),
+        choices=list(SETTINGS),
+        help="the load settings timed (default all; 'default' and 'integrity off' always)",
+    )
     ap.add_argument("--child-timeout", type=float, default=600)
     ap.add_argument("--child", default=None, choices=list(SETTINGS) + list(RATES), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -270,17 +330,21 @@ def main(argv=None):
     dev, upload_path, prog, build_s, note = _program.prepare(args.device, args.program_dir, hidden)
     # build() reuses whatever program the directory holds: make sure it is this one
     if getattr(prog, "device", dev.type) != dev.type or _program.hidden_of(prog) != hidden:
-        raise SystemExit(f"{args.program_dir} holds a {getattr(prog, 'device', '?')} program of hidden size "
-                         f"{_program.hidden_of(prog)}, not {dev.type} {hidden} (--gib {args.gib}): "
-                         f"pass another --program-dir or remove it")
+        raise SystemExit(
+            f"{args.program_dir} holds a {getattr(prog, 'device', '?')} program of hidden size "
+            f"{_program.hidden_of(prog)}, not {dev.type} {hidden} (--gib {args.gib}): "
+            f"pass another --program-dir or remove it"
+        )
     sizes = {m.name: sum(c.nbytes for c in m.constants) for m in prog.methods}
     # what the default path hashes, read from the disk (not the manifest: its layout may differ between versions)
     files = sum(p.stat().st_size for p in Path(args.program_dir).rglob("*") if p.is_file())
-    print(f"toolkit {Path(toolkit.__file__).parent} ({label}); program {args.program_dir} built in {build_s:.1f}s "
-          f"({note}), hidden {hidden}; constants per method: "
-          + ", ".join(f"{k} {v / _common.GIB:.3f} GiB" for k, v in sizes.items())
-          + f"; program files {files / _common.GIB:.3f} GiB; upload path {upload_path}",
-          flush=True)
+    print(
+        f"toolkit {Path(toolkit.__file__).parent} ({label}); program {args.program_dir} built in {build_s:.1f}s "
+        f"({note}), hidden {hidden}; constants per method: "
+        + ", ".join(f"{k} {v / _common.GIB:.3f} GiB" for k, v in sizes.items())
+        + f"; program files {files / _common.GIB:.3f} GiB; upload path {upload_path}",
+        flush=True,
+    )
 
     warm = run_child(args, "default", root)
     print(f"warm-up (not counted): default {warm['seconds']:.3f}s", flush=True)
@@ -294,24 +358,47 @@ def main(argv=None):
             got = run_child(args, setting, root)
             if run == 0 and got.get("timeline") is not None:
                 timelines[setting] = got["timeline"]
-            rows.append({"label": label, "setting": setting, "run": run, "seconds": round(got["seconds"], 4),
-                         "bytes": got["bytes"], "GBps": got["bytes"] / got["seconds"] / 1e9,
-                         "loader_load_seconds": got["loader_load_seconds"], "toolkit": str(Path(got["toolkit"]).parent),
-                         "policy": POLICY, "hidden": hidden, "program_dir": args.program_dir,
-                         "file_bytes": files, "upload_path": upload_path})
+            rows.append(
+                {
+                    "label": label,
+                    "setting": setting,
+                    "run": run,
+                    "seconds": round(got["seconds"], 4),
+                    "bytes": got["bytes"],
+                    "GBps": got["bytes"] / got["seconds"] / 1e9,
+                    "loader_load_seconds": got["loader_load_seconds"],
+                    "toolkit": str(Path(got["toolkit"]).parent),
+                    "policy": POLICY,
+                    "hidden": hidden,
+                    "program_dir": args.program_dir,
+                    "file_bytes": files,
+                    "upload_path": upload_path,
+                }
+            )
             # bytes and rate on every line: a run stopped by its time limit still says what it measured
-            print(f"run {run} {setting:>24}: {got['seconds']:.3f}s, {got['bytes'] / 1e9:.3f} GB, "
-                  f"{got['bytes'] / got['seconds'] / 1e9:.2f} GB/s", flush=True)
+            print(
+                f"run {run} {setting:>24}: {got['seconds']:.3f}s, {got['bytes'] / 1e9:.3f} GB, "
+                f"{got['bytes'] / got['seconds'] / 1e9:.2f} GB/s",
+                flush=True,
+            )
     df = pd.DataFrame(rows)
     # where each setting's first timed load spent its time (the loader's events), for the runs' CSV's reader
     tl_path = Path(args.out or _common.RESULTS) / f"default_path_{label}_timeline.json"
     tl_path.parent.mkdir(parents=True, exist_ok=True)
     tl_path.write_text(json.dumps(timelines, indent=1) + "\n")
     rate = {k: statistics.median(df[df.setting == k]["GBps"]) for k in (*settings, *RATES)}
-    targets = {f"{k} / pinned copy (target 1, >= 0.5)": rate[k] / rate["pinned copy"]
-               for k in settings if not k.startswith("integrity off")}
-    targets.update({f"{k} / page locking (target 2, >= 0.9)": rate[k] / rate["page locking"]
-                    for k in settings if k.startswith("integrity off")})
+    targets = {
+        f"{k} / pinned copy (target 1, >= 0.5)": rate[k] / rate["pinned copy"]
+        for k in settings
+        if not k.startswith("integrity off")
+    }
+    targets.update(
+        {
+            f"{k} / page locking (target 2, >= 0.9)": rate[k] / rate["page locking"]
+            for k in settings
+            if k.startswith("integrity off")
+        }
+    )
     by = {k: df[df.setting == k].sort_values("run")["seconds"].tolist() for k in settings}
     pairs = [round(d / o, 4) for d, o in zip(by["default"], by["integrity off"])]
     med = {k: statistics.median(v) for k, v in by.items()}
@@ -320,18 +407,33 @@ def main(argv=None):
     df["median_default_s"], df["median_off_s"], df["ratio_of_medians"] = med["default"], med["integrity off"], ratio
     _check_toolkit(_toolkit_modules(), root)  # the build and the upload-path check imported more
     path = _common.write_csv(df, f"default_path_{label}.csv", args.out)
-    summary = {"label": label, "toolkit": str(Path(toolkit.__file__).parent), "policy": POLICY,
-               "program_dir": args.program_dir, "hidden": hidden, "constant_bytes_per_method": sizes,
-               "file_bytes": files, "upload_path": upload_path, "warm_up_seconds": round(warm["seconds"], 4),
-               "default_seconds": by["default"], "integrity_off_seconds": by["integrity off"],
-               "ratio_default_over_off_per_run": pairs, "median_default_s": med["default"],
-               "median_off_s": med["integrity off"], "ratio_of_medians": ratio,
-               "median_seconds": {k: statistics.median(v) for k, v in by.items()},
-               "median_GBps": rate, "targets": targets, **_common.machine()}
+    summary = {
+        "label": label,
+        "toolkit": str(Path(toolkit.__file__).parent),
+        "policy": POLICY,
+        "program_dir": args.program_dir,
+        "hidden": hidden,
+        "constant_bytes_per_method": sizes,
+        "file_bytes": files,
+        "upload_path": upload_path,
+        "warm_up_seconds": round(warm["seconds"], 4),
+        "default_seconds": by["default"],
+        "integrity_off_seconds": by["integrity off"],
+        "ratio_default_over_off_per_run": pairs,
+        "median_default_s": med["default"],
+        "median_off_s": med["integrity off"],
+        "ratio_of_medians": ratio,
+        "median_seconds": {k: statistics.median(v) for k, v in by.items()},
+        "median_GBps": rate,
+        "targets": targets,
+        **_common.machine(),
+    }
     jpath = path.with_suffix(".json")
     jpath.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"median: default {med['default']:.3f}s, integrity off {med['integrity off']:.3f}s, "
-          f"ratio {ratio:.3f}; per run {pairs}")
+    print(
+        f"median: default {med['default']:.3f}s, integrity off {med['integrity off']:.3f}s, "
+        f"ratio {ratio:.3f}; per run {pairs}"
+    )
     print("median GB/s: " + ", ".join(f"{k} {v:.2f}" for k, v in rate.items()))
     for k, v in targets.items():
         print(f"{k}: {v:.3f}")

@@ -77,10 +77,21 @@ def main(argv=None):
         torch.cuda.synchronize()
         s = time.perf_counter() - t
         assert got[:2] == want, "64 MiB pieces differ"
-        rows.append({"case": "device BLAKE3, 64 MiB pieces, one after another", "run": rep, "pieces": args.pieces,
-                     "bytes": piece * args.pieces, "seconds": s, "GBps": piece * args.pieces / s / 1e9})
-        print(f"run {rep}: {args.pieces} x 64 MiB hashed on the device in {s * 1e3:.1f} ms: "
-              f"{piece * args.pieces / s / 1e9:.1f} GB/s", flush=True)
+        rows.append(
+            {
+                "case": "device BLAKE3, 64 MiB pieces, one after another",
+                "run": rep,
+                "pieces": args.pieces,
+                "bytes": piece * args.pieces,
+                "seconds": s,
+                "GBps": piece * args.pieces / s / 1e9,
+            }
+        )
+        print(
+            f"run {rep}: {args.pieces} x 64 MiB hashed on the device in {s * 1e3:.1f} ms: "
+            f"{piece * args.pieces / s / 1e9:.1f} GB/s",
+            flush=True,
+        )
     out = _common.write_csv(pd.DataFrame(rows), "device_blake3_probe.csv", args.out)
     print(f"written to {out}")
 

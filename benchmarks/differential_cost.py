@@ -53,9 +53,14 @@ def child(args) -> dict:
         records = frame.to_dict("records")
         out[f"{what}_wrong"] = sorted({str(r["method"]) for r in records if r["ok"] is not pd.NA and not r["ok"]})
         # each row's figures (a disagreement between the oracles is then read off the CSV, not guessed)
-        out[f"{what}_rows"] = [{k: (None if r.get(k) is pd.NA else r.get(k)) for k in
-                                ("method", "step", "draw", "ok", "max_abs_err", "atol", "rtol", "reason")
-                                if k in r} for r in records]
+        out[f"{what}_rows"] = [
+            {
+                k: (None if r.get(k) is pd.NA else r.get(k))
+                for k in ("method", "step", "draw", "ok", "max_abs_err", "atol", "rtol", "reason")
+                if k in r
+            }
+            for r in records
+        ]
     s.close()
     return out
 
@@ -84,17 +89,22 @@ def main(argv=None):
     mine = ["--program-dir", args.program_dir, "--policy", args.policy]
     rows = [_common.run_child(__file__, [oracle, *mine], timeout=600) for oracle in ("reference", "unshared")]
     ref, diff = rows
-    print(f"one method's constants: {per / GIB:.2f} GiB; session under {args.policy!r} holds "
-          f"{ref['held_bytes'] / GIB:.2f} GiB")
+    print(
+        f"one method's constants: {per / GIB:.2f} GiB; session under {args.policy!r} holds "
+        f"{ref['held_bytes'] / GIB:.2f} GiB"
+    )
     for what in ("alone", "sequence"):
         t, p = diff[f"{what}_s"] / ref[f"{what}_s"], diff[f"{what}_peak_above_held_bytes"]
         p_ref = ref[f"{what}_peak_above_held_bytes"]
-        print(f"  {what:>8}: differential {diff[f'{what}_s']:.2f} s = {t:.2f} x the reference verification's "
-              f"{ref[f'{what}_s']:.2f} s; peak above the session {p / GIB:.2f} GiB = {p / per:.2f} x one method's "
-              f"constants (reference: {p_ref / GIB:.2f} GiB); peak device use "
-              f"{(ref['held_bytes'] + p) / max(ref['held_bytes'] + p_ref, 1):.2f} x the reference's; "
-              f"wrong: differential "
-              f"{diff[f'{what}_wrong']}, eager reference {ref[f'{what}_wrong']}", flush=True)
+        print(
+            f"  {what:>8}: differential {diff[f'{what}_s']:.2f} s = {t:.2f} x the reference verification's "
+            f"{ref[f'{what}_s']:.2f} s; peak above the session {p / GIB:.2f} GiB = {p / per:.2f} x one method's "
+            f"constants (reference: {p_ref / GIB:.2f} GiB); peak device use "
+            f"{(ref['held_bytes'] + p) / max(ref['held_bytes'] + p_ref, 1):.2f} x the reference's; "
+            f"wrong: differential "
+            f"{diff[f'{what}_wrong']}, eager reference {ref[f'{what}_wrong']}",
+            flush=True,
+        )
     df = pd.DataFrame(rows)
     df["method_constant_bytes"] = per
     for c in ("alone_wrong", "sequence_wrong", "alone_rows", "sequence_rows"):

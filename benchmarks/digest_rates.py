@@ -43,7 +43,7 @@ def _preadv_all(fd: int, size: int, update=None) -> None:
     view = memoryview(buf)
     at = 0
     while at < size:
-        n = os.preadv(fd, [view[:min(BLOCK, size - at)]], at)
+        n = os.preadv(fd, [view[: min(BLOCK, size - at)]], at)
         if update is not None:
             update(view[:n])
         at += n
@@ -56,7 +56,7 @@ def _pieces(fd: int, size: int, threads: int, new) -> list[str]:
         h, buf = new(), bytearray(BLOCK)
         view, at, end = memoryview(buf), start, min(size, start + PIECE)
         while at < end:
-            n = os.preadv(fd, [view[:min(BLOCK, end - at)]], at)
+            n = os.preadv(fd, [view[: min(BLOCK, end - at)]], at)
             h.update(view[:n])
             at += n
         return h.hexdigest()
@@ -88,6 +88,7 @@ def cases(path: Path, size: int, threads: int):
         def whole(fd, n=n):
             with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
                 blake3.blake3(max_threads=n).update(mm)
+
         yield "blake3 whole N threads", n, whole
         yield "memfd copy", n, lambda fd, n=n: _copy(path, fd, size, n, None)
         yield "memfd copy + sha256 pieces", n, lambda fd, n=n: _copy(path, fd, size, n, hashlib.sha256)
@@ -120,8 +121,15 @@ def main(argv=None):
             _preadv_all(fd, size)  # into the page cache
             for name, n, fn in cases(path, size, threads):
                 best = min(_timed(fn, fd) for _ in range(args.repeats))
-                rows.append({"case": name, "threads": n, "bytes": size, "seconds": round(best, 4),
-                             "GBps": round(size / best / 1e9, 3)})
+                rows.append(
+                    {
+                        "case": name,
+                        "threads": n,
+                        "bytes": size,
+                        "seconds": round(best, 4),
+                        "GBps": round(size / best / 1e9, 3),
+                    }
+                )
                 print(f"{name:>28} on {n:>2} thread(s): {rows[-1]['GBps']:7.2f} GB/s ({best:.3f} s)", flush=True)
         finally:
             os.close(fd)

@@ -26,17 +26,28 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 from _common import REPO, RESULTS, write_csv
 
-import pandas as pd
-
 import toolkit
-from toolkit.workflows.dry_run import run_analysis
 from toolkit.engine.frames import wrong_methods
+from toolkit.workflows.dry_run import run_analysis
 
 DEFAULT_ROOT = REPO / "tests" / "fixtures" / "executorch-1.5.1-cuda"
-COLUMNS = ["program", "policy", "exporter", "dry_status", "predicted_wrong", "status", "wrong_alone",
-           "sequences", "decisions_match", "device_bytes", "load_s", "error"]
+COLUMNS = [
+    "program",
+    "policy",
+    "exporter",
+    "dry_status",
+    "predicted_wrong",
+    "status",
+    "wrong_alone",
+    "sequences",
+    "decisions_match",
+    "device_bytes",
+    "load_s",
+    "error",
+]
 
 
 def folders(roots: list[Path]) -> list[Path]:
@@ -57,27 +68,57 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
     if not pte.is_file():
         result = json.loads((folder / "result.json").read_text())
         msg = result.get("message", "")
-        return [{"program": folder.name, "policy": p, "exporter": "refused", "dry_status": "", "predicted_wrong": "",
-                 "status": "no program", "wrong_alone": "", "sequences": "", "decisions_match": None,
-                 "device_bytes": 0, "load_s": 0.0, "error": msg} for p in policies]
+        return [
+            {
+                "program": folder.name,
+                "policy": p,
+                "exporter": "refused",
+                "dry_status": "",
+                "predicted_wrong": "",
+                "status": "no program",
+                "wrong_alone": "",
+                "sequences": "",
+                "decisions_match": None,
+                "device_bytes": 0,
+                "load_s": 0.0,
+                "error": msg,
+            }
+            for p in policies
+        ]
     rows = []
     table = folder / "constant_table.json"  # generation 1/2: the table only the .so holds
     program = toolkit.open_program(pte, constant_table=json.loads(table.read_text()) if table.is_file() else None)
     cols = ["method", "name", "decision", "origin"]
     for policy in policies:
         dry = run_analysis(program, policy)
-        row = {"program": folder.name, "policy": policy, "exporter": "exported", "dry_status": str(dry.status),
-               "predicted_wrong": _names(dry.verdict.wrong_methods), "status": "", "wrong_alone": "",
-               "sequences": "", "decisions_match": None, "device_bytes": 0, "load_s": 0.0, "error": ""}
+        row = {
+            "program": folder.name,
+            "policy": policy,
+            "exporter": "exported",
+            "dry_status": str(dry.status),
+            "predicted_wrong": _names(dry.verdict.wrong_methods),
+            "status": "",
+            "wrong_alone": "",
+            "sequences": "",
+            "decisions_match": None,
+            "device_bytes": 0,
+            "load_s": 0.0,
+            "error": "",
+        }
         if device is None:
             rows.append(row)
             continue
         s = toolkit.load_program(program, policy, device=device)
         try:
-            row.update(status=str(s.status), device_bytes=s.device_bytes, load_s=round(s.load_seconds, 4),
-                       error=s.error or "")
-            row["decisions_match"] = bool(s.decisions[cols].reset_index(drop=True).astype(str).equals(
-                dry.decisions[cols].reset_index(drop=True).astype(str)))
+            row.update(
+                status=str(s.status), device_bytes=s.device_bytes, load_s=round(s.load_seconds, 4), error=s.error or ""
+            )
+            row["decisions_match"] = bool(
+                s.decisions[cols]
+                .reset_index(drop=True)
+                .astype(str)
+                .equals(dry.decisions[cols].reset_index(drop=True).astype(str))
+            )
             if s.status == "loaded":
                 v = s.verify()
                 row["wrong_alone"] = _names(wrong_methods(v))
@@ -98,8 +139,16 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    shown = ["program", "policy", "exporter", "predicted_wrong", "status", "wrong_alone", "sequences",
-             "decisions_match"]
+    shown = [
+        "program",
+        "policy",
+        "exporter",
+        "predicted_wrong",
+        "status",
+        "wrong_alone",
+        "sequences",
+        "decisions_match",
+    ]
     lines = ["| " + " | ".join(shown) + " |", "| " + " | ".join("---" for _ in shown) + " |"]
     for _, r in frame.iterrows():
         cells = [str(r[c]) if r[c] is not None else "" for c in shown]
@@ -114,22 +163,30 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, action="append", default=None, help="folder of program folders (repeat)")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else None,
-                    help="load for real on this device (default: cuda when there is one, else dry runs only)")
+    ap.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda" if torch.cuda.is_available() else None,
+        help="load for real on this device (default: cuda when there is one, else dry runs only)",
+    )
     ap.add_argument("--policies", default=",".join(toolkit.POLICIES))
     ap.add_argument("--out", nargs="?", const="", default=None)
     a = ap.parse_args(argv)
     policies = [p for p in a.policies.split(",") if p]
     found = folders(a.root or [DEFAULT_ROOT])
-    print(f"{len(found)} program(s) x {len(policies)} policies, real loads on {a.device or 'nothing (dry runs)'}",
-          flush=True)
+    print(
+        f"{len(found)} program(s) x {len(policies)} policies, real loads on {a.device or 'nothing (dry runs)'}",
+        flush=True,
+    )
     rows, t0 = [], time.perf_counter()
     for i, folder in enumerate(found, 1):
         try:
             got = program_rows(folder, policies, a.device)
         except Exception as e:  # one program's failure is a row, not the end of the table
-            got = [{"program": folder.name, "policy": p, "status": "script error", "error": f"{type(e).__name__}: {e}"}
-                   for p in policies]
+            got = [
+                {"program": folder.name, "policy": p, "status": "script error", "error": f"{type(e).__name__}: {e}"}
+                for p in policies
+            ]
         rows += got
         print(f"[{i}/{len(found)}] {folder.name}: {time.perf_counter() - t0:.0f} s", flush=True)
     frame = pd.DataFrame(rows, columns=COLUMNS)
@@ -142,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path} and {out / 'executorch_programs.md'}")
     real = frame[frame["exporter"].eq("exported") & frame["status"].ne("")]
     loaded = real["status"].eq("loaded")  # (a failed load ran nothing: no wrong methods to compare)
-    bad = real[(loaded & (real["predicted_wrong"] != real["wrong_alone"])) | real["decisions_match"].eq(False)
-               | real["dry_status"].ne(real["status"])]
+    bad = real[
+        (loaded & (real["predicted_wrong"] != real["wrong_alone"]))
+        | real["decisions_match"].eq(False)
+        | real["dry_status"].ne(real["status"])
+    ]
     if len(bad):
         print(f"{len(bad)} real load(s) disagree with the dry run:\n{bad.to_string(index=False)}", file=sys.stderr)
         return 1

@@ -29,8 +29,13 @@ from pathlib import Path
 
 import _common
 
-CASES = ("device alloc, per constant", "device alloc, one block", "lock alone", "lock + copy pipelined",
-         "lock + copy pipelined, allocating per constant")
+CASES = (
+    "device alloc, per constant",
+    "device alloc, one block",
+    "lock alone",
+    "lock + copy pipelined",
+    "lock + copy pipelined, allocating per constant",
+)
 PIECE = 64 << 20
 
 
@@ -48,8 +53,11 @@ def child(case: str, path: str, constant: int) -> float:
     sizes = [min(constant, n - s) for s in range(0, n, constant)]
     if case.startswith("device alloc"):
         t = time.perf_counter()
-        outs = [torch.empty(k, dtype=torch.uint8, device=dev) for k in sizes] if case.endswith("constant") else \
-            [torch.empty(n, dtype=torch.uint8, device=dev)]
+        outs = (
+            [torch.empty(k, dtype=torch.uint8, device=dev) for k in sizes]
+            if case.endswith("constant")
+            else [torch.empty(n, dtype=torch.uint8, device=dev)]
+        )
         torch.cuda.synchronize()
         return time.perf_counter() - t
     with open(path, "rb") as f:
@@ -87,7 +95,7 @@ def child(case: str, path: str, constant: int) -> float:
         c = s // constant
         if c not in outs:
             outs[c] = torch.empty(sizes[c], dtype=torch.uint8, device=dev)
-        outs[c][s - c * constant: e - c * constant].copy_(mapped[s:e], non_blocking=True)
+        outs[c][s - c * constant : e - c * constant].copy_(mapped[s:e], non_blocking=True)
     torch.cuda.synchronize()
     th.join()
     return time.perf_counter() - t
@@ -114,14 +122,35 @@ def main(argv=None):
     rows = []
     for r in range(args.repeats):
         for case in CASES:
-            proc = subprocess.run([sys.executable, __file__, "--child", case, "--path", str(path),
-                                   "--constant-mib", str(args.constant_mib)], capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    case,
+                    "--path",
+                    str(path),
+                    "--constant-mib",
+                    str(args.constant_mib),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if proc.returncode or not lines:
                 raise SystemExit(f"{case}: rc {proc.returncode}\n{proc.stderr[-2000:]}")
             sec = json.loads(lines[-1])["seconds"]
-            rows.append({"case": case, "run": r, "seconds": sec, "bytes": n, "GBps": n / sec / 1e9,
-                         "constant_mib": args.constant_mib})
+            rows.append(
+                {
+                    "case": case,
+                    "run": r,
+                    "seconds": sec,
+                    "bytes": n,
+                    "GBps": n / sec / 1e9,
+                    "constant_mib": args.constant_mib,
+                }
+            )
             print(f"run {r} {case:>48}: {sec * 1e3:8.1f} ms  {n / sec / 1e9:6.2f} GB/s", flush=True)
     path.unlink()
     import pandas as pd

@@ -1,17 +1,33 @@
 """Issue 23: the constants AOTInductor's runtime constant folding adds (their original FQN, and whether
 extract_constants_map returns them).  CPU, torch 2.13; results in
 benchmarks/results/2026-12-01/issue23/fqn_probe.md."""
-import torch, glob, os, tempfile
+
+
+import torch
 import torch._inductor.config as ic
+
+
 class Folded(torch.nn.Module):
     def __init__(s):
-        super().__init__(); s.w = torch.nn.Parameter(torch.randn(64, 64)); s.register_buffer("scale", torch.rand(64))
-    def forward(s, x): return x @ (s.w * s.scale[:, None] + 1).t()
+        super().__init__()
+        s.w = torch.nn.Parameter(torch.randn(64, 64))
+        s.register_buffer("scale", torch.rand(64))
+
+    def forward(s, x):
+        return x @ (s.w * s.scale[:, None] + 1).t()
+
+
 class TiedLM(torch.nn.Module):
     def __init__(s):
-        super().__init__(); s.embed = torch.nn.Embedding(64, 16); s.lm_head = torch.nn.Linear(16, 64, bias=False)
+        super().__init__()
+        s.embed = torch.nn.Embedding(64, 16)
+        s.lm_head = torch.nn.Linear(16, 64, bias=False)
         s.lm_head.weight = s.embed.weight
-    def forward(s, ids): return s.lm_head(s.embed(ids))
+
+    def forward(s, ids):
+        return s.lm_head(s.embed(ids))
+
+
 for name, m, args in [("folded", Folded(), (torch.randn(2, 64),)), ("tied", TiedLM(), (torch.randint(0, 64, (1, 4)),))]:
     ep = torch.export.export(m, args)
     with ic.patch({"aot_inductor.use_runtime_constant_folding": True}):

@@ -74,9 +74,21 @@ def _summary(times: dict[str, list[float]]) -> dict[str, float]:
 
 
 def _blank(policy: str, sequence: str) -> dict:
-    return {"policy": policy, "sequence": sequence, "loaded": False, "standalone_ok": pd.NA, "sequence_ok": pd.NA,
-            "wrong_steps": "", "tokens": "", "tokens_equal_eager": pd.NA, **_summary({}), "shared": pd.NA,
-            "private": pd.NA, "declined": pd.NA, "error": ""}
+    return {
+        "policy": policy,
+        "sequence": sequence,
+        "loaded": False,
+        "standalone_ok": pd.NA,
+        "sequence_ok": pd.NA,
+        "wrong_steps": "",
+        "tokens": "",
+        "tokens_equal_eager": pd.NA,
+        **_summary({}),
+        "shared": pd.NA,
+        "private": pd.NA,
+        "declined": pd.NA,
+        "error": "",
+    }
 
 
 def eager_rows(device: str, references: dict, runs: int) -> list[dict]:
@@ -98,8 +110,16 @@ def eager_rows(device: str, references: dict, runs: int) -> list[dict]:
             reset()
             got = [int(fns[m](*inputs)[1].reshape(-1)[0]) for m, inputs in dev_steps]
             times = _timed([(m, (lambda m=m, i=inputs: fns[m](*i))) for m, inputs in dev_steps], device, runs, reset)
-        rows.append({**_blank("eager (modules)", sequence), "loaded": True, "sequence_ok": got == want,
-                     "tokens": " ".join(map(str, got)), "tokens_equal_eager": got == want, **_summary(times)})
+        rows.append(
+            {
+                **_blank("eager (modules)", sequence),
+                "loaded": True,
+                "sequence_ok": got == want,
+                "tokens": " ".join(map(str, got)),
+                "tokens_equal_eager": got == want,
+                **_summary(times),
+            }
+        )
     return rows
 
 
@@ -109,9 +129,13 @@ def policy_rows(program, policy: str, device: str, references: dict, runs: int) 
     s = toolkit.load_program(program, policy, device=device)
     try:
         d = s.decisions
-        common = {"loaded": s.status == "loaded", "error": s.error or "",
-                  "shared": int((d["decision"] == "shared").sum()), "private": int((d["decision"] == "private").sum()),
-                  "declined": int((d["decision"] == "declined").sum())}
+        common = {
+            "loaded": s.status == "loaded",
+            "error": s.error or "",
+            "shared": int((d["decision"] == "shared").sum()),
+            "private": int((d["decision"] == "private").sum()),
+            "declined": int((d["decision"] == "declined").sum()),
+        }
         if s.status != "loaded":
             return [{**_blank(policy, q), **common} for q in references]
         common["standalone_ok"] = bool(s.verify()["ok"].fillna(False).all())
@@ -120,15 +144,24 @@ def policy_rows(program, policy: str, device: str, references: dict, runs: int) 
             row = {**_blank(policy, sequence), **common}
             q = s.verify(sequence=sequence)
             row["sequence_ok"] = bool(q["ok"].fillna(False).all())
-            row["wrong_steps"] = " ".join(f"{i}:{m}" for i, m, ok in zip(q["step"], q["method"], q["ok"])
-                                          if ok is pd.NA or not bool(ok))
+            row["wrong_steps"] = " ".join(
+                f"{i}:{m}" for i, m, ok in zip(q["step"], q["method"], q["ok"]) if ok is pd.NA or not bool(ok)
+            )
             dev_steps = [(m, [x.to(device) for x in inputs]) for m, inputs, _ref in steps]
             s.reset_state()
             got = [int(s.run(m, inputs)[1].reshape(-1)[0]) for m, inputs in dev_steps]
             row["tokens"] = " ".join(map(str, got))
             row["tokens_equal_eager"] = got == want
-            row.update(_summary(_timed([(m, (lambda m=m, i=inputs: s.run(m, i))) for m, inputs in dev_steps],
-                                       device, runs, s.reset_state)))
+            row.update(
+                _summary(
+                    _timed(
+                        [(m, (lambda m=m, i=inputs: s.run(m, i))) for m, inputs in dev_steps],
+                        device,
+                        runs,
+                        s.reset_state,
+                    )
+                )
+            )
             s.reset_state()
             rows.append(row)
         return rows
@@ -141,8 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--policies", default=",".join(toolkit.POLICIES), help="comma-separated (default: all)")
     ap.add_argument("--runs", type=int, default=20, help="timed runs of the whole sequence per policy")
-    ap.add_argument("--out", nargs="?", const="", default=None,
-                    help="write generation.csv here (no value: benchmarks/results/<UTC date>/)")
+    ap.add_argument(
+        "--out",
+        nargs="?",
+        const="",
+        default=None,
+        help="write generation.csv here (no value: benchmarks/results/<UTC date>/)",
+    )
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in toolkit.POLICIES]
@@ -161,23 +199,46 @@ def main(argv: list[str] | None = None) -> int:
     for q in program.sequences:
         steps = read_sequence_reference(program, q.name)
         references[q.name] = (steps, [int(ref[1].reshape(-1)[0]) for _m, _i, ref in steps])
-        print(f"{q.name}: {' -> '.join(st.method for st in q.steps)}; eager's greedy tokens "
-              f"{' '.join(map(str, references[q.name][1]))}", flush=True)
+        print(
+            f"{q.name}: {' -> '.join(st.method for st in q.steps)}; eager's greedy tokens "
+            f"{' '.join(map(str, references[q.name][1]))}",
+            flush=True,
+        )
 
     rows = eager_rows(args.device, references, args.runs)
     for policy in policies:
         rows.extend(policy_rows(program, policy, args.device, references, args.runs))
-        for r in rows[-len(references):]:
-            print(f"  {policy:20s} {r['sequence']:14s} standalone {r['standalone_ok']!s:5}  sequence "
-                  f"{r['sequence_ok']!s:5}  tokens {r['tokens']}  decode {r['decode_ms_median']:.3f} ms", flush=True)
+        for r in rows[-len(references) :]:
+            print(
+                f"  {policy:20s} {r['sequence']:14s} standalone {r['standalone_ok']!s:5}  sequence "
+                f"{r['sequence_ok']!s:5}  tokens {r['tokens']}  decode {r['decode_ms_median']:.3f} ms",
+                flush=True,
+            )
     frame = pd.DataFrame(rows)
     frame.insert(2, "device", torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu")
-    shown = frame[["policy", "sequence", "loaded", "standalone_ok", "sequence_ok", "wrong_steps", "tokens",
-                   "tokens_equal_eager", "prefill_ms_median", "decode_ms_median", "decode_ms_min", "shared", "private",
-                   "declined"]]
+    shown = frame[
+        [
+            "policy",
+            "sequence",
+            "loaded",
+            "standalone_ok",
+            "sequence_ok",
+            "wrong_steps",
+            "tokens",
+            "tokens_equal_eager",
+            "prefill_ms_median",
+            "decode_ms_median",
+            "decode_ms_min",
+            "shared",
+            "private",
+            "declined",
+        ]
+    ]
     print()
-    print(f"policy x {{standalone, sequence}}: {SAMPLE} on {frame['device'].iloc[0]}, {args.runs} timed runs each, "
-          f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(
+        f"policy x {{standalone, sequence}}: {SAMPLE} on {frame['device'].iloc[0]}, {args.runs} timed runs each, "
+        f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    )
     with pd.option_context("display.width", 250, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
         print(shown.to_string(index=False))
     if args.out is not None:

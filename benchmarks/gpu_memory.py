@@ -28,14 +28,14 @@ import time
 from pathlib import Path
 
 import _common
+import _program
 import pandas as pd
 import torch
 
-import _program
 from toolkit import POLICIES, load_program
-from toolkit.workflows.dry_run import memory_floor, run_analysis
-from toolkit.engine.frames import wrong_methods
 from toolkit.core.vocab import EventKind
+from toolkit.engine.frames import wrong_methods
+from toolkit.workflows.dry_run import memory_floor, run_analysis
 
 GIB = _common.GIB
 
@@ -94,16 +94,23 @@ def _method_rows(s, prog, policy: str, wrong: list[str]) -> list[dict]:
         before_b = mm[mm["phase"] == "before"]["bytes_in_use"]
         after_b = mm[mm["phase"] == "after"]["bytes_in_use"]
         peak_b = mm[mm["phase"] == "peak"]["bytes_in_use"]
-        rows.append({
-            "policy": policy, "method": spec.name, "loaded": lm is not None,
-            "added_bytes": int(after_b.iloc[0] - before_b.iloc[0]) if len(after_b) and len(before_b) else 0,
-            "peak_over_before_bytes": int(peak_b.iloc[0] - before_b.iloc[0]) if len(peak_b) and len(before_b) else 0,
-            "whole_blob_bytes": lm.whole_blob_bytes if lm else 0,
-            "own_upload_bytes": lm.own_upload_bytes if lm else 0,
-            "whole_blob_uploaded": spec.name in blob_methods,
-            "blob_file_bytes": spec.blob_bytes,
-            "wrong": spec.name in wrong, "runnable": bool(lm and lm.runnable),
-        })
+        rows.append(
+            {
+                "policy": policy,
+                "method": spec.name,
+                "loaded": lm is not None,
+                "added_bytes": int(after_b.iloc[0] - before_b.iloc[0]) if len(after_b) and len(before_b) else 0,
+                "peak_over_before_bytes": int(peak_b.iloc[0] - before_b.iloc[0])
+                if len(peak_b) and len(before_b)
+                else 0,
+                "whole_blob_bytes": lm.whole_blob_bytes if lm else 0,
+                "own_upload_bytes": lm.own_upload_bytes if lm else 0,
+                "whole_blob_uploaded": spec.name in blob_methods,
+                "blob_file_bytes": spec.blob_bytes,
+                "wrong": spec.name in wrong,
+                "runnable": bool(lm and lm.runnable),
+            }
+        )
     return rows
 
 
@@ -135,18 +142,27 @@ def measure_policy(prog, policy: str, dev: torch.device, floor, label: str | Non
     left = mem.settle() - base if mem.cuda else 0
     resident = after - base
     row = {
-        "policy": label, "status": status, "M_bytes": floor.total_bytes, "resident_bytes": resident,
+        "policy": label,
+        "status": status,
+        "M_bytes": floor.total_bytes,
+        "resident_bytes": resident,
         "peak_bytes": peak - base if mem.cuda else peak,
         "resident_over_M": round(resident / floor.total_bytes, 4),
         "peak_minus_M_bytes": (peak - base if mem.cuda else peak) - floor.total_bytes,
         "largest_constant_bytes": floor.largest_constant_bytes,
-        "accounted_bytes": pred.device_bytes, "load_seconds": round(load_s, 3),
-        "wrong_methods": ";".join(wrong), "not_runnable": ";".join(not_runnable),
+        "accounted_bytes": pred.device_bytes,
+        "load_seconds": round(load_s, 3),
+        "wrong_methods": ";".join(wrong),
+        "not_runnable": ";".join(not_runnable),
         "not_returned_after_unload_bytes": left,
-        "shared": decisions.get("shared", 0), "declined": decisions.get("declined", 0),
-        "loaded_constants": decisions.get("loaded", 0), "private": decisions.get("private", 0),
-        "refused": decisions.get("refused", 0), "loader_peak_bytes": loader_peak - base if mem.cuda else loader_peak,
-        "baseline_bytes": base, "measure": "cudaMemGetInfo total-free" if mem.cuda else "loader accounting (cpu)",
+        "shared": decisions.get("shared", 0),
+        "declined": decisions.get("declined", 0),
+        "loaded_constants": decisions.get("loaded", 0),
+        "private": decisions.get("private", 0),
+        "refused": decisions.get("refused", 0),
+        "loader_peak_bytes": loader_peak - base if mem.cuda else loader_peak,
+        "baseline_bytes": base,
+        "measure": "cudaMemGetInfo total-free" if mem.cuda else "loader accounting (cpu)",
     }
     return row, methods
 
@@ -189,22 +205,30 @@ def plot(df: pd.DataFrame, ax=None):
     w = 0.27
     ax.bar([i - w for i in x], df["resident_bytes"] / GIB, width=w, label="resident after load")
     ax.bar(x, df["peak_bytes"] / GIB, width=w, label="peak during load")
-    ax.bar([i + w for i in x], df["not_returned_after_unload_bytes"] / GIB, width=w,
-           label="not returned after unload")
+    ax.bar([i + w for i in x], df["not_returned_after_unload_bytes"] / GIB, width=w, label="not returned after unload")
     m = df["M_bytes"].iloc[0] / GIB
     ax.axhline(m, color="k", ls="--", lw=1, label=f"floor M = {m:.3f} GiB")
     labels = []
     for _, r in df.iterrows():
-        tag = "FAILED" if r["status"] != "loaded" else (f"wrong: {r['wrong_methods']}"
-                                                        if isinstance(r["wrong_methods"], str) and r["wrong_methods"]
-                                                        else "correct")
+        tag = (
+            "FAILED"
+            if r["status"] != "loaded"
+            else (
+                f"wrong: {r['wrong_methods']}"
+                if isinstance(r["wrong_methods"], str) and r["wrong_methods"]
+                else "correct"
+            )
+        )
         labels.append(f"{r['policy'].replace(' [', chr(10) + '[')}\n{tag}\n{r['resident_over_M']:.3f} M")
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("GiB (cudaMemGetInfo, driver level)")
     info = {k: df[k].iloc[0] for k in ("gpu", "torch", "date_utc") if k in df} or _common.machine()
-    ax.set_title(f"Constant memory per policy, prefill/decode program (2.0 GiB per method): {info['gpu']}, "
-                 f"torch {info['torch']}, {info['date_utc']} UTC", fontsize=9)
+    ax.set_title(
+        f"Constant memory per policy, prefill/decode program (2.0 GiB per method): {info['gpu']}, "
+        f"torch {info['torch']}, {info['date_utc']} UTC",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return fig
@@ -232,8 +256,10 @@ def main(argv=None):
     dev, upload_path, prog, build_s, note = _program.prepare(args.device, args.program_dir, args.hidden)
     floor = memory_floor(prog, device=str(dev))
     sizes = {m.name: sum(c.nbytes for c in m.constants) for m in prog.methods}
-    print(f"program built in {build_s:.1f}s ({note}); constants per method: "
-          + ", ".join(f"{k} {v / GIB:.3f} GiB" for k, v in sizes.items()))
+    print(
+        f"program built in {build_s:.1f}s ({note}); constants per method: "
+        + ", ".join(f"{k} {v / GIB:.3f} GiB" for k, v in sizes.items())
+    )
     print(floor)
     if dev.type == "cuda":  # per-process costs that must stay out of per-load figures
         mem = DeviceMemory(dev)
@@ -242,8 +268,10 @@ def main(argv=None):
         b = mem.settle()
         torch.cuda.Stream(dev)
         c = mem.settle()
-        print(f"per-process, not per load: cuBLAS warm-up {(b - a) / (1 << 20):.1f} MiB, "
-              f"torch's CUDA stream pool {(c - b) / (1 << 20):.1f} MiB (no upload path creates one)")
+        print(
+            f"per-process, not per load: cuBLAS warm-up {(b - a) / (1 << 20):.1f} MiB, "
+            f"torch's CUDA stream pool {(c - b) / (1 << 20):.1f} MiB (no upload path creates one)"
+        )
     rows, mrows = [], []
     runs = [(p, []) for p in args.policies]
     if "fingerprint" in args.policies:
@@ -261,10 +289,13 @@ def main(argv=None):
         row["upload_path"] = upload_path
         rows.append(row)
         mrows.extend(methods)
-        print(f"{row['policy']:>20}: {row['status']:>6}  resident {row['resident_bytes'] / GIB:7.3f} GiB "
-              f"({row['resident_over_M']:.3f} M)  peak {row['peak_bytes'] / GIB:7.3f} GiB  "
-              f"load {row['load_seconds']:6.2f}s  wrong [{row['wrong_methods']}]  "
-              f"not returned {row['not_returned_after_unload_bytes'] / GIB:.3f} GiB", flush=True)
+        print(
+            f"{row['policy']:>20}: {row['status']:>6}  resident {row['resident_bytes'] / GIB:7.3f} GiB "
+            f"({row['resident_over_M']:.3f} M)  peak {row['peak_bytes'] / GIB:7.3f} GiB  "
+            f"load {row['load_seconds']:6.2f}s  wrong [{row['wrong_methods']}]  "
+            f"not returned {row['not_returned_after_unload_bytes'] / GIB:.3f} GiB",
+            flush=True,
+        )
     df = pd.DataFrame(rows)
     mdf = pd.DataFrame(mrows)
     p1 = _common.write_csv(df, "gpu_memory.csv", args.out)
@@ -273,14 +304,19 @@ def main(argv=None):
     out = Path(args.out) if args.out else _common.RESULTS
     fig.savefig(out / "gpu_memory.png", dpi=120)
     print()
-    print(mdf[["policy", "method", "added_bytes", "whole_blob_uploaded", "whole_blob_bytes", "own_upload_bytes",
-               "wrong"]].to_string(index=False))
+    print(
+        mdf[
+            ["policy", "method", "added_bytes", "whole_blob_uploaded", "whole_blob_bytes", "own_upload_bytes", "wrong"]
+        ].to_string(index=False)
+    )
     fp = df[df["policy"] == "fingerprint"]
     if len(fp):
         r = fp.iloc[0]
-        print(f"\nfingerprint: resident {r['resident_over_M']:.4f} x M (target <= 1.02), peak - M = "
-              f"{r['peak_minus_M_bytes'] / (1 << 20):.1f} MiB (target <= largest constant "
-              f"{r['largest_constant_bytes'] / (1 << 20):.0f} MiB), wrong [{r['wrong_methods']}]")
+        print(
+            f"\nfingerprint: resident {r['resident_over_M']:.4f} x M (target <= 1.02), peak - M = "
+            f"{r['peak_minus_M_bytes'] / (1 << 20):.1f} MiB (target <= largest constant "
+            f"{r['largest_constant_bytes'] / (1 << 20):.0f} MiB), wrong [{r['wrong_methods']}]"
+        )
     print(f"written to {p1.parent}")
     return df, mdf
 

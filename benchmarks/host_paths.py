@@ -34,9 +34,8 @@ import time
 import warnings
 from pathlib import Path
 
-import torch
-
 import _common
+import torch
 
 REGISTER_READ_ONLY = 0x08  # cudaHostRegisterReadOnly
 
@@ -63,7 +62,7 @@ def _pread_all(fd: int, dst: torch.Tensor, threads: int) -> None:
 
     def one(i):
         got = 0
-        part = view[i: i + step]
+        part = view[i : i + step]
         while got < len(part):
             got += os.preadv(fd, [part[got:]], i + got)
 
@@ -91,7 +90,7 @@ def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
     mm, t = fresh()
     out["register_fresh_mapping"] = _time(lambda: upload._register(t.data_ptr(), n))
     cudart.cudaHostUnregister(t.data_ptr())
-    del t
+    t = None
     mm.close()
     # does locking overlap a device copy?  Lock a fresh mapping while 2 GiB copy from pinned memory
     mm, t = fresh()
@@ -122,10 +121,11 @@ def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
     base = t.data_ptr()
     with ThreadPoolExecutor(threads) as pool:
         out[f"register_fresh_mapping_{threads}_threads_64MiB"] = _time(
-            lambda: list(pool.map(lambda s: upload._register(base + s, min(region, n - s)), range(0, n, region))))
+            lambda: list(pool.map(lambda s: upload._register(base + s, min(region, n - s)), range(0, n, region)))
+        )
     for s in range(0, n, region):
         cudart.cudaHostUnregister(base + s)
-    del t
+    t = None
     mm.close()
     return out
 
@@ -139,14 +139,31 @@ def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) 
 
     k = 10
     size = (n // k) // 4096 * 4096 - 64  # unaligned ends, like a real blob's constants
-    specs = [ConstantSpec(name=f"w{i}", fqn=f"w{i}", kind=ConstantKind.PARAMETER, mutated=False, dtype="uint8",
-                          shape=(size,), strides=(1,), storage_offset=0, nbytes=size, offset=i * (n // k) + 64,
-                          digest="0" * 64) for i in range(k)]
+    specs = [
+        ConstantSpec(
+            name=f"w{i}",
+            fqn=f"w{i}",
+            kind=ConstantKind.PARAMETER,
+            mutated=False,
+            dtype="uint8",
+            shape=(size,),
+            strides=(1,),
+            storage_offset=0,
+            nbytes=size,
+            offset=i * (n // k) + 64,
+            digest="0" * 64,
+        )
+        for i in range(k)
+    ]
     total = k * size
 
     def plain():
-        return [torch.empty(c.nbytes, dtype=torch.uint8, device=dev).copy_(pinned[c.offset: c.offset + c.nbytes],
-                                                                            non_blocking=True) for c in specs]
+        return [
+            torch.empty(c.nbytes, dtype=torch.uint8, device=dev).copy_(
+                pinned[c.offset : c.offset + c.nbytes], non_blocking=True
+            )
+            for c in specs
+        ]
 
     def through(up):
         def go():
@@ -156,13 +173,16 @@ def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) 
             if up is not None:
                 up.release()
             return outs
+
         return go
 
     configs = {"plain_pinned_copy_per_constant": (plain, None), "stager": (None, upload.HostStager(dev))}
     for region_mib in (64, 256):
         locks = upload.HostLockCache(1 << 40)
         configs[f"mapped reload region={region_mib}MiB (pages locked after the warm-up pass)"] = (
-            None, upload.MappedBlobUploader(dev, region_bytes=region_mib << 20, locks=locks))
+            None,
+            upload.MappedBlobUploader(dev, region_bytes=region_mib << 20, locks=locks),
+        )
     rows = []
     for name, (fn, up) in configs.items():
         fn = fn or through(up)
@@ -177,8 +197,14 @@ def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) 
             if isinstance(up, upload.MappedBlobUploader):
                 up.locks.wait_until_locked()
                 up.locks.clear()
-        rows.append({"kind": f"uploader: {name}", "bytes": total, "seconds": statistics.median(times),
-                     "GBps": total / statistics.median(times) / 1e9})
+        rows.append(
+            {
+                "kind": f"uploader: {name}",
+                "bytes": total,
+                "seconds": statistics.median(times),
+                "GBps": total / statistics.median(times) / 1e9,
+            }
+        )
     base = rows[0]["seconds"]
     for r in rows:
         r["ratio_vs_plain"] = round(base / r["seconds"], 3)
@@ -250,7 +276,7 @@ def main(argv=None):
                 m["h2d_from_pinned_while_host_copies"] = _time(lambda: target.copy_(pinned_a, non_blocking=True))
                 done.set()
                 th.join()
-            del mapped
+            mapped = None
             mm.close()
             if cuda:
                 m.update(_fresh_mapping_steps(fd, n, args.threads))

@@ -51,8 +51,10 @@ class Block(torch.nn.Module):
         self.compute = compute  # None: compute in the weights' dtype; torch.float32: upcast every weight
 
         def w(rows, cols):
-            return torch.nn.Parameter((torch.randn(rows, cols, generator=gen, device=device) * cols ** -0.5)
-                                      .to(dtype), requires_grad=False)
+            return torch.nn.Parameter(
+                (torch.randn(rows, cols, generator=gen, device=device) * cols**-0.5).to(dtype), requires_grad=False
+            )
+
         self.wq, self.wk, self.wv, self.wo = w(hidden, hidden), w(hidden, hidden), w(hidden, hidden), w(hidden, hidden)
         self.w1, self.w3, self.w2 = w(ffn, hidden), w(ffn, hidden), w(hidden, ffn)
         self.norm = torch.nn.Parameter(torch.ones(hidden, dtype=dtype, device=device), requires_grad=False)
@@ -69,11 +71,13 @@ class Core(torch.nn.Module):
         super().__init__()
         self.compute = compute
         gen = torch.Generator(device=device).manual_seed(0)
-        self.embed = torch.nn.Parameter((torch.randn(vocab, hidden, generator=gen, device=device) * 0.02).to(dtype),
-                                        requires_grad=False)
+        self.embed = torch.nn.Parameter(
+            (torch.randn(vocab, hidden, generator=gen, device=device) * 0.02).to(dtype), requires_grad=False
+        )
         self.blocks = torch.nn.ModuleList([Block(hidden, ffn, dtype, device, gen, compute) for _ in range(layers)])
-        self.head = torch.nn.Parameter((torch.randn(vocab, hidden, generator=gen, device=device) * hidden ** -0.5)
-                                       .to(dtype), requires_grad=False)
+        self.head = torch.nn.Parameter(
+            (torch.randn(vocab, hidden, generator=gen, device=device) * hidden**-0.5).to(dtype), requires_grad=False
+        )
         self.register_buffer("cache", torch.zeros(PROMPT, hidden, dtype=dtype, device=device))
 
     def trunk(self, ids):
@@ -111,8 +115,10 @@ def with_culprit(core: Core, fqn: str) -> Core:
     every other tensor the same object (a policy sharing by name alone makes decode wrong)."""
     _, i, name = fqn.split(".")
     twin, block = copy.copy(core), copy.copy(core.blocks[int(i)])
-    block._parameters = {**block._parameters,
-                         name: torch.nn.Parameter(block._parameters[name] * 2, requires_grad=False)}
+    block._parameters = {
+        **block._parameters,
+        name: torch.nn.Parameter(block._parameters[name] * 2, requires_grad=False),
+    }
     twin._modules = {**core._modules, "blocks": torch.nn.ModuleList(list(core.blocks))}
     twin.blocks[int(i)] = block
     return twin
@@ -144,12 +150,24 @@ def child_build(args) -> dict:
     made = time.perf_counter() - t
     params = sum(p.numel() * p.element_size() for p in ms["prefill"][0].parameters())
     t = time.perf_counter()
-    prog = build_program(ms, args.program_dir, device=args.device, name="llm_scale", sequences=seq,
-                         description="benchmarks/llm_scale.py", progress=True, overwrite=True)
-    return {"build_seconds": time.perf_counter() - t, "module_seconds": made, "parameter_bytes": params,
-            "method_constant_bytes": {m.name: sum(c.nbytes for c in m.constants) for m in prog.methods},
-            "blob_bytes": {m.name: m.blob_bytes for m in prog.methods},
-            "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    prog = build_program(
+        ms,
+        args.program_dir,
+        device=args.device,
+        name="llm_scale",
+        sequences=seq,
+        description="benchmarks/llm_scale.py",
+        progress=True,
+        overwrite=True,
+    )
+    return {
+        "build_seconds": time.perf_counter() - t,
+        "module_seconds": made,
+        "parameter_bytes": params,
+        "method_constant_bytes": {m.name: sum(c.nbytes for c in m.constants) for m in prog.methods},
+        "blob_bytes": {m.name: m.blob_bytes for m in prog.methods},
+        "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
 
 
 class Peak:
@@ -192,14 +210,21 @@ def child_policy(args) -> dict:
     prog = open_program(args.program_dir)
     floor = memory_floor(prog).total_bytes
     before = Peak(dev).used() if cuda else 0
-    with (Peak(dev) if cuda else _Null()) as pk:
+    with Peak(dev) if cuda else _Null() as pk:
         t = time.perf_counter()
         s = load_program(prog, args.child)  # the default path: integrity checking on
         first = time.perf_counter() - t
     resident = (Peak(dev).used() - before) if cuda else s.device_bytes
-    out = {"policy": args.child, "status": str(s.status), "error": s.error, "first_load_s": first,
-           "resident_bytes": resident, "peak_bytes": (pk.peak - before) if cuda else None, "M_bytes": floor,
-           "loader_device_bytes": s.device_bytes}
+    out = {
+        "policy": args.child,
+        "status": str(s.status),
+        "error": s.error,
+        "first_load_s": first,
+        "resident_bytes": resident,
+        "peak_bytes": (pk.peak - before) if cuda else None,
+        "M_bytes": floor,
+        "loader_device_bytes": s.device_bytes,
+    }
     if s.status == "loaded":
         v = s.verify()
         out["wrong_alone"] = sorted(v.loc[v["ok"] == False, "method"])  # noqa: E712 (numpy bools)
@@ -238,12 +263,17 @@ def child_integrity(args) -> dict:
     t = time.perf_counter()
     check_files(prog.root, prog.files, rels)
     sec = time.perf_counter() - t
-    return {"integrity_s": sec, "integrity_bytes": nbytes, "integrity_GBps": nbytes / sec / 1e9,
-            "hash_threads": hash_threads()}
+    return {
+        "integrity_s": sec,
+        "integrity_bytes": nbytes,
+        "integrity_GBps": nbytes / sec / 1e9,
+        "hash_threads": hash_threads(),
+    }
 
 
-def program_arguments(ap: argparse.ArgumentParser, program_dir: str, compute: str = "weights",
-                      culprit: str = "") -> None:
+def program_arguments(
+    ap: argparse.ArgumentParser, program_dir: str, compute: str = "weights", culprit: str = ""
+) -> None:
     """The options that say which program is built (shared with benchmarks/verify_blame_scale.py)."""
     ap.add_argument("--program-dir", default=program_dir)
     ap.add_argument("--layers", type=int, default=32)
@@ -251,19 +281,44 @@ def program_arguments(ap: argparse.ArgumentParser, program_dir: str, compute: st
     ap.add_argument("--ffn", type=int, default=14336)
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--compute", default=compute, choices=["weights", "float32"],
-                    help="float32: upcast every weight in the graph, so verification compares float32 kernels "
-                         "(bf16 kernels differ from eager's by a rounding step: every method 'wrong' at 8B)")
+    ap.add_argument(
+        "--compute",
+        default=compute,
+        choices=["weights", "float32"],
+        help="float32: upcast every weight in the graph, so verification compares float32 kernels "
+        "(bf16 kernels differ from eager's by a rounding step: every method 'wrong' at 8B)",
+    )
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--culprit", default=culprit, help="blocks.<i>.<weight>: decode's own copy of it holds other "
-                                                        "data, so a policy sharing by name alone makes decode wrong")
+    ap.add_argument(
+        "--culprit",
+        default=culprit,
+        help="blocks.<i>.<weight>: decode's own copy of it holds other "
+        "data, so a policy sharing by name alone makes decode wrong",
+    )
 
 
 def program_argv(args) -> list[str]:
     """:func:`program_arguments`' values as a command line (for the build child)."""
-    return ["--program-dir", args.program_dir, "--layers", str(args.layers), "--hidden", str(args.hidden),
-            "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--dtype", args.dtype, "--device", args.device,
-            "--compute", args.compute, "--culprit", args.culprit]
+    return [
+        "--program-dir",
+        args.program_dir,
+        "--layers",
+        str(args.layers),
+        "--hidden",
+        str(args.hidden),
+        "--ffn",
+        str(args.ffn),
+        "--vocab",
+        str(args.vocab),
+        "--dtype",
+        args.dtype,
+        "--device",
+        args.device,
+        "--compute",
+        args.compute,
+        "--culprit",
+        args.culprit,
+    ]
 
 
 def main(argv=None):
@@ -288,16 +343,22 @@ def main(argv=None):
     else:
         built = _common.run_child(__file__, ["build", *common], timeout=args.child_timeout * 3)
     per = max(built["method_constant_bytes"].values())
-    print(f"build: {built['build_seconds']:.1f} s for {len(built['blob_bytes'])} methods of "
-          f"{per / GIB:.2f} GiB constants each; peak host RSS {built['peak_host_rss_bytes'] / GIB:.2f} GiB "
-          f"= {built['peak_host_rss_bytes'] / per:.2f} x one method's constants", flush=True)
+    print(
+        f"build: {built['build_seconds']:.1f} s for {len(built['blob_bytes'])} methods of "
+        f"{per / GIB:.2f} GiB constants each; peak host RSS {built['peak_host_rss_bytes'] / GIB:.2f} GiB "
+        f"= {built['peak_host_rss_bytes'] / per:.2f} x one method's constants",
+        flush=True,
+    )
     out = Path(args.out) if args.out else _common.RESULTS
     out.mkdir(parents=True, exist_ok=True)
     (out / "llm_scale_build.json").write_text(json.dumps(built, indent=1))
     integ = _common.run_child(__file__, ["integrity", *common], timeout=args.child_timeout)
     (out / "llm_scale_build.json").write_text(json.dumps({**built, **integ}, indent=1))
-    print(f"integrity alone: {integ['integrity_bytes'] / GIB:.2f} GiB in {integ['integrity_s']:.2f} s = "
-          f"{integ['integrity_GBps']:.1f} GB/s ({integ['hash_threads']} threads)", flush=True)
+    print(
+        f"integrity alone: {integ['integrity_bytes'] / GIB:.2f} GiB in {integ['integrity_s']:.2f} s = "
+        f"{integ['integrity_GBps']:.1f} GB/s ({integ['hash_threads']} threads)",
+        flush=True,
+    )
     rows = []
     for policy in args.policies:
         try:
@@ -306,10 +367,13 @@ def main(argv=None):
             got = {"policy": policy, "status": "child failed", "error": str(e)[-300:]}
         got["x_M"] = got["resident_bytes"] / got["M_bytes"] if got.get("M_bytes") else None
         rows.append(got)
-        print(f"  {policy:>20}: {got.get('status')}, resident {got.get('resident_bytes', 0) / GIB:.2f} GiB "
-              f"= {got['x_M'] or float('nan'):.4f} x M, first load {got.get('first_load_s', float('nan')):.2f} s, "
-              f"reload {got.get('reload_s', float('nan')):.2f} s, wrong alone {got.get('wrong_alone')}, "
-              f"sequence ok {got.get('sequence_ok')}", flush=True)
+        print(
+            f"  {policy:>20}: {got.get('status')}, resident {got.get('resident_bytes', 0) / GIB:.2f} GiB "
+            f"= {got['x_M'] or float('nan'):.4f} x M, first load {got.get('first_load_s', float('nan')):.2f} s, "
+            f"reload {got.get('reload_s', float('nan')):.2f} s, wrong alone {got.get('wrong_alone')}, "
+            f"sequence ok {got.get('sequence_ok')}",
+            flush=True,
+        )
         df = pd.DataFrame(rows)  # written after every policy: a run cut short keeps what it measured
         for k, v in {**built, **integ}.items():
             df[k] = json.dumps(v) if isinstance(v, dict) else v

@@ -35,10 +35,9 @@ import time
 from pathlib import Path
 
 import _common
+import _program
 import pandas as pd
 import torch
-
-import _program
 
 GB = 1e9
 
@@ -95,8 +94,13 @@ def child(args) -> dict:
                 t = time.perf_counter()
                 read_compiled(prog.path(m.so_file), dev)
                 queries += time.perf_counter() - t
-        out.update(seconds=total, container_s=made, upload_s=ups, query_s=queries,
-                   bytes=sum(m.blob_bytes for m in prog.methods) if kind == "raw AOTInductor" else 0)
+        out.update(
+            seconds=total,
+            container_s=made,
+            upload_s=ups,
+            query_s=queries,
+            bytes=sum(m.blob_bytes for m in prog.methods) if kind == "raw AOTInductor" else 0,
+        )
     elif kind == "safetensors":
         from safetensors.torch import load_file
 
@@ -118,9 +122,13 @@ def child(args) -> dict:
             nbytes += c.nbytes
         got = sum(f.get() for f in futs)
         _sync(dev)
-        out.update(seconds=time.perf_counter() - t, bytes=nbytes, read_bytes=got,
-                   kvikio=getattr(kvikio, "__version__", "?"),
-                   compat_mode=os.environ.get("KVIKIO_COMPAT_MODE", "auto (the library's default)"))
+        out.update(
+            seconds=time.perf_counter() - t,
+            bytes=nbytes,
+            read_bytes=got,
+            kvikio=getattr(kvikio, "__version__", "?"),
+            compat_mode=os.environ.get("KVIKIO_COMPAT_MODE", "auto (the library's default)"),
+        )
         for f in files.values():
             f.close()
     else:  # the toolkit: "toolkit <mode> integrity on|off"
@@ -146,8 +154,9 @@ def child(args) -> dict:
             out[f"{label}_container_s"] = sum(e.seconds for e in made)
             out[f"{label}_paths"] = ",".join(sorted({e.path for e in ups}))
             first_method = [e for e in ups if e.method == prog.methods[0].name]
-            out[f"{label}_first_method_GBps"] = (sum(e.bytes for e in first_method) /
-                                                 max(sum(e.seconds for e in first_method), 1e-9) / GB)
+            out[f"{label}_first_method_GBps"] = (
+                sum(e.bytes for e in first_method) / max(sum(e.seconds for e in first_method), 1e-9) / GB
+            )
             s.close()
             del s
             gc.collect()
@@ -165,8 +174,10 @@ def write_safetensors(prog, path: Path) -> Path:
     from toolkit.upload import read_constant_bytes
 
     if not path.is_file():
-        save_file({f"{m.name}.{c.name}": read_constant_bytes(prog.path(m.blob_file), c) for m, c in _constants(prog)},
-                  str(path))
+        save_file(
+            {f"{m.name}.{c.name}": read_constant_bytes(prog.path(m.blob_file), c) for m, c in _constants(prog)},
+            str(path),
+        )
     return path
 
 
@@ -233,7 +244,9 @@ def main(argv=None):
     print(f"\nmedian of {args.repeats}, GB/s and ratio to the pinned copy ({pinned:.2f} GB/s):")
     for k, v in med.sort_values(ascending=False).items():
         print(f"  {k:>32}: {v:7.2f} GB/s  ratio {v / pinned:.3f}")
-    containers = df[df["kind"] == "containers alone"].dropna(subset=["container_s"]) if "container_s" in df else df.iloc[0:0]
+    containers = (
+        df[df["kind"] == "containers alone"].dropna(subset=["container_s"]) if "container_s" in df else df.iloc[0:0]
+    )
     made = statistics.median(containers["container_s"]) if len(containers) else float("nan")
     query = statistics.median(containers["query_s"]) if len(containers) else float("nan")
     print(f"containers alone: {made:.3f} s for {len(prog.methods)} methods; slot-table queries {query:.3f} s")
@@ -245,20 +258,29 @@ def main(argv=None):
         upload_bytes = statistics.median(r["first_upload_bytes"])
         bound = 2 * upload_bytes / (pinned * GB) + made
         first_rate = statistics.median(r["first_first_method_GBps"])
-        print(f"[{m}] first load of a blob (prefill's uploads): {first_rate:.2f} GB/s = {first_rate / pinned:.3f} "
-              f"of the pinned copy (target >= 0.8)")
-        print(f"[{m}] whole load, integrity off: {sec[off]:.3f} s against 2 x {upload_bytes / GB:.2f} GB at the "
-              f"pinned rate + containers alone = {bound:.3f} s: ratio {sec[off] / bound:.3f} (target <= 1); "
-              f"reload {statistics.median(r['reload_seconds']):.3f} s")
-        print(f"[{m}] default path (integrity on) {sec[on]:.3f} s / integrity off {sec[off]:.3f} s = "
-              f"{sec[on] / sec[off]:.3f} (target <= 1.10)")
+        print(
+            f"[{m}] first load of a blob (prefill's uploads): {first_rate:.2f} GB/s = {first_rate / pinned:.3f} "
+            f"of the pinned copy (target >= 0.8)"
+        )
+        print(
+            f"[{m}] whole load, integrity off: {sec[off]:.3f} s against 2 x {upload_bytes / GB:.2f} GB at the "
+            f"pinned rate + containers alone = {bound:.3f} s: ratio {sec[off] / bound:.3f} (target <= 1); "
+            f"reload {statistics.median(r['reload_seconds']):.3f} s"
+        )
+        print(
+            f"[{m}] default path (integrity on) {sec[on]:.3f} s / integrity off {sec[off]:.3f} s = "
+            f"{sec[on] / sec[off]:.3f} (target <= 1.10)"
+        )
     print(f"plot: {plot(ok, out)}\nwritten to {path}")
     return df
 
 
 def _run(args, st, kind) -> dict:
-    return _common.run_child(__file__, [kind, "--program-dir", args.program_dir, "--device", args.device,
-                                        "--safetensors", str(st)], timeout=args.child_timeout)
+    return _common.run_child(
+        __file__,
+        [kind, "--program-dir", args.program_dir, "--device", args.device, "--safetensors", str(st)],
+        timeout=args.child_timeout,
+    )
 
 
 if __name__ == "__main__":

@@ -17,13 +17,13 @@ import gc
 import os
 
 import _common
+import _program
 import pandas as pd
 import torch
 
-import _program
 from toolkit import POLICIES, load_program
-from toolkit.workflows.dry_run import memory_floor, run_analysis
 from toolkit.engine.frames import wrong_methods
+from toolkit.workflows.dry_run import memory_floor, run_analysis
 
 
 def _in_use(d) -> int:
@@ -60,15 +60,23 @@ def measure(prog, policy: str, devs, placement: dict[str, str], floor, upload_pa
     rows = []
     for dev in devs:
         k = str(dev)
-        rows.append({
-            "policy": policy, "device": k, "status": status, "added_bytes": after[k] - base[k],
-            "M_device_bytes": floor.by_device.get(k, 0),
-            "added_over_M": round((after[k] - base[k]) / max(1, floor.by_device.get(k, 0)), 4),
-            "not_returned_bytes": left[k] - base[k],
-            "decode_decisions": "; ".join(f"{a}/{b}: {n}" for (a, b), n in reasons.items()),
-            "wrong_methods": ";".join(wrong), "not_runnable": ";".join(not_runnable),
-            "dry_run_matches": same, "error": error[:200], "upload_path": upload_path,
-        })
+        rows.append(
+            {
+                "policy": policy,
+                "device": k,
+                "status": status,
+                "added_bytes": after[k] - base[k],
+                "M_device_bytes": floor.by_device.get(k, 0),
+                "added_over_M": round((after[k] - base[k]) / max(1, floor.by_device.get(k, 0)), 4),
+                "not_returned_bytes": left[k] - base[k],
+                "decode_decisions": "; ".join(f"{a}/{b}: {n}" for (a, b), n in reasons.items()),
+                "wrong_methods": ";".join(wrong),
+                "not_runnable": ";".join(not_runnable),
+                "dry_run_matches": same,
+                "error": error[:200],
+                "upload_path": upload_path,
+            }
+        )
     return rows
 
 
@@ -96,11 +104,16 @@ def main(argv=None):
             _program.warm_up(d, _program.hidden_of(prog))
         names = prog.method_names
         placement = {names[0]: "cuda:0", names[1]: "cuda:1"}
-        rows = measure(prog, args.child, devs, placement, memory_floor(prog, device=placement),
-                       os.environ.get("CONSTSHARE_UPLOAD", "mapped"))
+        rows = measure(
+            prog,
+            args.child,
+            devs,
+            placement,
+            memory_floor(prog, device=placement),
+            os.environ.get("CONSTSHARE_UPLOAD", "mapped"),
+        )
         print(json.dumps({"rows": rows}, default=int))
         return None
-    upload_path = _program.choose_upload_path(devs[0])
     prog, _, _ = _program.build(args.program_dir, "cuda", args.hidden)
     names = prog.method_names
     floor = memory_floor(prog, device={names[0]: "cuda:0", names[1]: "cuda:1"})
@@ -114,12 +127,15 @@ def main(argv=None):
             continue
         rows.extend(got)
         r0, r1 = got
-        print(f"{policy:>20}: {r0['status']:>6} cuda:0 +{r0['added_bytes'] / _common.GIB:.3f} GiB "
-              f"(M {floor.by_device.get('cuda:0', 0) / _common.GIB:.3f}), cuda:1 "
-              f"+{r1['added_bytes'] / _common.GIB:.3f} GiB (M {floor.by_device.get('cuda:1', 0) / _common.GIB:.3f}); "
-              f"wrong [{r0['wrong_methods']}] not runnable [{r0['not_runnable']}]; dry run matches: "
-              f"{r0['dry_run_matches']}; not returned {r0['not_returned_bytes'] + r1['not_returned_bytes']}\n"
-              f"{'':>22}decode: {r0['decode_decisions']}", flush=True)
+        print(
+            f"{policy:>20}: {r0['status']:>6} cuda:0 +{r0['added_bytes'] / _common.GIB:.3f} GiB "
+            f"(M {floor.by_device.get('cuda:0', 0) / _common.GIB:.3f}), cuda:1 "
+            f"+{r1['added_bytes'] / _common.GIB:.3f} GiB (M {floor.by_device.get('cuda:1', 0) / _common.GIB:.3f}); "
+            f"wrong [{r0['wrong_methods']}] not runnable [{r0['not_runnable']}]; dry run matches: "
+            f"{r0['dry_run_matches']}; not returned {r0['not_returned_bytes'] + r1['not_returned_bytes']}\n"
+            f"{'':>22}decode: {r0['decode_decisions']}",
+            flush=True,
+        )
     df = pd.DataFrame(rows)
     path = _common.write_csv(df, "placement.csv", args.out)
     print(f"written to {path}")

@@ -51,11 +51,20 @@ def _bars(ax, labels, fontsize: int = 10) -> None:
 def default_path(results: Path) -> Path:
     f = pd.read_csv(results / "default_path_h200_staging.csv")
     f = f[f["run"] >= 0]
-    order = ["default", "default, sealed copy", "integrity off", "integrity off, pipelined", "page locking", "pinned copy"]
+    order = [
+        "default",
+        "default, sealed copy",
+        "integrity off",
+        "integrity off, pipelined",
+        "page locking",
+        "pinned copy",
+    ]
     order = [s for s in order if s in set(f["setting"])]
     med = f.groupby("setting")["GBps"].median()
     fig, ax = plt.subplots(figsize=(9, 4.2))
-    ax.barh(range(len(order)), [med[s] for s in order], color=["#4c72b0", "#8da0cb", "#55a868", "#99c794", "#bbb", "#888"])
+    ax.barh(
+        range(len(order)), [med[s] for s in order], color=["#4c72b0", "#8da0cb", "#55a868", "#99c794", "#bbb", "#888"]
+    )
     for i, s in enumerate(order):
         ax.plot(f[f["setting"] == s]["GBps"], [i] * int((f["setting"] == s).sum()), "k.", ms=6)
         ax.text(med[s] + 0.6, i, f"{med[s]:.1f} GB/s", va="center", fontsize=8)
@@ -65,22 +74,31 @@ def default_path(results: Path) -> Path:
     ax.text(0.9 * med["page locking"], 3.5, " target 2: 0.9 x page locking", color="#dd8452", fontsize=8)
     _bars(ax, order)
     ax.set_xlabel("GB/s (uploaded bytes / seconds of the whole load, fresh process; dots: runs, bars: medians)")
-    return _save(fig, ax, f"Default load path, 4.3 GB program, 2.44 GB uploaded\n{_where(f)}",
-                 results / "default_path_h200.png")
+    return _save(
+        fig, ax, f"Default load path, 4.3 GB program, 2.44 GB uploaded\n{_where(f)}", results / "default_path_h200.png"
+    )
 
 
 def staging_profile(results: Path) -> Path:
     f = pd.read_csv(results / "staging_profile_h200.csv")
     f = f[f["GBps"].notna()].copy()
-    f["label"] = f.apply(lambda r: r["what"].replace(", torch may hand back cached blocks", "")
-                         + (f" ({int(r['threads'])} thr, {int(r['chunk_mib'])} MiB)" if pd.notna(r.get("threads"))
-                            else ""), axis=1)
+    f["label"] = f.apply(
+        lambda r: (
+            r["what"].replace(", torch may hand back cached blocks", "")
+            + (f" ({int(r['threads'])} thr, {int(r['chunk_mib'])} MiB)" if pd.notna(r.get("threads")) else "")
+        ),
+        axis=1,
+    )
     fig, ax = plt.subplots(figsize=(9, 0.28 * len(f) + 1.2))
     ax.barh(range(len(f)), f["GBps"], color="#4c72b0")
     _bars(ax, f["label"], fontsize=7)
     ax.set_xlabel("GB/s")
-    return _save(fig, ax, f"Verified staging by stage (staging_profile.py, 2.15 GB blob)\n{_where(f)}",
-                 results / "staging_profile_h200.png")
+    return _save(
+        fig,
+        ax,
+        f"Verified staging by stage (staging_profile.py, 2.15 GB blob)\n{_where(f)}",
+        results / "staging_profile_h200.png",
+    )
 
 
 def dry_run(results: Path) -> Path:
@@ -89,16 +107,25 @@ def dry_run(results: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     for (who, metric), g in f.groupby(["toolkit", "metric"]):
         g = g.sort_values("constants_per_method")
-        ax.plot(g["constants_per_method"], g["value"], "o-" if who == "this" else "o--",
-                label=f"{metric.removeprefix('run_analysis').strip('[]')} ({'this change' if who == 'this' else 'main 0552943'})")
+        ax.plot(
+            g["constants_per_method"],
+            g["value"],
+            "o-" if who == "this" else "o--",
+            label=f"{metric.removeprefix('run_analysis').strip('[]')} ({'this change' if who == 'this' else 'main 0552943'})",
+        )
     ax.axhline(20, color="#c44e52", ls="--", lw=1, label="target: 20 µs")
     ax.set_xscale("log")
     ax.set_xlabel("constants per method (2 methods)")
     ax.set_ylabel("µs per decision, every event recorded (CPU time)")
     row = f.iloc[0]
     ax.legend(fontsize=7)
-    return _save(fig, ax, f"Dry run per decision (scaling.py --base)\n{row['cpu_model']}, {row['host_cpus']} cores, "
-                 f"Python {row['python']}, {row['date_utc']} UTC", results / "dry_run_per_decision.png")
+    return _save(
+        fig,
+        ax,
+        f"Dry run per decision (scaling.py --base)\n{row['cpu_model']}, {row['host_cpus']} cores, "
+        f"Python {row['python']}, {row['date_utc']} UTC",
+        results / "dry_run_per_decision.png",
+    )
 
 
 def main(argv=None) -> None:

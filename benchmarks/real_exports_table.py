@@ -20,10 +20,21 @@ RUNS = {  # export set -> the H200 run that loaded it
     "executorch 1.2.0 (generation 1)": REPO / "benchmarks/results/2026-12-01/issue26/executorch_programs_h200.csv",
     "executorch 1.5.1, model families": REPO / "benchmarks/results/2026-12-01/issue26/executorch_programs_h200.csv",
 }
-SETS = {"executorch 1.2.0 (generation 1)": "executorch-1.2.0-cuda",
-        "executorch 1.5.1, model families": "executorch-1.5.1-families"}
-POLICIES = ["no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share",
-            "fqn-weight-cache", "fingerprint", "content-dedup"]
+SETS = {
+    "executorch 1.2.0 (generation 1)": "executorch-1.2.0-cuda",
+    "executorch 1.5.1, model families": "executorch-1.5.1-families",
+}
+POLICIES = [
+    "no-sharing",
+    "name-only",
+    "refuse-on-mismatch",
+    "decline-on-mismatch",
+    "verify-always",
+    "blind-share",
+    "fqn-weight-cache",
+    "fingerprint",
+    "content-dedup",
+]
 
 
 def cell(r) -> str:
@@ -38,8 +49,10 @@ def cell(r) -> str:
 
 
 def table() -> str:
-    lines = ["| export | program | " + " | ".join(f"`{p}`" for p in POLICIES) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in POLICIES) + " |"]
+    lines = [
+        "| export | program | " + " | ".join(f"`{p}`" for p in POLICIES) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in POLICIES) + " |",
+    ]
     for label, csv in RUNS.items():
         f = pd.read_csv(csv, keep_default_na=False)
         if label in SETS:

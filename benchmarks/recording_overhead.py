@@ -14,10 +14,9 @@ import gc
 import statistics
 
 import _common
-import pandas as pd
-import torch
-
 import _program
+import pandas as pd
+
 from toolkit import load_program
 
 
@@ -38,9 +37,16 @@ def main(argv=None):
             s = load_program(prog, args.policy, device=str(dev), record=record, check_integrity=False)
             assert s.status == "loaded", s.error
             if rep >= 0:
-                rows.append({"policy": args.policy, "record": record, "repeat": rep,
-                             "load_seconds": s.load_seconds, "events": len(s.log),
-                             "upload_path": upload_path})
+                rows.append(
+                    {
+                        "policy": args.policy,
+                        "record": record,
+                        "repeat": rep,
+                        "load_seconds": s.load_seconds,
+                        "events": len(s.log),
+                        "upload_path": upload_path,
+                    }
+                )
             s.close()
             del s
             gc.collect()
@@ -50,8 +56,10 @@ def main(argv=None):
     df["median_on_s"], df["median_off_s"], df["ratio_on_off"] = on, off, round(on / off, 4)
     path = _common.write_csv(df, "recording_overhead.csv", args.out)
     print(df[["record", "repeat", "load_seconds", "events"]].to_string(index=False))
-    print(f"median load: record on {on:.4f}s, off {off:.4f}s, ratio {on / off:.4f} (target <= 1.03); "
-          f"min ratio {df[df.record]['load_seconds'].min() / df[~df.record]['load_seconds'].min():.4f}")
+    print(
+        f"median load: record on {on:.4f}s, off {off:.4f}s, ratio {on / off:.4f} (target <= 1.03); "
+        f"min ratio {df[df.record]['load_seconds'].min() / df[~df.record]['load_seconds'].min():.4f}"
+    )
     print(f"written to {path}")
     return df
 

@@ -16,8 +16,8 @@ import _common
 import pandas as pd
 
 from toolkit import POLICIES, ToolkitError
-from toolkit.workflows.dry_run import memory_floor, run_analysis
 from toolkit.build.samples import build_sample, sample_names
+from toolkit.workflows.dry_run import memory_floor, run_analysis
 
 
 def main(argv=None):
@@ -33,8 +33,13 @@ def main(argv=None):
             print(f"{name}: skipped ({e})")
             continue
         f = memory_floor(prog)
-        row = {"sample": name, "M_bytes": f.total_bytes, "private_bytes": f.private_bytes,
-               "nothing_shared_bytes": f.naive_bytes, "largest_constant_bytes": f.largest_constant_bytes}
+        row = {
+            "sample": name,
+            "M_bytes": f.total_bytes,
+            "private_bytes": f.private_bytes,
+            "nothing_shared_bytes": f.naive_bytes,
+            "largest_constant_bytes": f.largest_constant_bytes,
+        }
         for p in POLICIES:
             a = run_analysis(prog, p)
             row[f"{p}_bytes"] = a.device_bytes if a.status == "loaded" else -1  # -1: the load fails

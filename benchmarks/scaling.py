@@ -110,9 +110,9 @@ def _best(fn, repeats: int):
 def _dry_load(model, policy: str, record: bool = True):
     """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, the
     collector paused as ``run_analysis`` pauses it (``toolkit.workflows.dry_run.collector_paused``, where it has one)."""
+    from toolkit.core.policies import get_policy
     from toolkit.engine.loader import resolve_devices
     from toolkit.engine.session import Session
-    from toolkit.core.policies import get_policy
     from toolkit.runtimes.dry_run import DryRunRuntime
 
     rt = DryRunRuntime()
@@ -149,11 +149,11 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     just before and just after, in the same process: ``ref_value`` is the mean of those two,
     so a ratio value / ref_value compares two sizes under the same load of the shared host.
     """
-    from toolkit.engine import frames as tables
-    from toolkit.workflows.dry_run import memory_floor, run_analysis
-    from toolkit.display.html import session_html, session_text
-    from toolkit.sources import read_program_model
     from toolkit.build.synthetic import SyntheticSpec, generate
+    from toolkit.display.html import session_html, session_text
+    from toolkit.engine import frames as tables
+    from toolkit.sources import read_program_model
+    from toolkit.workflows.dry_run import memory_floor, run_analysis
 
     out: dict[str, list] = {}
 
@@ -170,17 +170,26 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
         units = per(res) if callable(per) else per
         ref_units = per_ref(ref_res) if callable(per_ref) else per_ref
         scale = 1e3 if unit.startswith("ms") else 1e6
-        out[metric] = [sec / units * scale, unit, len(res) if isinstance(res, pd.DataFrame) else units,
-                       (r1 + r2) / 2 / ref_units * scale]
+        out[metric] = [
+            sec / units * scale,
+            unit,
+            len(res) if isinstance(res, pd.DataFrame) else units,
+            (r1 + r2) / 2 / ref_units * scale,
+        ]
         if metric.startswith(("run_analysis", "dry_run_load")):
             out[metric + " wall"] = [wall / units * scale, unit + " (wall clock)", out[metric][2], None]
         return res
 
     ref_model = read_program_model(Path(ref_dir))
     n_ref = sum(len(m.constants) for m in ref_model.methods)
-    model = paired("read_validate_manifest", "us/decision", lambda: read_program_model(Path(program_dir)),
-                   lambda: read_program_model(Path(ref_dir)), lambda m: sum(len(x.constants) for x in m.methods),
-                   reps=1)
+    model = paired(
+        "read_validate_manifest",
+        "us/decision",
+        lambda: read_program_model(Path(program_dir)),
+        lambda: read_program_model(Path(ref_dir)),
+        lambda m: sum(len(x.constants) for x in m.methods),
+        reps=1,
+    )
     n = sum(len(m.constants) for m in model.methods)
     gc.collect()
     rss0 = rss_bytes()
@@ -189,16 +198,26 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     gc.collect()
     keep = ref_keep = None
     for pol in POLICIES:
-        a = paired(f"run_analysis[{pol}]", "us/decision", lambda: run_analysis(model, pol),
-                   lambda: run_analysis(ref_model, pol), lambda a: len(a.decisions))
+        a = paired(
+            f"run_analysis[{pol}]",
+            "us/decision",
+            lambda: run_analysis(model, pol),
+            lambda: run_analysis(ref_model, pol),
+            lambda a: len(a.decisions),
+        )
         assert a.status == "loaded" and len(a.decisions) == n, (pol, a.status, len(a.decisions))
         del a
         if pol == POLICIES[0]:  # the process's peak so far is one toolkit.analyze call's (and the manifest's)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             out["peak_rss_one_analyze"] = [rss / 1e6, "MB", n, None]
             out["peak_rss_one_analyze_growth"] = [(rss - rss0) / n, "B/decision", n, None]
-        s = paired(f"dry_run_load[{pol}]", "us/decision", lambda: _dry_load(model, pol),
-                   lambda: _dry_load(ref_model, pol), lambda s: sum(len(m.constants) for m in s.program.methods))
+        s = paired(
+            f"dry_run_load[{pol}]",
+            "us/decision",
+            lambda: _dry_load(model, pol),
+            lambda: _dry_load(ref_model, pol),
+            lambda s: sum(len(m.constants) for m in s.program.methods),
+        )
         assert s.status == "loaded"
         if pol == "fingerprint":
             keep, ref_keep = s, _dry_load(ref_model, pol)
@@ -213,11 +232,20 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
             paired(f"frame[{name}]", "us/decision", lambda: fn(s.log), lambda: fn(ref_keep.log), n, n_ref)
         else:
             paired(f"frame[{name}]", "us/row", lambda: fn(s.log), lambda: fn(ref_keep.log), len)
-    paired("frame[analysis]", "us/row", lambda: tables.analysis_frame(s.log, s.results.values(), policy="fingerprint"),
-           lambda: tables.analysis_frame(ref_keep.log, ref_keep.results.values(), policy="fingerprint"), len)
-    paired("frame[method_results]", "ms (one row per method)",
-           lambda: tables.method_results_frame(s.results.values(), policy="fingerprint"),
-           lambda: tables.method_results_frame(ref_keep.results.values(), policy="fingerprint"), 1)
+    paired(
+        "frame[analysis]",
+        "us/row",
+        lambda: tables.analysis_frame(s.log, s.results.values(), policy="fingerprint"),
+        lambda: tables.analysis_frame(ref_keep.log, ref_keep.results.values(), policy="fingerprint"),
+        len,
+    )
+    paired(
+        "frame[method_results]",
+        "ms (one row per method)",
+        lambda: tables.method_results_frame(s.results.values(), policy="fingerprint"),
+        lambda: tables.method_results_frame(ref_keep.results.values(), policy="fingerprint"),
+        1,
+    )
     out["peak_rss_after_frames"] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6, "MB", n, None]
 
     _progress("session display")
@@ -227,10 +255,14 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
         return render(session)
 
     for name, render in (("session_text", session_text), ("session_html", session_html)):
-        paired(f"display[{name}]", "us/decision", lambda: cold(s, render), lambda: cold(ref_keep, render),
-               n, n_ref)
-    paired("memory_floor", "us/decision", lambda: memory_floor(model), lambda: memory_floor(ref_model),
-           lambda f: f.constants)
+        paired(f"display[{name}]", "us/decision", lambda: cold(s, render), lambda: cold(ref_keep, render), n, n_ref)
+    paired(
+        "memory_floor",
+        "us/decision",
+        lambda: memory_floor(model),
+        lambda: memory_floor(ref_model),
+        lambda f: f.constants,
+    )
 
     s = keep = ref_keep = None  # (not `del`: the lambdas above close over these names)
     gc.collect()
@@ -264,14 +296,29 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     return {k: [round(v[0], 4), v[1], v[2], None if v[3] is None else round(v[3], 4)] for k, v in out.items()}
 
 
-def run_size(script: Path, program_dir: Path, ref_dir: Path, repeats: int, timeout: float,
-             toolkit_root: Path | None = None) -> dict:
+def run_size(
+    script: Path, program_dir: Path, ref_dir: Path, repeats: int, timeout: float, toolkit_root: Path | None = None
+) -> dict:
     """One child measuring one size; ``toolkit_root``: the checkout whose toolkit it imports (default: this one)."""
     root = toolkit_root or _common.REPO
-    proc = subprocess.run([sys.executable, str(script), "--child", str(program_dir), "--ref", str(ref_dir),
-                           "--repeats", str(repeats), "--toolkit-root", str(root)],
-                          stdout=subprocess.PIPE, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--child",
+            str(program_dir),
+            "--ref",
+            str(ref_dir),
+            "--repeats",
+            str(repeats),
+            "--toolkit-root",
+            str(root),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"measuring {program_dir} failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}")
@@ -280,14 +327,17 @@ def run_size(script: Path, program_dir: Path, ref_dir: Path, repeats: int, timeo
 
 def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[2_000, 10_000, 50_000, 100_000, 200_000],
-                    help="constants per method")
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=[2_000, 10_000, 50_000, 100_000, 200_000], help="constants per method"
+    )
     ap.add_argument("--methods", type=int, default=2)
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/<today UTC>)")
     ap.add_argument("--name", default="scaling.csv", help="CSV file name")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per size")
     ap.add_argument("--target-us", type=float, default=20.0, help="issue 25 target 4: dry-run us per decision")
-    ap.add_argument("--base", default=None, help="another checkout (its toolkit/ folder) to measure beside this one: an A/B")
+    ap.add_argument(
+        "--base", default=None, help="another checkout (its toolkit/ folder) to measure beside this one: an A/B"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--toolkit-root", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ref", default=None, help=argparse.SUPPRESS)
@@ -325,19 +375,35 @@ def main(argv=None) -> pd.DataFrame:
             t = time.perf_counter()
             write_synthetic(SyntheticSpec(methods=args.methods, constants=k), d)
             mb = (d / "manifest.json").stat().st_size / 1e6
-            print(f"K={k:,} x {args.methods} methods: manifest {mb:.0f} MB written in "
-                  f"{time.perf_counter() - t:.1f}s to {d}; measuring (best of {repeats})", flush=True)
+            print(
+                f"K={k:,} x {args.methods} methods: manifest {mb:.0f} MB written in "
+                f"{time.perf_counter() - t:.1f}s to {d}; measuring (best of {repeats})",
+                flush=True,
+            )
             for which, root in ((("base", base),) if base is not None else ()) + (("this", None),):
                 t = time.perf_counter()
                 res = run_size(Path(__file__).resolve(), d, ref_dir / "ref", repeats, args.timeout, root)
-                print(f"  {which + ': ' if base is not None else ''}done in {time.perf_counter() - t:.0f}s: dry run "
-                      f"{res['run_analysis[fingerprint]'][0]:.1f} us/decision, {res['event_log_bytes_per_event'][0]:.0f} "
-                      f"B/event, peak RSS {res['peak_rss'][0]:.0f} MB, load average {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"  {which + ': ' if base is not None else ''}done in {time.perf_counter() - t:.0f}s: dry run "
+                    f"{res['run_analysis[fingerprint]'][0]:.1f} us/decision, {res['event_log_bytes_per_event'][0]:.0f} "
+                    f"B/event, peak RSS {res['peak_rss'][0]:.0f} MB, load average {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
                 for metric, (value, unit, count, ref_value) in res.items():
-                    (base_rows if which == "base" else rows).append({
-                        "toolkit": which, "constants_per_method": k, "methods": args.methods, "decisions": n,
-                        "metric": metric, "value": value, "unit": unit, "rows": count, "repeats": repeats,
-                        "ref_value": ref_value})
+                    (base_rows if which == "base" else rows).append(
+                        {
+                            "toolkit": which,
+                            "constants_per_method": k,
+                            "methods": args.methods,
+                            "decisions": n,
+                            "metric": metric,
+                            "value": value,
+                            "unit": unit,
+                            "rows": count,
+                            "repeats": repeats,
+                            "ref_value": ref_value,
+                        }
+                    )
             if k != sizes[0]:
                 shutil.rmtree(d, ignore_errors=True)
     finally:
@@ -350,10 +416,14 @@ def main(argv=None) -> pd.DataFrame:
     df["size_ratio"] = df["constants_per_method"] / base_k
     # timed steps: against the smallest program timed beside it (same load of the shared host);
     # memory and counts: against the smallest size's own child
-    df["ratio_unpaired"] = [round(v / first_of[w, m], 3) if first_of[w, m] else float("nan")
-                            for v, w, m in zip(df["value"], df["toolkit"], df["metric"])]
-    df["ratio_to_smallest"] = [round(v / r, 3) if pd.notna(r) and r else u
-                               for v, r, u in zip(df["value"], df["ref_value"], df["ratio_unpaired"])]
+    df["ratio_unpaired"] = [
+        round(v / first_of[w, m], 3) if first_of[w, m] else float("nan")
+        for v, w, m in zip(df["value"], df["toolkit"], df["metric"])
+    ]
+    df["ratio_to_smallest"] = [
+        round(v / r, 3) if pd.notna(r) and r else u
+        for v, r, u in zip(df["value"], df["ref_value"], df["ratio_unpaired"])
+    ]
     target = df["metric"].str.startswith(("run_analysis[", "dry_run_load[")) & (df["unit"] == "us/decision")
     df["ratio_to_target"] = [round(v / args.target_us, 3) if t else float("nan") for v, t in zip(df["value"], target)]
     df["toolkit_root"] = [str(base) if w == "base" else str(_common.REPO) for w in df["toolkit"]]
@@ -370,25 +440,39 @@ def main(argv=None) -> pd.DataFrame:
     shown = pd.concat([units, first.map(lambda v: f"{v:,.2f}")], axis=1)
     for k in sizes[1:]:
         shown[f"x{k // base_k} K"] = table[k].map(lambda v: f"{v:.2f}")
-    shown[f"K={sizes[-1]:,}"] = mine[mine.constants_per_method == sizes[-1]].set_index("metric")["value"].map(
-        lambda v: f"{v:,.2f}")
+    shown[f"K={sizes[-1]:,}"] = (
+        mine[mine.constants_per_method == sizes[-1]].set_index("metric")["value"].map(lambda v: f"{v:,.2f}")
+    )
     pd.set_option("display.width", 200)
     print()
     print(shown.to_string())
-    print(f"\nratios: the figure at K / at K={base_k:,} (per decision, per row or per event: ~1.0 when linear; timed "
-          f"steps against K={base_k:,} timed just before and after in the same process, CPU time); "
-          f"{args.methods} methods; {cpu_model()}, {os.cpu_count()} cores; written to {path}")
-    print(f"\nissue 25 target 4: the dry run with every event recorded, <= {args.target_us:g} us per decision "
-          "(CPU time, best of the repeats)")
+    print(
+        f"\nratios: the figure at K / at K={base_k:,} (per decision, per row or per event: ~1.0 when linear; timed "
+        f"steps against K={base_k:,} timed just before and after in the same process, CPU time); "
+        f"{args.methods} methods; {cpu_model()}, {os.cpu_count()} cores; written to {path}"
+    )
+    print(
+        f"\nissue 25 target 4: the dry run with every event recorded, <= {args.target_us:g} us per decision "
+        "(CPU time, best of the repeats)"
+    )
     for pol in POLICIES:
         got = mine[mine.metric == f"run_analysis[{pol}]"]
-        print(f"  {pol}: " + "; ".join(f"K={k:,}: {v:.1f} us = {r:.2f} x target"
-                                     for k, v, r in zip(got.constants_per_method, got.value, got.ratio_to_target)))
+        print(
+            f"  {pol}: "
+            + "; ".join(
+                f"K={k:,}: {v:.1f} us = {r:.2f} x target"
+                for k, v, r in zip(got.constants_per_method, got.value, got.ratio_to_target)
+            )
+        )
         if base_rows:
             was = df[(df.toolkit == "base") & (df.metric == f"run_analysis[{pol}]")].set_index("constants_per_method")
-            print(f"    base {base}: " + "; ".join(
-                f"K={k:,}: {was.value[k]:.1f} us (this = {v / was.value[k]:.2f} x base)"
-                for k, v in zip(got.constants_per_method, got.value)))
+            print(
+                f"    base {base}: "
+                + "; ".join(
+                    f"K={k:,}: {was.value[k]:.1f} us (this = {v / was.value[k]:.2f} x base)"
+                    for k, v in zip(got.constants_per_method, got.value)
+                )
+            )
     return df
 
 

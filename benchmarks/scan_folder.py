@@ -28,8 +28,8 @@ import pandas as pd
 
 
 def main(argv=None) -> pd.DataFrame:
-    from toolkit.core.policies import POLICIES
     from toolkit.build.synthetic import SyntheticSpec, write_synthetic
+    from toolkit.core.policies import POLICIES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", type=int, default=100)
@@ -46,16 +46,36 @@ def main(argv=None) -> pd.DataFrame:
         for i in range(args.programs):
             n = rng.randint(2, 4)
             methods.append(n)
-            write_synthetic(SyntheticSpec(methods=n, constants=args.constants, seed=i, name=f"p{i:03d}",
-                                          hidden=256), folder / f"p{i:03d}")
+            write_synthetic(
+                SyntheticSpec(methods=n, constants=args.constants, seed=i, name=f"p{i:03d}", hidden=256),
+                folder / f"p{i:03d}",
+            )
         policies = args.policies.split(",")
         decisions = sum(methods) * args.constants * len(policies)
-        print(f"{args.programs} programs ({sum(methods)} methods, {args.constants} constants each) written to "
-              f"{folder}; scan under {len(policies)} policies, {args.jobs} jobs", flush=True)
+        print(
+            f"{args.programs} programs ({sum(methods)} methods, {args.constants} constants each) written to "
+            f"{folder}; scan under {len(policies)} policies, {args.jobs} jobs",
+            flush=True,
+        )
         t = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "toolkit", "scan", str(folder), "--policies", args.policies,
-                               "--jobs", str(args.jobs), "--csv", str(folder / "scan.csv")],
-                              cwd=_common.REPO, capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "toolkit",
+                "scan",
+                str(folder),
+                "--policies",
+                args.policies,
+                "--jobs",
+                str(args.jobs),
+                "--csv",
+                str(folder / "scan.csv"),
+            ],
+            cwd=_common.REPO,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t
         if proc.returncode not in (0, 1):  # 1: some method would fail the gate, as synthetic collisions do
             raise RuntimeError(f"scan failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -64,18 +84,32 @@ def main(argv=None) -> pd.DataFrame:
         load = os.getloadavg()[0]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    df = pd.DataFrame([{
-        "programs": args.programs, "methods": sum(methods), "constants_per_method": args.constants,
-        "policies": len(policies), "decisions": decisions, "jobs": args.jobs, "scan_exit_code": proc.returncode,
-        "rows": len(rows), "wall_s": round(wall, 3), "load_average_1min": round(load, 2),
-        "wall_s_per_program": round(wall / args.programs, 4), "wall_us_per_decision": round(wall / decisions * 1e6, 2),
-    }])
+    df = pd.DataFrame(
+        [
+            {
+                "programs": args.programs,
+                "methods": sum(methods),
+                "constants_per_method": args.constants,
+                "policies": len(policies),
+                "decisions": decisions,
+                "jobs": args.jobs,
+                "scan_exit_code": proc.returncode,
+                "rows": len(rows),
+                "wall_s": round(wall, 3),
+                "load_average_1min": round(load, 2),
+                "wall_s_per_program": round(wall / args.programs, 4),
+                "wall_us_per_decision": round(wall / decisions * 1e6, 2),
+            }
+        ]
+    )
     path = _common.write_csv(df, "scan_folder.csv", args.out)
     r = df.iloc[0]
-    print(f"scan of {args.programs} programs x {len(policies)} policies ({decisions:,} decisions, exit "
-          f"{proc.returncode}): {r.wall_s:.1f} s wall ({r.wall_s_per_program:.3f} s per program, "
-          f"{r.wall_us_per_decision:.1f} us per decision), load average {load:.1f} on {os.cpu_count()} cores; "
-          f"written to {path}")
+    print(
+        f"scan of {args.programs} programs x {len(policies)} policies ({decisions:,} decisions, exit "
+        f"{proc.returncode}): {r.wall_s:.1f} s wall ({r.wall_s_per_program:.3f} s per program, "
+        f"{r.wall_us_per_decision:.1f} us per decision), load average {load:.1f} on {os.cpu_count()} cores; "
+        f"written to {path}"
+    )
     return df
 
 

@@ -52,7 +52,6 @@ def main(argv=None) -> dict:
 
     from toolkit import load_program, open_program
 
-    dev = torch.device(args.device)
     s = load_program(open_program(args.program_dir), args.policy)
     slot = {m: next(c.name for c in lm.spec.constants if c.fqn == "core.cache") for m, lm in s.methods.items()}
     cache = {m: s.methods[m].tensors[slot[m]] for m in s.methods}
@@ -81,8 +80,16 @@ def main(argv=None) -> dict:
     ulp = torch.finfo(torch.bfloat16).eps * eager_cache.float().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
     steps = ((compiled_cache.float() - eager_cache.float()).abs() / ulp)[differ]
     out = {
-        "program": {"layers": args.layers, "hidden": args.hidden, "ffn": args.ffn, "vocab": args.vocab,
-                    "dtype": args.dtype, "compute": args.compute, "culprit": args.culprit, "policy": args.policy},
+        "program": {
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "ffn": args.ffn,
+            "vocab": args.vocab,
+            "dtype": args.dtype,
+            "compute": args.compute,
+            "culprit": args.culprit,
+            "policy": args.policy,
+        },
         "cache_slots_one_device_tensor": bool(one_tensor),
         "cache_elements": int(differ.numel()),
         "cache_elements_differing": int(differ.sum()),
@@ -95,9 +102,17 @@ def main(argv=None) -> dict:
     }
     for oracle in ("reference", "unshared"):
         f = s.verify(sequence="generate", oracle=oracle)
-        out[f"verify_{oracle}"] = [{"step": int(r["step"]), "method": r["method"], "ok": bool(r["ok"]),
-                                    "max_abs_err": float(r["max_abs_err"]), "atol": float(r["atol"]),
-                                    "rtol": float(r["rtol"])} for r in f.to_dict("records")]
+        out[f"verify_{oracle}"] = [
+            {
+                "step": int(r["step"]),
+                "method": r["method"],
+                "ok": bool(r["ok"]),
+                "max_abs_err": float(r["max_abs_err"]),
+                "atol": float(r["atol"]),
+                "rtol": float(r["rtol"]),
+            }
+            for r in f.to_dict("records")
+        ]
     s.close()
     out.update(_common.machine())
     for k, v in out.items():

@@ -31,14 +31,24 @@ import pandas as pd
 import torch
 
 from toolkit import upload
-from toolkit.integrity import file_record
 from toolkit.core.model import ConstantKind, ConstantSpec
+from toolkit.integrity import file_record
 
 
 def spec(name: str, offset: int, nbytes: int) -> ConstantSpec:
-    return ConstantSpec(name=name, fqn=name, kind=ConstantKind.BUFFER, mutated=False, dtype="uint8",
-                        shape=(nbytes,), strides=(1,), storage_offset=0, nbytes=nbytes, offset=offset,
-                        digest="0" * 64)
+    return ConstantSpec(
+        name=name,
+        fqn=name,
+        kind=ConstantKind.BUFFER,
+        mutated=False,
+        dtype="uint8",
+        shape=(nbytes,),
+        strides=(1,),
+        storage_offset=0,
+        nbytes=nbytes,
+        offset=offset,
+        digest="0" * 64,
+    )
 
 
 def sync(device: torch.device) -> None:
@@ -72,11 +82,20 @@ def main(argv=None) -> None:
     rows = []
 
     def row(what: str, seconds: float, nbytes: int, **extra) -> None:
-        rows.append({"what": what, "seconds": seconds, "bytes": nbytes,
-                     "GBps": nbytes / seconds / 1e9 if seconds and nbytes else None, **extra, **_common.machine()})
+        rows.append(
+            {
+                "what": what,
+                "seconds": seconds,
+                "bytes": nbytes,
+                "GBps": nbytes / seconds / 1e9 if seconds and nbytes else None,
+                **extra,
+                **_common.machine(),
+            }
+        )
         gb = f", {nbytes / seconds / 1e9:6.2f} GB/s" if seconds and nbytes else ""
-        print(f"  {what:<44} {' '.join(f'{k}={v}' for k, v in extra.items()):<22} {seconds * 1e3:8.1f} ms{gb}",
-              flush=True)
+        print(
+            f"  {what:<44} {' '.join(f'{k}={v}' for k, v in extra.items()):<22} {seconds * 1e3:8.1f} ms{gb}", flush=True
+        )
 
     # the device's first use (context, allocator) out of the way, as in a load
     torch.empty(1, device=device)
@@ -89,25 +108,41 @@ def main(argv=None) -> None:
                 for attempt in ("first", "second"):
                     sync(device)
                     t = time.perf_counter()
-                    outs = upload.stage_pieces(args.path, rec if hashed else None, specs, device, threads=w,
-                                               chunk_bytes=ch)
+                    outs = upload.stage_pieces(
+                        args.path, rec if hashed else None, specs, device, threads=w, chunk_bytes=ch
+                    )
                     sync(device)
-                    row(f"stage_pieces {'hashed' if hashed else 'unhashed'} ({attempt} batch)",
-                        time.perf_counter() - t, total, threads=w, chunk_mib=ch >> 20)
+                    row(
+                        f"stage_pieces {'hashed' if hashed else 'unhashed'} ({attempt} batch)",
+                        time.perf_counter() - t,
+                        total,
+                        threads=w,
+                        chunk_mib=ch >> 20,
+                    )
                     del outs
     for w in threads:
         for ch in [c * 3 for c in chunks]:  # sizes not used above (the caching allocator)
             t = time.perf_counter()
             bufs = [torch.empty(ch, dtype=torch.uint8, pin_memory=device.type == "cuda") for _ in range(2 * w)]
-            row("pinned alloc (2 per worker, torch may hand back cached blocks)", time.perf_counter() - t, 2 * w * ch, threads=w,
-                chunk_mib=ch >> 20)
+            row(
+                "pinned alloc (2 per worker, torch may hand back cached blocks)",
+                time.perf_counter() - t,
+                2 * w * ch,
+                threads=w,
+                chunk_mib=ch >> 20,
+            )
             del bufs
             if device.type == "cuda":  # what the staging slots do now: one block per worker, on the workers
                 t = time.perf_counter()
                 with ThreadPoolExecutor(w) as pool:
                     pinned = sum(b.numel() for b in pool.map(lambda _: upload._pinned_block(2 * ch), range(w)))
-                row("slot pinning (toolkit: cudaHostRegister of huge-page memory, per worker)",
-                    time.perf_counter() - t, pinned, threads=w, chunk_mib=ch >> 20)
+                row(
+                    "slot pinning (toolkit: cudaHostRegister of huge-page memory, per worker)",
+                    time.perf_counter() - t,
+                    pinned,
+                    threads=w,
+                    chunk_mib=ch >> 20,
+                )
     # reading alone: the same 64 MiB pieces on the same threads, into reused plain buffers
     fd = os.open(args.path, os.O_RDONLY)
     try:
@@ -118,7 +153,7 @@ def main(argv=None) -> None:
                 def read(i: int, piece: int) -> None:
                     view = memoryview(bufs[i])
                     for u in range(piece, min(piece + (64 << 20), n), ch):
-                        os.preadv(fd, [view[:min(ch, n - u)]], u)
+                        os.preadv(fd, [view[: min(ch, n - u)]], u)
 
                 pieces = list(range(0, n, 64 << 20))
                 t = time.perf_counter()

@@ -41,13 +41,20 @@ import statistics
 import time
 
 import _common
+import _program
 import pandas as pd
 import torch
 
-import _program
 from toolkit import load_program
-from toolkit.upload import HostLockCache, HostStager, MappedBlobUploader, host_locks, read_constant_bytes, upload_constant
 from toolkit.core.vocab import EventKind
+from toolkit.upload import (
+    HostLockCache,
+    HostStager,
+    MappedBlobUploader,
+    host_locks,
+    read_constant_bytes,
+    upload_constant,
+)
 
 
 def _sync(dev):
@@ -163,9 +170,15 @@ def main(argv=None):
             t0 = time.perf_counter()
             first_locks.wait_until_locked()
             sec = time.perf_counter() - t0
-            rows.append({"kind": "background locking after a first load (not in its upload time)", "repeat": rep,
-                         "bytes": sum(c.nbytes for c in spec.constants), "seconds": sec,
-                         "GBps": sum(c.nbytes for c in spec.constants) / sec / 1e9})
+            rows.append(
+                {
+                    "kind": "background locking after a first load (not in its upload time)",
+                    "repeat": rep,
+                    "bytes": sum(c.nbytes for c in spec.constants),
+                    "seconds": sec,
+                    "GBps": sum(c.nbytes for c in spec.constants) / sec / 1e9,
+                }
+            )
         first_locks.clear()
     for rep in range(args.repeats):
         host_locks().clear()
@@ -173,8 +186,16 @@ def main(argv=None):
             s = load_program(prog, "fingerprint", device=str(dev), check_integrity=False)
             ups = [e for e in s.log if e.kind is EventKind.CONSTANT_UPLOADED and e.method == spec.name]
             nbytes, sec = sum(e.bytes for e in ups), sum(e.seconds for e in ups)
-            rows.append({"kind": kind, "repeat": rep, "bytes": nbytes, "seconds": sec,
-                         "GBps": nbytes / sec / 1e9, "note": ",".join(sorted({e.path for e in ups}))})
+            rows.append(
+                {
+                    "kind": kind,
+                    "repeat": rep,
+                    "bytes": nbytes,
+                    "seconds": sec,
+                    "GBps": nbytes / sec / 1e9,
+                    "note": ",".join(sorted({e.path for e in ups})),
+                }
+            )
             s.close()
             del s
             gc.collect()
@@ -195,8 +216,15 @@ def main(argv=None):
             up.close()
             locks.wait_until_locked()
             locks.clear()
-            rows.append({"kind": name, "repeat": 0, "bytes": nbytes,
-                         "seconds": nbytes / 1e9 / statistics.median(speeds), "GBps": statistics.median(speeds)})
+            rows.append(
+                {
+                    "kind": name,
+                    "repeat": 0,
+                    "bytes": nbytes,
+                    "seconds": nbytes / 1e9 / statistics.median(speeds),
+                    "GBps": statistics.median(speeds),
+                }
+            )
     if args.cold:
         for k in [k for k in kinds if k not in ("plain_pinned_copy", "toolkit_reload")]:
             between(k)
@@ -218,12 +246,20 @@ def main(argv=None):
     df["constants"] = sum(1 for c in spec.constants if c.nbytes)
     df["upload_path"] = upload_path
     path = _common.write_csv(df, "upload_throughput.csv", args.out)
-    print(f"{df['bytes'].iloc[0] / _common.GIB:.3f} GiB in {df['constants'].iloc[0]} constants, "
-          f"median of {args.repeats}:")
+    print(
+        f"{df['bytes'].iloc[0] / _common.GIB:.3f} GiB in {df['constants'].iloc[0]} constants, median of {args.repeats}:"
+    )
     for k, v in med.sort_values(ascending=False).items():
         print(f"  {k:>44}: {v:7.2f} GB/s  ratio {v / base:.3f}")
-    for k in ("toolkit_reload", "toolkit_first_load", "toolkit_first_load_locked", "toolkit_first_load_hybrid",
-              "toolkit_stager", "loader_fingerprint_reload", "loader_fingerprint_cold"):
+    for k in (
+        "toolkit_reload",
+        "toolkit_first_load",
+        "toolkit_first_load_locked",
+        "toolkit_first_load_hybrid",
+        "toolkit_stager",
+        "loader_fingerprint_reload",
+        "loader_fingerprint_cold",
+    ):
         if k in med:
             print(f"ratio {k} / plain_pinned_copy = {med[k] / base:.3f} (target >= 0.8)")
     print(f"written to {path}")

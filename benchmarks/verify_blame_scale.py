@@ -43,11 +43,30 @@ import torch
 rows: list[dict] = []
 
 
-def record(program: str, policy: str, what: str, value: float, unit: str, against: float | None = None,
-           against_what: str = "", **extra) -> None:
+def record(
+    program: str,
+    policy: str,
+    what: str,
+    value: float,
+    unit: str,
+    against: float | None = None,
+    against_what: str = "",
+    **extra,
+) -> None:
     ratio = value / against if against else None
-    rows.append({"program": program, "policy": policy, "what": what, "value": value, "unit": unit,
-                 "against": against, "against_what": against_what, "ratio": ratio, **extra})
+    rows.append(
+        {
+            "program": program,
+            "policy": policy,
+            "what": what,
+            "value": value,
+            "unit": unit,
+            "against": against,
+            "against_what": against_what,
+            "ratio": ratio,
+            **extra,
+        }
+    )
     shown = f" = {ratio:.3f} x {against_what}" if ratio is not None else ""
     print(f"  {program:>22} {policy:>12}  {what}: {value:.4g} {unit}{shown}", flush=True)
 
@@ -78,8 +97,8 @@ def unique_bytes(s) -> int:
 
 def measure_verify_and_reset(label: str, program, policy: str, sequence: str | None) -> None:
     from toolkit import load_program
-
     from toolkit.engine import verification
+
     s = load_program(program, policy)
     assert s.status == "loaded", s.error
     every = unique_bytes(s)
@@ -94,25 +113,42 @@ def measure_verify_and_reset(label: str, program, policy: str, sequence: str | N
         t = time.perf_counter()
         s.reset_state()
         reset_s = time.perf_counter() - t
-        record(label, policy, f"reset after {m} alone: bytes rewritten", s.resets.bytes_rewritten -
-               before.bytes_rewritten, "B", every, "every constant's bytes",
-               bytes_checked=s.resets.bytes_checked - before.bytes_checked, reset_s=reset_s)
+        record(
+            label,
+            policy,
+            f"reset after {m} alone: bytes rewritten",
+            s.resets.bytes_rewritten - before.bytes_rewritten,
+            "B",
+            every,
+            "every constant's bytes",
+            bytes_checked=s.resets.bytes_checked - before.bytes_checked,
+            reset_s=reset_s,
+        )
     if sequence:
         seq_s = timed(lambda: verification.verify_sequence(s, sequence), repeat=1)
         ok = bool(verification.verify_sequence(s, sequence)["ok"].all())
         before = dataclasses.replace(s.resets)
         s.reset_state()
-        record(label, policy, f"reset after the {sequence!r} sequence: bytes rewritten",
-               s.resets.bytes_rewritten - before.bytes_rewritten, "B", every, "every constant's bytes",
-               bytes_checked=s.resets.bytes_checked - before.bytes_checked, sequence_s=seq_s, sequence_ok=ok)
+        record(
+            label,
+            policy,
+            f"reset after the {sequence!r} sequence: bytes rewritten",
+            s.resets.bytes_rewritten - before.bytes_rewritten,
+            "B",
+            every,
+            "every constant's bytes",
+            bytes_checked=s.resets.bytes_checked - before.bytes_checked,
+            sequence_s=seq_s,
+            sequence_ok=ok,
+        )
     s.close()
 
 
 def measure_blame(label: str, program, policy: str, sequence: str | None, expected: set | None = None) -> None:
-    from toolkit.engine import blame as blame_ops
     from toolkit import load_program
-
+    from toolkit.engine import blame as blame_ops
     from toolkit.engine import verification
+
     s = load_program(program, policy)
     assert s.status == "loaded", s.error
     v = s.verify(sequence=sequence)
@@ -121,8 +157,14 @@ def measure_blame(label: str, program, policy: str, sequence: str | None, expect
         print(f"  {label}: nothing wrong under {policy} ({sequence or 'alone'}): no blame to measure", flush=True)
         s.close()
         return
-    one = timed(lambda: verification.verify_session(s, methods=wrong[:1]) if sequence is None else
-                verification.verify_sequence(s, sequence), repeat=1)
+    one = timed(
+        lambda: (
+            verification.verify_session(s, methods=wrong[:1])
+            if sequence is None
+            else verification.verify_sequence(s, sequence)
+        ),
+        repeat=1,
+    )
     for how, clear in (("as Session.blame runs it", True), ("every shared constant a suspect", False)):
         t = time.perf_counter()
         b = blame_ops.blame(s, sequence, v, clear_same_bytes=clear)
@@ -130,9 +172,19 @@ def measure_blame(label: str, program, policy: str, sequence: str | None, expect
         culprits = set(zip(b[b["fixes"]]["method"], b[b["fixes"]]["fqn"]))
         found = expected is None or culprits == expected
         what = f"blame {sequence or wrong[0]} ({how})"
-        record(label, policy, what, sec, "s", one, f"one verification of {sequence or wrong[0]}",
-               experiments=b.attrs["experiments"], suspects=len(b), culprits=";".join(sorted(map("/".join, culprits))),
-               culprit_found=found)
+        record(
+            label,
+            policy,
+            what,
+            sec,
+            "s",
+            one,
+            f"one verification of {sequence or wrong[0]}",
+            experiments=b.attrs["experiments"],
+            suspects=len(b),
+            culprits=";".join(sorted(map("/".join, culprits))),
+            culprit_found=found,
+        )
         record(label, policy, what + ": experiments", b.attrs["experiments"], "verifications", len(b), "suspects")
         if not found:
             print(f"  blame found {culprits or 'no culprit'}, expected {expected}", flush=True)
@@ -159,28 +211,49 @@ def main(argv=None):
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     if not (args.reuse and (Path(args.program_dir) / "manifest.json").is_file()):
-        built = _common.run_child(llm_scale.__file__, ["build", *llm_scale.program_argv(args)],
-                                  timeout=args.build_timeout)
-        print(f"build: {built['build_seconds']:.1f} s, {max(built['method_constant_bytes'].values()) / _common.GIB:.2f}"
-              f" GiB of constants per method", flush=True)
+        built = _common.run_child(
+            llm_scale.__file__, ["build", *llm_scale.program_argv(args)], timeout=args.build_timeout
+        )
+        print(
+            f"build: {built['build_seconds']:.1f} s, {max(built['method_constant_bytes'].values()) / _common.GIB:.2f}"
+            f" GiB of constants per method",
+            flush=True,
+        )
     prog = open_program(args.program_dir)
     n = len(prog.methods[0].constants)
     print(f"8B-shaped program: {n} constants per method; culprit decode/core.{args.culprit}", flush=True)
     label = f"llm_scale {args.layers}L"
-    steps = [(measure_verify_and_reset, label, lambda: prog, "fingerprint", "generate"),
-             (measure_verify_and_reset, label + " as a .pte", lambda: dataclasses.replace(prog, records_mutation=False),
-              "fingerprint", "generate"),
-             (measure_blame, label, lambda: prog, "name-only", None, {("decode", f"core.{args.culprit}")})]
+    steps = [
+        (measure_verify_and_reset, label, lambda: prog, "fingerprint", "generate"),
+        (
+            measure_verify_and_reset,
+            label + " as a .pte",
+            lambda: dataclasses.replace(prog, records_mutation=False),
+            "fingerprint",
+            "generate",
+        ),
+        (measure_blame, label, lambda: prog, "name-only", None, {("decode", f"core.{args.culprit}")}),
+    ]
     pte = None if args.no_pte or args.device == "cpu" else pte_programs()
     if pte is not None:
-        steps += [(measure_verify_and_reset, "pte llama_prefill_decode", lambda: open_program(
-                      pte / "llama_prefill_decode"), "fingerprint", None),
-                  (measure_blame, "pte total_collision", lambda: open_program(pte / "total_collision"), "name-only",
-                   None),
-                  (measure_blame, "pte shared_state", lambda: open_program(pte / "shared_state"), "no-sharing",
-                   "generate"),
-                  (measure_verify_and_reset, "pte shared_state", lambda: open_program(pte / "shared_state"),
-                   "fingerprint", "generate")]
+        steps += [
+            (
+                measure_verify_and_reset,
+                "pte llama_prefill_decode",
+                lambda: open_program(pte / "llama_prefill_decode"),
+                "fingerprint",
+                None,
+            ),
+            (measure_blame, "pte total_collision", lambda: open_program(pte / "total_collision"), "name-only", None),
+            (measure_blame, "pte shared_state", lambda: open_program(pte / "shared_state"), "no-sharing", "generate"),
+            (
+                measure_verify_and_reset,
+                "pte shared_state",
+                lambda: open_program(pte / "shared_state"),
+                "fingerprint",
+                "generate",
+            ),
+        ]
     elif args.device != "cpu":
         print("the ExecuTorch fixtures are not here: the .pte part was not run", flush=True)
     for fn, name, opened, *rest in steps:

@@ -69,9 +69,7 @@ class Decode(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(
-            input_ids=input_ids, position_ids=position_ids, use_cache=False, return_dict=True
-        )
+        out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False, return_dict=True)
         return out.logits
 
 
@@ -92,9 +90,19 @@ def _expected():
 
     # All 22 constants are genuinely shared: every sharing policy shares them all and every
     # method stays correct; no-sharing keeps two copies.
-    shared = {p: Expected.of(min_shared=22, declined=0) for p in (
-        "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup",
-        "blind-share", "fqn-weight-cache")}
+    shared = {
+        p: Expected.of(min_shared=22, declined=0)
+        for p in (
+            "name-only",
+            "refuse-on-mismatch",
+            "decline-on-mismatch",
+            "verify-always",
+            "fingerprint",
+            "content-dedup",
+            "blind-share",
+            "fqn-weight-cache",
+        )
+    }
     return {"no-sharing": Expected.of(), **shared}
 
 

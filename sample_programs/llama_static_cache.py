@@ -61,10 +61,17 @@ buffers it registers, and functionalizing it fails.
 
 def config() -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
         head_dim=32,  # inv_freq then has 16 elements: Inductor keeps it a real constant (see llama_prefill_decode)
-        max_position_embeddings=64, tie_word_embeddings=False, use_cache=False, attn_implementation="eager",
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        use_cache=False,
+        attn_implementation="eager",
     )
 
 
@@ -127,11 +134,13 @@ class StaticCacheLlama(torch.nn.Module):
         key_pos = torch.arange(self.max_len, device=positions.device)
         allowed = key_pos.unsqueeze(0) <= positions.unsqueeze(1)  # (T, max_len): causal over the static cache
         mask = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device).masked_fill(
-            ~allowed, torch.finfo(h.dtype).min)[None, None]
+            ~allowed, torch.finfo(h.dtype).min
+        )[None, None]
         cache = {_CACHE_KWARG: _Cache(self, positions)}
         for layer in m.layers:
-            h = layer(h, attention_mask=mask, position_embeddings=cos_sin, position_ids=position_ids,
-                      use_cache=True, **cache)
+            h = layer(
+                h, attention_mask=mask, position_embeddings=cos_sin, position_ids=position_ids, use_cache=True, **cache
+            )
         logits = self.model.lm_head(m.norm(h))
         return logits, logits[:, -1].argmax(-1)
 
@@ -234,9 +243,19 @@ def _expected():
     # one tensor of the eager program: every sharing policy shares all 27 of decode and of
     # decode_next (the state by name, key or provenance) and reproduces the tokens; no-sharing
     # keeps each decode's cache empty.
-    shared = {p: Expected.of(min_shared=2 * 27, declined=0) for p in (
-        "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup",
-        "blind-share", "fqn-weight-cache")}
+    shared = {
+        p: Expected.of(min_shared=2 * 27, declined=0)
+        for p in (
+            "name-only",
+            "refuse-on-mismatch",
+            "decline-on-mismatch",
+            "verify-always",
+            "fingerprint",
+            "content-dedup",
+            "blind-share",
+            "fqn-weight-cache",
+        )
+    }
     return {"no-sharing": Expected.of(sequence_wrong={"generate", "generate_next"}), **shared}
 
 

@@ -29,6 +29,17 @@ def methods():
     }
 
 
-EXPECTED = {p: Expected.of() for p in (
-    "no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "fingerprint",
-    "content-dedup", "blind-share", "fqn-weight-cache")}
+EXPECTED = {
+    p: Expected.of()
+    for p in (
+        "no-sharing",
+        "name-only",
+        "refuse-on-mismatch",
+        "decline-on-mismatch",
+        "verify-always",
+        "fingerprint",
+        "content-dedup",
+        "blind-share",
+        "fqn-weight-cache",
+    )
+}

@@ -45,8 +45,13 @@ def methods():
 
 
 def sequences():
-    return {"generate": [("prefill", (randn(4, 16, seed=10),)), ("decode", (randn(4, 16, seed=11),)),
-                         ("decode", (randn(4, 16, seed=12),))]}
+    return {
+        "generate": [
+            ("prefill", (randn(4, 16, seed=10),)),
+            ("decode", (randn(4, 16, seed=11),)),
+            ("decode", (randn(4, 16, seed=12),)),
+        ]
+    }
 
 
 EXPECTED = {

@@ -1,6 +1,5 @@
 """Total collision: every constant name of the second method is already cached."""
 
-import torch
 
 from toolkit.build.samples import Expected
 

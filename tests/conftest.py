@@ -9,7 +9,6 @@ import os
 import pytest
 
 
-
 def in_ci() -> bool:
     """Whether this is a CI run: CI=true (what CI systems set, and .ci/run exports) or CI=1."""
     return os.environ.get("CI", "").strip().lower() in ("true", "1")
@@ -27,13 +26,16 @@ def require(module: str, extra: str = "test"):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        pytest.fail(f"CI: {module} does not import ({e}); it comes with the [{extra}] extra: "
-                    f"pip install -e '.[{extra}]'", pytrace=False)
+        pytest.fail(
+            f"CI: {module} does not import ({e}); it comes with the [{extra}] extra: pip install -e '.[{extra}]'",
+            pytrace=False,
+        )
 
 
 def _cuda_available() -> bool:
     try:
         import torch
+
         return torch.cuda.is_available()
     except Exception:
         return False

@@ -75,8 +75,17 @@ SCRIPT = HERE / "fixtures" / "make_executorch_fixtures.py"
 MANIFEST = ROOT / "MANIFEST"
 RUN_COMMAND = "python tests/fixtures/make_executorch_fixtures.py   (on the H200, executorch 1.5.1 installed)"
 
-POLICY_NAMES = ("no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always",
-                "fingerprint", "content-dedup", "blind-share", "fqn-weight-cache")
+POLICY_NAMES = (
+    "no-sharing",
+    "name-only",
+    "refuse-on-mismatch",
+    "decline-on-mismatch",
+    "verify-always",
+    "fingerprint",
+    "content-dedup",
+    "blind-share",
+    "fqn-weight-cache",
+)
 # share a constant whose name hits without comparing its content
 NAME_SHARING = ("name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share")
 SHARING = tuple(p for p in POLICY_NAMES if p != "no-sharing")
@@ -140,8 +149,12 @@ class Expect:
 
 def _state_decisions(weight: str, kv: str):
     # decode is loaded first (file order); prefill then hits both names, same content (kv: zeros)
-    return lambda p: {("decode", weight): first_loaded(p), ("decode", kv): first_loaded(p),
-                      ("prefill", weight): hit(p), ("prefill", kv): hit(p)}
+    return lambda p: {
+        ("decode", weight): first_loaded(p),
+        ("decode", kv): first_loaded(p),
+        ("prefill", weight): hit(p),
+        ("prefill", kv): hit(p),
+    }
 
 
 def _so_key(r: dict, method: str) -> str:
@@ -151,29 +164,38 @@ def _so_key(r: dict, method: str) -> str:
 EXPECTED: dict[str, Expect] = {
     # core.kv of ONE module: sharing it is what the eager sequence does; no-sharing gives decode zeros
     "shared_state": Expect(
-        "exported", ("decode", "prefill"), _state_decisions("core.proj.weight", "core.kv"),
+        "exported",
+        ("decode", "prefill"),
+        _state_decisions("core.proj.weight", "core.kv"),
         sequence_ok=lambda p: {"generate": p != "no-sharing"},
-        notes="one .ptd entry cuda_fqn_weight:cuda:core.kv for both methods"),
+        notes="one .ptd entry cuda_fqn_weight:cuda:core.kv for both methods",
+    ),
     # two kv buffers, equal initial bytes, one FQN: the exporter stores them once (one key, same
     # data), so 1.5.1 itself shares them, and prefill's writes leak into decode's sequence
     # (fingerprint and content-dedup share kv here too: a .pte does not record which weights are
     # buffers a method writes, so there is no provenance to keep them apart; our directory build
     # of the same modules declines it)
     "mutated_buffer": Expect(
-        "exported", ("decode", "prefill"), _state_decisions("proj.weight", "kv"),
+        "exported",
+        ("decode", "prefill"),
+        _state_decisions("proj.weight", "kv"),
         sequence_ok=lambda p: {"generate": p == "no-sharing"},
-        notes="the exporter merges two distinct buffers into one storage key"),
-    "no_constants": Expect(
-        "exported", ("gate", "project"), lambda p: {("project", "weight"): first_loaded(p)}),
+        notes="the exporter merges two distinct buffers into one storage key",
+    ),
+    "no_constants": Expect("exported", ("gate", "project"), lambda p: {("project", "weight"): first_loaded(p)}),
     "three_shared": Expect(
-        "exported", ("classify", "encode", "encode_again"),
-        lambda p: {("classify", "core.proj.weight"): first_loaded(p), ("classify", "head.weight"): first_loaded(p),
-                   # another FQN, the same content: only content-dedup shares it; blind-share (#18667)
-                   # re-points names of the FIRST method only (classify's): encode's and encode_again's
-                   # proj.weight stay their own
-                   ("encode", "proj.weight"): {"content-dedup": "shared", "blind-share": "private"}.get(
-                       p, first_loaded(p)),
-                   ("encode_again", "proj.weight"): "private" if p == "blind-share" else hit(p)}),
+        "exported",
+        ("classify", "encode", "encode_again"),
+        lambda p: {
+            ("classify", "core.proj.weight"): first_loaded(p),
+            ("classify", "head.weight"): first_loaded(p),
+            # another FQN, the same content: only content-dedup shares it; blind-share (#18667)
+            # re-points names of the FIRST method only (classify's): encode's and encode_again's
+            # proj.weight stay their own
+            ("encode", "proj.weight"): {"content-dedup": "shared", "blind-share": "private"}.get(p, first_loaded(p)),
+            ("encode_again", "proj.weight"): "private" if p == "blind-share" else hit(p),
+        },
+    ),
     # one model in both methods: every named weight is genuinely shared (lifted _tensor_constant*
     # are checked against the dry run only, see the tests)
     "llama_prefill_decode": Expect("exported", ("decode", "prefill")),
@@ -183,18 +205,28 @@ EXPECTED: dict[str, Expect] = {
     # differ and nothing collides.  Loaded, decode comes first (file order): prefill's
     # _tensor_constant0 hits decode's by name with other data
     "total_collision": Expect(
-        "exported", ("decode", "prefill"),
-        lambda p: {("decode", "_tensor_constant0"): first_loaded(p),
-                   ("prefill", "_tensor_constant0"): "shared" if p in NAME_SHARING else
-                   {"no-sharing": "private", "fingerprint": "declined", "content-dedup": "declined"}.get(p, "loaded")},
+        "exported",
+        ("decode", "prefill"),
+        lambda p: {
+            ("decode", "_tensor_constant0"): first_loaded(p),
+            ("prefill", "_tensor_constant0"): "shared"
+            if p in NAME_SHARING
+            else {"no-sharing": "private", "fingerprint": "declined", "content-dedup": "declined"}.get(p, "loaded"),
+        },
         wrong=lambda p: {"prefill"} if p in NAME_SHARING else set(),
-        notes="two different .so files: two namespacing keys, exported"),
+        notes="two different .so files: two namespacing keys, exported",
+    ),
     "bart_encoder_decoder": Expect(
-        "refused", wrong=lambda p: {"decoder"} if p in NAME_SHARING else set(),
-        refusal_key=None, notes="same FQNs (model.layers.0...), other data"),
+        "refused",
+        wrong=lambda p: {"decoder"} if p in NAME_SHARING else set(),
+        refusal_key=None,
+        notes="same FQNs (model.layers.0...), other data",
+    ),
     "three_methods": Expect(
-        "refused", wrong=lambda p: {"probe"} if p in NAME_SHARING else set(),
-        refusal_key=lambda r: "cuda_fqn_weight:cuda:proj.weight"),
+        "refused",
+        wrong=lambda p: {"probe"} if p in NAME_SHARING else set(),
+        refusal_key=lambda r: "cuda_fqn_weight:cuda:proj.weight",
+    ),
 }
 
 
@@ -202,9 +234,9 @@ EXPECTED: dict[str, Expect] = {
 
 
 def _cache_key(name: str) -> str:
-    from toolkit.build import builder
-
     import torch
+
+    from toolkit.build import builder
 
     h = hashlib.sha256()
     h.update(SCRIPT.read_bytes())
@@ -231,8 +263,15 @@ def built_program(name: str, order: list[str] | None = None):
             program = None
     if program is None:
         sequences = pdef.sequences() if pdef.sequences else None
-        program = build_program(pdef.methods(), out, name=name, description=pdef.description, progress=False,
-                                overwrite=True, sequences=sequences)
+        program = build_program(
+            pdef.methods(),
+            out,
+            name=name,
+            description=pdef.description,
+            progress=False,
+            overwrite=True,
+            sequences=sequences,
+        )
     if order is not None and list(order) != program.method_names:
         program = replace(program, methods=tuple(program.method(m) for m in order))
     return program

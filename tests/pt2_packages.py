@@ -79,8 +79,12 @@ def eager_tensors() -> dict[str, dict[str, "object"]]:
     """model -> FQN -> the eager tensor each constant was compiled from."""
     out = {}
     for name, (m, _) in _modules().items():
-        out[name] = {"lin.weight": m.lin.weight.detach(), "lin.bias": m.lin.bias.detach(), "buf": m.buf,
-                     "_tensor_constant0": m.table}
+        out[name] = {
+            "lin.weight": m.lin.weight.detach(),
+            "lin.bias": m.lin.bias.detach(),
+            "buf": m.buf,
+            "_tensor_constant0": m.table,
+        }
     return out
 
 
@@ -97,15 +101,22 @@ def _build(out: Path, device: str = "cpu") -> None:
             files = {}
             for name, (module, args) in _modules(device).items():
                 ep = torch.export.export(module, args)
-                got = torch._inductor.aot_compile(ep.module(), args, options={
-                    "aot_inductor.package": True, "aot_inductor.package_constants_in_so": False,
-                    "aot_inductor.package_constants_on_disk_format": fmt})
+                got = torch._inductor.aot_compile(
+                    ep.module(),
+                    args,
+                    options={
+                        "aot_inductor.package": True,
+                        "aot_inductor.package_constants_in_so": False,
+                        "aot_inductor.package_constants_on_disk_format": fmt,
+                    },
+                )
                 # copy at once: graphs that differ only in constants share the compile cache's paths
                 keep = tmp / fmt / name
                 keep.mkdir(parents=True)
                 # (as str: torch 2.11's package_aoti calls str methods on every file name)
-                files[name] = [str(shutil.copy(f, keep / os.path.basename(f))) if isinstance(f, str) else f
-                               for f in got]
+                files[name] = [
+                    str(shutil.copy(f, keep / os.path.basename(f))) if isinstance(f, str) else f for f in got
+                ]
             package_aoti(str(out / f"{fmt}.pt2"), files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -116,8 +127,12 @@ def packages(device: str = "cpu") -> dict[str, Path]:
     """format -> the .pt2 package (built on first use, then read from the cache)."""
     import torch
 
-    h = hashlib.sha256(inspect.getsource(_modules).encode() + inspect.getsource(_build).encode()
-                       + torch.__version__.encode() + device.encode()).hexdigest()[:12]
+    h = hashlib.sha256(
+        inspect.getsource(_modules).encode()
+        + inspect.getsource(_build).encode()
+        + torch.__version__.encode()
+        + device.encode()
+    ).hexdigest()[:12]
     from toolkit.build.samples import cache_root
 
     root = cache_root()

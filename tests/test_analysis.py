@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from toolkit import POLICIES, load_program, open_program
-from toolkit.workflows.dry_run import ANALYSIS_COLUMNS, analyze, memory_floor, run_analysis
 from toolkit.build.samples import sample_module, sample_names
 from toolkit.core.vocab import EventKind
+from toolkit.workflows.dry_run import ANALYSIS_COLUMNS, analyze, memory_floor, run_analysis
 
 KEY = ["method", "name", "decision", "reason_code"]
 
@@ -39,8 +39,9 @@ def test_prediction_equals_real_load(built_sample, name):
             assert predicted.device_bytes == s.device_bytes, f"{name} / {policy}"
             # whole-blob uploads predicted exactly
             blobs = {e.method for e in s.log if e.kind is EventKind.BLOB_UPLOADED}
-            assert {m.method for m in predicted.methods if m.whole_blob and m.status == "loaded"} == \
-                   {m for m in blobs if m in s.methods}
+            assert {m.method for m in predicted.methods if m.whole_blob and m.status == "loaded"} == {
+                m for m in blobs if m in s.methods
+            }
             # the out-of-bounds guard, predicted from metadata alone
             oob = {(e.method, e.name) for e in s.log if e.kind is EventKind.OUT_OF_BOUNDS_ALIAS}
             flagged = predicted.decisions[predicted.decisions["slot_problem"] != ""]
@@ -58,8 +59,9 @@ def test_memory_floor(built_sample, name):
     assert f.total_bytes <= f.naive_bytes
     assert f.total_bytes >= f.largest_constant_bytes or f.constants == 0
     state = f.table["role"] == "state (one eager buffer)"
-    assert f.table["counted"].sum() == f.distinct_shareable + f.distinct_state + \
-        int((~state & (f.table["role"] != "shareable")).sum())
+    assert f.table["counted"].sum() == f.distinct_shareable + f.distinct_state + int(
+        (~state & (f.table["role"] != "shareable")).sum()
+    )
     assert f.table.loc[f.table["counted"], "nbytes"].sum() == f.total_bytes
     for policy in POLICIES:
         a = run_analysis(prog, policy)

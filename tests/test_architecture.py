@@ -21,8 +21,9 @@ def _lint_imports() -> str:
 
 
 def test_import_contracts_hold():
-    out = subprocess.run([_lint_imports(), "--config", str(REPO / "pyproject.toml")], cwd=REPO,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [_lint_imports(), "--config", str(REPO / "pyproject.toml")], cwd=REPO, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 broken" in out.stdout
 
@@ -30,9 +31,12 @@ def test_import_contracts_hold():
 def test_a_broken_contract_is_reported(tmp_path):
     """The checker really checks: the loader does import the policies, so forbidding it must fail."""
     cfg = tmp_path / "contracts.toml"
-    cfg.write_text('[tool.importlinter]\nroot_package = "toolkit"\n\n[[tool.importlinter.contracts]]\n'
-                   'name = "must break"\ntype = "forbidden"\nsource_modules = ["toolkit.engine.loader"]\n'
-                   'forbidden_modules = ["toolkit.core.policies"]\n', encoding="utf-8")
+    cfg.write_text(
+        '[tool.importlinter]\nroot_package = "toolkit"\n\n[[tool.importlinter.contracts]]\n'
+        'name = "must break"\ntype = "forbidden"\nsource_modules = ["toolkit.engine.loader"]\n'
+        'forbidden_modules = ["toolkit.core.policies"]\n',
+        encoding="utf-8",
+    )
     out = subprocess.run([_lint_imports(), "--config", str(cfg)], cwd=REPO, capture_output=True, text=True)
     assert out.returncode != 0 and "BROKEN" in out.stdout, out.stdout + out.stderr
 

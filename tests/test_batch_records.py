@@ -15,14 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit import POLICIES
-from toolkit.core import events as ev
-from toolkit.engine import frames as tables
-from toolkit.workflows.dry_run import run_analysis
-from toolkit.engine.loader import resolve_devices
-from toolkit.core.policies import get_policy
-from toolkit.runtimes.dry_run import DryRunRuntime
-from toolkit.engine.session import Session
 from toolkit.build.synthetic import SyntheticSpec, generate
+from toolkit.core import events as ev
+from toolkit.core.policies import get_policy
+from toolkit.engine import frames as tables
+from toolkit.engine.loader import resolve_devices
+from toolkit.engine.session import Session
+from toolkit.runtimes.dry_run import DryRunRuntime
+from toolkit.workflows.dry_run import run_analysis
 
 
 class OneByOneLog(ev.EventLog):
@@ -48,10 +48,14 @@ def _load(program, policy: str, log: ev.EventLog | None = None) -> Session:
 
 def _frames(s: Session) -> dict[str, pd.DataFrame]:
     log = s.log
-    return {"events": tables.events_frame(log).drop(columns=["time_s", "seconds"], errors="ignore"), "lookups": tables.lookups_frame(log),
-            "comparisons": tables.comparisons_frame(log), "decisions": tables.decisions_frame(log),
-            "memory": tables.memory_frame(log).drop(columns="time_s"),
-            "analysis": tables.analysis_frame(log, s.results.values(), policy=s.policy.name.value)}
+    return {
+        "events": tables.events_frame(log).drop(columns=["time_s", "seconds"], errors="ignore"),
+        "lookups": tables.lookups_frame(log),
+        "comparisons": tables.comparisons_frame(log),
+        "decisions": tables.decisions_frame(log),
+        "memory": tables.memory_frame(log).drop(columns="time_s"),
+        "analysis": tables.analysis_frame(log, s.results.values(), policy=s.policy.name.value),
+    }
 
 
 def _same_loads(program, policy: str) -> None:
@@ -80,22 +84,43 @@ def _same_loads(program, policy: str) -> None:
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(methods=st.integers(1, 4), constants=st.integers(0, 60), content=st.floats(0, 0.3),
-       metadata=st.floats(0, 0.3), lifted=st.floats(0, 0.1), mutated=st.floats(0, 0.2),
-       device=st.sampled_from(["cpu", "cuda"]), seed=st.integers(0, 10_000), policy=st.sampled_from(POLICIES))
-def test_batches_equal_one_record_per_event_on_random_programs(methods, constants, content, metadata, lifted,
-                                                               mutated, device, seed, policy):
-    program = generate(SyntheticSpec(methods=methods, constants=constants, content_collision=content,
-                                     metadata_collision=metadata, lifted=lifted, mutated=mutated, device=device,
-                                     seed=seed))
+@given(
+    methods=st.integers(1, 4),
+    constants=st.integers(0, 60),
+    content=st.floats(0, 0.3),
+    metadata=st.floats(0, 0.3),
+    lifted=st.floats(0, 0.1),
+    mutated=st.floats(0, 0.2),
+    device=st.sampled_from(["cpu", "cuda"]),
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(POLICIES),
+)
+def test_batches_equal_one_record_per_event_on_random_programs(
+    methods, constants, content, metadata, lifted, mutated, device, seed, policy
+):
+    program = generate(
+        SyntheticSpec(
+            methods=methods,
+            constants=constants,
+            content_collision=content,
+            metadata_collision=metadata,
+            lifted=lifted,
+            mutated=mutated,
+            device=device,
+            seed=seed,
+        )
+    )
     _same_loads(program, policy)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_batches_equal_one_record_per_event_under_every_policy(policy):
     # collisions of both kinds and state: hits, declines, refusals and failed loads among the policies
-    program = generate(SyntheticSpec(methods=3, constants=80, content_collision=0.1, metadata_collision=0.1,
-                                     mutated=0.1, lifted=0.05, seed=11))
+    program = generate(
+        SyntheticSpec(
+            methods=3, constants=80, content_collision=0.1, metadata_collision=0.1, mutated=0.1, lifted=0.05, seed=11
+        )
+    )
     _same_loads(program, policy)
 
 
@@ -106,17 +131,32 @@ def test_a_batch_checks_its_fields_and_lengths_as_record_does():
     with pytest.raises(ValueError, match="ConstantEnumerated: columns of"):
         log.record_batch(ev.ConstantEnumerated, "m", name=["a", "b"], fqn=["a"], dtype=["x", "y"])
     with pytest.raises(ValueError, match="FieldCompared"):  # kinds say one FieldCompared, its columns hold two
-        log.record_rows("m", (ev.FieldCompared, ev.LoadFailed), [0, 1],
-                        {ev.FieldCompared: {k: [1, 2] for k in ("name", "fqn", "field", "cached", "new", "equal")},
-                         ev.LoadFailed: {"error": ["e"]}})
+        log.record_rows(
+            "m",
+            (ev.FieldCompared, ev.LoadFailed),
+            [0, 1],
+            {
+                ev.FieldCompared: {k: [1, 2] for k in ("name", "fqn", "field", "cached", "new", "equal")},
+                ev.LoadFailed: {"error": ["e"]},
+            },
+        )
     assert len(log) == 0
     log.record(ev.LoadFailed, "m", error="first")
-    log.record_rows("m", (ev.ConstantsExtracted, ev.LoadFailed), [1, 0, 0, 1],
-                    {ev.ConstantsExtracted: {"count": [1, 2]}, ev.LoadFailed: {"error": ["a", "b"]}})
+    log.record_rows(
+        "m",
+        (ev.ConstantsExtracted, ev.LoadFailed),
+        [1, 0, 0, 1],
+        {ev.ConstantsExtracted: {"count": [1, 2]}, ev.LoadFailed: {"error": ["a", "b"]}},
+    )
     log.record_batch(ev.CacheLookup, "n", name=["x"], fqn=["x.w"], result=["hit"], cached_owner=["m"])
     assert [(e.seq, type(e).__name__) for e in log] == [
-        (0, "LoadFailed"), (1, "LoadFailed"), (2, "ConstantsExtracted"), (3, "ConstantsExtracted"),
-        (4, "LoadFailed"), (5, "CacheLookup")]
+        (0, "LoadFailed"),
+        (1, "LoadFailed"),
+        (2, "ConstantsExtracted"),
+        (3, "ConstantsExtracted"),
+        (4, "LoadFailed"),
+        (5, "CacheLookup"),
+    ]
     assert log.seqs(ev.LoadFailed) == [0, 1, 4] and log.column(ev.LoadFailed, "error") == ["first", "a", "b"]
     assert log.column(ev.ConstantsExtracted, "count") == [1, 2] and log.last().storage_key == ""  # a default
     assert log.column(ev.CacheLookup, "storage_key") == [""] and log.column(ev.CacheLookup, "method") == ["n"]
@@ -138,9 +178,13 @@ def test_a_streaming_log_sees_every_event_of_a_batch():
 
 
 def test_run_analysis_frame_is_the_reference_frame():
-    program = generate(SyntheticSpec(methods=2, constants=200, content_collision=0.05, metadata_collision=0.05,
-                                     mutated=0.02, seed=5))
+    program = generate(
+        SyntheticSpec(methods=2, constants=200, content_collision=0.05, metadata_collision=0.05, mutated=0.02, seed=5)
+    )
     a = run_analysis(program, "decline-on-mismatch")
     ref = _load(program, "decline-on-mismatch", OneByOneLog())
-    pd.testing.assert_frame_equal(a.decisions, tables.analysis_frame(ref.log, ref.results.values(),
-                                                                     policy="decline-on-mismatch"), check_exact=True)
+    pd.testing.assert_frame_equal(
+        a.decisions,
+        tables.analysis_frame(ref.log, ref.results.values(), policy="decline-on-mismatch"),
+        check_exact=True,
+    )

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import toolkit
-from toolkit.engine import blame as blame_ops
 from toolkit.core.verdict import BlameStatus
+from toolkit.engine import blame as blame_ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 CULPRIT = "blocks.7.w3"
@@ -25,10 +25,12 @@ CULPRIT = "blocks.7.w3"
 def program():
     """Built once, cached as the samples are (keyed by llm_scale.py's source, the builder's, torch)."""
     import llm_scale
+
     from toolkit.build.samples import _cache_key, cache_root
 
-    args = Namespace(layers=12, hidden=32, ffn=64, vocab=64, dtype="bfloat16", compute="float32", device="cpu",
-                     culprit=CULPRIT)
+    args = Namespace(
+        layers=12, hidden=32, ffn=64, vocab=64, dtype="bfloat16", compute="float32", device="cpu", culprit=CULPRIT
+    )
     out = cache_root() / f"blame_scale-cpu-{_cache_key(llm_scale, 'cpu')}"
     if (out / "manifest.json").is_file():
         return toolkit.open_program(out)
@@ -54,8 +56,10 @@ def test_blame_clears_same_bytes_without_running_them(program):
     assert len([e for e in s.log if e.kind.value == "culprit_tried"]) == len(b)
     found = {(c.method, c.fqn): c.blame for c in s.verdict().constants}
     assert found[("decode", f"core.{CULPRIT}")] is BlameStatus.CULPRIT
-    assert {v for k, v in found.items() if k != ("decode", f"core.{CULPRIT}") and k[0] == "decode"} <= \
-        {BlameStatus.HARMLESS, BlameStatus.NOT_TESTED}
+    assert {v for k, v in found.items() if k != ("decode", f"core.{CULPRIT}") and k[0] == "decode"} <= {
+        BlameStatus.HARMLESS,
+        BlameStatus.NOT_TESTED,
+    }
     s.close()
 
 
@@ -128,7 +132,9 @@ def test_reset_without_recorded_mutation_checksums_and_restores(program):
     assert not torch.equal(s.run("decode")[0], alone)  # decode reads what prefill wrote
     before = dataclasses.replace(s.resets)
     s.reset_state()
-    assert s.resets.bytes_checked - before.bytes_checked == every  # both ran: every tensor once (decode's culprit is its own)
+    assert (
+        s.resets.bytes_checked - before.bytes_checked == every
+    )  # both ran: every tensor once (decode's culprit is its own)
     assert s.resets.bytes_rewritten - before.bytes_rewritten == cache
     assert torch.equal(s.run("decode")[0], alone)
     s.close()
@@ -160,14 +166,18 @@ def test_pte_blame_names_the_lifted_constant():
 
     s = toolkit.load_program(ROOT / "total_collision", "name-only")
     b = s.blame()
-    assert culprits(b) == {("prefill", b[b["fixes"]]["fqn"].iloc[0])} and \
-        b[b["fixes"]]["name"].iloc[0] == "_tensor_constant0", b
+    assert (
+        culprits(b) == {("prefill", b[b["fixes"]]["fqn"].iloc[0])}
+        and b[b["fixes"]]["name"].iloc[0] == "_tensor_constant0"
+    ), b
     assert b.attrs["experiments"] <= math.ceil(math.log2(max(len(b), 2))) + 1
     s.close()
 
 
-@pytest.mark.parametrize("tensor", [torch.randn(5000), torch.randn(64, 96).to(torch.bfloat16).T, torch.arange(7.0),
-                                    torch.zeros(3, dtype=torch.int8)])
+@pytest.mark.parametrize(
+    "tensor",
+    [torch.randn(5000), torch.randn(64, 96).to(torch.bfloat16).T, torch.arange(7.0), torch.zeros(3, dtype=torch.int8)],
+)
 def test_the_reset_checksum_sees_a_write_and_a_move(tensor):
     from toolkit.runtimes.aoti import AotiRuntime
 

@@ -34,8 +34,15 @@ from toolkit.core.policies import POLICIES
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = REPO / "artifacts"
 SAMPLE = "total_collision"
 LARGE_SAMPLE = "llama_prefill_decode"  # 44 decisions: the Decisions tab must stay bounded
@@ -90,11 +97,16 @@ def lab(tmp_path_factory, built_sample):
     write_synthetic(SyntheticSpec(name="synthetic_10k", seed=12, **SYNTHETIC), root / SYNTHETIC_DIR)
     home = tmp_path_factory.mktemp("jupyter-home")
     env = dict(os.environ)
-    env.update({
-        "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-        "IPYTHONDIR": str(home / "ipython"), "MPLBACKEND": "agg",  # (HOME kept: the kernel reuses the build cache)
-    })
+    env.update(
+        {
+            "JUPYTER_CONFIG_DIR": str(home / "config"),
+            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+            "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+            "IPYTHONDIR": str(home / "ipython"),
+            "MPLBACKEND": "agg",  # (HOME kept: the kernel reuses the build cache)
+        }
+    )
     # never fetch news or check for updates (no network in CI, and no toast over the screenshots)
     notif = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notif.parent.mkdir(parents=True)
@@ -106,12 +118,29 @@ def lab(tmp_path_factory, built_sample):
     port, token = _free_port(), secrets.token_hex(16)
     log = open(root.parent / "jupyter-lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.extension_manager=readonly",
-         "--ServerApp.terminals_enabled=False"] + (["--allow-root"] if os.geteuid() == 0 else []),
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+            "--ServerApp.terminals_enabled=False",
+        ]
+        + (["--allow-root"] if os.geteuid() == 0 else []),
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -192,14 +221,19 @@ def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int, 
     ``top``: the plot's top brought into view (a long matrix scrolls inside its box), not its middle."""
     plots = pg.locator(f"{scope} .js-plotly-plot")
     plots.first.wait_for(state="attached")
-    plots.first.evaluate("el => { el.scrollIntoView({block: 'start'}); el.closest('.constshare-matrix').scrollTop = 0; }"
-                         if top else "el => el.scrollIntoView({block: 'center'})")
+    plots.first.evaluate(
+        "el => { el.scrollIntoView({block: 'start'}); el.closest('.constshare-matrix').scrollTop = 0; }"
+        if top
+        else "el => el.scrollIntoView({block: 'center'})"
+    )
     try:
         plots.first.wait_for(state="visible", timeout=20_000)
     except Exception:
-        boxes = pg.evaluate("(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')].map(el => "
-                            "[el.className, JSON.stringify(el.getBoundingClientRect()), el.offsetParent !== null])",
-                            scope)
+        boxes = pg.evaluate(
+            "(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')].map(el => "
+            "[el.className, JSON.stringify(el.getBoundingClientRect()), el.offsetParent !== null])",
+            scope,
+        )
         raise AssertionError(f"no visible plotly figure in {scope}: {boxes}")
     drag = plots.first.locator(".nsewdrag").first
     box = drag.bounding_box()
@@ -208,28 +242,44 @@ def _matrix_hover(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int, 
     pg.mouse.move(x - 3, y - 3)
     pg.mouse.move(x, y, steps=3)
     try:
-        pg.wait_for_function("(scope) => (document.querySelector(scope + ' .hoverlayer .hovertext')?.textContent || '')"
-                             ".length > 0", arg=scope, timeout=20_000)
+        pg.wait_for_function(
+            "(scope) => (document.querySelector(scope + ' .hoverlayer .hovertext')?.textContent || '').length > 0",
+            arg=scope,
+            timeout=20_000,
+        )
     except Exception:
         _shot(pg, "explorer-matrix-hover-failed.png")
-        raise AssertionError(f"no hover label at ({x:.0f}, {y:.0f}) over row {row} of {n_rows}, column {col} of "
-                             f"{n_cols} in {box}")
+        raise AssertionError(
+            f"no hover label at ({x:.0f}, {y:.0f}) over row {row} of {n_rows}, column {col} of {n_cols} in {box}"
+        )
     return pg.evaluate("(scope) => document.querySelector(scope + ' .hoverlayer .hovertext').textContent", scope)
 
 
 def _matrix_shape(pg, scope: str) -> tuple[int, int]:
     """(rows, columns) of the heatmap plotly drew inside ``scope`` (from its own data)."""
     try:
-        pg.wait_for_function("(scope) => { const gd = document.querySelector(scope + ' .js-plotly-plot');"
-                             " return !!(gd && gd.data && gd.data[0] && gd.data[0].z); }", arg=scope, timeout=30_000)
+        pg.wait_for_function(
+            "(scope) => { const gd = document.querySelector(scope + ' .js-plotly-plot');"
+            " return !!(gd && gd.data && gd.data[0] && gd.data[0].z); }",
+            arg=scope,
+            timeout=30_000,
+        )
     except Exception:
         _shot(pg, "explorer-matrix-failed.png")
-        found = pg.evaluate("(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')].map(gd => "
-                            "[gd.className, !!gd.data, gd.data ? gd.data.length : -1])", scope)
+        found = pg.evaluate(
+            "(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')].map(gd => "
+            "[gd.className, !!gd.data, gd.data ? gd.data.length : -1])",
+            scope,
+        )
         raise AssertionError(f"no plotly heatmap in {scope}: {found}; console: {pg.console_messages[-15:]}")
-    return tuple(pg.evaluate("""(scope) => {
+    return tuple(
+        pg.evaluate(
+            """(scope) => {
         const gd = document.querySelector(scope + ' .js-plotly-plot');
-        const z = gd.data[0].z; return [z.length, z[0].length]; }""", scope))
+        const z = gd.data[0].z; return [z.length, z[0].length]; }""",
+            scope,
+        )
+    )
 
 
 def _matrix_click(pg, scope: str, row: int, n_rows: int, col: int, n_cols: int) -> None:
@@ -278,13 +328,16 @@ def test_explorer_in_jupyterlab(page, lab):
 
     # choose a policy and load
     pg.select_option(".constshare-policy select", "name-only")
-    pg.wait_for_function("() => document.querySelector('.constshare-policy-info')"
-                         "?.textContent.includes('share on name alone')")
+    pg.wait_for_function(
+        "() => document.querySelector('.constshare-policy-info')?.textContent.includes('share on name alone')"
+    )
     pg.click("button.constshare-load")
     try:
         pg.wait_for_function(
             "() => (document.querySelector('.constshare-status')?.textContent || '').includes('wrong: decode')",
-            timeout=180_000, polling=500)
+            timeout=180_000,
+            polling=500,
+        )
     except Exception:
         _shot(pg, "explorer-failed.png")
         status = pg.inner_text(".constshare-explorer")
@@ -347,10 +400,14 @@ def test_explorer_in_jupyterlab(page, lab):
     assert "content differs: decode runs on prefill/_tensor_constant0" in detail
     # prefill's own row (its method cell), not decode's culprit row, whose reason names prefill too
     pg.locator(".constshare-grid table.dataTable tbody tr").filter(
-        has=pg.locator("td:first-child", has_text=re.compile(r"^\s*prefill\s*$"))).first.click()
+        has=pg.locator("td:first-child", has_text=re.compile(r"^\s*prefill\s*$"))
+    ).first.click()
     try:
-        pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
-                             ".includes('prefill / _tensor_constant0')", timeout=30_000)
+        pg.wait_for_function(
+            "() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
+            ".includes('prefill / _tensor_constant0')",
+            timeout=30_000,
+        )
     except Exception:
         _shot(pg, "explorer-row-click-failed.png")
         raise AssertionError(f"a row click selected nothing; console: {pg.console_messages[-15:]}")
@@ -363,8 +420,9 @@ def test_explorer_in_jupyterlab(page, lab):
     _shot(pg, "explorer-selected-row.png")
     # sort by method (a header click), then search: the grid follows
     pg.locator(".constshare-grid table.dataTable thead th", has_text="method").first.click()
-    pg.wait_for_function("() => document.querySelector('.constshare-grid table.dataTable tbody tr')"
-                         "?.textContent.startsWith('decode')")
+    pg.wait_for_function(
+        "() => document.querySelector('.constshare-grid table.dataTable tbody tr')?.textContent.startsWith('decode')"
+    )
     info = "() => document.querySelector('.constshare-grid .dt-info')?.textContent || ''"
     assert pg.evaluate(info).startswith("rows 1-2 · 2 of 2 decisions")  # the tab's one count (then "1 row selected")
     pg.locator(".constshare-grid input[type=search]").fill("first_seen")  # only prefill's row
@@ -375,8 +433,10 @@ def test_explorer_in_jupyterlab(page, lab):
 
     # filter by decision (the dropdown): the grid follows
     pg.select_option(".constshare-filter-decision select", "loaded")
-    pg.wait_for_function("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
-                         ".includes('1 of 2 decisions (filtered)')")
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+        ".includes('1 of 2 decisions (filtered)')"
+    )
     assert pg.locator(".constshare-grid table.dataTable tbody tr").count() == 1
     assert overview.stat().st_size > 10_000 and decisions.stat().st_size > 10_000
     # the grid's own export of these rows as Excel: a download link holding the workbook, its rows the grid's
@@ -394,13 +454,17 @@ def test_explorer_in_jupyterlab(page, lab):
     assert back[["method", "name", "decision"]].values.tolist() == [["prefill", "_tensor_constant0", "loaded"]]
     _shot(pg, "explorer-excel-export.png")
     pg.select_option(".constshare-filter-decision select", label="all")
-    unfiltered = ("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
-                  ".startsWith('rows 1-2 · 2 of 2 decisions')")
+    unfiltered = (
+        "() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+        ".startsWith('rows 1-2 · 2 of 2 decisions')"
+    )
     pg.wait_for_function(unfiltered)
     # culprits only: the count and the rows agree (decode's culprit alone)
     pg.locator(".constshare-culprits-only input[type=checkbox]").check()
-    pg.wait_for_function("() => { const rows = document.querySelectorAll('.constshare-grid table.dataTable tbody tr');"
-                         " return rows.length === 1 && rows[0].textContent.startsWith('decode'); }")
+    pg.wait_for_function(
+        "() => { const rows = document.querySelectorAll('.constshare-grid table.dataTable tbody tr');"
+        " return rows.length === 1 && rows[0].textContent.startsWith('decode'); }"
+    )
     assert pg.inner_text(".constshare-grid .dt-info").startswith("rows 1-1 · 1 of 2 decisions (filtered)")
     pg.locator(".constshare-culprits-only input[type=checkbox]").uncheck()
     pg.wait_for_function(unfiltered)
@@ -412,8 +476,9 @@ def test_explorer_in_jupyterlab(page, lab):
     assert pg.evaluate("() => document.querySelector('img.constshare-memory').naturalWidth") > 200
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Export')")
     pg.click("button.constshare-export")
-    pg.wait_for_function("() => (document.querySelector('.constshare-export-result')?.textContent || '')"
-                         ".includes('wrote')")
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-export-result')?.textContent || '').includes('wrote')"
+    )
     written = pg.inner_text(".constshare-export-result")
     assert str(lab["root"] / "notebooks") in written and "total_collision-name-only-collisions.csv" in written
     _shot(pg, "explorer-export.png")
@@ -424,37 +489,57 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.wait_for_function(
         f"() => (document.querySelector('.constshare-status')?.textContent || '').includes('compared {len(POLICIES)} "
         "policies')",
-        timeout=180_000, polling=500)
+        timeout=180_000,
+        polling=500,
+    )
     pg.wait_for_function("() => (document.querySelector('img.constshare-tradeoff')?.naturalWidth || 0) > 200")
-    pg.wait_for_function("() => (document.querySelector('.constshare-comparison')?.textContent || '')"
-                         ".includes('verify-always')", timeout=30_000)  # (the table may follow the status line)
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-comparison')?.textContent || '').includes('verify-always')",
+        timeout=30_000,
+    )  # (the table may follow the status line)
     _shot(pg, "explorer-policies.png")
 
     # a larger program: choosing it greys the old results; loaded, the Decisions tab stays bounded
     pg.select_option(".constshare-sample select", LARGE_SAMPLE)
-    pg.wait_for_function("() => (document.querySelector('.constshare-stale-box')?.textContent || '')"
-                         ".includes('press Load')")
-    pg.wait_for_function("() => document.querySelector('.constshare-tabs').classList.contains('constshare-stale')",
-                         timeout=10_000)  # the two widget updates reach the page one after the other
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-stale-box')?.textContent || '').includes('press Load')"
+    )
+    pg.wait_for_function(
+        "() => document.querySelector('.constshare-tabs').classList.contains('constshare-stale')", timeout=10_000
+    )  # the two widget updates reach the page one after the other
     pg.select_option(".constshare-policy select", "fingerprint")
     pg.click("button.constshare-load")
     pg.wait_for_function(
         "() => (document.querySelector('.constshare-status')?.textContent || '').includes(\"under 'fingerprint': ok\")",
-        timeout=180_000, polling=500)
+        timeout=180_000,
+        polling=500,
+    )
     assert pg.locator(".constshare-stale-box").is_hidden()
     pg.click(".constshare-tabs .lm-TabBar-tab:has-text('Decisions')")
-    pg.wait_for_function("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
-                         ".includes('44 of 44 decisions')")
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '').includes('44 of 44 decisions')"
+    )
     rows = pg.locator(".constshare-grid table.dataTable tbody tr")
     rows.first.wait_for(state="visible")
     height = pg.evaluate("() => document.querySelector('.constshare-explorer').getBoundingClientRect().height")
     grid_box = pg.evaluate("() => document.querySelector('.constshare-grid').getBoundingClientRect().toJSON()")
     detail_box = pg.evaluate(
-        "() => document.querySelector('.constshare-constant-detail').getBoundingClientRect().toJSON()")
+        "() => document.querySelector('.constshare-constant-detail').getBoundingClientRect().toJSON()"
+    )
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "explorer-measurements.json").write_text(json.dumps(
-        {"viewport": VIEWPORT, "sample": LARGE_SAMPLE, "decisions": 44, "explorer_height_px": height,
-         "grid": grid_box, "detail": detail_box}, indent=2))
+    (ARTIFACTS / "explorer-measurements.json").write_text(
+        json.dumps(
+            {
+                "viewport": VIEWPORT,
+                "sample": LARGE_SAMPLE,
+                "decisions": 44,
+                "explorer_height_px": height,
+                "grid": grid_box,
+                "detail": detail_box,
+            },
+            indent=2,
+        )
+    )
     print(f"explorer height with {LARGE_SAMPLE}'s 44 decisions at {VIEWPORT['width']} px: {height:.0f} px")
     assert height < MAX_EXPLORER_HEIGHT, height
     assert detail_box["x"] >= grid_box["x"] + grid_box["width"] - 1  # the detail beside the grid, not below
@@ -466,8 +551,10 @@ def test_explorer_in_jupyterlab(page, lab):
     name = row.locator("td").nth(1).locator(".cs-internal, .cs-fqn").last.inner_text().replace("\u200b", "")
     picked = row.locator("td").nth(0).inner_text() + " / " + name
     row.click()
-    pg.wait_for_function("(want) => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
-                         ".includes(want)", arg=picked)
+    pg.wait_for_function(
+        "(want) => (document.querySelector('.constshare-constant-detail')?.textContent || '').includes(want)",
+        arg=picked,
+    )
     assert "same content" in pg.inner_text(".constshare-constant-detail")  # fingerprint shares equal bytes only
     _shot(pg, "explorer-decisions-llama.png")
     overflow = pg.evaluate("""() => [...document.querySelectorAll('.constshare-explorer')]
@@ -484,10 +571,14 @@ def test_explorer_in_jupyterlab(page, lab):
     # (the Decisions tab shown); after it, no row click (see the report: itables' sync after a selection
     # from Python)
     _matrix_click(pg, ".constshare-matrix", 1, 2, 0, rows_cols[1])
-    pg.wait_for_function("() => (document.querySelector('.constshare-constant-detail')?.textContent || '')"
-                         ".startsWith('decode / ')", timeout=20_000)
-    pg.wait_for_function("() => (document.querySelector('.constshare-grid tr.selected')?.textContent || '')"
-                         ".startsWith('decode')", timeout=20_000)
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-constant-detail')?.textContent || '').startsWith('decode / ')",
+        timeout=20_000,
+    )
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-grid tr.selected')?.textContent || '').startsWith('decode')",
+        timeout=20_000,
+    )
     pg.locator(".constshare-grid").wait_for(state="visible", timeout=20_000)  # the Decisions tab is shown
     _shot(pg, "explorer-matrix-click.png")
     _tab(pg, "Overview")
@@ -502,14 +593,18 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.locator(".constshare-dry-run input[type=checkbox]").check()
     pg.wait_for_function("() => document.querySelector('button.constshare-load')?.textContent.includes('Dry run')")
     pg.click("button.constshare-load")
-    pg.wait_for_function("() => (document.querySelector('.constshare-status')?.textContent || '')"
-                         ".includes('dry run (a prediction')", timeout=120_000, polling=500)
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-status')?.textContent || '').includes('dry run (a prediction')",
+        timeout=120_000,
+        polling=500,
+    )
     _tab(pg, "Overview")
     pte_summary = pg.inner_text(".constshare-summary")
     assert "'total_collision' under 'name-only' (predicted): wrong" in pte_summary, pte_summary[:400]
     assert "'prog'" not in pte_summary and "'prog'" not in pg.inner_text(".constshare-status")
     assert "total_collision-name-only-dry-run-collision-matrix.png" in pg.evaluate(
-        "() => document.querySelector('.constshare-matrix-png a')?.getAttribute('download') || ''")
+        "() => document.querySelector('.constshare-matrix-png a')?.getAttribute('download') || ''"
+    )
     _shot(pg, "explorer-pte-label.png")
 
     # a 10,000-constant synthetic program (no files but its manifest): the dry run, every tab
@@ -529,9 +624,12 @@ def test_explorer_in_jupyterlab(page, lab):
                                            attributeFilter: ['style']}); }""")
     t0 = time.monotonic()
     pg.click("button.constshare-load")
-    pg.wait_for_function("() => { const t = document.querySelector('.constshare-status')?.textContent || '';"
-                         " return t.includes('dry run (a prediction') && t.includes(\"'synthetic_10k' under\"); }",
-                         timeout=300_000, polling=500)
+    pg.wait_for_function(
+        "() => { const t = document.querySelector('.constshare-status')?.textContent || '';"
+        " return t.includes('dry run (a prediction') && t.includes(\"'synthetic_10k' under\"); }",
+        timeout=300_000,
+        polling=500,
+    )
     status = pg.inner_text(".constshare-status")
     assert "(predicted): wrong; wrong: " in status, status
     seen = pg.evaluate("() => { window.__csObserver.disconnect(); return window.__csSeen; }")
@@ -544,8 +642,11 @@ def test_explorer_in_jupyterlab(page, lab):
     assert widths[-1] == 100.0 and "dry run (a prediction" in texts[-1], seen[-3:]
     _tab(pg, "Decisions")
     total = SYNTHETIC["methods"] * SYNTHETIC["constants"]
-    pg.wait_for_function(f"() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
-                         f".includes('of {total:,} decisions')", timeout=120_000)
+    pg.wait_for_function(
+        f"() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
+        f".includes('of {total:,} decisions')",
+        timeout=120_000,
+    )
     pg.locator(".constshare-grid table.dataTable tbody tr").first.wait_for(state="visible", timeout=120_000)
     dry_seconds = time.monotonic() - t0
     assert "DRY RUN" in pg.inner_text(".constshare-dry-box")
@@ -556,8 +657,10 @@ def test_explorer_in_jupyterlab(page, lab):
     assert dry_height < MAX_EXPLORER_HEIGHT, dry_height
     t1 = time.monotonic()  # a search over every row answers while the page stays responsive
     pg.locator(".constshare-grid input[type=search]").fill("DIFFERS")  # the same-content column
-    pg.wait_for_function("() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '')"
-                         ".includes('filtered')", timeout=60_000)
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-grid .dt-info')?.textContent || '').includes('filtered')",
+        timeout=60_000,
+    )
     search_seconds = time.monotonic() - t1
     found = pg.locator(".constshare-grid table.dataTable tbody tr")
     assert found.count() > 0 and "DIFFERS" in found.first.inner_text()
@@ -565,20 +668,27 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.locator(".constshare-grid input[type=search]").fill("")
     # the 10,000 rows as Excel: a workbook too large for the page is named, not embedded
     pg.click("button.constshare-export-rows-excel")
-    pg.wait_for_function("() => (document.querySelector('.constshare-export-rows-result')?.textContent || '')"
-                         ".includes('wrote 10,000 rows')", timeout=120_000, polling=500)
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-export-rows-result')?.textContent || '')"
+        ".includes('wrote 10,000 rows')",
+        timeout=120_000,
+        polling=500,
+    )
     rows_export = pg.evaluate("() => document.querySelector('.constshare-export-rows-result').innerHTML")
     assert "base64" not in rows_export and len(rows_export) < 2_000 and ".xlsx" in rows_export, len(rows_export)
     assert "open it from the file browser" in rows_export
     _tab(pg, "Overview")
     # a long matrix: a row per name, grouped (a bold header per group), a column per method
     n_rows, n_cols = _matrix_shape(pg, ".constshare-matrix")
-    names = pg.evaluate("() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
-                        ".filter(j => j >= 0).length")
+    names = pg.evaluate(
+        "() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
+        ".filter(j => j >= 0).length"
+    )
     assert n_cols == SYNTHETIC["methods"] and names == 120 and n_rows > 120, (n_rows, n_cols, names)  # capped
     # the first name's row, under its group's header (a header row has no hover); the matrix box scrolled to its top
-    row = pg.evaluate("() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows"
-                      ".findIndex(j => j >= 0)")
+    row = pg.evaluate(
+        "() => document.querySelector('.constshare-matrix .js-plotly-plot').data[0].meta.rows.findIndex(j => j >= 0)"
+    )
     tip = _matrix_hover(pg, ".constshare-matrix", row + 1, n_rows, 1, n_cols, top=True)
     assert "decision:" in tip and "reason:" in tip, tip
     labels = pg.evaluate("""() => [...document.querySelectorAll('.constshare-matrix .yaxislayer-above .ytick text')]
@@ -599,8 +709,10 @@ def test_explorer_in_jupyterlab(page, lab):
     _shot(pg, "explorer-dry-run-10k-timeline.png")
     _tab(pg, "Export")
     pg.click("button.constshare-export")
-    pg.wait_for_function("() => (document.querySelector('.constshare-export-result')?.textContent || '')"
-                         ".includes('wrote')", timeout=60_000)
+    pg.wait_for_function(
+        "() => (document.querySelector('.constshare-export-result')?.textContent || '').includes('wrote')",
+        timeout=60_000,
+    )
     exported = pg.evaluate("() => document.querySelector('.constshare-export-result').innerHTML")
     assert "base64" not in exported and len(exported) < 5_000, len(exported)  # linked by its path, not embedded
     _shot(pg, "explorer-dry-run-10k-export.png")
@@ -610,9 +722,15 @@ def test_explorer_in_jupyterlab(page, lab):
         .map(el => el.className + ' ' + el.scrollWidth + '>' + el.clientWidth)""")
     assert not overflow, overflow
     measured = json.loads((ARTIFACTS / "explorer-measurements.json").read_text())
-    measured["dry_run_10k"] = {"decisions": total, "policy": SYNTHETIC_POLICY, "grid_rows_in_page": grid_rows,
-                               "explorer_height_px": dry_height, "dry_run_to_grid_s": round(dry_seconds, 1),
-                               "search_s": round(search_seconds, 2), "matrix": [n_rows, n_cols]}
+    measured["dry_run_10k"] = {
+        "decisions": total,
+        "policy": SYNTHETIC_POLICY,
+        "grid_rows_in_page": grid_rows,
+        "explorer_height_px": dry_height,
+        "dry_run_to_grid_s": round(dry_seconds, 1),
+        "search_s": round(search_seconds, 2),
+        "matrix": [n_rows, n_cols],
+    }
     (ARTIFACTS / "explorer-measurements.json").write_text(json.dumps(measured, indent=2))
     print(f"dry run of {total:,} constants to a filled grid: {dry_seconds:.1f} s; search {search_seconds:.2f} s")
 
@@ -725,14 +843,20 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
         return [out, w]; }""")
     plots = pg.locator(".jp-Notebook .js-plotly-plot").count()
     pages = _page_through(pg, stem)
-    record = {"notebook": notebook, "run_all_s": round(seconds, 1), "code_cells": state["total"],
-              "pages": len(pages), "plotly_figures": plots, "outputs_wider_than_page": wide,
-              "tables_scrolling_sideways_in_their_box": inner, "widest_table_and_its_box_px": widest,
-              "stderr_warnings": warned}
+    record = {
+        "notebook": notebook,
+        "run_all_s": round(seconds, 1),
+        "code_cells": state["total"],
+        "pages": len(pages),
+        "plotly_figures": plots,
+        "outputs_wider_than_page": wide,
+        "tables_scrolling_sideways_in_their_box": inner,
+        "widest_table_and_its_box_px": widest,
+        "stderr_warnings": warned,
+    }
     if notebook.startswith("01") or notebook.startswith("02"):
         assert plots >= 2, f"{notebook}: the interactive collision matrices did not render ({plots})"
-        tip = _matrix_hover(pg, ".jp-Notebook", 1, 2, 0, 1) if notebook.startswith("01") \
-            else None
+        tip = _matrix_hover(pg, ".jp-Notebook", 1, 2, 0, 1) if notebook.startswith("01") else None
         if tip is not None:
             assert "decode / _tensor_constant0" in tip and "decision: shared" in tip, tip
             _shot(pg, f"{stem}-matrix-hover.png")
@@ -746,7 +870,8 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
         box.screenshot(path=str(ARTIFACTS / f"{stem}-all-decisions.png"))
         record["all_decisions_box_px"] = box.evaluate(
             "el => { const s = el.querySelector('.constshare-scroll'); "
-            "return [s.querySelector('table').offsetWidth, s.clientWidth]; }")
+            "return [s.querySelector('table').offsetWidth, s.clientWidth]; }"
+        )
         box.locator("summary").click()
         record["explorer"] = _bart_explorer(pg, stem)
     measured = ARTIFACTS / "notebooks-measurements.json"
@@ -768,16 +893,23 @@ def _bart_explorer(pg, stem: str) -> dict:
     ex = pg.locator(scope).last
     ex.scroll_into_view_if_needed()
     ex.locator("button.constshare-load").click()
-    pg.wait_for_function("(s) => (document.querySelector(s + ' .constshare-status')?.textContent || '')"
-                         ".includes(': wrong; wrong: ')", arg=scope, timeout=300_000, polling=500)
+    pg.wait_for_function(
+        "(s) => (document.querySelector(s + ' .constshare-status')?.textContent || '').includes(': wrong; wrong: ')",
+        arg=scope,
+        timeout=300_000,
+        polling=500,
+    )
     assert "decoder" in ex.locator(".constshare-status").inner_text().split("wrong: ")[1]
     verification = ex.locator(".constshare-verification").inner_text()
     assert "runs on other data" in verification and "culprit: breaks" in verification, verification
     n_rows, n_cols = _matrix_shape(pg, scope + " .constshare-matrix")
     shots = {}
     # the first red (culprit) cell of the decoder row
-    col = pg.evaluate("""(s) => { const gd = document.querySelector(s + ' .constshare-matrix .js-plotly-plot');
-        return gd.data[0].text[1].findIndex(t => t.includes('\u2717')); }""", scope)
+    col = pg.evaluate(
+        """(s) => { const gd = document.querySelector(s + ' .constshare-matrix .js-plotly-plot');
+        return gd.data[0].text[1].findIndex(t => t.includes('\u2717')); }""",
+        scope,
+    )
     assert col >= 0, "no culprit marked in the BART matrix"
     tip = _matrix_hover(pg, scope + " .constshare-matrix", 1, n_rows, col, n_cols)
     assert "decision: shared" in tip and "content differs" in tip, tip
@@ -801,14 +933,22 @@ def _bart_explorer(pg, stem: str) -> dict:
         const box = t.closest('.dt-layout-cell'); return [t.scrollWidth, box.clientWidth]; }""")
     assert fits[0] <= fits[1] + 1, fits  # every column fits at 1440 px (long names wrap)
     ex.locator(".constshare-culprits-only input[type=checkbox]").check()
-    pg.wait_for_function("(s) => (document.querySelector(s + ' .constshare-grid .dt-info')?.textContent || '')"
-                         ".includes('(filtered)')", arg=scope, timeout=20_000)
+    pg.wait_for_function(
+        "(s) => (document.querySelector(s + ' .constshare-grid .dt-info')?.textContent || '').includes('(filtered)')",
+        arg=scope,
+        timeout=20_000,
+    )
     culprit_rows = ex.locator(".constshare-grid table.dataTable tbody tr")
     assert culprit_rows.count() >= 1 and all(
-        culprit_rows.nth(i).locator(".cs-culprit, .cs-caught").count() for i in range(culprit_rows.count()))
+        culprit_rows.nth(i).locator(".cs-culprit, .cs-caught").count() for i in range(culprit_rows.count())
+    )
     ex.screenshot(path=str(ARTIFACTS / f"{stem}-explorer-culprits-only.png"))
     ex.locator(".constshare-culprits-only input[type=checkbox]").uncheck()
     decisions = ex.locator(".constshare-grid .dt-info").inner_text()
     assert "of 50 decisions" in decisions, decisions
-    return {"matrix": [n_rows, n_cols], "explorer_height_px": height, "decisions_head": decisions[:200],
-            "screenshots": shots}
+    return {
+        "matrix": [n_rows, n_cols],
+        "explorer_height_px": height,
+        "decisions_head": decisions[:200],
+        "screenshots": shots,
+    }

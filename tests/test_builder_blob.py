@@ -36,8 +36,9 @@ class _CounterAndWeight(torch.nn.Module):
 
 def _build(tmp_path, device):
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(4))
-    return toolkit.build_program({"step": (_CounterAndWeight(), (x,))}, tmp_path / f"p-{device}", device=device,
-                                 progress=False)
+    return toolkit.build_program(
+        {"step": (_CounterAndWeight(), (x,))}, tmp_path / f"p-{device}", device=device, progress=False
+    )
 
 
 def _layouts(program, device):
@@ -49,8 +50,18 @@ def _layouts(program, device):
     c.upload_blob(blob)
     tensors = c.extract()
     base = min(t.untyped_storage().data_ptr() for t in tensors.values())
-    return {k.fqn: (k.offset, compiled.constants[k.name].blob_offset, tensors[k.name].untyped_storage().data_ptr() - base)
-            for k in spec.constants}, compiled.blob_bytes, blob.stat().st_size
+    return (
+        {
+            k.fqn: (
+                k.offset,
+                compiled.constants[k.name].blob_offset,
+                tensors[k.name].untyped_storage().data_ptr() - base,
+            )
+            for k in spec.constants
+        },
+        compiled.blob_bytes,
+        blob.stat().st_size,
+    )
 
 
 def _check_every_policy(program):
@@ -64,14 +75,18 @@ def _check_every_policy(program):
             s.close()
 
 
-@pytest.mark.parametrize("device, table, blob_bytes", [
-    # a CPU blob: the compiler pads the counter's data size to 64, file and allocation agree
-    ("cpu", (320, 320, 320), 256 + 64 + 256),
-    # an all-CUDA blob: read unpadded from the file (272), placed padded in the allocation (320)
-    pytest.param("cuda", (272, 272, 320), 256 + 16 + 256, marks=pytest.mark.gpu),
-])
-def test_a_constant_lies_in_the_file_where_the_so_reads_it_not_where_its_pointer_lies(tmp_path, device, table,
-                                                                                        blob_bytes):
+@pytest.mark.parametrize(
+    "device, table, blob_bytes",
+    [
+        # a CPU blob: the compiler pads the counter's data size to 64, file and allocation agree
+        ("cpu", (320, 320, 320), 256 + 64 + 256),
+        # an all-CUDA blob: read unpadded from the file (272), placed padded in the allocation (320)
+        pytest.param("cuda", (272, 272, 320), 256 + 16 + 256, marks=pytest.mark.gpu),
+    ],
+)
+def test_a_constant_lies_in_the_file_where_the_so_reads_it_not_where_its_pointer_lies(
+    tmp_path, device, table, blob_bytes
+):
     program = _build(tmp_path, device)
     layout, so_blob_bytes, file_bytes = _layouts(program, device)
     assert layout == {"weight": (0, 0, 0), "counter": (256, 256, 256), "table": table}, layout

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from executorch_fixtures import unpacked
 
-from toolkit.workflows.dry_run import run_analysis
-from toolkit.reports.ci import failure_message, junit_xml
 from toolkit.cli import main
 from toolkit.core.verdict import BAD_OUTCOMES, MethodOutcome
-
-from executorch_fixtures import unpacked
+from toolkit.reports.ci import failure_message, junit_xml
+from toolkit.workflows.dry_run import run_analysis
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # shared_ok exported by executorch 1.2.0 (generation 1): under name-only prefill runs on decode's _tensor_constant0
@@ -64,14 +63,31 @@ def zoo(tmp_path_factory) -> Path:
 def scanned(zoo, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     files = {k: out / f"scan.{k}" for k in ("csv", "html", "xml")}
-    rc = main(["scan", str(zoo), "--policies", ",".join(POLICIES), "--jobs", "1", "--csv", str(files["csv"]),
-               "--html", str(files["html"]), "--junit", str(files["xml"])])
+    rc = main(
+        [
+            "scan",
+            str(zoo),
+            "--policies",
+            ",".join(POLICIES),
+            "--jobs",
+            "1",
+            "--csv",
+            str(files["csv"]),
+            "--html",
+            str(files["html"]),
+            "--junit",
+            str(files["xml"]),
+        ]
+    )
     return rc, files
 
 
 def expected_verdicts(zoo):
-    return {(f"{d}/prog.pte", p): run_analysis(zoo / d / "prog.pte", p).session.verdict()
-            for d in ("gen1", "identical") for p in POLICIES}
+    return {
+        (f"{d}/prog.pte", p): run_analysis(zoo / d / "prog.pte", p).session.verdict()
+        for d in ("gen1", "identical")
+        for p in POLICIES
+    }
 
 
 def test_scan_junit_has_a_case_per_program_and_method_and_names_the_culprit(zoo, scanned):
@@ -93,7 +109,7 @@ def test_scan_junit_has_a_case_per_program_and_method_and_names_the_culprit(zoo,
                     culprits_named += 1
     assert culprits_named, "the culprit program has a culprit under name-only"
     # the program that cannot be read: one error case, not a failure of any method
-    (key, case), = cases.items()
+    ((key, case),) = cases.items()
     assert key == ("broken.pte", "open") and case.find("error").get("type") == "unreadable"
     assert rc == 1
 
@@ -123,16 +139,17 @@ def test_the_html_report_is_self_contained_and_puts_summary_and_alerts_first(sca
     _rc, files = scanned
     text = files["html"].read_text()
     assert "<script" not in text and "<link" not in text and "@import" not in text
-    assert not [u for u in ("src=\"http", "href=\"http", "url(http") if u in text]
+    assert not [u for u in ('src="http', 'href="http', "url(http") if u in text]
     at = [text.index(f'id="{s}"') for s in ("summary", "alerts", "culprits")]
     assert at == sorted(at) and at[-1] < text.index("Programs: the worst outcome") < text.index("Methods: the outcome")
-    assert "_tensor_constant0" in text[at[2]:text.index("</section>", at[2])]  # the culprit, in its section
+    assert "_tensor_constant0" in text[at[2] : text.index("</section>", at[2])]  # the culprit, in its section
 
 
 def test_report_writes_html_with_the_plot_and_junit_for_one_load(tmp_path, capsys):
     html, xml = tmp_path / "r.html", tmp_path / "r.xml"
-    rc = main(["report", str(CULPRIT_PROGRAM), "--policy", "name-only", "--dry-run", "--html", str(html),
-               "--junit", str(xml)])
+    rc = main(
+        ["report", str(CULPRIT_PROGRAM), "--policy", "name-only", "--dry-run", "--html", str(html), "--junit", str(xml)]
+    )
     v = run_analysis(CULPRIT_PROGRAM, "name-only").session.verdict()
     assert rc == int(v.exit_code) == 1
     root = ET.parse(xml).getroot()
@@ -148,8 +165,15 @@ def test_report_writes_html_with_the_plot_and_junit_for_one_load(tmp_path, capsy
 def test_junit_marks_no_reference_skipped_and_refused_failed():
     from toolkit.core.verdict import MethodVerdict, Verdict
 
-    v = Verdict("p", "fqn-weight-cache", False, (MethodVerdict("a", MethodOutcome.REFUSED, "duplicate key"),
-                                                 MethodVerdict("b", MethodOutcome.NO_REFERENCE, "not verified")))
+    v = Verdict(
+        "p",
+        "fqn-weight-cache",
+        False,
+        (
+            MethodVerdict("a", MethodOutcome.REFUSED, "duplicate key"),
+            MethodVerdict("b", MethodOutcome.NO_REFERENCE, "not verified"),
+        ),
+    )
     root = ET.fromstring(junit_xml([v]))
     check_junit_shape(root)
     a, b = root.iter("testcase")
@@ -202,7 +226,9 @@ def test_report_of_a_real_load_names_the_culprit_in_junit_and_html(built_sample,
     root = ET.parse(xml).getroot()
     check_junit_shape(root)
     failures = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
-    assert {m for m, f in failures.items() if f is not None} == {m.method for m in v.methods if m.outcome in BAD_OUTCOMES}
+    assert {m for m, f in failures.items() if f is not None} == {
+        m.method for m in v.methods if m.outcome in BAD_OUTCOMES
+    }
     for m in v.wrong_methods:
         assert all(c.name in failures[m].get("message") for c in v.findings(m))
     text = html.read_text()

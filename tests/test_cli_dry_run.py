@@ -44,7 +44,9 @@ def test_scan_a_folder_of_real_programs(tmp_path, capsys):
     wrong = f[f["wrong_data"]]
     assert rc == 1
     assert set(zip(wrong["program"], wrong["policy"], wrong["method"])) == {("prog", "name-only", "prefill")}
-    assert (f[f["status"] == "unreadable"]["path"].str.endswith("broken.pte")).all()  # it fails the gate (rc 1), runs on no data
+    assert (
+        f[f["status"] == "unreadable"]["path"].str.endswith("broken.pte")
+    ).all()  # it fails the gate (rc 1), runs on no data
     assert not f[(f["policy"] == "fingerprint")]["wrong_data"].any()
     assert main(["scan", str(zoo / "identical"), "--policies", "name-only,fingerprint"]) == 0
     assert "every method would run on its own data" in capsys.readouterr().out

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_csv_safety import hostile_zoo
 
 import toolkit.reports.collision
-from test_csv_safety import hostile_zoo
 from toolkit.cli import EXIT_INTERRUPTED, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,8 +51,13 @@ def test_a_fifo_as_csv_does_not_hang(prog, tmp_path):
     """Opening a FIFO for writing blocks until a reader comes: it is refused before any work."""
     fifo = tmp_path / "out.csv"
     os.mkfifo(fifo)
-    r = subprocess.run([sys.executable, "-m", "toolkit.cli", *_argv("report", prog, str(fifo))], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", *_argv("report", prog, str(fifo))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{fifo}: is not a regular file" in r.stderr
 
@@ -93,6 +98,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(prog, tmp_path,
 
     def fail(*a, **k):
         raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+
     monkeypatch.setattr(toolkit.reports.collision.os, "replace", fail)
     assert main(_argv("report", prog, str(csv))) == 2
     _one_line_error(capsys, str(csv), os.strerror(getattr(errno, errno_name)))
@@ -115,8 +121,14 @@ def test_ctrl_c_during_scan_stops_at_once_and_writes_what_finished(tmp_path):
     zoo = tmp_path / "zoo"
     hostile_zoo(zoo, n, constants=2000)
     csv = tmp_path / "s.csv"
-    p = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "scan", str(zoo), "--jobs", "1", "--csv", str(csv)],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "scan", str(zoo), "--jobs", "1", "--csv", str(csv)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         first = p.stderr.readline()
         assert first.startswith("scanned 1/16: "), first
@@ -144,6 +156,7 @@ def test_ctrl_c_during_scan_stops_at_once_and_writes_what_finished(tmp_path):
 def test_ctrl_c_elsewhere_is_exit_130_without_a_traceback(prog, monkeypatch, capsys):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
+
     monkeypatch.setattr("toolkit.workflows.dry_run.run_analysis", interrupted)
     assert main(["report", str(prog), "--dry-run"]) == EXIT_INTERRUPTED
     assert capsys.readouterr().err.strip() == "constshare: interrupted"
@@ -155,12 +168,12 @@ def test_ctrl_c_elsewhere_is_exit_130_without_a_traceback(prog, monkeypatch, cap
 def test_a_so_that_fails_to_load_leaves_the_so_cache(tmp_path):
     """An embedded .so that dlopen refuses: the load fails and leaves no copy of it on disk (it is
     dlopen'ed from a sealed in-memory copy: nothing is written to the cache folder)."""
+    from executorch_fixtures import unpacked
+
     import toolkit
     from toolkit.core.options import LoadOptions
     from toolkit.runtimes import Device
     from toolkit.runtimes.aoti import AotiMethod, AotiRuntime
-
-    from executorch_fixtures import unpacked
 
     # generation 1 (executorch 1.2.0) keys a .so by its method's name, not by its sha256, so a .pte whose
     # .so bytes are zeroed still opens (the sealed copy of what is then verified is what dlopen gets)
@@ -206,14 +219,15 @@ def test_no_notice_for_a_program_built_here_nor_for_a_dry_run(fresh_notice, buil
 
 
 def test_the_explorer_says_it_in_its_status_before_loading(fresh_notice):
-    from toolkit.sources import open_program
     from toolkit.explorer import ExplorerState
+    from toolkit.sources import open_program
 
     seen = []
 
     def load(*a, **k):
         seen.append(state.message)
         raise RuntimeError("stopped here")
+
     state = ExplorerState(load=load)
     assert state._loaded_session(open_program(PTE)) is None
     assert "runs the native code compiled into it" in seen[0] and "stopped here" in state.error

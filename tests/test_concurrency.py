@@ -16,9 +16,9 @@ import threading
 import pytest
 
 from toolkit.core.errors import LoadError
+from toolkit.core.policies import get_policy
 from toolkit.engine.loader import resolve_devices
 from toolkit.engine.session import Session
-from toolkit.core.policies import get_policy
 
 THREADS = 8
 REPEATS = 4
@@ -67,8 +67,9 @@ def _run_in_threads(worker, start: threading.Barrier) -> None:
     assert not any(t.is_alive() for t in threads), "a worker thread hung"
     if errors:
         i, first = errors[0]  # the first to fail; the others may only have found the barrier broken
-        raise AssertionError(f"{len(errors)} of {THREADS} worker threads raised; "
-                             f"thread {i} first: {first!r}") from first
+        raise AssertionError(
+            f"{len(errors)} of {THREADS} worker threads raised; thread {i} first: {first!r}"
+        ) from first
 
 
 def _concurrent_load(program, policy: str, seed: int) -> tuple[Session, dict[str, list[str]]]:
@@ -109,8 +110,9 @@ def test_eight_threads_give_the_serial_decisions(built_sample, sample, policy):
         for m in order:
             serial.load_method(m)
         assert _by_key(s.decisions) == _by_key(serial.decisions), f"rep {rep}, order {order}"
-        assert {(e.fqn, e.owner_method, frozenset(e.users)) for e in s.cache} == \
-            {(e.fqn, e.owner_method, frozenset(e.users)) for e in serial.cache}
+        assert {(e.fqn, e.owner_method, frozenset(e.users)) for e in s.cache} == {
+            (e.fqn, e.owner_method, frozenset(e.users)) for e in serial.cache
+        }
         got = s.verify()[["method", "ran", "ok"]].to_dict("records")
         assert got == serial.verify()[["method", "ran", "ok"]].to_dict("records")
         s.close()

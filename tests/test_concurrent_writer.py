@@ -19,7 +19,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from test_errors import SAMPLE, clone
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,10 +58,24 @@ def record(data, chunk=64 << 10):
 def run_child(body: str, tmp_path: Path, timeout: float = 120) -> dict:
     """Run ``body`` (after PRELUDE) in a fresh interpreter; its last stdout line is a JSON summary."""
     code = PRELUDE + textwrap.dedent(body)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"),  # (and what the parent has)
-                                                        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [
+                str(REPO),
+                str(REPO / "tests"),  # (and what the parent has)
+                *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+            ]
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, f"child ended with {proc.returncode} (negative: a signal)\n{proc.stderr[-3000:]}"
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     print(got)  # the counts, shown with pytest -s
@@ -70,7 +83,8 @@ def run_child(body: str, tmp_path: Path, timeout: float = 120) -> dict:
 
 
 def test_a_write_through_an_already_dirty_mapping_never_reaches_a_verified_load(tmp_path):
-    got = run_child('''
+    got = run_child(
+        """
     p = Path(sys.argv[1]) / "blob"
     vf, cases, wrong, invisible, refused = VerifiedFiles(), 0, 0, 0, 0
     for i in range(300):
@@ -96,13 +110,16 @@ def test_a_write_through_an_already_dirty_mapping_never_reaches_a_verified_load(
         mm.close(); os.close(fd); vf.clear()
         cases += 1
     print(json.dumps(dict(cases=cases, wrong=wrong, invisible=invisible, refused=refused)))
-    ''', tmp_path)
+    """,
+        tmp_path,
+    )
     assert got["cases"] >= 300 and got["wrong"] == 0 and got["refused"] == got["cases"]
     assert got["invisible"] > 0, "the tamper always changed a timestamp: the attack was not reproduced"
 
 
 def test_a_writer_swapping_the_file_every_half_millisecond(tmp_path):
-    got = run_child('''
+    got = run_child(
+        """
     d = Path(sys.argv[1]); p = d / "blob"
     good = os.urandom(1 << 20)
     bad = bytearray(good); bad[len(bad) // 2] ^= 1; bad = bytes(bad)
@@ -130,12 +147,15 @@ def test_a_writer_swapping_the_file_every_half_millisecond(tmp_path):
     finally:
         stop(pid)
     print(json.dumps(dict(cases=right + wrong + refused, right=right, wrong=wrong, refused=refused)))
-    ''', tmp_path)
+    """,
+        tmp_path,
+    )
     assert got["cases"] >= 300 and got["wrong"] == 0
 
 
 def test_a_shrink_and_regrow_during_the_read_is_a_clean_error(tmp_path):
-    got = run_child('''
+    got = run_child(
+        """
     from toolkit.core.model import ConstantSpec
     from toolkit.upload import read_constant_bytes
     p = Path(sys.argv[1]) / "blob"
@@ -170,14 +190,17 @@ def test_a_shrink_and_regrow_during_the_read_is_a_clean_error(tmp_path):
     finally:
         stop(pid)
     print(json.dumps(dict(cases=right + wrong + refused, wrong=wrong, refused=refused, unchecked=unchecked)))
-    ''', tmp_path)
+    """,
+        tmp_path,
+    )
     assert got["cases"] >= 300 and got["wrong"] == 0 and got["unchecked"] == 300
 
 
 def test_a_shrink_while_a_source_hashes_a_sparse_file(tmp_path):
     """open_program's readers (MappedFile) on a sparse .ptd-like file cut short while read: a clean
     error, or a record that describes exactly the bytes the parsers then read."""
-    got = run_child('''
+    got = run_child(
+        """
     from toolkit.sources.binary import MappedFile
     p = Path(sys.argv[1]) / "weights.ptd"
     size = 32 << 20
@@ -205,7 +228,9 @@ def test_a_shrink_while_a_source_hashes_a_sparse_file(tmp_path):
     finally:
         stop(pid)
     print(json.dumps(dict(cases=ok + wrong + refused, wrong=wrong, refused=refused)))
-    ''', tmp_path)
+    """,
+        tmp_path,
+    )
     assert got["cases"] >= 300 and got["wrong"] == 0
 
 
@@ -214,7 +239,8 @@ def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample,
     """Real loads: each either refused by the integrity check or loaded and right (uploads hashed
     in staging slots; after the tamper by mapping, also through the sealed copy a load kept)."""
     clone(built_sample(SAMPLE, device), tmp_path / "p")
-    got = run_child('''
+    got = run_child(
+        """
     from toolkit.engine.session import load_program
     root = Path(sys.argv[1]) / "p"
     blob = root / "methods/decode/weights.blob"
@@ -273,12 +299,17 @@ def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample,
     tampered["unchecked_right"] = s.status == "loaded" and verdict(s)
     s.close()
     print(json.dumps(dict(cases=right + wrong + refused, wrong=wrong, refused=refused, tampered=tampered)))
-    ''', tmp_path, timeout=300)
+    """,
+        tmp_path,
+        timeout=300,
+    )
     assert got["cases"] == 8 and got["wrong"] == 0
     assert got["tampered"]["invisible"], "the tamper changed a timestamp: the attack was not reproduced"
     assert got["tampered"]["right"], got  # a load through the kept copy used the bytes it verified
     # verified staging keeps nothing: where no load kept a complete copy, the next load hashes the piece
     # again and refuses it (never wrong); where one did, the default load reads that copy's verified bytes
     assert got["tampered"]["kept_copy_right"], got
-    assert got["tampered"]["staged"] == ["failed", "IntegrityError", str(tmp_path / "p/methods/decode/weights.blob")], got
+    assert got["tampered"]["staged"] == ["failed", "IntegrityError", str(tmp_path / "p/methods/decode/weights.blob")], (
+        got
+    )
     assert not got["tampered"]["unchecked_right"], "the tamper does not change the outputs: the test proves nothing"

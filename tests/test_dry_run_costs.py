@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from toolkit.build.synthetic import SyntheticSpec, generate
 from toolkit.core import events as ev
 from toolkit.workflows.dry_run import collector_paused, run_analysis
-from toolkit.build.synthetic import SyntheticSpec, generate
 
 
 def _columns_by_events(log: ev.EventLog, event_type: type[ev.Event], name: str) -> list:
@@ -28,19 +28,46 @@ def test_columns_read_between_records_see_every_entry_of_their_type():
             log.record(ev.ConstantUploaded, "m", name=f"c{step}", fqn=f"f{step}", bytes=step, seconds=0.0, path="x")
         elif what == 1:
             n = rng.randrange(1, 4)
-            log.record_batch(ev.ConstantEnumerated, "m", name=[f"e{step}.{i}" for i in range(n)],
-                             fqn=[f"f{i}" for i in range(n)], dtype=["float32"] * n)
+            log.record_batch(
+                ev.ConstantEnumerated,
+                "m",
+                name=[f"e{step}.{i}" for i in range(n)],
+                fqn=[f"f{i}" for i in range(n)],
+                dtype=["float32"] * n,
+            )
         elif what == 2:
             kinds = [rng.randrange(2) for _ in range(rng.randrange(1, 5))]
             nf, nd = kinds.count(0), kinds.count(1)
-            log.record_rows("m", (ev.FieldCompared, ev.DigestCompared), kinds, {
-                ev.FieldCompared: {"name": [f"n{step}"] * nf, "fqn": ["q"] * nf, "field": ["dtype"] * nf,
-                                   "cached": ["a"] * nf, "new": ["b"] * nf, "equal": [False] * nf},
-                ev.DigestCompared: {"name": [f"d{step}"] * nd, "fqn": ["q"] * nd, "cached": ["x"] * nd,
-                                    "new": ["x"] * nd, "equal": [True] * nd}})
+            log.record_rows(
+                "m",
+                (ev.FieldCompared, ev.DigestCompared),
+                kinds,
+                {
+                    ev.FieldCompared: {
+                        "name": [f"n{step}"] * nf,
+                        "fqn": ["q"] * nf,
+                        "field": ["dtype"] * nf,
+                        "cached": ["a"] * nf,
+                        "new": ["b"] * nf,
+                        "equal": [False] * nf,
+                    },
+                    ev.DigestCompared: {
+                        "name": [f"d{step}"] * nd,
+                        "fqn": ["q"] * nd,
+                        "cached": ["x"] * nd,
+                        "new": ["x"] * nd,
+                        "equal": [True] * nd,
+                    },
+                },
+            )
         else:  # a read in the middle: the index is made here and must grow with what comes after
-            for t, name in ((ev.ConstantUploaded, "name"), (ev.FieldCompared, "name"), (ev.DigestCompared, "seq"),
-                            (ev.ConstantEnumerated, "seq"), (ev.MethodLoaded, "seq")):
+            for t, name in (
+                (ev.ConstantUploaded, "name"),
+                (ev.FieldCompared, "name"),
+                (ev.DigestCompared, "seq"),
+                (ev.ConstantEnumerated, "seq"),
+                (ev.MethodLoaded, "seq"),
+            ):
                 assert log.column(t, name) == _columns_by_events(log, t, name), (step, t.__name__, name)
     for t in (ev.ConstantUploaded, ev.ConstantEnumerated, ev.FieldCompared, ev.DigestCompared):
         for name in ("seq", "time_s", "method", "name"):
@@ -105,26 +132,29 @@ def test_the_collector_is_restored_when_the_pass_raises(collector_state):
 
 
 def _uploads_load(native: bool):
-    from toolkit.engine.loader import resolve_devices
     from toolkit.core.policies import get_policy
-    from toolkit.runtimes.dry_run import DryRunRuntime
+    from toolkit.engine.loader import resolve_devices
     from toolkit.engine.session import Session
+    from toolkit.runtimes.dry_run import DryRunRuntime
 
     class Runtime(DryRunRuntime):
         native_uploads = native
 
     program = generate(SyntheticSpec(methods=3, constants=120, seed=5))
     rt = Runtime()
-    return Session(program, get_policy("fingerprint"), resolve_devices(program, None, rt), check_integrity=False,
-                   runtime=rt).load()
+    return Session(
+        program, get_policy("fingerprint"), resolve_devices(program, None, rt), check_integrity=False, runtime=rt
+    ).load()
 
 
 def test_uploads_that_run_no_native_code_are_one_record_of_the_same_events():
     """A runtime whose uploads run native code has each recorded as it is done (a streaming worker keeps
     them before a crash); the dry run's are one batch per method: the same events, in the same places."""
     one_by_one, batched = _uploads_load(True), _uploads_load(False)
-    entries = {s: [r for r in s.log._records if (r[0] if type(r) is tuple else r.types[0]) is ev.ConstantUploaded]
-               for s in (one_by_one, batched)}
+    entries = {
+        s: [r for r in s.log._records if (r[0] if type(r) is tuple else r.types[0]) is ev.ConstantUploaded]
+        for s in (one_by_one, batched)
+    }
     uploads = len(one_by_one.log.of_type(ev.ConstantUploaded))
     assert uploads > 100
     assert len(entries[one_by_one]) == uploads and all(type(r) is tuple for r in entries[one_by_one])
@@ -171,4 +201,4 @@ def test_members_are_the_enums_own():
         assert {k: getattr(m, k) for k in e.__members__} == dict(e.__members__)
         assert all(getattr(m, k) is v for k, v in e.__members__.items())
     with pytest.raises(AttributeError):
-        vocab.Members(vocab.Lookup).MAYBE
+        vocab.Members(vocab.Lookup).MAYBE  # noqa: B018 (the access itself must raise)

@@ -18,14 +18,20 @@ from safetensors.torch import load_file, save_file
 
 from toolkit.core import events as ev
 from toolkit.core.errors import (
-    IncompatibleProgramError, IntegrityError, LoadError, ManifestError, ProgramError, ToolkitError,
+    IncompatibleProgramError,
+    IntegrityError,
+    LoadError,
+    ManifestError,
+    ProgramError,
+    ToolkitError,
 )
+from toolkit.core.policies import get_policy
 from toolkit.engine.loader import resolve_devices
 from toolkit.engine.session import Session, load_program
 from toolkit.integrity import check_files, file_record
-from toolkit.sources.directory import MANIFEST_FILE
-from toolkit.core.policies import get_policy
 from toolkit.sources import open_program
+from toolkit.sources.directory import MANIFEST_FILE
+
 
 def check_program_files(program) -> None:
     check_files(program.root, program.files, program.files)
@@ -82,8 +88,15 @@ def refresh_digests(root: Path) -> Path:
 def cache_state(cache) -> dict:
     """Everything observable about a cache, by identity: to prove it is exactly as before."""
     return {
-        e.fqn: (id(e), e.owner_method, e.name, frozenset(e.users), id(e.tensor), id(e.keepalive),
-                id(cache.find_content(e.digest, e.meta)))
+        e.fqn: (
+            id(e),
+            e.owner_method,
+            e.name,
+            frozenset(e.users),
+            id(e.tensor),
+            id(e.keepalive),
+            id(cache.find_content(e.digest, e.meta)),
+        )
         for e in cache
     }
 
@@ -120,13 +133,17 @@ def test_missing_manifest(prog):
     assert ei.value.path == str(prog / MANIFEST_FILE)
 
 
-@pytest.mark.parametrize("text", [
-    "{not json",
-    "",
-    '{"format": "constshare-program", ',
-    "[" * 100_000,  # nesting deeper than the JSON decoder's recursion limit
-    '{"format_version": ' + "9" * 5000 + "}",  # an integer longer than Python converts
-], ids=["syntax", "empty", "truncated", "deeply-nested", "huge-integer"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "",
+        '{"format": "constshare-program", ',
+        "[" * 100_000,  # nesting deeper than the JSON decoder's recursion limit
+        '{"format_version": ' + "9" * 5000 + "}",  # an integer longer than Python converts
+    ],
+    ids=["syntax", "empty", "truncated", "deeply-nested", "huge-integer"],
+)
 def test_malformed_manifest_text(prog, text):
     (prog / MANIFEST_FILE).write_text(text, encoding="utf-8")
     err = manifest_error(prog)
@@ -138,19 +155,33 @@ def test_manifest_not_utf8(prog):
     assert "not valid JSON" in str(manifest_error(prog))
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda d: d.clear(), "format"),
-    (lambda d: d.update(format="something-else"), "format"),
-    (lambda d: d.update(format_version=5), "format_version"),
-    (lambda d: d.update(format_version="1"), "format_version"),
-    (lambda d: d.pop("methods"), "methods"),
-    (lambda d: d.update(methods=[]), "methods"),
-    (lambda d: d.update(device="tpu"), "device"),
-    (lambda d: d.update(torch_version=""), "torch_version"),
-    (lambda d: d.pop("files"), "files"),
-    (lambda d: d["files"].pop("methods/decode/weights.blob"), "files"),
-], ids=["empty-object", "format", "unknown-version", "version-type", "no-methods", "empty-methods", "device",
-        "torch-version", "no-files", "no-file-record"])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d.clear(), "format"),
+        (lambda d: d.update(format="something-else"), "format"),
+        (lambda d: d.update(format_version=5), "format_version"),
+        (lambda d: d.update(format_version="1"), "format_version"),
+        (lambda d: d.pop("methods"), "methods"),
+        (lambda d: d.update(methods=[]), "methods"),
+        (lambda d: d.update(device="tpu"), "device"),
+        (lambda d: d.update(torch_version=""), "torch_version"),
+        (lambda d: d.pop("files"), "files"),
+        (lambda d: d["files"].pop("methods/decode/weights.blob"), "files"),
+    ],
+    ids=[
+        "empty-object",
+        "format",
+        "unknown-version",
+        "version-type",
+        "no-methods",
+        "empty-methods",
+        "device",
+        "torch-version",
+        "no-files",
+        "no-file-record",
+    ],
+)
 def test_manifest_top_level_fields(prog, mutate, field):
     edit_manifest(prog, mutate)
     err = manifest_error(prog)
@@ -172,45 +203,87 @@ def _const(d, i=0, j=0) -> dict:
     return d["methods"][i]["constants"][j]
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda d: _const(d).update(offset=16), "methods[0].constants[0].offset"),  # [16, 16400) of a 16384-byte blob
-    (lambda d: _const(d).update(offset=-1), "methods[0].constants[0].offset"),
-    (lambda d: _const(d).update(dtype="float33"), "methods[0].constants[0].dtype"),
-    (lambda d: _const(d).update(dtype=7), "methods[0].constants[0].dtype"),
-    (lambda d: _const(d).update(shape=["64", 64]), "methods[0].constants[0].shape"),
-    (lambda d: _const(d).update(shape=[64, -64]), "methods[0].constants[0].shape"),
-    (lambda d: _const(d).update(shape=[1 << 30, 1 << 30]), "methods[0].constants[0].shape"),
-    (lambda d: _const(d).update(shape=[1] * 65, strides=[1] * 65), "methods[0].constants[0].shape"),
-    (lambda d: _const(d).update(strides=[64, 1.5]), "methods[0].constants[0].strides"),
-    (lambda d: _const(d).update(strides=[1]), "methods[0].constants[0].strides"),
-    (lambda d: _const(d).update(strides=[64, -1]), "methods[0].constants[0].strides"),
-    (lambda d: _const(d).update(strides=[128, 1]), "methods[0].constants[0].nbytes"),  # layout needs more bytes
-    (lambda d: _const(d).update(nbytes=4), "methods[0].constants[0].nbytes"),
-    (lambda d: _const(d).update(kind="weight"), "methods[0].constants[0].kind"),
-    (lambda d: _const(d).update(mutated="no"), "methods[0].constants[0].mutated"),
-    (lambda d: _const(d).update(digest="abc"), "methods[0].constants[0].digest"),
-    (lambda d: _const(d).pop("fqn"), "methods[0].constants[0].fqn"),
-    (lambda d: d["methods"][0]["constants"].append(dict(_const(d))), "methods[0].constants[1].name"),
-    # a wrong blob_bytes is blamed on itself (it disagrees with the file record), not on a constant
-    (lambda d: d["methods"][1].update(blob_bytes=16000), "methods[decode].blob_bytes"),
-    (lambda d: (d["methods"][1].update(blob_bytes=16000),
-                d["files"]["methods/decode/weights.blob"].update(bytes=16000)), "methods[1].constants[0].offset"),
-    (lambda d: d["methods"][1].update(blob_bytes=20000), "methods[decode].blob_bytes"),
-    (lambda d: d["methods"][0].update(num_inputs=-1), "methods[0].num_inputs"),
-    (lambda d: d["methods"][0].update(constants={}), "methods[0].constants"),
-], ids=["offset-outside-blob", "negative-offset", "unknown-dtype", "dtype-type", "shape-string", "shape-negative",
-        "shape-implausible", "rank-implausible", "stride-float", "strides-rank", "stride-negative",
-        "strides-need-more-bytes", "nbytes", "kind", "mutated", "digest", "no-fqn", "duplicate-constant",
-        "blob-bytes-vs-record-first", "blob-smaller-than-constants", "blob-bytes-vs-record", "num-inputs", "constants-type"])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: _const(d).update(offset=16), "methods[0].constants[0].offset"),  # [16, 16400) of a 16384-byte blob
+        (lambda d: _const(d).update(offset=-1), "methods[0].constants[0].offset"),
+        (lambda d: _const(d).update(dtype="float33"), "methods[0].constants[0].dtype"),
+        (lambda d: _const(d).update(dtype=7), "methods[0].constants[0].dtype"),
+        (lambda d: _const(d).update(shape=["64", 64]), "methods[0].constants[0].shape"),
+        (lambda d: _const(d).update(shape=[64, -64]), "methods[0].constants[0].shape"),
+        (lambda d: _const(d).update(shape=[1 << 30, 1 << 30]), "methods[0].constants[0].shape"),
+        (lambda d: _const(d).update(shape=[1] * 65, strides=[1] * 65), "methods[0].constants[0].shape"),
+        (lambda d: _const(d).update(strides=[64, 1.5]), "methods[0].constants[0].strides"),
+        (lambda d: _const(d).update(strides=[1]), "methods[0].constants[0].strides"),
+        (lambda d: _const(d).update(strides=[64, -1]), "methods[0].constants[0].strides"),
+        (lambda d: _const(d).update(strides=[128, 1]), "methods[0].constants[0].nbytes"),  # layout needs more bytes
+        (lambda d: _const(d).update(nbytes=4), "methods[0].constants[0].nbytes"),
+        (lambda d: _const(d).update(kind="weight"), "methods[0].constants[0].kind"),
+        (lambda d: _const(d).update(mutated="no"), "methods[0].constants[0].mutated"),
+        (lambda d: _const(d).update(digest="abc"), "methods[0].constants[0].digest"),
+        (lambda d: _const(d).pop("fqn"), "methods[0].constants[0].fqn"),
+        (lambda d: d["methods"][0]["constants"].append(dict(_const(d))), "methods[0].constants[1].name"),
+        # a wrong blob_bytes is blamed on itself (it disagrees with the file record), not on a constant
+        (lambda d: d["methods"][1].update(blob_bytes=16000), "methods[decode].blob_bytes"),
+        (
+            lambda d: (
+                d["methods"][1].update(blob_bytes=16000),
+                d["files"]["methods/decode/weights.blob"].update(bytes=16000),
+            ),
+            "methods[1].constants[0].offset",
+        ),
+        (lambda d: d["methods"][1].update(blob_bytes=20000), "methods[decode].blob_bytes"),
+        (lambda d: d["methods"][0].update(num_inputs=-1), "methods[0].num_inputs"),
+        (lambda d: d["methods"][0].update(constants={}), "methods[0].constants"),
+    ],
+    ids=[
+        "offset-outside-blob",
+        "negative-offset",
+        "unknown-dtype",
+        "dtype-type",
+        "shape-string",
+        "shape-negative",
+        "shape-implausible",
+        "rank-implausible",
+        "stride-float",
+        "strides-rank",
+        "stride-negative",
+        "strides-need-more-bytes",
+        "nbytes",
+        "kind",
+        "mutated",
+        "digest",
+        "no-fqn",
+        "duplicate-constant",
+        "blob-bytes-vs-record-first",
+        "blob-smaller-than-constants",
+        "blob-bytes-vs-record",
+        "num-inputs",
+        "constants-type",
+    ],
+)
 def test_manifest_constant_fields(prog, mutate, field):
     edit_manifest(prog, mutate)
     err = manifest_error(prog)
     assert err.field == field, err
 
 
-@pytest.mark.parametrize("name", [
-    "../evil", "..", "a/b", "a\\b", "/abs", "", "decode\x00", "x" * 200, "méthode", ".hidden",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../evil",
+        "..",
+        "a/b",
+        "a\\b",
+        "/abs",
+        "",
+        "decode\x00",
+        "x" * 200,
+        "méthode",
+        ".hidden",
+    ],
+)
 def test_method_names_that_could_escape_the_program_directory(prog, name):
     edit_manifest(prog, lambda d: d["methods"][1].update(name=name))
     err = manifest_error(prog)
@@ -218,13 +291,16 @@ def test_method_names_that_could_escape_the_program_directory(prog, name):
     assert "not a plain identifier" in str(err)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("so_file", "../../../../etc/passwd"),
-    ("blob_file", "/etc/passwd"),
-    ("reference_file", "methods/../../outside"),
-    ("so_file", "methods\\decode\\model.so"),
-    ("so_file", ""),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("so_file", "../../../../etc/passwd"),
+        ("blob_file", "/etc/passwd"),
+        ("reference_file", "methods/../../outside"),
+        ("so_file", "methods\\decode\\model.so"),
+        ("so_file", ""),
+    ],
+)
 def test_file_paths_that_escape_the_program_directory(prog, key, value):
     edit_manifest(prog, lambda d: d["methods"][1].update({key: value}))
     err = manifest_error(prog)
@@ -249,6 +325,7 @@ def test_file_name_too_long_is_a_program_error(prog):
     def mutate(d):
         d["methods"][1]["so_file"] = long
         d["files"][long] = d["files"].pop("methods/decode/model.so")
+
     edit_manifest(prog, mutate)
     with pytest.raises(ProgramError) as ei:
         open_program(prog)
@@ -258,8 +335,9 @@ def test_file_name_too_long_is_a_program_error(prog):
 # ------------------------------------------------------------------------ the files
 
 
-@pytest.mark.parametrize("rel", ["methods/decode/model.so", "methods/prefill/weights.blob",
-                                 "methods/decode/reference.safetensors"])
+@pytest.mark.parametrize(
+    "rel", ["methods/decode/model.so", "methods/prefill/weights.blob", "methods/decode/reference.safetensors"]
+)
 def test_missing_file(prog, rel):
     (prog / rel).unlink()
     with pytest.raises(ProgramError, match="missing") as ei:
@@ -267,8 +345,10 @@ def test_missing_file(prog, rel):
     assert ei.value.path == str(prog / rel)
 
 
-@pytest.mark.parametrize("change, word", [(lambda b: b[:-1], "truncated"), (lambda b: b[:100], "truncated"),
-                                          (lambda b: b + b"\0", "oversized")])
+@pytest.mark.parametrize(
+    "change, word",
+    [(lambda b: b[:-1], "truncated"), (lambda b: b[:100], "truncated"), (lambda b: b + b"\0", "oversized")],
+)
 def test_truncated_or_oversized_blob(prog, change, word):
     blob = prog / "methods/decode/weights.blob"
     blob.write_bytes(change(blob.read_bytes()))
@@ -360,8 +440,9 @@ def _session(program, policy: str) -> Session:
     return Session(program, get_policy(policy), resolve_devices(program, None))
 
 
-@pytest.mark.parametrize("policy", ["name-only", "decline-on-mismatch", "verify-always", "fingerprint",
-                                    "content-dedup", "no-sharing"])
+@pytest.mark.parametrize(
+    "policy", ["name-only", "decline-on-mismatch", "verify-always", "fingerprint", "content-dedup", "no-sharing"]
+)
 def test_failed_method_load_leaves_the_cache_exactly_as_before(base, policy):
     """The failure is injected at the very last step of decode's load, after its cache
     entries were added and its shares recorded: everything must be rolled back."""
@@ -409,16 +490,22 @@ def test_every_error_is_a_toolkit_error():
 def test_manifest_dtype_that_contradicts_the_compiled_so(prog):
     """A manifest that lies consistently (dtype changed, same item size, digests refreshed)
     is caught against the dtype the .so was compiled for, before any byte is uploaded."""
+
     def lie(d):
         c = d["methods"][0]["constants"][0]
         assert c["dtype"] == "float32"
         c["dtype"] = "int32"
+
     edit_manifest(prog, lie)
     s = load_program(prog, "fingerprint")
     assert s.status == "failed" and s.failed_method == s.program.methods[0].name
     err = s.exception
     err = err() if callable(err) else err
-    assert isinstance(err, ProgramError) and err.field == f"methods[{s.program.methods[0].name}].constants[{s.program.methods[0].constants[0].name}].dtype"
+    assert (
+        isinstance(err, ProgramError)
+        and err.field
+        == f"methods[{s.program.methods[0].name}].constants[{s.program.methods[0].constants[0].name}].dtype"
+    )
     assert "compiled for float32" in s.error and "int32" in s.error
     assert not any(e.kind.value == "constant_uploaded" for e in s.log)
 
@@ -428,10 +515,17 @@ def test_manifest_dtype_that_contradicts_the_compiled_so(prog):
 SHARED_OK = Path(__file__).resolve().parent / "fixtures" / "executorch-1.5.1-cuda" / "shared_ok"
 
 
-@pytest.mark.parametrize("value, says", [
-    ("-1", "greater than or equal to 0"), ("2.7", "valid integer"), ("1e400", "valid integer"),
-    ("Infinity", "valid integer"), ("9" * 5000, "Invalid JSON"), ("true", "valid integer"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("-1", "greater than or equal to 0"),
+        ("2.7", "valid integer"),
+        ("1e400", "valid integer"),
+        ("Infinity", "valid integer"),
+        ("9" * 5000, "Invalid JSON"),
+        ("true", "valid integer"),
+    ],
+)
 def test_sequence_steps_counts_are_whole_numbers_from_zero(tmp_path, value, says):
     """``num_inputs`` of -1 was accepted, 2.7 truncated to 2, 1e400 and Infinity an OverflowError."""
     d = tmp_path / "prog"
@@ -453,8 +547,10 @@ def test_report_error_is_a_toolkit_error_and_an_overlong_integer_is_one(tmp_path
 
     assert issubclass(ReportError, ToolkitError) and issubclass(ReportError, ValueError)
     col = next(c for c, kind in REPORT_SCHEMA.items() if kind == "int")
-    row = {c: "0" if REPORT_SCHEMA[c] in ("int", "float") else ("True" if REPORT_SCHEMA[c] == "bool" else "")
-           for c in REPORT_COLUMNS}
+    row = {
+        c: "0" if REPORT_SCHEMA[c] in ("int", "float") else ("True" if REPORT_SCHEMA[c] == "bool" else "")
+        for c in REPORT_COLUMNS
+    }
     row[col] = "1" + "0" * 24  # 25 digits: past int64 (it was an OverflowError)
     p = tmp_path / "report.csv"
     p.write_text(",".join(REPORT_COLUMNS) + "\n" + ",".join(row[c] for c in REPORT_COLUMNS) + "\n")

@@ -14,17 +14,28 @@ import json
 
 import pytest
 import torch
+from executorch_fixtures import (
+    EXPECTED,
+    MANIFEST,
+    POLICY_NAMES,
+    ROOT,
+    RUN_COMMAND,
+    SCRIPT,
+    built_program,
+    exported,
+    manifest,
+    present,
+    refused,
+    result,
+    script,
+    with_so_keys,
+)
 from safetensors.torch import load_file
 
 import toolkit
-from toolkit.workflows.dry_run import run_analysis
 from toolkit.core.policies import POLICIES
 from toolkit.core.vocab import Decision, ProgramFormat
-
-from executorch_fixtures import (
-    EXPECTED, MANIFEST, POLICY_NAMES, ROOT, RUN_COMMAND, SCRIPT, built_program, exported, manifest, present,
-    refused, result, script, with_so_keys,
-)
+from toolkit.workflows.dry_run import run_analysis
 
 
 def wrong_of(analysis) -> set[str]:
@@ -45,8 +56,7 @@ def decisions_by_fqn(analysis, program) -> dict:
 def test_the_expectations_cover_every_program_of_the_script():
     in_archive = {n: p for n, p in script().PROGRAMS.items() if n not in script().EXPORTED_ELSEWHERE_BY_1_5_1}
     assert set(EXPECTED) == set(in_archive)
-    assert all((SCRIPT.parents[2] / f / "prog.pte").is_file()
-               for f in script().EXPORTED_ELSEWHERE_BY_1_5_1.values())
+    assert all((SCRIPT.parents[2] / f / "prog.pte").is_file() for f in script().EXPORTED_ELSEWHERE_BY_1_5_1.values())
     assert set(POLICY_NAMES) == set(POLICIES)
     for name, pdef in in_archive.items():
         assert EXPECTED[name].status == pdef.expect, name
@@ -56,15 +66,22 @@ def test_every_expected_fixture_is_present_once_the_manifest_is():
     listed = manifest()
     if listed is None:
         if present():
-            pytest.fail(f"{len(present())} exported fixture folder(s) but no {MANIFEST.name}: "
-                        f"the script writes it at the end; run it again: {RUN_COMMAND}")
-        pytest.fail(f"the 1.5.1 exports are missing ({MANIFEST}): the repository holds them as "
-                    f"tests/fixtures/executorch-1.5.1-cuda-exports.tar.xz (written by {RUN_COMMAND} --pack DIR)")
+            pytest.fail(
+                f"{len(present())} exported fixture folder(s) but no {MANIFEST.name}: "
+                f"the script writes it at the end; run it again: {RUN_COMMAND}"
+            )
+        pytest.fail(
+            f"the 1.5.1 exports are missing ({MANIFEST}): the repository holds them as "
+            f"tests/fixtures/executorch-1.5.1-cuda-exports.tar.xz (written by {RUN_COMMAND} --pack DIR)"
+        )
     missing = sorted(set(EXPECTED) - set(listed))
-    assert not missing, f"{MANIFEST.name} does not list {missing}: export them ({RUN_COMMAND} --only {','.join(missing)})"
+    assert not missing, (
+        f"{MANIFEST.name} does not list {missing}: export them ({RUN_COMMAND} --only {','.join(missing)})"
+    )
     absent = sorted(set(listed) - set(present()))
-    assert not absent, f"{MANIFEST.name} lists {absent}, but their folders (with result.json) are not there: " \
-                       "were they committed?"
+    assert not absent, (
+        f"{MANIFEST.name} lists {absent}, but their folders (with result.json) are not there: were they committed?"
+    )
     unknown = sorted(set(present()) - set(EXPECTED))
     assert not unknown, f"fixtures without stated expectations: {unknown} (add them to EXPECTED)"
 
@@ -92,8 +109,10 @@ def test_result_json_says_what_was_attempted_and_what_happened(name):
     import transformers
 
     refs = script().references(script().PROGRAMS[name].methods())
-    same_init = name not in ("bart_encoder_decoder", "llama_prefill_decode") or \
-        r["environment"]["transformers"] == transformers.__version__
+    same_init = (
+        name not in ("bart_encoder_decoder", "llama_prefill_decode")
+        or r["environment"]["transformers"] == transformers.__version__
+    )
     for m, file in r["references"]["methods"].items():
         saved = load_file(str(folder / file))
         assert set(saved) == set(refs[m])
@@ -235,7 +254,9 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
 
     def refuse(methods, folder, log=print):
         try:
-            raise ValueError("Duplicate key k with different data. Existing data size: 4 bytes. New data size: 4 bytes.")
+            raise ValueError(
+                "Duplicate key k with different data. Existing data size: 4 bytes. New data size: 4 bytes."
+            )
         except ValueError as e:
             raise RuntimeError("lowering failed") from e
 
@@ -248,8 +269,10 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
     bad = mef.run_program(mef.PROGRAMS["three_methods"], tmp_path, export=refuse)
     assert ok["status"] == "exported" and ok["matches_expectation"]
     assert bad["status"] == "refused" and bad["matches_expectation"]
-    assert bad["message"].startswith("Duplicate key k ") and [c["type"] for c in bad["exception"]["chain"]] == \
-        ["builtins.RuntimeError", "builtins.ValueError"]
+    assert bad["message"].startswith("Duplicate key k ") and [c["type"] for c in bad["exception"]["chain"]] == [
+        "builtins.RuntimeError",
+        "builtins.ValueError",
+    ]
     assert (tmp_path / "three_methods" / "refusal.txt").read_text() == bad["message"]
     saved = json.loads((tmp_path / "shared_state" / "result.json").read_text())
     assert saved["references"]["sequences"]["generate"]["steps"] == ["prefill", "decode", "decode"]
@@ -257,12 +280,20 @@ def test_the_script_writes_a_result_for_an_export_and_for_a_refusal(tmp_path):
     # decode after prefill reads what prefill wrote: not decode's output from the initial state
     alone = load_file(str(tmp_path / "shared_state" / "reference_decode.safetensors"))
     assert not torch.allclose(seq["step.1.output.0"], alone["output.0"])
-    assert set(saved["files"]) == {"prog.pte", "aoti_cuda_blob.ptd", "reference_decode.safetensors",
-                                   "reference_prefill.safetensors", "sequence_generate.safetensors"}
+    assert set(saved["files"]) == {
+        "prog.pte",
+        "aoti_cuda_blob.ptd",
+        "reference_decode.safetensors",
+        "reference_prefill.safetensors",
+        "sequence_generate.safetensors",
+    }
     assert mef.write_manifest(tmp_path) == ["shared_state", "three_methods"]
     assert (tmp_path / "MANIFEST").read_text() == "shared_state\nthree_methods\n"
     readme = (tmp_path / "README.md").read_text()
-    assert "| `three_methods` | encode, probe, encode_again | refused | refused |" in readme and "Duplicate key k " in readme
+    assert (
+        "| `three_methods` | encode, probe, encode_again | refused | refused |" in readme
+        and "Duplicate key k " in readme
+    )
     # packed as the device machine returns files: few parts, unpacked with cat | tar
     import io
     import tarfile
@@ -381,18 +412,42 @@ def test_executorchs_own_collector_refuses_what_fqn_weight_cache_predicts(name):
     import subprocess
     import sys
 
-    check = subprocess.run([sys.executable, "-c", "import executorch.backends.cuda.cuda_weight_collector"],
-                           capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [sys.executable, "-c", "import executorch.backends.cuda.cuda_weight_collector"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if check.returncode != 0:  # before building anything
         pytest.skip(f"executorch's CUDA backend does not import here: {check.stderr.strip().splitlines()[-1]}")
     program = built_program(name)
     # the exporter's .so key is the sha256 of the CUDA .so; one graph, one .so: one key per distinct graph
     so_keys = {m.name: f"{program.files[m.so_file].sha256}_so_blob" for m in program.methods}
-    payload = [{"name": m.name, "so_key": so_keys[m.name], "constants": [
-        {"fqn": c.fqn, "file": str(program.path(c.file)), "offset": c.offset, "nbytes": c.nbytes,
-         "shape": list(c.shape), "strides": list(c.strides)} for c in m.constants]} for m in program.methods]
-    run = subprocess.run([sys.executable, "-c", _COLLECTOR_PROBE, str(SCRIPT.parent)], input=json.dumps(payload),
-                         capture_output=True, text=True, timeout=300)
+    payload = [
+        {
+            "name": m.name,
+            "so_key": so_keys[m.name],
+            "constants": [
+                {
+                    "fqn": c.fqn,
+                    "file": str(program.path(c.file)),
+                    "offset": c.offset,
+                    "nbytes": c.nbytes,
+                    "shape": list(c.shape),
+                    "strides": list(c.strides),
+                }
+                for c in m.constants
+            ],
+        }
+        for m in program.methods
+    ]
+    run = subprocess.run(
+        [sys.executable, "-c", _COLLECTOR_PROBE, str(SCRIPT.parent)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     if "import_error" in got:

@@ -60,23 +60,38 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from test_errors import read_json, refresh_digests, write_json
-from toolkit.runtimes import aoti as runtime
+
 from toolkit.core.errors import IntegrityError, ProgramError, ToolkitError
-from toolkit.engine.session import load_program
-from toolkit.sources.directory import MANIFEST_FILE
 from toolkit.core.policies import POLICIES
+from toolkit.engine.session import load_program
+from toolkit.runtimes import aoti as runtime
 from toolkit.sources import open_program
+from toolkit.sources.directory import MANIFEST_FILE
 
 SAMPLES = ["total_collision", "three_methods"]
 FAMILIES = {  # family -> number of cases
-    "manifest-json": 200, "manifest-text": 30, "manifest-semantic": 100,
-    "blob-bytes": 20, "blob-length": 12, "so-bytes": 16, "so-length": 8, "file-swap": 16,
-    "blob-consistent": 12, "reference-consistent": 6,
-    "layout-lie": 120, "blob-resize-consistent": 48, "blob-truncated-unchecked": 24,
-    "pte-bytes": 80, "pte-payload": 60, "ptd-bytes": 50, "pt2-bytes": 80, "pte-sequence": 30,
-    "side-file-types": 300, "pathological-sizes": 300, "deep-nesting": 300,
+    "manifest-json": 200,
+    "manifest-text": 30,
+    "manifest-semantic": 100,
+    "blob-bytes": 20,
+    "blob-length": 12,
+    "so-bytes": 16,
+    "so-length": 8,
+    "file-swap": 16,
+    "blob-consistent": 12,
+    "reference-consistent": 6,
+    "layout-lie": 120,
+    "blob-resize-consistent": 48,
+    "blob-truncated-unchecked": 24,
+    "pte-bytes": 80,
+    "pte-payload": 60,
+    "ptd-bytes": 50,
+    "pt2-bytes": 80,
+    "pte-sequence": 30,
+    "side-file-types": 300,
+    "pathological-sizes": 300,
+    "deep-nesting": 300,
 }
 # "interrupt" cases are not drawn: every event of a clean load of every sample under every
 # policy is one case (KeyboardInterrupt raised right after that event is recorded).
@@ -254,17 +269,48 @@ def run_case(family: str, root: Path, policy: str, note: str) -> tuple[str, obje
 # --------------------------------------------------------- manifest-json (hypothesis)
 
 
-INTERESTING = ["", ".", "..", "../x", "/etc/passwd", "methods/decode/model.so", "methods/prefill/weights.blob",
-               "float16", "int32", "bfloat16", "uint8", "cuda", "cpu", "prefill", "decode", "encode",
-               "_tensor_constant0", "proj.weight", "=1+1", "a" * 300, "0" * 64, "lifted_constant", "buffer",
-               "parameter", "2.13.0", "constshare-program", "\u00e9\u4e2d", "\x00"]
+INTERESTING = [
+    "",
+    ".",
+    "..",
+    "../x",
+    "/etc/passwd",
+    "methods/decode/model.so",
+    "methods/prefill/weights.blob",
+    "float16",
+    "int32",
+    "bfloat16",
+    "uint8",
+    "cuda",
+    "cpu",
+    "prefill",
+    "decode",
+    "encode",
+    "_tensor_constant0",
+    "proj.weight",
+    "=1+1",
+    "a" * 300,
+    "0" * 64,
+    "lifted_constant",
+    "buffer",
+    "parameter",
+    "2.13.0",
+    "constshare-program",
+    "\u00e9\u4e2d",
+    "\x00",
+]
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.integers(-3, 70000),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.sampled_from(INTERESTING),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.integers(-3, 70000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.sampled_from(INTERESTING),
 )
-json_values = st.recursive(scalars,
-                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                           max_leaves=6)
+json_values = st.recursive(
+    scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6
+)
 
 
 def tree_paths(obj, prefix=()):
@@ -308,8 +354,13 @@ def mutate_json(data, draw) -> str:
     return f"{op} {'.'.join(map(str, path))}"
 
 
-@settings(max_examples=FAMILIES["manifest-json"], deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=FAMILIES["manifest-json"],
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(data=st.data())
 def test_manifest_json_mutations(bases, workdir, data):
     sample = data.draw(st.sampled_from(SAMPLES))
@@ -356,15 +407,21 @@ def test_manifest_text_damage(bases, workdir, i, seed):
     elif op == "flip":
         raw[at] ^= 1 << rng.randrange(8)
     elif op == "insert":
-        raw[at:at] = rng.choice([b"\xff", b"{", b"]", b",", b"\"", b"\\", b"9" * 5000, b"\x00"])
+        raw[at:at] = rng.choice([b"\xff", b"{", b"]", b",", b'"', b"\\", b"9" * 5000, b"\x00"])
     else:
-        del raw[at:at + rng.randrange(1, 64)]
+        del raw[at : at + rng.randrange(1, 64)]
     (root / MANIFEST_FILE).write_bytes(bytes(raw))
     run_case("manifest-text", root, policy, f"{sample}: {op} at {at}")
 
 
-SAME_SIZE_DTYPES = {"float32": ["int32"], "int32": ["float32"], "float16": ["bfloat16", "int16"],
-                    "bfloat16": ["float16"], "int64": ["float64"], "float64": ["int64"]}
+SAME_SIZE_DTYPES = {
+    "float32": ["int32"],
+    "int32": ["float32"],
+    "float16": ["bfloat16", "int16"],
+    "bfloat16": ["float16"],
+    "int64": ["float64"],
+    "float64": ["int64"],
+}
 
 
 def _semantic(rng: random.Random, d: dict, sample: str) -> str:
@@ -375,8 +432,22 @@ def _semantic(rng: random.Random, d: dict, sample: str) -> str:
     c = rng.choice(consts) if consts else None
     others = [x for x in methods if x is not m]
     other = rng.choice(others)
-    ops = ["digest", "kind", "mutated", "fqn", "fqn-empty", "num_inputs", "num_outputs", "order", "so-of-other",
-           "blob-of-other", "reference-of-other", "dtype", "offset", "relayout"]
+    ops = [
+        "digest",
+        "kind",
+        "mutated",
+        "fqn",
+        "fqn-empty",
+        "num_inputs",
+        "num_outputs",
+        "order",
+        "so-of-other",
+        "blob-of-other",
+        "reference-of-other",
+        "dtype",
+        "offset",
+        "relayout",
+    ]
     if sample == "total_collision":
         ops.append("shrink")  # only where an extern mm kernel checks the slot's shape (see module doc)
     op = rng.choice(ops)
@@ -406,8 +477,9 @@ def _semantic(rng: random.Random, d: dict, sample: str) -> str:
         c["offset"] = rng.randrange(0, (m["blob_bytes"] - c["nbytes"]) // 4 + 1) * 4
     elif op == "relayout" and c and len(c["shape"]) == 2 and c["storage_offset"] == 0:
         rows, cols = c["shape"]
-        c["shape"], c["strides"] = rng.choice([([rows * cols], [1]), ([cols, rows], [rows, 1]),
-                                               ([rows, cols], [1, rows])])
+        c["shape"], c["strides"] = rng.choice(
+            [([rows * cols], [1]), ([cols, rows], [rows, 1]), ([rows, cols], [1, rows])]
+        )
     elif op == "shrink" and c and len(c["shape"]) == 2:
         c.update(shape=[2, 2], strides=[2, 1], storage_offset=0, nbytes=16)
     else:
@@ -442,7 +514,7 @@ def _tamper(rng: random.Random, base, root: Path, family: str) -> tuple[str, set
                 raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
             note = f"{flips} bit flip(s) in {rel}"
         elif rng.random() < 0.5:
-            raw = raw[:rng.randrange(len(raw))]
+            raw = raw[: rng.randrange(len(raw))]
             note = f"{rel} truncated to {len(raw)}"
         else:
             raw += bytes(rng.randrange(1, 4096))
@@ -486,8 +558,9 @@ def test_tampering_is_refused_before_anything_is_opened(bases, workdir, family, 
     assert not what.methods and len(what.cache) == 0
 
 
-@pytest.mark.parametrize("family, i, seed", [(f, i, s) for f in ("blob-consistent", "reference-consistent")
-                                             for i, s in _cases(f)])
+@pytest.mark.parametrize(
+    "family, i, seed", [(f, i, s) for f in ("blob-consistent", "reference-consistent") for i, s in _cases(f)]
+)
 def test_consistent_data_tampering_loads_and_verification_tells(bases, workdir, family, i, seed):
     """Digests updated along with the data: the manifest is the root of trust, so this loads.
     Verification against the eager reference is what shows whether outputs still hold."""
@@ -532,8 +605,18 @@ def _contiguous(shape):
     return strides
 
 
-_ITEM = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "float64": 8, "int8": 1, "uint8": 1,
-         "bool": 1, "int16": 2}
+_ITEM = {
+    "float32": 4,
+    "int32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+}
 
 
 def _lie(rng: random.Random, root: Path, d: dict) -> tuple[str, int, str]:
@@ -561,7 +644,7 @@ def _lie(rng: random.Random, root: Path, d: dict) -> tuple[str, int, str]:
         if not choices:
             return "no other offset", mi, "benign"
         c["offset"] = rng.choice(choices)
-        c["digest"] = _sha(blob[c["offset"]: c["offset"] + c["nbytes"]])
+        c["digest"] = _sha(blob[c["offset"] : c["offset"] + c["nbytes"]])
         return f"{m['name']}/{c['name']}: offset -> {c['offset']}", mi, "refuse"
     elif op == "transpose" and len(c["shape"]) == 2 and c["shape"][0] == c["shape"][1]:
         c["strides"] = [c["strides"][1], c["strides"][0]]  # same bytes, read transposed
@@ -571,15 +654,18 @@ def _lie(rng: random.Random, root: Path, d: dict) -> tuple[str, int, str]:
         return f"{m['name']}/{c['name']}: flattened", mi, "benign"
     old_nbytes = c["nbytes"]
     c.update(shape=shape, strides=_contiguous(shape), storage_offset=0, nbytes=shape[0] * item)
-    c["digest"] = _sha(blob[c["offset"]: c["offset"] + c["nbytes"]])
+    c["digest"] = _sha(blob[c["offset"] : c["offset"] + c["nbytes"]])
     # the .so reports slot sizes rounded to 64 bytes: a lie inside that rounding cannot be told
     kind = "refuse" if -(-old_nbytes // 64) != -(-c["nbytes"] // 64) else "within-alignment"
     return f"{m['name']}/{c['name']}: {op} to {shape}", mi, kind
 
 
 def _uploads(s, method: str) -> list[str]:
-    return [e.kind.value for e in s.log if e.method == method
-            and e.kind.value in ("blob_uploaded", "constant_uploaded", "pairs_installed")]
+    return [
+        e.kind.value
+        for e in s.log
+        if e.method == method and e.kind.value in ("blob_uploaded", "constant_uploaded", "pairs_installed")
+    ]
 
 
 @pytest.mark.parametrize("i, seed", _cases("layout-lie"))
@@ -609,7 +695,7 @@ def test_a_resized_blob_with_a_consistent_manifest_never_reaches_aoti(bases, wor
     p = own(root, rel)
     raw = p.read_bytes()
     delta = rng.choice([-1, -7, -64, -len(raw) // 2, 1, 64, 4096])
-    p.write_bytes(raw[:max(len(raw) + delta, 0)] if delta < 0 else raw + bytes(delta))
+    p.write_bytes(raw[: max(len(raw) + delta, 0)] if delta < 0 else raw + bytes(delta))
     refresh_digests(root)
     outcome, what, _ = run_case("blob-resize-consistent", root, policy, f"{sample}: {rel} {delta:+d}")
     assert outcome in ("refused at open (ManifestError)", "failed load (ProgramError)"), (rel, delta, outcome)
@@ -628,7 +714,7 @@ def test_a_truncated_blob_without_integrity_checking_fails_cleanly(bases, workdi
     rel = rng.choice(_files(base, "blob"))
     p = own(root, rel)
     raw = p.read_bytes()
-    p.write_bytes(raw[:rng.randrange(len(raw))])
+    p.write_bytes(raw[: rng.randrange(len(raw))])
     t0 = time.perf_counter()
     s = load_program(open_program(root), policy, check_integrity=False)
     TIMES.append(time.perf_counter() - t0)
@@ -642,8 +728,7 @@ def test_a_truncated_blob_without_integrity_checking_fails_cleanly(bases, workdi
     else:  # a policy that never reads this blob (every constant shared from another method)
         outcome = "loaded (the truncated blob was never read)"
         method = rel.split("/")[1]  # methods/<method>/weights.blob
-        assert not any(e.kind.value in ("blob_uploaded", "constant_uploaded") and e.method == method
-                       for e in s.log)
+        assert not any(e.kind.value in ("blob_uploaded", "constant_uploaded") and e.method == method for e in s.log)
     s.close()
     OUTCOMES.setdefault("blob-truncated-unchecked", Counter())[outcome] += 1
 
@@ -658,10 +743,9 @@ def test_an_interrupt_at_any_event_leaves_a_consistent_session(bases, sample, po
     """KeyboardInterrupt right after each event of a load, one case per event: the methods
     loaded before stay loaded, the cache holds only their entries (users included), the
     session stays "not loaded", and load() then resumes and gives the unmutated answers."""
-    from toolkit.core import events as ev
+    from toolkit.core.policies import get_policy
     from toolkit.engine.loader import resolve_devices
     from toolkit.engine.session import Session
-    from toolkit.core.policies import get_policy
 
     base = bases[sample]
     # one case per record the load makes (an event, or a batch of a method's events of one step):
@@ -682,8 +766,10 @@ def test_an_interrupt_at_any_event_leaves_a_consistent_session(bases, sample, po
         def interrupting(start, stop):
             count[0] += 1
             if count[0] == k + 1:
-                raise KeyboardInterrupt(f"after record {k} (events {start} to {stop - 1}: "
-                                        f"{s.log.event(stop - 1).kind.value} of {s.log.event(stop - 1).method})")
+                raise KeyboardInterrupt(
+                    f"after record {k} (events {start} to {stop - 1}: "
+                    f"{s.log.event(stop - 1).kind.value} of {s.log.event(stop - 1).method})"
+                )
 
         s.log.recorded = interrupting
         with pytest.raises(KeyboardInterrupt):
@@ -736,9 +822,16 @@ from executorch_fixtures import ROOT as EXPORTS  # noqa: E402
 from executorch_fixtures import unpacked  # noqa: E402
 
 GEN1 = str(unpacked("1.2.0") / "shared_ok")  # payload generation 1, exported by executorch 1.2.0
-PTE_FIXTURES = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical", GEN1,
-                "synthetic-gen2", "synthetic-fqn4", "synthetic-fqn5", str(EXPORTS / "three_shared"),
-                str(EXPORTS / "no_constants")]
+PTE_FIXTURES = [
+    "executorch-1.5.1-cuda/shared_ok",
+    "executorch-1.5.1-cuda/identical",
+    GEN1,
+    "synthetic-gen2",
+    "synthetic-fqn4",
+    "synthetic-fqn5",
+    str(EXPORTS / "three_shared"),
+    str(EXPORTS / "no_constants"),
+]
 EXTREMES = [0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, 0xFFFF, 64, 4096]
 
 
@@ -750,15 +843,15 @@ def _damage(rng: random.Random, raw: bytearray, lo: int, hi: int) -> str:
     if op == "flip":
         raw[at] ^= 1 << rng.randrange(8)
     elif op == "u32" and at + 4 <= len(raw):
-        raw[at:at + 4] = rng.choice(EXTREMES).to_bytes(4, "little")
+        raw[at : at + 4] = rng.choice(EXTREMES).to_bytes(4, "little")
     elif op == "truncate":
         del raw[at:]
     elif op == "insert":
         raw[at:at] = bytes(rng.choice([1, 4, 8, 100]))
     elif op == "delete":
-        del raw[at:at + rng.choice([1, 4, 8, 100])]
+        del raw[at : at + rng.choice([1, 4, 8, 100])]
     else:
-        raw[at:at + 16] = bytes(len(raw[at:at + 16]))
+        raw[at : at + 16] = bytes(len(raw[at : at + 16]))
         op = "zero"
     return f"{op} at {at}"
 
@@ -781,7 +874,7 @@ def _open_damaged(family: str, path: Path, note: str, files: set[Path], **kw) ->
                 assert rec.bytes == program.path(rel).stat().st_size
             for m in program.methods:
                 for c in m.constants:
-                    data = program.path(c.file).read_bytes()[c.offset:c.offset + c.nbytes]
+                    data = program.path(c.file).read_bytes()[c.offset : c.offset + c.nbytes]
                     assert len(data) == c.nbytes and _sha(data) == c.digest, (note, m.name, c.name)
             policy = POLICIES[sum(map(ord, note)) % len(POLICIES)]
             a = run_analysis(program, policy)
@@ -840,10 +933,10 @@ def test_damaged_cuda_payload_is_refused_by_name_or_opens_consistently(workdir, 
     payload = rng.choice(payloads)
     start = raw.find(payload)
     size = len(payload)
-    inline = int.from_bytes(raw[start - 4:start], "little") == size  # a [ubyte] vector, not a segment
+    inline = int.from_bytes(raw[start - 4 : start], "little") == size  # a [ubyte] vector, not a segment
     if inline and rng.random() < 0.25:
         new = rng.choice([0, 1, 10, size - 1, size + 1, size + 4096, 0xFFFFFFFF])
-        raw[start - 4:start] = new.to_bytes(4, "little")
+        raw[start - 4 : start] = new.to_bytes(4, "little")
         note = f"{folder}: payload length {size} -> {new}"
     else:
         note = f"{folder}: payload " + _damage(rng, raw, start, start + size)
@@ -873,9 +966,16 @@ def test_a_damaged_sequence_file_is_refused_by_name_or_opens_consistently(workdi
     raw = bytearray(p.read_bytes())
     header_end = 8 + int.from_bytes(raw[:8], "little")
     if rng.random() < 0.3:  # steps that parse but say something else
-        steps = rng.choice(['[]', '[{"method": "prefill"}]', '[{"method": "encode", "num_inputs": 1, "num_outputs": 1}]',
-                            '{"method": "prefill"}', '[{"method": "prefill", "num_inputs": "x", "num_outputs": 1}]',
-                            '[{"method": "decode", "num_inputs": 1, "num_outputs": 2}]'])
+        steps = rng.choice(
+            [
+                "[]",
+                '[{"method": "prefill"}]',
+                '[{"method": "encode", "num_inputs": 1, "num_outputs": 1}]',
+                '{"method": "prefill"}',
+                '[{"method": "prefill", "num_inputs": "x", "num_outputs": 1}]',
+                '[{"method": "decode", "num_inputs": 1, "num_outputs": 2}]',
+            ]
+        )
         text = raw[8:header_end].decode()
         start = text.index('"steps":"') + len('"steps":"')
         end = text.index('"', text.index("]", start) if "]" in text[start:] else start)
@@ -899,8 +999,14 @@ def pt2_files():
 def _pt2_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
     import zipfile
 
-    regions: dict[str, list[tuple[int, int]]] = {"directory": [], "header": [], "table": [], "config": [],
-                                                  "pickle": [], "data": []}
+    regions: dict[str, list[tuple[int, int]]] = {
+        "directory": [],
+        "header": [],
+        "table": [],
+        "config": [],
+        "pickle": [],
+        "data": [],
+    }
     raw = path.read_bytes()
     with zipfile.ZipFile(path) as z:
         first_dir = min(i.header_offset for i in z.infolist())
@@ -909,7 +1015,9 @@ def _pt2_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
         regions["directory"].append((cd, len(raw)))
         for info in z.infolist():
             h = info.header_offset
-            start = h + 30 + int.from_bytes(raw[h + 26:h + 28], "little") + int.from_bytes(raw[h + 28:h + 30], "little")
+            start = (
+                h + 30 + int.from_bytes(raw[h + 26 : h + 28], "little") + int.from_bytes(raw[h + 28 : h + 30], "little")
+            )
             regions["header"].append((h, start))
             end = start + info.file_size
             if info.filename.endswith(".wrapper.cpp"):
@@ -1015,9 +1123,16 @@ def test_a_side_file_that_is_not_a_regular_file_is_refused_by_name_never_opened(
     rng = random.Random(seed)
     folder = rng.choice(PTE_FIXTURES + [str(EXPORTS / "shared_state")] * 4)
     root, kw = _linked_case(workdir, folder)
-    name = rng.choice(["sequence_generate.safetensors", f"sequence_s{rng.randrange(100)}.safetensors",
-                       "aoti_cuda_blob.ptd", "reference_decode.safetensors", "reference_prefill.safetensors",
-                       "prog.pte"])
+    name = rng.choice(
+        [
+            "sequence_generate.safetensors",
+            f"sequence_s{rng.randrange(100)}.safetensors",
+            "aoti_cuda_blob.ptd",
+            "reference_decode.safetensors",
+            "reference_prefill.safetensors",
+            "prog.pte",
+        ]
+    )
     kind = rng.choice(SIDE_KINDS)
     _not_a_file(root / name, kind)
     note = f"{Path(folder).name}/{name} is a {kind}"
@@ -1046,12 +1161,40 @@ def _many_methods_program(n: int):
     from toolkit.core.model import ConstantSpec, MethodSpec, Program
     from toolkit.core.vocab import ConstantKind
 
-    c = ConstantSpec(name="w", fqn="w", kind=ConstantKind.PARAMETER, mutated=False, dtype="float32", shape=(4,),
-                     strides=(1,), storage_offset=0, nbytes=16, offset=0, digest="0" * 64, file="blob.bin")
-    return Program(name="many", description="", device="cpu", torch_version="2.13", created_utc="",
-                   methods=tuple(MethodSpec(name=f"m{k}", so_file=f"m{k}.so", blob_file="blob.bin",
-                                            reference_file="", blob_bytes=16, num_inputs=1, num_outputs=1,
-                                            constants=(c,) if k % 50 == 0 else ()) for k in range(n)))
+    c = ConstantSpec(
+        name="w",
+        fqn="w",
+        kind=ConstantKind.PARAMETER,
+        mutated=False,
+        dtype="float32",
+        shape=(4,),
+        strides=(1,),
+        storage_offset=0,
+        nbytes=16,
+        offset=0,
+        digest="0" * 64,
+        file="blob.bin",
+    )
+    return Program(
+        name="many",
+        description="",
+        device="cpu",
+        torch_version="2.13",
+        created_utc="",
+        methods=tuple(
+            MethodSpec(
+                name=f"m{k}",
+                so_file=f"m{k}.so",
+                blob_file="blob.bin",
+                reference_file="",
+                blob_bytes=16,
+                num_inputs=1,
+                num_outputs=1,
+                constants=(c,) if k % 50 == 0 else (),
+            )
+            for k in range(n)
+        ),
+    )
 
 
 def _rewrite_pt2(src: Path, dst: Path, edit) -> None:
@@ -1072,8 +1215,14 @@ def _log_size(rng: random.Random, lo: int, hi: int) -> int:
     return int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
 
-PATHOLOGICAL = ("pt2 long line", "pt2 spaced dims", "pt2 declared counts", "fqn collisions", "many methods",
-                "sparse ptd")
+PATHOLOGICAL = (
+    "pt2 long line",
+    "pt2 spaced dims",
+    "pt2 declared counts",
+    "fqn collisions",
+    "many methods",
+    "sparse ptd",
+)
 
 
 @pytest.mark.parametrize("i, seed", _cases("pathological-sizes"))
@@ -1086,8 +1235,8 @@ def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, 
     quadratic code took 155 s, 210 s, and 13 s for 10,000 methods)."""
     import re
 
-    from toolkit.workflows.dry_run import run_analysis
     from toolkit.sources.executorch import aoti_internal_names
+    from toolkit.workflows.dry_run import run_analysis
 
     rng = random.Random(seed)
     kind = PATHOLOGICAL[i % len(PATHOLOGICAL)]
@@ -1104,8 +1253,16 @@ def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, 
             _rewrite_pt2(src, p, lambda t: t + "\n" + line + "\n")
         elif kind == "pt2 spaced dims":
             size = _log_size(rng, 1 << 10, 200_000)
-            _rewrite_pt2(src, p, lambda t: re.sub(r"(constants_info_\[0\]\.shape = )\{[^}]*\}",
-                                                  lambda m: m.group(1) + "{" + " " * size + "x}", t, count=1))
+            _rewrite_pt2(
+                src,
+                p,
+                lambda t: re.sub(
+                    r"(constants_info_\[0\]\.shape = )\{[^}]*\}",
+                    lambda m: m.group(1) + "{" + " " * size + "x}",
+                    t,
+                    count=1,
+                ),
+            )
         else:
             size = 100
             count = rng.choice(["1000000000000", "9" * 25, "7" * 5000, str((1 << 20) + 1)])
@@ -1116,7 +1273,9 @@ def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, 
                     groups = list(m.groups())
                     groups[at] = count
                     return "AOTInductorModelBase(" + ", ".join(groups) + ","
+
                 return re.sub(r"AOTInductorModelBase\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,", put, t, count=1)
+
             _rewrite_pt2(src, p, counts)
         t0 = time.perf_counter()
         note = f"{src.name}: {kind}, {size}"
@@ -1155,8 +1314,14 @@ def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, 
         assert len(a.session.verdict().methods) == size
         OUTCOMES.setdefault("pathological-sizes", Counter())["many methods: dry run " + str(a.status)] += 1
     dt = elapsed if kind == "fqn collisions" else time.perf_counter() - t0
-    per_unit = {"pt2 long line": 2e-6, "pt2 spaced dims": 2e-6, "pt2 declared counts": 0, "fqn collisions": 2e-5,
-                "many methods": 2e-4, "sparse ptd": 0}[kind]
+    per_unit = {
+        "pt2 long line": 2e-6,
+        "pt2 spaced dims": 2e-6,
+        "pt2 declared counts": 0,
+        "fqn collisions": 2e-5,
+        "many methods": 2e-4,
+        "sparse ptd": 0,
+    }[kind]
     assert dt < 1.0 + size * per_unit, f"{kind} of size {size} took {dt:.2f} s"
 
 
@@ -1187,14 +1352,14 @@ def test_deep_nesting_is_refused_by_name_never_a_recursion_error(workdir, pt2_fi
         p = root / "sequence_generate.safetensors"
         raw = p.resolve().read_bytes()
         n = int.from_bytes(raw[:8], "little")
-        header = json.loads(raw[8:8 + n])
+        header = json.loads(raw[8 : 8 + n])
         if place == "sequence header":
             text = json.dumps(header)[:-1] + ', "deep": ' + _nested(depth) + "}"
         else:
             header["__metadata__"]["steps"] = _nested(depth)
             text = json.dumps(header)
         p.unlink()
-        p.write_bytes(struct.pack("<Q", len(text)) + text.encode() + raw[8 + n:])
+        p.write_bytes(struct.pack("<Q", len(text)) + text.encode() + raw[8 + n :])
         _open_damaged("deep-nesting", root, note, {root / f for f in os.listdir(root)}, **kw)
     elif place.startswith("pt2"):
         src = pt2_files["pickle_weights" if place == "pt2 weights config" else sorted(pt2_files)[i % 2]]

@@ -87,9 +87,14 @@ def test_dry_run_frames(all_samples):
         for policy in _policies():
             s = run_analysis(program, policy).session
             methods, constants = verdict_frames(s.verdict())
-            for title, frame in (("decisions", s.decisions), ("comparisons", s.comparisons),
-                                 ("lookups", s.lookups), ("memory", s.memory), ("verdict methods", methods),
-                                 ("verdict constants", constants)):
+            for title, frame in (
+                ("decisions", s.decisions),
+                ("comparisons", s.comparisons),
+                ("lookups", s.lookups),
+                ("memory", s.memory),
+                ("verdict methods", methods),
+                ("verdict constants", constants),
+            ):
                 parts.append(f"## {policy}: {title}\n{_frame_text(frame)}")
         _check(f"frames-{name}", _masked("\n".join(parts), Path(program.root).parent))
 

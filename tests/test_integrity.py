@@ -14,21 +14,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_errors import SAMPLE, clone
 from test_isolation import build_crashing_so, mapped_files
+
 from toolkit import upload
-from toolkit.runtimes import aoti as runtime
 from toolkit.core.errors import IntegrityError
-from toolkit.engine.loader import resolve_devices
 from toolkit.core.options import LoadOptions
-from toolkit.engine.session import Session, load_program
 from toolkit.core.policies import POLICIES, get_policy
+from toolkit.engine.loader import resolve_devices
+from toolkit.engine.session import Session, load_program
+from toolkit.runtimes import aoti as runtime
 from toolkit.sources import open_program
 
-FILES = ["methods/prefill/model.so", "methods/decode/model.so",
-         "methods/prefill/weights.blob", "methods/decode/weights.blob",
-         "methods/decode/reference.safetensors"]
+FILES = [
+    "methods/prefill/model.so",
+    "methods/decode/model.so",
+    "methods/prefill/weights.blob",
+    "methods/decode/weights.blob",
+    "methods/decode/reference.safetensors",
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +44,11 @@ def base(built_sample):
 def opened(monkeypatch):
     """Records every .so the loader opens and every byte it uploads (and still does it)."""
     calls: list[str] = []
-    real_create, real_blob, real_const = (runtime.AotiContainer.create, runtime.AotiContainer.upload_blob,
-                                          upload.upload_constant)
+    real_create, real_blob, real_const = (
+        runtime.AotiContainer.create,
+        runtime.AotiContainer.upload_blob,
+        upload.upload_constant,
+    )
 
     def create(cls, so_path, device):
         calls.append(f"open {so_path}")
@@ -87,7 +94,7 @@ def test_one_flipped_byte_is_refused_before_anything_runs(base, tmp_path, opened
     assert method not in s.methods
     if rel.endswith(".blob") and not hash_all:  # verified as read: before any byte of its method is uploaded
         at = max(i for i, c in enumerate(opened) if c.startswith("open "))  # the failing method's .so
-        assert opened[at + 1:] == [], "bytes of the method were uploaded before its blob was verified"
+        assert opened[at + 1 :] == [], "bytes of the method were uploaded before its blob was verified"
         assert len([c for c in opened if c.startswith("open ")]) == [m.name for m in program.methods].index(method) + 1
         return
     assert opened == [], "a .so was opened or bytes uploaded before the integrity check"
@@ -149,8 +156,9 @@ def test_intact_copy_loads_from_its_verified_copies(base, tmp_path, opened):
     s = load_program(root, "fingerprint")
     assert s.status == "loaded"
     so = [c.removeprefix("open ") for c in opened if c.startswith("open")]
-    assert [Path(p).read_bytes() for p in so] == [(root / f"methods/{m}/model.so").read_bytes()
-                                                  for m in ("prefill", "decode")]
+    assert [Path(p).read_bytes() for p in so] == [
+        (root / f"methods/{m}/model.so").read_bytes() for m in ("prefill", "decode")
+    ]
     assert all(p.startswith("/proc/self/fd/") for p in so)
     assert all(c.split(" ", 1)[1].startswith("/proc/self/fd/") for c in opened)
     assert str(root) not in mapped_files()

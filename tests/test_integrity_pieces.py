@@ -13,13 +13,13 @@ from pathlib import Path
 
 import blake3
 import pytest
-
 from test_errors import SAMPLE, clone, read_json, write_json
+
 from toolkit.core.errors import IntegrityError, ManifestError
-from toolkit.integrity import VerifiedFiles, chunk_digests, file_record, verified_files
 from toolkit.core.model import FileRecord
 from toolkit.core.options import LoadOptions
 from toolkit.engine.session import load_program
+from toolkit.integrity import VerifiedFiles, chunk_digests, file_record, verified_files
 from toolkit.sources import open_program
 from toolkit.sources.directory import FORMAT_VERSION, manifest_json, parse_manifest
 
@@ -48,9 +48,12 @@ def test_the_builder_records_blake3_pieces_and_the_whole_sha256(tmp_path):
     p, data = _file(tmp_path)
     rec = file_record(p, PIECE)
     assert rec.chunk_digest == "blake3" and rec.sha256 == hashlib.sha256(data).hexdigest()
-    assert rec.chunks == tuple(blake3.blake3(data[i:i + PIECE]).hexdigest() for i in range(0, len(data), PIECE))
-    assert file_record(p, PIECE, "sha256").chunks == chunk_digests(p, PIECE, digest="sha256") == tuple(
-        hashlib.sha256(data[i:i + PIECE]).hexdigest() for i in range(0, len(data), PIECE))
+    assert rec.chunks == tuple(blake3.blake3(data[i : i + PIECE]).hexdigest() for i in range(0, len(data), PIECE))
+    assert (
+        file_record(p, PIECE, "sha256").chunks
+        == chunk_digests(p, PIECE, digest="sha256")
+        == tuple(hashlib.sha256(data[i : i + PIECE]).hexdigest() for i in range(0, len(data), PIECE))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +69,16 @@ def test_a_blake3_record_round_trips_through_the_manifest(base, tmp_path):
     assert {r.chunk_digest for r in base.files.values()} == {"blake3"}
 
 
-@pytest.mark.parametrize("edit, field, says", [
-    (lambda r: r["blake3_chunks"].__setitem__(0, "Z" * 64), "blake3_chunks[0]", "should match pattern"),
-    (lambda r: r["blake3_chunks"].__setitem__(0, "ab" * 31), "blake3_chunks[0]", "should match pattern"),
-    (lambda r: r["blake3_chunks"].append("0" * 64), "blake3_chunks", "expected 1"),
-    (lambda r: r.update(sha256_chunks=list(r["blake3_chunks"])), "blake3_chunks", "both given"),
-], ids=["not hex", "short", "one too many", "both kinds"])
+@pytest.mark.parametrize(
+    "edit, field, says",
+    [
+        (lambda r: r["blake3_chunks"].__setitem__(0, "Z" * 64), "blake3_chunks[0]", "should match pattern"),
+        (lambda r: r["blake3_chunks"].__setitem__(0, "ab" * 31), "blake3_chunks[0]", "should match pattern"),
+        (lambda r: r["blake3_chunks"].append("0" * 64), "blake3_chunks", "expected 1"),
+        (lambda r: r.update(sha256_chunks=list(r["blake3_chunks"])), "blake3_chunks", "both given"),
+    ],
+    ids=["not hex", "short", "one too many", "both kinds"],
+)
 def test_a_malformed_blake3_record_names_its_field(base, tmp_path, edit, field, says):
     root = clone(base, tmp_path / "p")
     data = read_json(root)
@@ -106,7 +113,7 @@ def test_only_the_pieces_asked_for_are_read_and_hashed(tmp_path):
     vf.more(copy, [(PIECE + 10, 2 * PIECE + 1)])  # touches pieces 1 and 2
     assert vf.hashed_bytes == 2 * PIECE
     with open(copy.path, "rb") as f:
-        assert f.read()[PIECE: 3 * PIECE] == data[PIECE: 3 * PIECE]
+        assert f.read()[PIECE : 3 * PIECE] == data[PIECE : 3 * PIECE]
     vf.more(copy, [(PIECE, PIECE + 1), (5, 5)])  # piece 1 again, and an empty range: nothing new
     assert vf.hashed_bytes == 2 * PIECE and vf.hashes == 1
     vf.more(copy)  # the rest
@@ -121,8 +128,11 @@ def test_a_flipped_byte_in_a_piece_read_is_refused_naming_the_file(tmp_path):
     vf = VerifiedFiles()
     copy = vf.copy(p, rec, ranges=[(0, PIECE)])  # piece 0 is intact: no error, piece 7 not read
     assert vf.hashed_bytes == PIECE
-    with pytest.raises(IntegrityError, match=rf"BLAKE3 does not match the program's record \(the {PIECE}-byte "
-                                             rf"piece at byte {7 * PIECE}\)") as e:
+    with pytest.raises(
+        IntegrityError,
+        match=rf"BLAKE3 does not match the program's record \(the {PIECE}-byte "
+        rf"piece at byte {7 * PIECE}\)",
+    ) as e:
         vf.more(copy, [(7 * PIECE, 7 * PIECE + 1)])
     assert e.value.path == str(p)
     with pytest.raises(IntegrityError):  # still refused: the piece stays unverified
@@ -177,8 +187,7 @@ def test_a_copy_being_filled_is_sealed_against_other_writers(tmp_path):
 @pytest.mark.parametrize("digest", ["sha256", None], ids=["format 3 (sha256 pieces)", "format 2 (whole sha256)"])
 def test_older_records_still_verify(tmp_path, digest):
     p, data = _file(tmp_path)
-    rec = (file_record(p, PIECE, "sha256") if digest else
-           FileRecord(hashlib.sha256(data).hexdigest(), len(data)))
+    rec = file_record(p, PIECE, "sha256") if digest else FileRecord(hashlib.sha256(data).hexdigest(), len(data))
     vf = VerifiedFiles()
     copy = vf.copy(p, rec, ranges=[(0, 1)])
     # sha256 pieces: only piece 0; one whole-file digest: any byte read needs all of them
@@ -260,7 +269,8 @@ def test_older_format_programs_still_load_and_verify(base, tmp_path, fresh, vers
     _as_format(root, version)
     prog = open_program(root)
     assert {r.chunk_digest if r.chunks else "whole" for r in prog.files.values()} == (
-        {"sha256"} if version == 3 else {"whole"})
+        {"sha256"} if version == 3 else {"whole"}
+    )
     s = load_program(prog, "fingerprint")
     assert s.status == "loaded", s.error
     s.close()

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from test_errors import SAMPLE, clone, refresh_digests
+
 from toolkit.core.errors import IncompatibleProgramError, LoadError, ProgramError, WorkerCrashedError
-from toolkit.workflows.isolation import load_isolated
 from toolkit.engine.session import load_program
+from toolkit.workflows.isolation import load_isolated
 
 CRASH_C = r"""
 /* A .so that segfaults the process that opens it: the constructor runs inside dlopen. */
@@ -100,8 +100,9 @@ def test_worker_timeout_is_a_failed_load(base):
 
 def test_bad_manifest_raises_in_the_caller_before_any_worker(base, tmp_path):
     """What load_program raises (malformed or incompatible program), load_isolated raises too."""
-    from toolkit.core.errors import IncompatibleProgramError, ManifestError
     from test_errors import edit_manifest
+
+    from toolkit.core.errors import IncompatibleProgramError, ManifestError
 
     root = clone(base, tmp_path / "p")
     edit_manifest(root, lambda d: d.update(device="cuda"))

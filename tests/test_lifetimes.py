@@ -17,9 +17,9 @@ import itertools
 import pytest
 import torch
 
+from toolkit.core.policies import POLICIES, get_policy
 from toolkit.engine.loader import resolve_devices
 from toolkit.engine.session import Session
-from toolkit.core.policies import POLICIES, get_policy
 
 SHARING = [p for p in POLICIES if p != "no-sharing"]
 
@@ -82,10 +82,10 @@ def check_owner_unloaded_first(program, policy: str, device: str) -> int:
                 if e.owner_method == gone:
                     assert e.owner_kind == "toolkit" or e.keepalive is not None
             junk = _scribble(shared_bytes + blob_bytes, device)
-            for m in order[i + 1:]:
+            for m in order[i + 1 :]:
                 after = _outputs(s, m)
                 for a, b in zip(after, before[m]):
-                    assert torch.equal(a, b), f"{policy}: {m} changed after unloading {order[:i + 1]}"
+                    assert torch.equal(a, b), f"{policy}: {m} changed after unloading {order[: i + 1]}"
             del junk
         s.unload(order[-1])
         assert len(s.cache) == 0 and not s.methods

@@ -14,7 +14,9 @@ LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")  # 
 
 def documents() -> list[tuple[Path, str]]:
     """(file, markdown text) of every README, docs page and notebook markdown cell."""
-    found = [(p, p.read_text()) for p in [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("tests/fixtures/*.md")]]
+    found = [
+        (p, p.read_text()) for p in [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("tests/fixtures/*.md")]
+    ]
     for nb_path in sorted(REPO.glob("notebooks/*.ipynb")):
         cells = json.loads(nb_path.read_text())["cells"]  # (plain JSON: the device machine has no nbformat)
         found.append((nb_path, "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")))
@@ -26,7 +28,7 @@ def relative_links(text: str) -> list[str]:
 
 
 def test_the_link_pattern_finds_links_and_skips_urls():
-    text = "see [a](../docs/a.md#x), ![i](img.svg \"title\"), [u](https://x.org/y), [h](#anchor), [m](mailto:a@b)"
+    text = 'see [a](../docs/a.md#x), ![i](img.svg "title"), [u](https://x.org/y), [h](#anchor), [m](mailto:a@b)'
     assert relative_links(text) == ["../docs/a.md#x", "img.svg"]
 
 

@@ -38,6 +38,7 @@ def _export(module, args=(), kwargs=None):
 
 # -- the model itself ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", ["decode", "decode_next"])
 def test_the_static_cache_gives_transformers_own_logits(llm, method):
     """Prefill + decodes through the cache equal one uncached transformers forward over the
@@ -50,7 +51,7 @@ def test_the_static_cache_gives_transformers_own_logits(llm, method):
         tokens = torch.cat([steps[0][1][0]] + [args[0] for _m, args in steps[1:]], dim=1)
         full = core.model(input_ids=tokens, use_cache=False).logits  # transformers' own forward, no cache
     stepwise = torch.cat([logits for logits, _t in outs], dim=1)
-    assert torch.allclose(stepwise, full[:, :stepwise.shape[1]], atol=1e-5), float((stepwise - full).abs().max())
+    assert torch.allclose(stepwise, full[:, : stepwise.shape[1]], atol=1e-5), float((stepwise - full).abs().max())
     # each decode's input is the token eager chose the step before
     chosen = [int(t) for _l, t in outs]
     assert [int(args[0]) for _m, args in steps[1:]] == chosen[:-1]
@@ -105,8 +106,9 @@ def test_transformers_exportable_static_cache_is_found_where_functionalizing_fai
     cfg.use_cache = True
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
-    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
-                                               cache_config={"batch_size": 1, "max_cache_len": 16})
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": 16}
+    )
     module = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=16)
     ep = _export(module, (), {"input_ids": torch.zeros(1, 8, dtype=torch.long), "cache_position": torch.arange(8)})
     written = mutated_buffers(ep)
@@ -122,6 +124,7 @@ def test_transformers_exportable_static_cache_is_found_where_functionalizing_fai
 
 # -- the built program -----------------------------------------------------------------------
 
+
 def test_provenance_makes_the_cache_one_state_of_both_methods(built_sample):
     p = built_sample(SAMPLE)
     by = {m.name: {c.fqn: c for c in m.constants} for m in p.methods}
@@ -134,8 +137,9 @@ def test_provenance_makes_the_cache_one_state_of_both_methods(built_sample):
     state = p.state_buffers()
     assert {b.fqn for b in state} == STATE
     assert all(b.writers == ("prefill", "decode", "decode_next") for b in state)
-    assert {q.name: [st.method for st in q.steps] for q in p.sequences} == \
-        {seq: ["prefill"] + [m] * 4 for seq, m in SEQUENCES.items()}
+    assert {q.name: [st.method for st in q.steps] for q in p.sequences} == {
+        seq: ["prefill"] + [m] * 4 for seq, m in SEQUENCES.items()
+    }
 
 
 def _tokens(session, program, sequence: str) -> tuple[list[int], list[int]]:
@@ -273,6 +277,7 @@ def test_a_one_element_written_buffer_is_warned_about(tmp_path):
 
 # -- on the GPU --------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("policy", toolkit.POLICIES)
 def test_generation_under_every_policy_on_cuda(built_sample, policy):
@@ -316,8 +321,9 @@ def test_repeatability_names_nondeterministic_kernels_on_cuda(tmp_path):
     n = 1 << 20
     index = torch.randint(0, 4, (n,), generator=g)
     values = torch.randn(n, generator=g) * torch.logspace(-3, 3, n)[torch.randperm(n, generator=g)]
-    p = toolkit.build_program({"scatter": (_ScatterSum(4), (index, values))}, tmp_path / "p", device="cuda",
-                              progress=False)
+    p = toolkit.build_program(
+        {"scatter": (_ScatterSum(4), (index, values))}, tmp_path / "p", device="cuda", progress=False
+    )
     s = toolkit.load_program(p, "fingerprint")
     r = s.repeatability(runs=5).set_index("method")
     assert r.loc["scatter", "changes_with_reset"], r

@@ -17,13 +17,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from toolkit.cli import main as cli_main
-from toolkit.workflows.compare import compare_policies, predict_policies
-from toolkit.plots import collision_matrix_view
-from toolkit.display.html import verification_html
-from toolkit.reports.collision import collision_report, read_report
 from toolkit.build.samples import sample_module, sample_names
+from toolkit.cli import main as cli_main
 from toolkit.core.verdict import BAD_OUTCOMES, ExitCode, MethodOutcome
+from toolkit.display.html import verification_html
+from toolkit.plots import collision_matrix_view
+from toolkit.reports.collision import collision_report, read_report
+from toolkit.workflows.compare import compare_policies, predict_policies
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = [n for n in sample_names() if n != "llama_static_cache"]  # its real loads are test_llm_state's
@@ -51,8 +51,12 @@ def test_every_surface_tells_the_same_verdict(sample, built_sample, tmp_path, ca
     real, predicted = compare_policies(prog), predict_policies(prog)
     for policy, s in real.sessions.items():  # the truth each sample states, independently of the toolkit
         v, expected = s.verdict(), sample_module(sample).EXPECTED[policy]
-        assert (set(v.wrong_methods), set(v.not_runnable), set(v.wrong_sequences), v.failed_stage is None) == \
-            (expected.wrong, expected.not_runnable, expected.sequence_wrong, expected.loaded), policy
+        assert (set(v.wrong_methods), set(v.not_runnable), set(v.wrong_sequences), v.failed_stage is None) == (
+            expected.wrong,
+            expected.not_runnable,
+            expected.sequence_wrong,
+            expected.loaded,
+        ), policy
     for comparison in (real, predicted):
         frame = comparison.frame.set_index("policy")
         for policy, s in comparison.sessions.items():
@@ -78,8 +82,9 @@ def test_every_surface_tells_the_same_verdict(sample, built_sample, tmp_path, ca
             if not v.predicted:
                 html = verification_html(s.verify(), v)
                 for m in v.methods:
-                    assert re.search(rf">{re.escape(m.method)}</td>\s*<td[^>]*>{re.escape(m.outcome.value)}</td>",
-                                     html), (policy, m)
+                    assert re.search(
+                        rf">{re.escape(m.method)}</td>\s*<td[^>]*>{re.escape(m.outcome.value)}</td>", html
+                    ), (policy, m)
             # the collision matrix marks the verdict's wrong methods and its constants on other data
             view = collision_matrix_view(s)
             assert view.wrong == set(v.wrong_methods)
@@ -99,7 +104,9 @@ def test_every_surface_tells_the_same_verdict(sample, built_sample, tmp_path, ca
         assert out.rstrip().splitlines()[-1] == v.headline()
         for m in v.not_runnable:
             assert f"{policy}: {m} not runnable" in out
-    assert cli_main(["compare", root]) == real.exit_code == ExitCode.worst(v.exit_code for v in real.verdicts().values())
+    assert (
+        cli_main(["compare", root]) == real.exit_code == ExitCode.worst(v.exit_code for v in real.verdicts().values())
+    )
     assert cli_main(["compare", root, "--dry-run"]) == predicted.exit_code
     capsys.readouterr()
 
@@ -162,11 +169,13 @@ def test_the_rules_are_defined_once():
 
 
 def test_no_import_circle_in_the_package():
-    code = ("import grimp, sys\n"
-            "g = grimp.build_graph('toolkit')\n"
-            "bad = [(a, b) for a in g.modules for b in g.find_modules_directly_imported_by(a)\n"
-            "       if g.chain_exists(importer=b, imported=a)]\n"
-            "print(sorted(bad))\n")
+    code = (
+        "import grimp, sys\n"
+        "g = grimp.build_graph('toolkit')\n"
+        "bad = [(a, b) for a in g.modules for b in g.find_modules_directly_imported_by(a)\n"
+        "       if g.chain_exists(importer=b, imported=a)]\n"
+        "print(sorted(bad))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"import circles: {out.stdout}"
@@ -174,42 +183,72 @@ def test_no_import_circle_in_the_package():
 
 def test_blame_confirms_clears_or_leaves_open_each_finding():
     """The verdict's per-constant confirmation from blame's experiments (pure: no load)."""
-    from toolkit.core.verdict import (BlameRow, BlameStatus, CheckRow, DataProblem, MethodFacts, build_verdict,
-                                 find_problem)
+    from toolkit.core.verdict import (
+        BlameRow,
+        BlameStatus,
+        CheckRow,
+        DataProblem,
+        MethodFacts,
+        build_verdict,
+        find_problem,
+    )
     from toolkit.core.vocab import Decision, MethodStatus
 
     def found(m, n):
-        return find_problem(method=m, name=n, fqn=n, decision=Decision.SHARED, digest="b" * 64, mutated=False,
-                            storage="", slot_problem="", cached_method="enc", cached_name=n, cached_digest="a" * 64)
+        return find_problem(
+            method=m,
+            name=n,
+            fqn=n,
+            decision=Decision.SHARED,
+            digest="b" * 64,
+            mutated=False,
+            storage="",
+            slot_problem="",
+            cached_method="enc",
+            cached_name=n,
+            cached_digest="a" * 64,
+        )
 
-    facts = [MethodFacts("enc", MethodStatus.LOADED, True),
-             MethodFacts("dec", MethodStatus.LOADED, True, findings=(found("dec", "w"), found("dec", "v"))),
-             MethodFacts("aux", MethodStatus.LOADED, True, findings=(found("aux", "u"),)),
-             MethodFacts("ok", MethodStatus.LOADED, True, findings=(found("ok", "t"),))]
-    checks = [CheckRow("enc", True, True), CheckRow("dec", True, False), CheckRow("aux", True, False),
-              CheckRow("ok", True, True)]
+    facts = [
+        MethodFacts("enc", MethodStatus.LOADED, True),
+        MethodFacts("dec", MethodStatus.LOADED, True, findings=(found("dec", "w"), found("dec", "v"))),
+        MethodFacts("aux", MethodStatus.LOADED, True, findings=(found("aux", "u"),)),
+        MethodFacts("ok", MethodStatus.LOADED, True, findings=(found("ok", "t"),)),
+    ]
+    checks = [
+        CheckRow("enc", True, True),
+        CheckRow("dec", True, False),
+        CheckRow("aux", True, False),
+        CheckRow("ok", True, True),
+    ]
     cd = DataProblem.CONTENT_DIFFERS
-    tried = [BlameRow("standalone", "dec", "w", "w", True, cd, "e"), BlameRow("standalone", "dec", "v", "v", False, cd, "e"),
-             BlameRow("seq", "aux", "u", "u", False, cd, "e")]
+    tried = [
+        BlameRow("standalone", "dec", "w", "w", True, cd, "e"),
+        BlameRow("standalone", "dec", "v", "v", False, cd, "e"),
+        BlameRow("seq", "aux", "u", "u", False, cd, "e"),
+    ]
     v = build_verdict(program="p", policy="name-only", predicted=False, methods=facts, checks=checks, blame=tried)
     status = {(c.method, c.name): (c.blame, c.blame_note) for c in v.constants}
     assert status[("dec", "w")] == (BlameStatus.CULPRIT, "breaks standalone")
     assert status[("dec", "v")][0] is BlameStatus.HARMLESS and "others" in status[("dec", "v")][1]
     assert status[("aux", "u")][0] is BlameStatus.INCONCLUSIVE  # its verification has no culprit at all
-    assert status[("ok", "t")] == (BlameStatus.HARMLESS,
-                                   "the method verifies ok: the difference does not reach its outputs")
+    assert status[("ok", "t")] == (
+        BlameStatus.HARMLESS,
+        "the method verifies ok: the difference does not reach its outputs",
+    )
     assert v.wrong_methods == ["dec", "aux"] and [c.name for c in v.culprits] == ["w"]
     assert v.exit_code is ExitCode.PROBLEM and v.outcome is MethodOutcome.WRONG
     # without experiments nothing is confirmed, and a dry run confirms nothing either
-    assert {c.blame for c in build_verdict(program="p", policy="x", predicted=True, methods=facts).constants} == \
-        {BlameStatus.NOT_TESTED}
+    assert {c.blame for c in build_verdict(program="p", policy="x", predicted=True, methods=facts).constants} == {
+        BlameStatus.NOT_TESTED
+    }
 
 
 @pytest.mark.slow
 def test_blame_of_a_sequence_names_the_state_kept_apart(built_sample):
     """shared_state under no-sharing: prefill's cache is kept from decode; blame's culprit enters the verdict."""
-    from toolkit.engine.session import load_program
     from toolkit.core.verdict import BlameStatus, DataProblem
+    from toolkit.engine.session import load_program
 
     s = load_program(built_sample("shared_state"), "no-sharing")
     before = s.verdict()
@@ -224,8 +263,8 @@ def test_blame_of_a_sequence_names_the_state_kept_apart(built_sample):
 
 @pytest.mark.slow
 def test_an_isolated_load_brings_back_the_same_verdict(built_sample):
-    from toolkit.workflows.isolation import load_isolated
     from toolkit.engine.session import load_program
+    from toolkit.workflows.isolation import load_isolated
 
     prog = built_sample("total_collision")
     for policy in ("name-only", "fqn-weight-cache"):

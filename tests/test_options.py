@@ -18,27 +18,48 @@ def test_the_defaults_are_the_default_load():
     assert options_from_environment({}) == LoadOptions()
     o = LoadOptions()
     assert (o.upload, o.first_load, o.host_lock_bytes, o.check_integrity, o.rehash, o.hash_threads, o.cache_dir) == (
-        UploadMode.MAPPED, FirstLoad.LOCKED, None, True, False, None, None)
+        UploadMode.MAPPED,
+        FirstLoad.LOCKED,
+        None,
+        True,
+        False,
+        None,
+        None,
+    )
 
 
 def test_every_variable_is_read_into_its_field(tmp_path):
-    env = {"CONSTSHARE_UPLOAD": " Staged ", "CONSTSHARE_FIRST_LOAD": "hybrid", "CONSTSHARE_HOST_LOCK_GIB": "1.5",
-           "CONSTSHARE_REHASH": "yes", "CONSTSHARE_HASH_THREADS": "3", "CONSTSHARE_CACHE": str(tmp_path),
-           "UNRELATED": "x"}
+    env = {
+        "CONSTSHARE_UPLOAD": " Staged ",
+        "CONSTSHARE_FIRST_LOAD": "hybrid",
+        "CONSTSHARE_HOST_LOCK_GIB": "1.5",
+        "CONSTSHARE_REHASH": "yes",
+        "CONSTSHARE_HASH_THREADS": "3",
+        "CONSTSHARE_CACHE": str(tmp_path),
+        "UNRELATED": "x",
+    }
     assert options_from_environment(env) == LoadOptions(
-        upload=UploadMode.STAGED, first_load=FirstLoad.HYBRID, host_lock_bytes=3 << 29, rehash=True, hash_threads=3,
-        cache_dir=tmp_path)
+        upload=UploadMode.STAGED,
+        first_load=FirstLoad.HYBRID,
+        host_lock_bytes=3 << 29,
+        rehash=True,
+        hash_threads=3,
+        cache_dir=tmp_path,
+    )
     assert options_from_environment({"CONSTSHARE_REHASH": "0", "CONSTSHARE_UPLOAD": ""}) == LoadOptions()
 
 
-@pytest.mark.parametrize("name,bad,expected", [
-    ("CONSTSHARE_UPLOAD", "turbo", "one of mapped, staged, unstaged"),
-    ("CONSTSHARE_FIRST_LOAD", "telepathy", "one of staged, locked, hybrid, pipelined"),
-    ("CONSTSHARE_HOST_LOCK_GIB", "lots", "a number of GiB"),
-    ("CONSTSHARE_REHASH", "maybe", "1, true, yes, 0, false, no"),
-    ("CONSTSHARE_HASH_THREADS", "0", "a positive integer"),
-    ("CONSTSHARE_HASH_THREADS", "many", "a positive integer"),
-])
+@pytest.mark.parametrize(
+    "name,bad,expected",
+    [
+        ("CONSTSHARE_UPLOAD", "turbo", "one of mapped, staged, unstaged"),
+        ("CONSTSHARE_FIRST_LOAD", "telepathy", "one of staged, locked, hybrid, pipelined"),
+        ("CONSTSHARE_HOST_LOCK_GIB", "lots", "a number of GiB"),
+        ("CONSTSHARE_REHASH", "maybe", "1, true, yes, 0, false, no"),
+        ("CONSTSHARE_HASH_THREADS", "0", "a positive integer"),
+        ("CONSTSHARE_HASH_THREADS", "many", "a positive integer"),
+    ],
+)
 def test_a_bad_value_is_an_error_naming_the_variable(name, bad, expected):
     with pytest.raises(ValueError, match=f"^{name}='{bad}': expected {expected}$"):
         options_from_environment({name: bad})
@@ -67,8 +88,9 @@ def test_a_load_keeps_its_options_and_check_integrity_overrides_them(built_sampl
     from toolkit import load_program
 
     prog = built_sample("total_collision")
-    s = load_program(prog, "fingerprint", device="cpu", options=LoadOptions(check_integrity=False, rehash=True),
-                     check_integrity=True)
+    s = load_program(
+        prog, "fingerprint", device="cpu", options=LoadOptions(check_integrity=False, rehash=True), check_integrity=True
+    )
     assert s.status == "loaded" and s.options == LoadOptions(rehash=True) and s.check_integrity
     assert s.runtime.options.rehash  # the runtime moves bytes as the same options say
     s.close()
@@ -99,10 +121,16 @@ def environment_uses(root: Path) -> set[tuple[str, str]]:
                 inner = where
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     inner = f"{where}.{child.name}" if where else child.name
-                is_env = (isinstance(child, ast.Attribute) and child.attr in _ENV_NAMES
-                          and isinstance(child.value, ast.Name) and child.value.id == "os") or (
-                    isinstance(child, ast.ImportFrom) and child.module == "os"
-                    and any(a.name in _ENV_NAMES for a in child.names))
+                is_env = (
+                    isinstance(child, ast.Attribute)
+                    and child.attr in _ENV_NAMES
+                    and isinstance(child.value, ast.Name)
+                    and child.value.id == "os"
+                ) or (
+                    isinstance(child, ast.ImportFrom)
+                    and child.module == "os"
+                    and any(a.name in _ENV_NAMES for a in child.names)
+                )
                 if is_env:
                     found.add((rel, where or "<module>"))
                 visit(child, inner)

@@ -13,8 +13,10 @@ require("matplotlib", extra="plots")
 
 from matplotlib.figure import Figure  # noqa: E402
 
-from toolkit import load_program  # noqa: E402
-from toolkit import plots  # noqa: E402
+from toolkit import (  # noqa: E402
+    load_program,
+    plots,  # noqa: E402
+)
 from toolkit.display.html import culprit_mask  # noqa: E402
 
 
@@ -22,13 +24,15 @@ def decisions(rows):
     return pd.DataFrame(rows, columns=["method", "name", "fqn", "decision"])
 
 
-SYNTH = decisions([
-    ("prefill", "_tensor_constant0", "_tensor_constant0", "loaded"),
-    ("prefill", "w", "layers.0.w", "loaded"),
-    ("decode", "_tensor_constant0", "_tensor_constant0", "shared"),
-    ("decode", "b", "", "private"),
-    ("decode", "w", "layers.0.w", "declined"),
-])
+SYNTH = decisions(
+    [
+        ("prefill", "_tensor_constant0", "_tensor_constant0", "loaded"),
+        ("prefill", "w", "layers.0.w", "loaded"),
+        ("decode", "_tensor_constant0", "_tensor_constant0", "shared"),
+        ("decode", "b", "", "private"),
+        ("decode", "w", "layers.0.w", "declined"),
+    ]
+)
 
 
 def test_collision_matrix_data_is_methods_by_constants():
@@ -67,13 +71,26 @@ def test_plots_draw_on_the_given_axes():
 
 
 def test_policy_tradeoff_groups_policies_on_one_point():
-    comp = pd.DataFrame([
-        {"policy": "no-sharing", "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 4096},
-        {"policy": "name-only", "loaded": True, "wrong_methods": ["decode"], "not_runnable": [], "device_bytes": 2048},
-        {"policy": "decline", "loaded": True, "wrong_methods": "['decode']", "not_runnable": "[]",
-         "device_bytes": 2048},  # as read back from a CSV
-        {"policy": "refuse", "loaded": False, "wrong_methods": [], "not_runnable": [], "device_bytes": 1024},
-    ])
+    comp = pd.DataFrame(
+        [
+            {"policy": "no-sharing", "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 4096},
+            {
+                "policy": "name-only",
+                "loaded": True,
+                "wrong_methods": ["decode"],
+                "not_runnable": [],
+                "device_bytes": 2048,
+            },
+            {
+                "policy": "decline",
+                "loaded": True,
+                "wrong_methods": "['decode']",
+                "not_runnable": "[]",
+                "device_bytes": 2048,
+            },  # as read back from a CSV
+            {"policy": "refuse", "loaded": False, "wrong_methods": [], "not_runnable": [], "device_bytes": 1024},
+        ]
+    )
     fig = plots.policy_tradeoff(comp, minimum=2048)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "name-only\ndecline" in texts
@@ -92,7 +109,7 @@ def test_format_bytes():
     assert plots.format_bytes(0) == "0 B"
     assert plots.format_bytes(16384) == "16 KiB"
     assert plots.format_bytes(1536) == "1.5 KiB"
-    assert plots.format_bytes(3 * 1024 ** 3) == "3 GiB"
+    assert plots.format_bytes(3 * 1024**3) == "3 GiB"
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +167,10 @@ print("matplotlib.pyplot" in sys.modules)
 
 def test_import_toolkit_needs_neither_matplotlib_nor_ipywidgets():
     # plots and widgets import them lazily, inside the functions that draw or display
-    code = ("import sys, toolkit, toolkit.reports.collision, toolkit.plots, toolkit.explorer; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'ipywidgets'}))")
+    code = (
+        "import sys, toolkit, toolkit.reports.collision, toolkit.plots, toolkit.explorer; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'ipywidgets'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -200,8 +219,9 @@ def _check_tradeoff_figure(fig):
         frame = ax.get_window_extent(r)
         for t in ax.texts:  # the point labels and the minimum marker's, inside the plot
             b = t.get_window_extent(r)
-            assert frame.x0 - 1 <= b.x0 and b.x1 <= frame.x1 + 1 and frame.y0 - 1 <= b.y0 and b.y1 <= frame.y1 + 1, \
+            assert frame.x0 - 1 <= b.x0 and b.x1 <= frame.x1 + 1 and frame.y0 - 1 <= b.y0 and b.y1 <= frame.y1 + 1, (
                 t.get_text()
+            )
         # and clear of every point marker
         for coll in ax.collections:
             for x, y in coll.get_offsets():
@@ -239,18 +259,38 @@ def test_policy_tradeoff_labels_never_overlap_on_every_sample(every_sample_compa
 
 def test_policy_tradeoff_crowded_points_keep_apart():
     """Points a hair apart (513.3 vs 512.3 KiB), many names, the minimum right between them."""
-    names = ["no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always",
-             "fingerprint", "content-dedup"]
-    comp = pd.DataFrame([
-        {"policy": names[0], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 1_050_000},
-        {"policy": names[1], "loaded": True, "wrong_methods": ["decode"], "not_runnable": [], "device_bytes": 525_000},
-        {"policy": names[2], "loaded": False, "wrong_methods": [], "not_runnable": [], "device_bytes": 524_800},
-        {"policy": names[3], "loaded": True, "wrong_methods": ["decode"], "not_runnable": ["x"],
-         "device_bytes": 525_300},
-        {"policy": names[4], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 1_050_000},
-        {"policy": names[5], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 525_600},
-        {"policy": names[6], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 525_400},
-    ])
+    names = [
+        "no-sharing",
+        "name-only",
+        "refuse-on-mismatch",
+        "decline-on-mismatch",
+        "verify-always",
+        "fingerprint",
+        "content-dedup",
+    ]
+    comp = pd.DataFrame(
+        [
+            {"policy": names[0], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 1_050_000},
+            {
+                "policy": names[1],
+                "loaded": True,
+                "wrong_methods": ["decode"],
+                "not_runnable": [],
+                "device_bytes": 525_000,
+            },
+            {"policy": names[2], "loaded": False, "wrong_methods": [], "not_runnable": [], "device_bytes": 524_800},
+            {
+                "policy": names[3],
+                "loaded": True,
+                "wrong_methods": ["decode"],
+                "not_runnable": ["x"],
+                "device_bytes": 525_300,
+            },
+            {"policy": names[4], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 1_050_000},
+            {"policy": names[5], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 525_600},
+            {"policy": names[6], "loaded": True, "wrong_methods": [], "not_runnable": [], "device_bytes": 525_400},
+        ]
+    )
     _check_tradeoff_figure(plots.policy_tradeoff(comp, minimum=524_600))
 
 
@@ -270,8 +310,14 @@ def _wide_decisions(n: int, methods=("encoder", "decoder")) -> pd.DataFrame:
     for m in methods:
         for i in range(n):
             fqn = f"model.layers.{i}.encoder_attn_layer_norm.weight"
-            rows.append({"method": m, "name": fqn.replace(".", "_"), "fqn": fqn,
-                         "decision": "loaded" if m == methods[0] else "shared"})
+            rows.append(
+                {
+                    "method": m,
+                    "name": fqn.replace(".", "_"),
+                    "fqn": fqn,
+                    "decision": "loaded" if m == methods[0] else "shared",
+                }
+            )
     rows.append({"method": methods[0], "name": "only_here", "fqn": "only.here.in.the.encoder", "decision": "loaded"})
     return pd.DataFrame(rows)
 
@@ -312,14 +358,35 @@ def test_collision_matrix_keeps_only_colliding_names_when_large():
 
 
 def test_collision_matrix_marks_shared_cells_of_other_content():
-    d = pd.DataFrame([
-        {"method": "encode", "name": "w", "fqn": "proj.weight", "decision": "loaded", "digest": "a" * 64,
-         "cached_digest": ""},
-        {"method": "probe", "name": "w", "fqn": "proj.weight", "decision": "shared", "digest": "b" * 64,
-         "cached_digest": "a" * 64, "data_problem": "content differs"},
-        {"method": "again", "name": "w", "fqn": "proj.weight", "decision": "shared", "digest": "a" * 64,
-         "cached_digest": "a" * 64},
-    ])
+    d = pd.DataFrame(
+        [
+            {
+                "method": "encode",
+                "name": "w",
+                "fqn": "proj.weight",
+                "decision": "loaded",
+                "digest": "a" * 64,
+                "cached_digest": "",
+            },
+            {
+                "method": "probe",
+                "name": "w",
+                "fqn": "proj.weight",
+                "decision": "shared",
+                "digest": "b" * 64,
+                "cached_digest": "a" * 64,
+                "data_problem": "content differs",
+            },
+            {
+                "method": "again",
+                "name": "w",
+                "fqn": "proj.weight",
+                "decision": "shared",
+                "digest": "a" * 64,
+                "cached_digest": "a" * 64,
+            },
+        ]
+    )
     assert plots.culprit_cells(d) == {("probe", "proj.weight")}
     ax = plots.collision_matrix(d).axes[0]
     faces = {(round(p.get_x()), round(p.get_y())): p.get_facecolor() for p in ax.patches if p.get_fill()}
@@ -351,11 +418,13 @@ def test_dollar_names_are_drawn_as_typed_everywhere():
     d = decisions([("m$1$", EVIL, EVIL, "loaded"), ("m$2$", EVIL, EVIL, "shared")])
     png = plots.figure_png(plots.collision_matrix(d, wrong_methods=["m$2$"], title=f"prog {EVIL}"))
     assert png.startswith(b"\x89PNG")
-    ev = pd.DataFrame([
-        {"seq": 0, "time_s": 0.0, "kind": "load_started", "method": EVIL, "decision": None, "seconds": None},
-        {"seq": 1, "time_s": 0.001, "kind": "decided", "method": EVIL, "decision": "loaded", "seconds": None},
-        {"seq": 2, "time_s": 0.002, "kind": "method_loaded", "method": EVIL, "decision": None, "seconds": None},
-    ])
+    ev = pd.DataFrame(
+        [
+            {"seq": 0, "time_s": 0.0, "kind": "load_started", "method": EVIL, "decision": None, "seconds": None},
+            {"seq": 1, "time_s": 0.001, "kind": "decided", "method": EVIL, "decision": "loaded", "seconds": None},
+            {"seq": 2, "time_s": 0.002, "kind": "method_loaded", "method": EVIL, "decision": None, "seconds": None},
+        ]
+    )
     assert plots.figure_png(plots.event_timeline(ev, title=EVIL)).startswith(b"\x89PNG")
     mem = pd.DataFrame([{"policy": "fingerprint", "method": EVIL, "device_bytes": 10, "loaded": True}])
     assert plots.figure_png(plots.memory_by_policy(mem, minimum=10, title=EVIL)).startswith(b"\x89PNG")
@@ -381,8 +450,11 @@ def test_plots_of_a_real_dollar_named_program(built_sample, tmp_path):
     prog = dataclasses.replace(built_sample("total_collision"), name=EVIL)
     s = load_program(prog, "name-only")
     try:
-        for fig in (plots.collision_matrix(s, verification=s.verify()), plots.event_timeline(s),
-                    plots.memory_by_policy(s)):
+        for fig in (
+            plots.collision_matrix(s, verification=s.verify()),
+            plots.event_timeline(s),
+            plots.memory_by_policy(s),
+        ):
             assert plots.figure_png(fig).startswith(b"\x89PNG")
     finally:
         s.close()
@@ -393,12 +465,28 @@ def test_collision_matrix_of_thousands_of_names_is_capped_culprits_first():
 
     rows = []
     for i in range(3000):
-        rows.append({"method": "a", "name": f"c{i}", "fqn": f"c{i}", "decision": "loaded", "digest": "a" * 64,
-                     "cached_digest": ""})
+        rows.append(
+            {
+                "method": "a",
+                "name": f"c{i}",
+                "fqn": f"c{i}",
+                "decision": "loaded",
+                "digest": "a" * 64,
+                "cached_digest": "",
+            }
+        )
         bad = i % 97 == 5
-        rows.append({"method": "b", "name": f"c{i}", "fqn": f"c{i}", "decision": "shared",
-                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64,
-                     "data_problem": "content differs" if bad else ""})
+        rows.append(
+            {
+                "method": "b",
+                "name": f"c{i}",
+                "fqn": f"c{i}",
+                "decision": "shared",
+                "digest": ("b" if bad else "a") * 64,
+                "cached_digest": "a" * 64,
+                "data_problem": "content differs" if bad else "",
+            }
+        )
     d = pd.DataFrame(rows)
     t0 = time.perf_counter()
     fig = plots.collision_matrix(d)
@@ -423,16 +511,44 @@ def _plotly():
 def _content_rows(n_names: int, bad_every: int = 0) -> pd.DataFrame:
     rows = []
     for i in range(n_names):
-        rows.append({"method": "encoder", "name": f"c{i}", "fqn": f"layers.{i}.w", "decision": "loaded",
-                     "reason_code": "first_seen", "reason": "first time this name is seen", "digest": "a" * 64,
-                     "cached_digest": ""})
+        rows.append(
+            {
+                "method": "encoder",
+                "name": f"c{i}",
+                "fqn": f"layers.{i}.w",
+                "decision": "loaded",
+                "reason_code": "first_seen",
+                "reason": "first time this name is seen",
+                "digest": "a" * 64,
+                "cached_digest": "",
+            }
+        )
         bad = bool(bad_every) and i % bad_every == 1
-        rows.append({"method": "decoder", "name": f"c{i}", "fqn": f"layers.{i}.w", "decision": "shared",
-                     "reason_code": "name_hit_unchecked", "reason": "the name is in the cache: shared unchecked",
-                     "digest": ("b" if bad else "a") * 64, "cached_digest": "a" * 64,
-                     "data_problem": "content differs" if bad else ""})
-    rows.append({"method": "encoder", "name": "solo", "fqn": "only.in.the.encoder", "decision": "loaded",
-                 "reason_code": "first_seen", "reason": "first time", "digest": "c" * 64, "cached_digest": ""})
+        rows.append(
+            {
+                "method": "decoder",
+                "name": f"c{i}",
+                "fqn": f"layers.{i}.w",
+                "decision": "shared",
+                "reason_code": "name_hit_unchecked",
+                "reason": "the name is in the cache: shared unchecked",
+                "digest": ("b" if bad else "a") * 64,
+                "cached_digest": "a" * 64,
+                "data_problem": "content differs" if bad else "",
+            }
+        )
+    rows.append(
+        {
+            "method": "encoder",
+            "name": "solo",
+            "fqn": "only.in.the.encoder",
+            "decision": "loaded",
+            "reason_code": "first_seen",
+            "reason": "first time",
+            "digest": "c" * 64,
+            "cached_digest": "",
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -441,8 +557,12 @@ def test_interactive_matrix_hover_gives_decision_and_reason():
     d = _content_rows(3, bad_every=2)
     fig = plots.interactive_collision_matrix(d, wrong_methods=["decoder"])
     heat = fig.data[0]
-    assert list(heat.y) == ["encoder", "decoder"] and list(heat.x) == ["layers.0.w", "layers.1.w", "layers.2.w",
-                                                                       "only.in.the.encoder"]
+    assert list(heat.y) == ["encoder", "decoder"] and list(heat.x) == [
+        "layers.0.w",
+        "layers.1.w",
+        "layers.2.w",
+        "only.in.the.encoder",
+    ]
     hover = heat.customdata
     assert "decision: <b>loaded</b>" in hover[0][0] and "reason: <b>first_seen</b>" in hover[0][0]
     assert "first time this name is seen" in hover[0][0]
@@ -530,14 +650,30 @@ def test_interactive_matrix_of_a_session(sessions):
 # ------------------------------------------------------------------ issue 22: readable matrices, honest timelines
 
 
-def _layered_rows(layers: int, weights=("self_attn.q_proj.weight", "self_attn.k_proj.weight", "mlp.up_proj.weight",
-                                          "mlp.down_proj.weight", "post_attention_layernorm.weight")) -> pd.DataFrame:
+def _layered_rows(
+    layers: int,
+    weights=(
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+        "post_attention_layernorm.weight",
+    ),
+) -> pd.DataFrame:
     rows = []
     for method, decision in (("prefill", "loaded"), ("decode", "shared")):
         for i in range(layers):
             for w in weights:
-                rows.append({"method": method, "name": f"model_layers_{i}_{w.replace('.', '_')}",
-                             "fqn": f"model.layers.{i}.{w}", "decision": decision, "reason_code": "x", "reason": "y"})
+                rows.append(
+                    {
+                        "method": method,
+                        "name": f"model_layers_{i}_{w.replace('.', '_')}",
+                        "fqn": f"model.layers.{i}.{w}",
+                        "decision": decision,
+                        "reason_code": "x",
+                        "reason": "y",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -571,11 +707,14 @@ def test_interactive_matrix_of_one_column_keeps_the_hover_beside_it_and_the_titl
 
 
 def _timeline_events(seconds: float) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"kind": "load_started", "method": "m", "time_s": 0.0, "seconds": None, "decision": None},
-        {"kind": "blob_uploaded", "method": "m", "time_s": 0.101, "seconds": seconds, "decision": None},
-        {"kind": "decided", "method": "m", "time_s": 0.5, "seconds": None, "decision": "loaded"},
-        {"kind": "method_loaded", "method": "m", "time_s": 2.0, "seconds": None, "decision": None}])
+    return pd.DataFrame(
+        [
+            {"kind": "load_started", "method": "m", "time_s": 0.0, "seconds": None, "decision": None},
+            {"kind": "blob_uploaded", "method": "m", "time_s": 0.101, "seconds": seconds, "decision": None},
+            {"kind": "decided", "method": "m", "time_s": 0.5, "seconds": None, "decision": "loaded"},
+            {"kind": "method_loaded", "method": "m", "time_s": 2.0, "seconds": None, "decision": None},
+        ]
+    )
 
 
 def test_event_timeline_draws_short_steps_visibly_and_says_when_it_is_a_prediction():
@@ -622,11 +761,28 @@ def _llm_rows(layers: int = 40) -> pd.DataFrame:
         for w in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "post_attention_layernorm.weight"):
             fqn = f"model.layers.{i}.{w}"
             bad = (i * 3 + len(w)) % 7 == 0
-            rows.append({"method": "prefill", "name": fqn.replace(".", "_"), "fqn": fqn, "decision": "loaded",
-                         "reason_code": "first_seen", "reason": "first", "data_problem": ""})
-            rows.append({"method": "decode", "name": fqn.replace(".", "_"), "fqn": fqn, "decision": "shared",
-                         "reason_code": "name_hit_unchecked", "reason": "shared unchecked",
-                         "data_problem": "content differs" if bad else ""})
+            rows.append(
+                {
+                    "method": "prefill",
+                    "name": fqn.replace(".", "_"),
+                    "fqn": fqn,
+                    "decision": "loaded",
+                    "reason_code": "first_seen",
+                    "reason": "first",
+                    "data_problem": "",
+                }
+            )
+            rows.append(
+                {
+                    "method": "decode",
+                    "name": fqn.replace(".", "_"),
+                    "fqn": fqn,
+                    "decision": "shared",
+                    "reason_code": "name_hit_unchecked",
+                    "reason": "shared unchecked",
+                    "data_problem": "content differs" if bad else "",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -637,8 +793,12 @@ def test_a_long_matplotlib_matrix_is_a_row_per_name_grouped_with_labels_that_do_
     ax = fig.axes[0]
     rows = [t.get_text() for t in ax.get_yticklabels()]
     assert len(rows) == 120 + 40 and rows[:2] == ["model.layers.0", "self_attn.q_proj.weight"]
-    assert rows[-4:] == ["model.layers.39", "self_attn.q_proj.weight", "mlp.down_proj.weight",
-                         "post_attention_layernorm.weight"]
+    assert rows[-4:] == [
+        "model.layers.39",
+        "self_attn.q_proj.weight",
+        "mlp.down_proj.weight",
+        "post_attention_layernorm.weight",
+    ]
     assert [t.get_fontweight() for t in ax.get_yticklabels()][:2] == ["bold", "normal"]
     assert all(t.get_fontsize() >= plots.LONG_LABEL_PT for t in ax.get_yticklabels())
     assert [t.get_text() for t in ax.get_xticklabels()] == ["prefill", "\u2717 decode (wrong)"]

@@ -11,20 +11,44 @@ import pytest
 
 from toolkit.core.model import ConstantSpec, TensorMeta, required_nbytes
 from toolkit.core.policies import (
-    POLICIES, Fingerprint, MethodView, VerifyAlways, compare_metadata, fqn_weight_key, get_policy, refusal_message,
+    POLICIES,
+    Fingerprint,
+    MethodView,
+    VerifyAlways,
+    compare_metadata,
+    fqn_weight_key,
+    get_policy,
+    refusal_message,
 )
 from toolkit.core.vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def const(name, shape=(4, 4), dtype="float32", strides=None, fqn=None, data="a", mutated=False,
-          kind=ConstantKind.LIFTED_CONSTANT) -> ConstantSpec:
+def const(
+    name,
+    shape=(4, 4),
+    dtype="float32",
+    strides=None,
+    fqn=None,
+    data="a",
+    mutated=False,
+    kind=ConstantKind.LIFTED_CONSTANT,
+) -> ConstantSpec:
     strides = strides or tuple(int(s) for s in _contig(shape))
-    return ConstantSpec(name=name, fqn=name if fqn is None else fqn, kind=kind, mutated=mutated, dtype=dtype,
-                        shape=tuple(shape), strides=strides, storage_offset=0,
-                        nbytes=required_nbytes(dtype, shape, strides), offset=0,
-                        digest=hashlib.sha256(data.encode()).hexdigest())
+    return ConstantSpec(
+        name=name,
+        fqn=name if fqn is None else fqn,
+        kind=kind,
+        mutated=mutated,
+        dtype=dtype,
+        shape=tuple(shape),
+        strides=strides,
+        storage_offset=0,
+        nbytes=required_nbytes(dtype, shape, strides),
+        offset=0,
+        digest=hashlib.sha256(data.encode()).hexdigest(),
+    )
 
 
 def _contig(shape):
@@ -88,8 +112,17 @@ NEW = const("head.weight", fqn="head.weight", data="head", kind=ConstantKind.PAR
 
 
 def test_policy_names_are_the_documented_ones():
-    assert POLICIES == ("no-sharing", "name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always",
-                        "fingerprint", "content-dedup", "blind-share", "fqn-weight-cache")
+    assert POLICIES == (
+        "no-sharing",
+        "name-only",
+        "refuse-on-mismatch",
+        "decline-on-mismatch",
+        "verify-always",
+        "fingerprint",
+        "content-dedup",
+        "blind-share",
+        "fqn-weight-cache",
+    )
     with pytest.raises(ValueError, match="unknown policy 'nope'.*fingerprint"):
         get_policy("nope")
 
@@ -100,8 +133,13 @@ def test_compare_metadata_reports_every_field_in_upstream_order():
     comps = compare_metadata(a, b)
     assert [c.field for c in comps] == list(MetadataField)
     assert {c.field: c.equal for c in comps} == {
-        MetadataField.DTYPE: False, MetadataField.RANK: True, MetadataField.SIZES: True,
-        MetadataField.STRIDES: False, MetadataField.DEVICE_TYPE: True, MetadataField.DEVICE_INDEX: False}
+        MetadataField.DTYPE: False,
+        MetadataField.RANK: True,
+        MetadataField.SIZES: True,
+        MetadataField.STRIDES: False,
+        MetadataField.DEVICE_TYPE: True,
+        MetadataField.DEVICE_INDEX: False,
+    }
 
 
 def test_no_sharing_uploads_blob_and_keeps_everything_private():
@@ -145,8 +183,10 @@ def test_name_only_miss_path_shares_hits_without_comparing():
 def test_refuse_on_mismatch_fails_the_load_with_the_upstream_message():
     plan, out = run("refuse-on-mismatch", view(A_OTHER_SHAPE, NEW), FakeCache(cached(A)))
     assert out.failure == refusal_message("_tensor_constant0", "decode")
-    assert out.failure == ("Constant '_tensor_constant0' in method 'decode' is incompatible with the cached "
-                           "version from a previous method. Refusing to share.")
+    assert out.failure == (
+        "Constant '_tensor_constant0' in method 'decode' is incompatible with the cached "
+        "version from a previous method. Refusing to share."
+    )
     assert {d.decision for d in out.decisions} == {Decision.REFUSED}
     assert by_name(out)["_tensor_constant0"].reason_code is Reason.METADATA_MISMATCH
     assert by_name(out)["head.weight"].reason_code is Reason.LOAD_REFUSED
@@ -170,8 +210,7 @@ def test_decline_on_mismatch_keeps_own_copy_and_leaves_it_out_of_the_pairs():
 
 
 def test_decline_compares_extracted_metadata_not_the_manifest():
-    meta = {"_tensor_constant0": TensorMeta("float32", (4, 4), (1, 4), "cpu", -1),
-            "head.weight": NEW.meta("cpu", -1)}
+    meta = {"_tensor_constant0": TensorMeta("float32", (4, 4), (1, 4), "cpu", -1), "head.weight": NEW.meta("cpu", -1)}
     plan, out = run("decline-on-mismatch", view(A, NEW), FakeCache(cached(A)), new_meta=meta)
     d = by_name(out)["_tensor_constant0"]
     assert d.decision is Decision.DECLINED
@@ -242,7 +281,9 @@ def test_state_is_shared_exactly_when_provenance_says_one_buffer(policy, writer_
     other = replace(mine, storage="t8")
     plan, out = run(policy, view(other), FakeCache(cached(replace(theirs, mutated=writer_first))))
     d = by_name(out)["kv"]
-    assert d.decision is Decision.DECLINED and d.reason_code is Reason.OTHER_STATE and d.origin is TensorOrigin.OWN_UPLOAD
+    assert (
+        d.decision is Decision.DECLINED and d.reason_code is Reason.OTHER_STATE and d.origin is TensorOrigin.OWN_UPLOAD
+    )
     assert "another buffer" in d.reason
 
 
@@ -289,9 +330,10 @@ def test_empty_fqn_is_never_looked_up(policy):
     assert [lr.constant.name for lr in plan.lookups] == ([] if policy == "no-sharing" else ["head.weight"])
     d = by_name(out)["folded"]
     assert d.lookup is None and not d.enters_cache and out.failure is None
-    expected = {"no-sharing": (Decision.PRIVATE, Reason.SHARING_DISABLED),
-                "fqn-weight-cache": (Decision.NEVER_FILLED, Reason.EMPTY_FQN)}.get(policy,
-                                                                                   (Decision.PRIVATE, Reason.EMPTY_FQN))
+    expected = {
+        "no-sharing": (Decision.PRIVATE, Reason.SHARING_DISABLED),
+        "fqn-weight-cache": (Decision.NEVER_FILLED, Reason.EMPTY_FQN),
+    }.get(policy, (Decision.PRIVATE, Reason.EMPTY_FQN))
     assert (d.decision, d.reason_code) == expected
 
 
@@ -336,8 +378,10 @@ def test_our_policies_cache_the_first_slot_of_a_repeated_fqn_and_upload_the_rest
     _plan, out = run(policy, view(TWIN, BIAS, name="m0"), FakeCache())
     d = by_name(out)
     assert out.failure is None and d["layers_0_bias_twin"].enters_cache and not d["layers_0_bias"].enters_cache
-    assert (d["layers_0_bias"].decision, d["layers_0_bias"].reason_code) == (Decision.PRIVATE,
-                                                                          Reason.SAME_KEY_IN_METHOD)
+    assert (d["layers_0_bias"].decision, d["layers_0_bias"].reason_code) == (
+        Decision.PRIVATE,
+        Reason.SAME_KEY_IN_METHOD,
+    )
     assert d["layers_0_bias"].origin is TensorOrigin.OWN_UPLOAD
 
 
@@ -376,15 +420,19 @@ X = const("x", fqn="", shape=(4, 8), data="x")
 
 def test_refusal_names_the_fqn_after_the_first_mismatching_field_as_922_logs_them():
     _, out = run("refuse-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
-    assert out.failure == ("Constant 'layers.1.bias' in method 'm1' is incompatible with the cached version from a "
-                           "previous method. Refusing to share.")
-    assert by_name(out)["b"].reason == ("Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); "
-                                        f"then: {out.failure}")
+    assert out.failure == (
+        "Constant 'layers.1.bias' in method 'm1' is incompatible with the cached version from a "
+        "previous method. Refusing to share."
+    )
+    assert by_name(out)["b"].reason == (
+        f"Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); then: {out.failure}"
+    )
     for policy in ("decline-on-mismatch", "verify-always"):  # e4b and 144: one log line
         _, out = run(policy, view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
         assert by_name(out)["b"].reason == (
             "Constant 'layers.1.bias': size mismatch at dim 0 (cached=16, new=32); then: Constant 'layers.1.bias' in "
-            "method 'm1' differs from the cached copy; using this method's own copy instead of sharing")
+            "method 'm1' differs from the cached copy; using this method's own copy instead of sharing"
+        )
 
 
 def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
@@ -394,8 +442,9 @@ def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
     assert line("w", a, a) is None
     assert line("w", a, replace(a, dtype="bfloat16", shape=(4,))) == "Constant 'w': dtype mismatch (cached=6, new=15)"
     assert line("w", a, replace(a, shape=(4,), strides=(1,))) == "Constant 'w': dim mismatch (cached=2, new=1)"
-    assert line("w", a, replace(a, shape=(4, 8), strides=(1, 4))) == ("Constant 'w': size mismatch at dim 1 "
-                                                                     "(cached=4, new=8)")
+    assert line("w", a, replace(a, shape=(4, 8), strides=(1, 4))) == (
+        "Constant 'w': size mismatch at dim 1 (cached=4, new=8)"
+    )
     assert line("w", a, replace(a, strides=(1, 4))) == "Constant 'w': stride mismatch at dim 0 (cached=4, new=1)"
     assert line("w", a, replace(a, device_index=1)) == "Constant 'w': device mismatch (cached=1:0, new=1:1)"
 
@@ -403,11 +452,16 @@ def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
 def test_refusal_names_the_first_mismatch_in_libstdcxx_unordered_map_order():
     """g++ 12 iterates {layers.1.bias, enc.w} (inserted in that order) as enc.w, layers.1.bias: 922 names enc.w."""
     w16, w32 = const("w", fqn="enc.w", shape=(16, 4), data="a"), const("w", fqn="enc.w", shape=(32, 4), data="b")
-    _, out = run("refuse-on-mismatch", view(B32, w32, NEW, name="m1"),
-                 FakeCache(cached(B16, owner="m0"), cached(w16, owner="m0")))
+    _, out = run(
+        "refuse-on-mismatch",
+        view(B32, w32, NEW, name="m1"),
+        FakeCache(cached(B16, owner="m0"), cached(w16, owner="m0")),
+    )
     assert out.failure == refusal_message("enc.w", "m1")
-    assert by_name(out)["w"].reason.endswith("(upstream checks FQNs in its unordered_map's order: 'enc.w' first; "
-                                             "'layers.1.bias' mismatch too, never checked)")
+    assert by_name(out)["w"].reason.endswith(
+        "(upstream checks FQNs in its unordered_map's order: 'enc.w' first; "
+        "'layers.1.bias' mismatch too, never checked)"
+    )
     assert by_name(out)["b"].reason_code is Reason.LOAD_REFUSED
     _, out = run("refuse-on-mismatch", view(B32, NEW, name="m1"), FakeCache(cached(B16, owner="m0")))
     assert "unordered_map" not in by_name(out)["b"].reason
@@ -418,13 +472,21 @@ def test_refusal_names_the_first_mismatch_in_libstdcxx_unordered_map_order():
 LIBSTDCXX_ORDERS = [
     (["layers.1.bias", "enc.w"], ["enc.w", "layers.1.bias"]),
     (["enc.w", "layers.1.bias", "enc.b", "dec.w"], ["dec.w", "enc.b", "layers.1.bias", "enc.w"]),
-    (["layers.1.bias", "enc.w", "enc.b", "dec.w", "dec.b", "head.w"],
-     ["head.w", "dec.b", "dec.w", "enc.b", "enc.w", "layers.1.bias"]),
-    ([f"w{i}" for i in range(30)], "w29 w10 w14 w11 w16 w6 w5 w24 w19 w4 w3 w8 w22 w27 w7 w12 w13 w1 w9 w26 w0 "
-                                   "w21 w15 w18 w17 w20 w23 w28 w2 w25".split()),
-    (["layers.1.bias", *(f"w{i}" for i in range(29))], "w28 w10 w14 w11 w16 w6 w5 w24 w19 w4 w3 w8 w22 w27 w7 w1 "
-                                                       "w9 w26 layers.1.bias w0 w21 w13 w12 w15 w18 w17 w20 w23 "
-                                                       "w2 w25".split()),
+    (
+        ["layers.1.bias", "enc.w", "enc.b", "dec.w", "dec.b", "head.w"],
+        ["head.w", "dec.b", "dec.w", "enc.b", "enc.w", "layers.1.bias"],
+    ),
+    (
+        [f"w{i}" for i in range(30)],
+        "w29 w10 w14 w11 w16 w6 w5 w24 w19 w4 w3 w8 w22 w27 w7 w12 w13 w1 w9 w26 w0 "
+        "w21 w15 w18 w17 w20 w23 w28 w2 w25".split(),
+    ),
+    (
+        ["layers.1.bias", *(f"w{i}" for i in range(29))],
+        "w28 w10 w14 w11 w16 w6 w5 w24 w19 w4 w3 w8 w22 w27 w7 w1 "
+        "w9 w26 layers.1.bias w0 w21 w13 w12 w15 w18 w17 w20 w23 "
+        "w2 w25".split(),
+    ),
 ]
 
 
@@ -444,17 +506,34 @@ def test_unordered_map_order_agrees_with_gxx_on_random_keys(tmp_path):
     from toolkit.core.policies import unordered_map_order
 
     src = tmp_path / "order.cpp"
-    src.write_text("#include <unordered_map>\n#include <string>\n#include <iostream>\nint main(){std::string l;"
-                   "std::unordered_map<std::string,std::string> m;while(std::getline(std::cin,l)){if(l==\"--\"){"
-                   "for(auto&p:m)std::cout<<p.first<<\"\\n\";std::cout<<\"--\\n\";"
-                   "m=std::unordered_map<std::string,std::string>();continue;}m[l]=l;}}")
+    src.write_text(
+        "#include <unordered_map>\n#include <string>\n#include <iostream>\nint main(){std::string l;"
+        'std::unordered_map<std::string,std::string> m;while(std::getline(std::cin,l)){if(l=="--"){'
+        'for(auto&p:m)std::cout<<p.first<<"\\n";std::cout<<"--\\n";'
+        "m=std::unordered_map<std::string,std::string>();continue;}m[l]=l;}}"
+    )
     subprocess.run(["g++", "-O1", "-std=c++17", str(src), "-o", str(tmp_path / "order")], check=True)
     rng = random.Random(7)
-    sets = [[rng.choice([f"layers.{rng.randrange(300)}.weight", f"_tensor_constant{rng.randrange(900)}",
-                         "x" * rng.randrange(1, 20)]) for _ in range(rng.choice([1, 5, 13, 14, 29, 30, 200, 700]))]
-            for _ in range(60)]
-    got = subprocess.run([str(tmp_path / "order")], input="".join("\n".join(s) + "\n--\n" for s in sets),
-                         capture_output=True, text=True, check=True).stdout.split("--\n")
+    sets = [
+        [
+            rng.choice(
+                [
+                    f"layers.{rng.randrange(300)}.weight",
+                    f"_tensor_constant{rng.randrange(900)}",
+                    "x" * rng.randrange(1, 20),
+                ]
+            )
+            for _ in range(rng.choice([1, 5, 13, 14, 29, 30, 200, 700]))
+        ]
+        for _ in range(60)
+    ]
+    got = subprocess.run(
+        [str(tmp_path / "order")],
+        input="".join("\n".join(s) + "\n--\n" for s in sets),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("--\n")
     assert [g.splitlines() for g in got[:-1]] == [unordered_map_order(s) for s in sets]
 
 
@@ -478,14 +557,18 @@ def test_dry_run_records_what_upstream_keeps_after_a_failed_init_and_restores_it
     from toolkit.workflows.dry_run import run_analysis
 
     enc_w, enc_b, dec_w = (const(n.replace(".", "_"), fqn=n, data="m1") for n in ("enc.w", "enc.b", "dec.w"))
-    a = run_analysis(_program(("m0", [B16]), ("m1", [enc_w, B32, enc_b, dec_w]), ("m2", [enc_b])),
-                     "refuse-on-mismatch")
+    a = run_analysis(_program(("m0", [B16]), ("m1", [enc_w, B32, enc_b, dec_w]), ("m2", [enc_b])), "refuse-on-mismatch")
     assert a.session.failed_method == "m1"
     a.session.load_method("m2")  # a caller who goes on loading
     rows = a.session.decisions.set_index(["method", "name"])
-    assert rows["upstream_keeps"].to_dict() == {("m0", "b"): False, ("m1", "enc_w"): False,
-                                                ("m1", "b"): False, ("m1", "enc_b"): True, ("m1", "dec_w"): True,
-                                                ("m2", "enc_b"): False}
+    assert rows["upstream_keeps"].to_dict() == {
+        ("m0", "b"): False,
+        ("m1", "enc_w"): False,
+        ("m1", "b"): False,
+        ("m1", "enc_b"): True,
+        ("m1", "dec_w"): True,
+        ("m2", "enc_b"): False,
+    }
     left = a.session.log.of_type(ev.CacheEntryLeftUpstream)
     assert [(e.method, e.name, e.fqn) for e in left] == [("m1", "enc_b", "enc.b"), ("m1", "dec_w", "dec.w")]
     # the toolkit's cache is restored: m2 loads enc.b itself, where upstream would share m1's leaked tensor
@@ -530,17 +613,33 @@ def _program(*methods):
     specs = []
     for name, consts in methods:
         files[f"{name}.so"] = FileRecord(PLACEHOLDER_SHA256, 0)
-        specs.append(MethodSpec(name=name, so_file=f"{name}.so", blob_file="weights.blob", reference_file="",
-                                blob_bytes=sum(c.nbytes for c in consts), num_inputs=1, num_outputs=1,
-                                constants=tuple(replace(c, file="weights.blob") for c in consts)))
-    return Program(name="edge", description="issue 23", device="cpu", torch_version="synthetic", created_utc="",
-                   methods=tuple(specs), files=files)
+        specs.append(
+            MethodSpec(
+                name=name,
+                so_file=f"{name}.so",
+                blob_file="weights.blob",
+                reference_file="",
+                blob_bytes=sum(c.nbytes for c in consts),
+                num_inputs=1,
+                num_outputs=1,
+                constants=tuple(replace(c, file="weights.blob") for c in consts),
+            )
+        )
+    return Program(
+        name="edge",
+        description="issue 23",
+        device="cpu",
+        torch_version="synthetic",
+        created_utc="",
+        methods=tuple(specs),
+        files=files,
+    )
 
 
 @pytest.mark.parametrize("policy", ["name-only", "refuse-on-mismatch", "decline-on-mismatch"])
 def test_dry_run_says_a_never_filled_slot_is_not_runnable(policy):
-    from toolkit.workflows.dry_run import run_analysis
     from toolkit.core.verdict import DataProblem, MethodOutcome
+    from toolkit.workflows.dry_run import run_analysis
 
     a = run_analysis(_program(("m0", [B16]), ("m1", [B32, X])), policy)
     assert a.status == "loaded"
@@ -607,8 +706,10 @@ def test_fqn_weight_keys():
     assert fqn_weight_key(w, "decode", "cpu") == "cuda_fqn_weight:cpu:lin.weight"
     assert fqn_weight_key(t, "decode", "cuda") == "cuda_fqn_weight:cuda:abc_so_blob:_tensor_constant0"
     # no .so key known (a program in memory): each method its own library
-    assert fqn_weight_key(const("_tensor_constant0"), "decode", "cuda") == \
-           "cuda_fqn_weight:cuda:decode_so_blob:_tensor_constant0"
+    assert (
+        fqn_weight_key(const("_tensor_constant0"), "decode", "cuda")
+        == "cuda_fqn_weight:cuda:decode_so_blob:_tensor_constant0"
+    )
     # the key a .pte recorded wins
     assert fqn_weight_key(replace(w, storage_key="cuda_fqn_weight:cuda:x"), "decode", "cpu") == "cuda_fqn_weight:cuda:x"
 
@@ -640,8 +741,10 @@ def test_fqn_weight_cache_refuses_at_export_one_key_with_other_data():
     w2 = replace(w, digest=const("x", data="decoder").digest)
     plan, out = run("fqn-weight-cache", view(w2, NEW), FakeCache(_keyed(w)))
     assert out.stage is Stage.EXPORT
-    assert out.failure == ("Duplicate key cuda_fqn_weight:cpu:lin.weight with different data. "
-                           "Existing data size: 64 bytes. New data size: 64 bytes.")
+    assert out.failure == (
+        "Duplicate key cuda_fqn_weight:cpu:lin.weight with different data. "
+        "Existing data size: 64 bytes. New data size: 64 bytes."
+    )
     assert {d.decision for d in out.decisions} == {Decision.REFUSED}
     assert by_name(out)["lin_weight"].reason_code is Reason.EXPORT_REFUSED
     assert by_name(out)["head.weight"].reason_code is Reason.LOAD_REFUSED
@@ -658,7 +761,8 @@ def test_fqn_weight_cache_lifted_constants_are_namespaced_by_their_so():
     same = replace(A_OTHER_DATA, so_key="prefill_lib_so_blob")
     plan, out = run("fqn-weight-cache", view(same), FakeCache(_keyed(theirs)))
     assert out.failure.startswith(
-        "Duplicate key cuda_fqn_weight:cpu:prefill_lib_so_blob:_tensor_constant0 with different data")
+        "Duplicate key cuda_fqn_weight:cpu:prefill_lib_so_blob:_tensor_constant0 with different data"
+    )
 
 
 def test_fqn_weight_cache_per_device_and_other_views():
@@ -705,20 +809,23 @@ def test_fqn_weight_cache_an_unnamed_parameter_fails_the_bind_an_unnamed_buffer_
     for kind in (ConstantKind.BUFFER, ConstantKind.LIFTED_CONSTANT):
         _, out = run("fqn-weight-cache", view(w, replace(p, kind=kind), name="prefill"), FakeCache())
         assert out.failure is None
-        assert decisions(out) == {"w": (Decision.LOADED, Reason.FIRST_SEEN), "p": (Decision.NEVER_FILLED,
-                                                                                   Reason.EMPTY_FQN)}
+        assert decisions(out) == {
+            "w": (Decision.LOADED, Reason.FIRST_SEEN),
+            "p": (Decision.NEVER_FILLED, Reason.EMPTY_FQN),
+        }
         assert by_name(out)["p"].origin is not TensorOrigin.OWN_UPLOAD  # nothing is uploaded for it
 
 
 def test_dry_run_of_fqn_weight_cache_says_an_unnamed_buffer_is_not_runnable():
-    from toolkit.workflows.dry_run import run_analysis
     from toolkit.core.verdict import MethodOutcome
+    from toolkit.workflows.dry_run import run_analysis
 
     w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
     a = run_analysis(_program(("m0", [w, const("b", fqn="", data="b", kind=ConstantKind.BUFFER)])), "fqn-weight-cache")
     assert {m.method: m.outcome for m in a.verdict.methods} == {"m0": MethodOutcome.NOT_RUNNABLE}
-    a = run_analysis(_program(("m0", [w, const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)])),
-                     "fqn-weight-cache")
+    a = run_analysis(
+        _program(("m0", [w, const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)])), "fqn-weight-cache"
+    )
     assert a.session.failed_method == "m0" and a.session.error == "Failed to bind CUDA FQN weights"
 
 
@@ -733,8 +840,10 @@ def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():
     refusal = pol.export(methods)
     assert refusal is not None and refusal.method == "decoder" and refusal.constant.name == "lin_weight"
     assert refusal.key == "cuda_fqn_weight:cpu:lin.weight" and refusal.first.owner_method == "encoder"
-    assert refusal.message == ("Duplicate key cuda_fqn_weight:cpu:lin.weight with different data. "
-                               "Existing data size: 64 bytes. New data size: 64 bytes.")
+    assert refusal.message == (
+        "Duplicate key cuda_fqn_weight:cpu:lin.weight with different data. "
+        "Existing data size: 64 bytes. New data size: 64 bytes."
+    )
     outcomes = refusal.outcomes(methods)
     assert [o.method for o in outcomes] == ["encoder", "decoder", "third"]
     assert all(o.stage == "export" and o.failure == refusal.message for o in outcomes)
@@ -746,8 +855,10 @@ def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():
     # identical bytes under one key (the shared bias), and lifted constants of two .so files: exported
     t1, t2 = replace(A, so_key="one_so_blob"), replace(A_OTHER_DATA, so_key="two_so_blob")
     assert pol.export([view(w, b, t1, name="p"), view(b, t2, name="d")]) is None
-    assert pol.export([view(t1, name="p"), view(replace(t2, so_key="one_so_blob"), name="d")]).key == \
-        "cuda_fqn_weight:cpu:one_so_blob:_tensor_constant0"
+    assert (
+        pol.export([view(t1, name="p"), view(replace(t2, so_key="one_so_blob"), name="d")]).key
+        == "cuda_fqn_weight:cpu:one_so_blob:_tensor_constant0"
+    )
     # a key read from an exported .pte names its storage: two views of one storage are one content
     keyed = replace(w, storage_key="cuda_fqn_weight:cuda:lin.weight", file="a.ptd", offset=128)
     view2 = replace(keyed, digest=w_other.digest, shape=(2, 4), nbytes=32)
@@ -818,6 +929,7 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
     prog = built_sample("total_collision")
     so = {m.name: prog.files[m.so_file].sha256 for m in prog.methods}
     assert so["prefill"] == so["decode"]
+
     def lifted_keys(p):
         return {m.name: {c.so_key for c in m.constants if c.fqn.startswith("_tensor_constant")} for m in p.methods}
 
@@ -825,8 +937,10 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
     a = run_analysis(prog, "fqn-weight-cache")
     key = f"cuda_fqn_weight:cpu:{so['prefill']}_so_blob:_tensor_constant0"
     assert a.status == "failed" and a.session.failed_method == "decode"
-    assert a.session.error == f"Duplicate key {key} with different data. Existing data size: 16384 bytes. " \
-                              "New data size: 16384 bytes."
+    assert (
+        a.session.error == f"Duplicate key {key} with different data. Existing data size: 16384 bytes. "
+        "New data size: 16384 bytes."
+    )
     other = built_sample("partial_collision_shape")  # two graphs, two .so files: two keys
     assert len(set().union(*lifted_keys(other).values())) == 2
     assert run_analysis(other, "fqn-weight-cache").status == "loaded"
@@ -841,8 +955,11 @@ def test_repeated_fqn_that_misses_beside_a_hit_re_points_the_last_slot_at_the_fi
     assert plan.upload_whole_blob and out.failure is None
     assert d["layers_0_bias_twin"].decision is Decision.LOADED and d["layers_0_bias_twin"].enters_cache
     bias = d["layers_0_bias"]
-    assert (bias.decision, bias.reason_code, bias.origin) == (Decision.SHARED, Reason.SAME_KEY_IN_METHOD,
-                                                             TensorOrigin.WHOLE_BLOB)
+    assert (bias.decision, bias.reason_code, bias.origin) == (
+        Decision.SHARED,
+        Reason.SAME_KEY_IN_METHOD,
+        TensorOrigin.WHOLE_BLOB,
+    )
     assert (bias.shared_from.owner_method, bias.shared_from.name) == ("m1", "layers_0_bias_twin")
     assert not bias.enters_cache and "layers_0_bias" in [x.constant.name for x in out.install]
     # no hit: step 3 is skipped, both slots keep their own copies
@@ -852,8 +969,8 @@ def test_repeated_fqn_that_misses_beside_a_hit_re_points_the_last_slot_at_the_fi
 
 @pytest.mark.parametrize("policy", DENSE)
 def test_dry_run_of_the_re_pointed_twin_runs_on_the_first_slots_data(policy):
-    from toolkit.workflows.dry_run import run_analysis
     from toolkit.core.verdict import DataProblem, MethodOutcome
+    from toolkit.workflows.dry_run import run_analysis
 
     a = run_analysis(_program(("m0", [B16]), ("m1", [B16, TWIN, BIAS])), policy)
     assert a.status == "loaded"

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from toolkit.workflows.dry_run import run_analysis
 from toolkit.build.synthetic import SyntheticSpec, write_synthetic
+from toolkit.workflows.dry_run import run_analysis
 
 
 class Terminal(io.StringIO):
@@ -62,7 +62,9 @@ def test_scan_shows_a_line_per_program_done_on_a_terminal(program, tmp_path, mon
 
 def test_on_progress_counts_every_constant_of_every_method_in_order(program):
     calls: list[tuple[int, int, str]] = []
-    a = run_analysis(program, "fingerprint", on_progress=lambda done, total, method: calls.append((done, total, method)))
+    a = run_analysis(
+        program, "fingerprint", on_progress=lambda done, total, method: calls.append((done, total, method))
+    )
     methods = [m.name for m in a.session.program.methods]
     total = sum(len(m.constants) for m in a.session.program.methods)
     assert {t for _d, t, _m in calls} == {total}

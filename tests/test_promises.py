@@ -3,21 +3,20 @@ attack classes at volume: layout lies, resized blobs, interrupts at every event)
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from test_errors import clone, edit_manifest, refresh_digests
 
-from test_errors import clone, edit_manifest, read_json, refresh_digests, write_json
-from toolkit.core import events as ev
 from toolkit.cli import main as cli_main
+from toolkit.core import events as ev
 from toolkit.core.errors import IntegrityError, LoadError, ManifestError, ProgramError
+from toolkit.core.policies import POLICIES, get_policy
 from toolkit.engine.loader import resolve_devices
 from toolkit.engine.session import Session, load_program
-from toolkit.core.policies import POLICIES, get_policy
 from toolkit.sources import open_program
 from toolkit.sources.directory import MANIFEST_FILE
 
@@ -38,7 +37,8 @@ def _shrink_decode_weight(root: Path) -> None:
         c = m["constants"][0]
         blob = (root / m["blob_file"]).read_bytes()
         c.update(shape=[32, 64], strides=[64, 1], nbytes=32 * 64 * 4)
-        c["digest"] = hashlib.sha256(blob[c["offset"]: c["offset"] + c["nbytes"]]).hexdigest()
+        c["digest"] = hashlib.sha256(blob[c["offset"] : c["offset"] + c["nbytes"]]).hexdigest()
+
     edit_manifest(root, lie)
 
 
@@ -162,8 +162,10 @@ def test_cli_checks_arguments_before_any_work(built_sample, tmp_path, capsys, mo
 def test_cli_force_overwrites_and_prints_the_absolute_path(built_sample, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.csv").write_text("old")
-    assert cli_main(["report", str(built_sample(SAMPLE).root), "--policy", "fingerprint", "--csv", "r.csv",
-                     "--force"]) == 0
+    assert (
+        cli_main(["report", str(built_sample(SAMPLE).root), "--policy", "fingerprint", "--csv", "r.csv", "--force"])
+        == 0
+    )
     assert str(tmp_path / "r.csv") in capsys.readouterr().out
     assert (tmp_path / "r.csv").read_text().startswith("program,")
 
@@ -271,8 +273,8 @@ def test_every_cuda_sample_declares_the_layout_its_manifest_records(built_sample
     (llama_static_cache's 16-byte counter: 16) and the blob file is laid out unpadded."""
     import torch
 
-    from toolkit.runtimes.aoti import AotiContainer, read_compiled
     from toolkit.build.samples import sample_names
+    from toolkit.runtimes.aoti import AotiContainer, read_compiled
 
     for name in sample_names():
         p = built_sample(name, "cuda")
@@ -280,8 +282,9 @@ def test_every_cuda_sample_declares_the_layout_its_manifest_records(built_sample
             container = AotiContainer.create(p.path(m.so_file), torch.device("cuda", 0))
             got = read_compiled(container.so_path, container.device)
             assert got is not None, f"{name}/{m.name}: the .so does not answer the size queries"
-            assert {c.name: (c.nbytes, c.offset, c.dtype) for c in m.constants} == \
-                   {k: (v.nbytes, v.blob_offset, v.dtype) for k, v in got.constants.items()}, (name, m.name)
+            assert {c.name: (c.nbytes, c.offset, c.dtype) for c in m.constants} == {
+                k: (v.nbytes, v.blob_offset, v.dtype) for k, v in got.constants.items()
+            }, (name, m.name)
             assert got.blob_bytes == m.blob_bytes or not m.constants
 
 

@@ -16,20 +16,18 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import executorch_fixtures as et
 import pytest
 import torch
 
 import toolkit
-from toolkit.workflows.dry_run import run_analysis
 from toolkit.core.errors import IncompatibleProgramError, LoadError
 from toolkit.core.model import PerConstantStorages, Region
 from toolkit.core.policies import POLICIES
-from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
-from toolkit.runtimes import aoti
-from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, method_outputs, so_inputs
 from toolkit.core.vocab import Decision, UploadPath
-
-import executorch_fixtures as et
+from toolkit.runtimes import CompiledConstant, CompiledMethod, aoti
+from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, method_outputs, so_inputs
+from toolkit.workflows.dry_run import run_analysis
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "executorch-1.5.1-cuda"
 FOLDERS = ("shared_ok", "identical")
@@ -73,7 +71,7 @@ def test_prefill_on_decodes_tensor_constant0_is_far_from_its_reference():
     def tensors(m):
         out = {}
         for c in m.constants:
-            raw = bytearray(program.path(c.file).read_bytes()[c.offset:c.offset + c.nbytes])
+            raw = bytearray(program.path(c.file).read_bytes()[c.offset : c.offset + c.nbytes])
             out[c.fqn] = torch.frombuffer(raw, dtype=torch.float32).as_strided(c.shape, c.strides)
         return out
 
@@ -175,7 +173,7 @@ def test_without_a_dense_blob_the_whole_blob_upload_is_emulated():
     for c in m.constants:
         t = got[c.name]
         assert tuple(t.shape) == c.shape and tuple(t.stride()) == c.strides
-        raw = program.path(c.file).read_bytes()[c.offset:c.offset + c.nbytes]
+        raw = program.path(c.file).read_bytes()[c.offset : c.offset + c.nbytes]
         assert hashlib.sha256(raw).hexdigest() == c.digest
         assert bytes(t.contiguous().view(torch.uint8).numpy().tobytes()) == raw
 
@@ -212,7 +210,7 @@ def test_own_uploads_read_each_constant_from_its_own_file(monkeypatch, staging):
     assert all(p.read_bytes() == files[name].read_bytes() for name, p in seen)
     assert len({p for _, p in seen}) == len(set(files.values()))
     for c in m.constants:
-        raw = files[c.name].read_bytes()[c.offset:c.offset + c.nbytes]
+        raw = files[c.name].read_bytes()[c.offset : c.offset + c.nbytes]
         assert out[c.name][0].contiguous().view(torch.uint8).numpy().tobytes() == raw
 
 
@@ -279,9 +277,12 @@ def test_an_execution_plan_with_swapped_outputs_maps_them():
         return _io_orders(plan, delegate)[1]
 
     ops = ["et_copy::_h2d_copy", "et_copy::_d2h_copy", "aten::add"]
-    calls = [("kernel", 0, [0, 10, 10]), ("kernel", 0, [1, 11, 11]),
-             ("delegate", 0, [10, 11, 20, 21, 22]),  # inputs 10, 11; the .so's outputs 20, 21, 22
-             ("kernel", 1, [21, 31, 31])]
+    calls = [
+        ("kernel", 0, [0, 10, 10]),
+        ("kernel", 0, [1, 11, 11]),
+        ("delegate", 0, [10, 11, 20, 21, 22]),  # inputs 10, 11; the .so's outputs 20, 21, 22
+        ("kernel", 1, [21, 31, 31]),
+    ]
     plan = _Plan("m", [0, 1], [22, 31, 20], [], calls, ops, "execution_plan[0]")
     assert _output_order(plan, 0) == (2, 1, 0)
     assert _io_orders(plan, 0)[0] == (0, 1)  # the .so's inputs 10, 11: copies of the method's inputs 0, 1
@@ -387,12 +388,15 @@ def _loads_and_verifies_as_predicted(program, policy: str, name: str, *, same_de
         assert s.status == dry.status == "loaded", s.error
         if same_decisions:
             cols = ["method", "name", "decision", "origin"]
-            assert s.decisions[cols].reset_index(drop=True).astype(str).equals(
-                dry.decisions[cols].reset_index(drop=True).astype(str)), (s.decisions[cols], dry.decisions[cols])
+            assert (
+                s.decisions[cols]
+                .reset_index(drop=True)
+                .astype(str)
+                .equals(dry.decisions[cols].reset_index(drop=True).astype(str))
+            ), (s.decisions[cols], dry.decisions[cols])
         v = s.verify().set_index("method")
         assert bool(v["ran"].all()), v.to_string()
         wrong = set(v.index[~v["ok"].astype(bool)])
         assert wrong == _wrong_of(dry.decisions) == et.EXPECTED[name].wrong(policy), v.to_string()
     finally:
         s.close()
-

@@ -20,20 +20,28 @@ import json
 import sys
 from pathlib import Path
 
+import executorch_fixtures as et
 import pandas as pd
 import pytest
 
 import toolkit
 from toolkit.core.policies import POLICIES
 
-import executorch_fixtures as et
-
 REPO = Path(__file__).resolve().parents[1]
 GEN1 = et.unpacked("1.2.0")
 FAMILIES = et.unpacked("1.5.1", "families")
 MEASURED = REPO / "benchmarks" / "results" / "2026-12-01" / "issue26" / "executorch_programs_h200.csv"
-GEN1_PROGRAMS = ("bart_encoder_decoder", "llama_prefill_decode", "mutated_buffer", "no_constants", "shared_ok",
-                 "shared_state", "three_methods", "three_shared", "total_collision")
+GEN1_PROGRAMS = (
+    "bart_encoder_decoder",
+    "llama_prefill_decode",
+    "mutated_buffer",
+    "no_constants",
+    "shared_ok",
+    "shared_state",
+    "three_methods",
+    "three_shared",
+    "total_collision",
+)
 FAMILY_PROGRAMS = ("int8_weights", "llama_tied_head", "t5_tied", "whisper_cached")
 FOLDERS = [GEN1 / n for n in GEN1_PROGRAMS] + [FAMILIES / n for n in FAMILY_PROGRAMS]
 
@@ -59,8 +67,9 @@ def _result(folder: Path) -> dict:
 
 def _open(folder: Path):
     table = folder / "constant_table.json"
-    return toolkit.open_program(folder / "prog.pte",
-                                constant_table=json.loads(table.read_text()) if table.is_file() else None)
+    return toolkit.open_program(
+        folder / "prog.pte", constant_table=json.loads(table.read_text()) if table.is_file() else None
+    )
 
 
 def _slots(folder: Path) -> dict[str, list[dict]]:
@@ -113,17 +122,22 @@ def test_no_so_declares_an_empty_or_a_repeated_fqn_and_tied_weights_are_one_slot
     # lm_head.weight (T5: also in the encoder, which reads it as its embed_tokens)
     t5 = _result(FAMILIES / "t5_tied")
     assert {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.lm_head.weight"} <= set(
-        t5["aoti"]["export_constants"]["encoder"])
+        t5["aoti"]["export_constants"]["encoder"]
+    )
     for slots in t5["aoti"]["so_constants"].values():
-        tied = [s["fqn"] for s in slots if s["fqn"].endswith(("shared.weight", "embed_tokens.weight", "lm_head.weight"))]
+        tied = [
+            s["fqn"] for s in slots if s["fqn"].endswith(("shared.weight", "embed_tokens.weight", "lm_head.weight"))
+        ]
         assert tied == ["model.lm_head.weight"]
     for slots in _slots(FAMILIES / "llama_tied_head").values():
         assert "model.lm_head.weight" in [s["fqn"] for s in slots]
         assert not [s for s in slots if "embed_tokens" in s["fqn"]]
     # torchao's int8 weights: the subclass is flattened into two named slots per weight
     for slots in _slots(FAMILIES / "int8_weights").values():
-        assert {(s["fqn"], s["dtype"]) for s in slots} >= {("up.parametrizations.weight.original0", "int8"),
-                                                            ("up.parametrizations.weight.original1", "float32")}
+        assert {(s["fqn"], s["dtype"]) for s in slots} >= {
+            ("up.parametrizations.weight.original0", "int8"),
+            ("up.parametrizations.weight.original1", "float32"),
+        }
 
 
 def test_the_whisper_caches_are_written_by_one_method_and_read_by_two():
@@ -196,8 +210,10 @@ def test_every_export_loads_on_the_gpu_under_every_policy_as_its_dry_run_predict
             assert row["wrong_alone"] == row["predicted_wrong"], row["policy"]
         before = measured[(measured["program"] == folder.name) & (measured["policy"] == row["policy"])]
         if len(before) and before.iloc[0]["status"] == "loaded":
-            assert (row["wrong_alone"], row["sequences"]) == (before.iloc[0]["wrong_alone"],
-                                                            before.iloc[0]["sequences"]), row["policy"]
+            assert (row["wrong_alone"], row["sequences"]) == (
+                before.iloc[0]["wrong_alone"],
+                before.iloc[0]["sequences"],
+            ), row["policy"]
 
 
 def test_the_readme_holds_the_table_of_the_h200_runs():

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit.core import events as ev
 from toolkit.cli import main as cli_main
+from toolkit.core import events as ev
 from toolkit.core.vocab import EventKind
 
 
@@ -60,16 +60,26 @@ def test_tables_of_a_decline_load(built_sample):
     kinds = list(events["kind"])
     # ExecuTorch's order for a method with a miss: container, enumerate, lookups, blob, extract, compare, decide
     d = [k for k, m in zip(kinds, events["method"]) if m == "decode"]
-    order = [EventKind.CONTAINER_CREATED, EventKind.CONSTANT_ENUMERATED, EventKind.CACHE_LOOKUP,
-             EventKind.BLOB_UPLOADED, EventKind.CONSTANTS_EXTRACTED, EventKind.FIELD_COMPARED, EventKind.DECIDED,
-             EventKind.PAIRS_INSTALLED, EventKind.METHOD_LOADED]
+    order = [
+        EventKind.CONTAINER_CREATED,
+        EventKind.CONSTANT_ENUMERATED,
+        EventKind.CACHE_LOOKUP,
+        EventKind.BLOB_UPLOADED,
+        EventKind.CONSTANTS_EXTRACTED,
+        EventKind.FIELD_COMPARED,
+        EventKind.DECIDED,
+        EventKind.PAIRS_INSTALLED,
+        EventKind.METHOD_LOADED,
+    ]
     positions = [d.index(k.value) for k in order]
     assert positions == sorted(positions)
 
     lookups = s.lookups
     assert set(lookups.columns) >= {"method", "name", "fqn", "result"}
     assert dict(lookups[lookups.method == "decode"][["name", "result"]].values) == {
-        "_tensor_constant0": "hit", "head_weight": "miss"}
+        "_tensor_constant0": "hit",
+        "head_weight": "miss",
+    }
 
     comps = s.comparisons
     assert list(comps["field"]) == ["dtype", "rank", "sizes", "strides", "device_type", "device_index"]
@@ -80,8 +90,10 @@ def test_tables_of_a_decline_load(built_sample):
     assert {"method", "name", "fqn", "decision", "reason"} <= set(dec.columns)
     row = dec.set_index(["method", "name"]).loc[("decode", "_tensor_constant0")]
     assert row["decision"] == "declined"
-    assert row["reason"].startswith("Constant '_tensor_constant0': size mismatch at dim 1 (cached=64, new=128); then: "
-                                    "Constant '_tensor_constant0' in method 'decode' differs from the cached copy")
+    assert row["reason"].startswith(
+        "Constant '_tensor_constant0': size mismatch at dim 1 (cached=64, new=128); then: "
+        "Constant '_tensor_constant0' in method 'decode' differs from the cached copy"
+    )
     assert row["cached_shape"] == "(64, 64)" and row["shape"] == "(64, 128)"
     assert s.status == "loaded" and s.error is None
     assert "declined 1" in repr(s) and "<table" in s._repr_html_()
@@ -105,7 +117,9 @@ def test_refused_load_reports_status_error_and_failed_event(built_sample):
 def test_compare_policies_has_one_row_per_policy(built_sample):
     df = toolkit.compare_policies(built_sample("total_collision")).frame
     assert list(df["policy"]) == list(toolkit.POLICIES)
-    assert {"policy", "loaded", "wrong_methods", "shared", "declined", "device_bytes", "load_seconds"} <= set(df.columns)
+    assert {"policy", "loaded", "wrong_methods", "shared", "declined", "device_bytes", "load_seconds"} <= set(
+        df.columns
+    )
     row = df.set_index("policy")
     assert row.loc["decline-on-mismatch", "wrong_methods"] == ["decode"]
     assert row.loc["fingerprint", "wrong_methods"] == [] and row.loc["fingerprint", "declined"] == 1

@@ -17,18 +17,18 @@ import math
 import pandas as pd
 import pytest
 import torch
+from pt2_packages import FORMATS, cuda_packages, modules, packages
 from safetensors.torch import save_file
 
 import toolkit
-from pt2_packages import FORMATS, cuda_packages, modules, packages
-from toolkit.workflows.dry_run import run_analysis
 from toolkit.cli import main
-from toolkit.core.verdict import ExitCode
-from toolkit.workflows.compare import compare_policies
 from toolkit.core.errors import ReferenceDataError
 from toolkit.core.policies import POLICIES
-from toolkit.reports.collision import collision_report, read_report, to_csv
+from toolkit.core.verdict import ExitCode
 from toolkit.engine.verification import NO_REFERENCE
+from toolkit.reports.collision import collision_report, read_report, to_csv
+from toolkit.workflows.compare import compare_policies
+from toolkit.workflows.dry_run import run_analysis
 
 # the name-sharing policies: decode and prefill_again run on prefill's _tensor_constant0 (other data)
 NAME_SHARING = ("name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share")
@@ -95,8 +95,10 @@ def test_the_cli_does_not_call_an_unverified_load_a_pass(pt2, tmp_path, capsys):
     assert main(["report", str(pt2["binary_blob"]), "--policy", "name-only", *files]) == 1
     capsys.readouterr()
     csv = tmp_path / "c.csv"
-    assert main(["compare", str(pt2["binary_blob"]), "--policies", "fingerprint,name-only", *files,
-                 "--csv", str(csv)]) == 1  # name-only runs two methods wrong
+    assert (
+        main(["compare", str(pt2["binary_blob"]), "--policies", "fingerprint,name-only", *files, "--csv", str(csv)])
+        == 1
+    )  # name-only runs two methods wrong
     f = pd.read_csv(csv, keep_default_na=False).set_index("policy")
     assert f.loc["name-only", "wrong_methods"] == "['decode', 'prefill_again']"
     assert f.loc["fingerprint", "no_reference"] == "[]"
@@ -140,12 +142,16 @@ def test_references_in_every_form_agree(pt2, refs, eager_refs, tmp_path):
     files = {}
     for name, r in eager_refs.items():
         files[name] = tmp_path / f"{name}.safetensors"
-        save_file({"input.0": r["inputs"][0].contiguous(), "output.0": r["outputs"][0].contiguous()},
-                  str(files[name]))
+        save_file({"input.0": r["inputs"][0].contiguous(), "output.0": r["outputs"][0].contiguous()}, str(files[name]))
     s = toolkit.load_program(pt2["pickle_weights"], "name-only")
     try:
-        forms = [refs, eager_refs, {m: (r["inputs"], r["outputs"]) for m, r in eager_refs.items()},
-                 {m: str(f) for m, f in files.items()}, files]
+        forms = [
+            refs,
+            eager_refs,
+            {m: (r["inputs"], r["outputs"]) for m, r in eager_refs.items()},
+            {m: str(f) for m, f in files.items()},
+            files,
+        ]
         frames = [s.verify(references=f) for f in forms]
         for f in frames[1:]:
             assert f.equals(frames[0])
@@ -163,6 +169,7 @@ def test_references_in_every_form_agree(pt2, refs, eager_refs, tmp_path):
 
 def test_a_module_reference_runs_a_copy(pt2):
     """State the module writes stays as it was: the reference is computed on a copy."""
+
     class Counter(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -195,13 +202,18 @@ def test_references_that_do_not_fit_are_refused_naming_method_and_field(pt2, eag
         _refused(s, {"encoder": {"inputs": [x], "outputs": [y]}}, "references[encoder]", "does not have")
         _refused(s, {"prefill": {"inputs": [x, x], "outputs": [y]}}, "references[prefill].inputs", "2 inputs")
         _refused(s, {"prefill": {"inputs": [x], "outputs": []}}, "references[prefill].outputs", "0 outputs")
-        _refused(s, {"prefill": {"inputs": [x.numpy()], "outputs": [y]}}, "references[prefill].inputs[0]",
-                 "not a tensor")
+        _refused(
+            s, {"prefill": {"inputs": [x.numpy()], "outputs": [y]}}, "references[prefill].inputs[0]", "not a tensor"
+        )
         _refused(s, {"prefill": {"inputs": [x], "outputs": [y], "extra": 1}}, "references[prefill]", "keys")
         _refused(s, {"prefill": 42}, "references[prefill]")
         # the compiled model's own input check (AOTInductor's check_input_N) names the field
-        _refused(s, {"prefill": {"inputs": [torch.zeros(3, 16)], "outputs": [y]}},
-                 "references[prefill].inputs[0].shape", "expected: 2")
+        _refused(
+            s,
+            {"prefill": {"inputs": [torch.zeros(3, 16)], "outputs": [y]}},
+            "references[prefill].inputs[0].shape",
+            "expected: 2",
+        )
         _refused(s, {"prefill": {"inputs": [x.double()], "outputs": [y]}}, "references[prefill].inputs[0].dtype")
         # outputs of another shape or dtype than the method gives are not this method's
         _refused(s, {"prefill": {"inputs": [x], "outputs": [y[:1]]}}, "references[prefill].outputs[0]")
@@ -241,7 +253,9 @@ def test_our_programs_take_references_and_check_them_against_their_own(built_sam
         assert own["ok"].tolist() == [True, False]  # decode runs on prefill's _tensor_constant0
         supplied = s.verify(references=methods)
         assert set(supplied["oracle"]) == {"supplied reference"} and set(own["oracle"]) == {"eager reference"}
-        assert supplied.drop(columns="oracle").equals(own.drop(columns="oracle"))  # the modules give the same references
+        assert supplied.drop(columns="oracle").equals(
+            own.drop(columns="oracle")
+        )  # the modules give the same references
         (x,) = methods["decode"][1]
         with torch.no_grad():
             y = methods["decode"][0](x)
@@ -265,8 +279,9 @@ def test_an_export_refusal_loads_nothing_and_the_dry_run_predicts_it_exactly(bui
     so = program.files[program.methods[0].so_file].sha256
     key = f"cuda_fqn_weight:cpu:{so}_so_blob:_tensor_constant0"
     assert s.status == "failed" and s.failed_stage == "export" and s.failed_method == "decode"
-    assert s.error == (f"Duplicate key {key} with different data. Existing data size: 16384 bytes. "
-                       "New data size: 16384 bytes.")
+    assert s.error == (
+        f"Duplicate key {key} with different data. Existing data size: 16384 bytes. New data size: 16384 bytes."
+    )
     assert s.device_bytes == 0 and not s.methods and len(s.cache) == 0
     assert set(s.method_results["status"]) == {"failed"} and (s.method_results["device_bytes"] == 0).all()
     cols = [c for c in s.events.columns if c != "time_s"]
@@ -275,7 +290,8 @@ def test_an_export_refusal_loads_nothing_and_the_dry_run_predicts_it_exactly(bui
     for table in ("decisions", "lookups", "comparisons", "memory"):
         real, pred = getattr(s, table), getattr(dry, table)
         assert real.drop(columns=[c for c in ("time_s",) if c in real]).equals(
-            pred.drop(columns=[c for c in ("time_s",) if c in pred])), table
+            pred.drop(columns=[c for c in ("time_s",) if c in pred])
+        ), table
     d = s.decisions.set_index("method")
     assert list(d["fqn"]) == ["_tensor_constant0", "_tensor_constant0"]  # the FQN, the key beside it
     assert list(d["storage_key"]) == [key, key]

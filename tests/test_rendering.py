@@ -12,8 +12,16 @@ import pandas as pd
 import pytest
 
 from toolkit.display.html import (
-    CULPRIT_STYLE, DECISION_COLOURS, cell_text, content_check, culprit_mask, html_table, markdown_html, short_digest,
-    table, verification_html,
+    CULPRIT_STYLE,
+    DECISION_COLOURS,
+    cell_text,
+    content_check,
+    culprit_mask,
+    html_table,
+    markdown_html,
+    short_digest,
+    table,
+    verification_html,
 )
 
 HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>', "a & b", "it's", "&amp;", "$x$"]
@@ -72,8 +80,11 @@ class _Parsed(html.parser.HTMLParser):
 
     def column(self, index: int) -> list[tuple[str, str | None]]:
         """(text, colour) of every body cell of column ``index``."""
-        return [(t, self.cell_colour(a)) for g, a, t in self.cells
-                if g == "td" and f"col{index}" in a.get("class", "").split()]
+        return [
+            (t, self.cell_colour(a))
+            for g, a, t in self.cells
+            if g == "td" and f"col{index}" in a.get("class", "").split()
+        ]
 
 
 # ------------------------------------------------------------------ escaping
@@ -102,18 +113,39 @@ def test_hostile_empty_text_is_escaped():
 
 
 def test_hostile_verification_is_escaped():
-    v = pd.DataFrame({"method": ["<script>m</script>"], "ran": [True], "max_abs_err": [1.0], "atol": [1e-5],
-                      "rtol": [1e-4], "ok": [False], "reason": ['"&<b>bad</b>']})
-    from toolkit.engine.frames import check_rows
+    v = pd.DataFrame(
+        {
+            "method": ["<script>m</script>"],
+            "ran": [True],
+            "max_abs_err": [1.0],
+            "atol": [1e-5],
+            "rtol": [1e-4],
+            "ok": [False],
+            "reason": ['"&<b>bad</b>'],
+        }
+    )
     from toolkit.core.verdict import MethodFacts, build_verdict
     from toolkit.core.vocab import MethodStatus
+    from toolkit.engine.frames import check_rows
 
-    verdict = build_verdict(program="p", policy="name-only", predicted=False, checks=check_rows(v),
-                            methods=[MethodFacts("<script>m</script>", MethodStatus.LOADED, True)])
+    verdict = build_verdict(
+        program="p",
+        policy="name-only",
+        predicted=False,
+        checks=check_rows(v),
+        methods=[MethodFacts("<script>m</script>", MethodStatus.LOADED, True)],
+    )
     out = verification_html(v, verdict)
     assert "<script" not in out and "<b>" not in out
-    assert _Parsed(out).texts("td") == ["<script>m</script>", "wrong", "eager reference", "1", "1e-05", "0.0001",
-                                        '"&<b>bad</b>']
+    assert _Parsed(out).texts("td") == [
+        "<script>m</script>",
+        "wrong",
+        "eager reference",
+        "1",
+        "1e-05",
+        "0.0001",
+        '"&<b>bad</b>',
+    ]
 
 
 def test_mathjax_is_off_for_names_with_dollars():
@@ -126,8 +158,14 @@ def test_mathjax_is_off_for_names_with_dollars():
 
 
 def test_the_palette():
-    assert DECISION_COLOURS == {"loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc",
-                                "private": "#eeeeee", "refused": "#f4cccc", "never filled": "#ea9999"}
+    assert DECISION_COLOURS == {
+        "loaded": "#d9ead3",
+        "shared": "#cfe2f3",
+        "declined": "#fff2cc",
+        "private": "#eeeeee",
+        "refused": "#f4cccc",
+        "never filled": "#ea9999",
+    }
     from toolkit.core.vocab import Decision
 
     assert set(DECISION_COLOURS) == {d.value for d in Decision}  # every decision has its colour
@@ -146,8 +184,10 @@ def test_decision_enums_are_coloured_by_value():
     from toolkit.core.vocab import Decision
 
     frame = pd.DataFrame({"decision": [Decision.SHARED, Decision.REFUSED]})
-    assert _Parsed(html_table(frame)).column(0) == [("shared", DECISION_COLOURS["shared"]),
-                                                    ("refused", DECISION_COLOURS["refused"])]
+    assert _Parsed(html_table(frame)).column(0) == [
+        ("shared", DECISION_COLOURS["shared"]),
+        ("refused", DECISION_COLOURS["refused"]),
+    ]
 
 
 @pytest.mark.parametrize("column", ["ok", "method_ok"])
@@ -163,23 +203,37 @@ def test_other_boolean_columns_are_not_coloured():
 
 def _verdict(v, statuses=None, findings=()):
     """A verdict over verification frame ``v`` (every method loaded and runnable unless ``statuses`` says)."""
-    from toolkit.engine.frames import check_rows
     from toolkit.core.verdict import MethodFacts, build_verdict
     from toolkit.core.vocab import MethodStatus
+    from toolkit.engine.frames import check_rows
 
     statuses = statuses or {}
-    facts = [MethodFacts(m, statuses.get(m, (MethodStatus.LOADED, True))[0], statuses.get(m, (None, True))[1],
-                         findings=tuple(f for f in findings if f.method == m)) for m in v["method"]]
+    facts = [
+        MethodFacts(
+            m,
+            statuses.get(m, (MethodStatus.LOADED, True))[0],
+            statuses.get(m, (None, True))[1],
+            findings=tuple(f for f in findings if f.method == m),
+        )
+        for m in v["method"]
+    ]
     return build_verdict(program="p", policy="name-only", predicted=False, methods=facts, checks=check_rows(v))
 
 
 def test_verification_results_are_coloured():
     from toolkit.core.vocab import MethodStatus
 
-    v = pd.DataFrame({"method": ["a", "b", "c"], "ran": [True, True, False], "max_abs_err": [0.0, 0.123456, None],
-                      "atol": [1e-5, 1e-5, 1e-5], "rtol": [1e-4, 1e-4, 1e-4], "ok": pd.array([True, False, pd.NA],
-                                                                                                 dtype="boolean"),
-                      "reason": ["", "outputs differ", "not loaded"]})
+    v = pd.DataFrame(
+        {
+            "method": ["a", "b", "c"],
+            "ran": [True, True, False],
+            "max_abs_err": [0.0, 0.123456, None],
+            "atol": [1e-5, 1e-5, 1e-5],
+            "rtol": [1e-4, 1e-4, 1e-4],
+            "ok": pd.array([True, False, pd.NA], dtype="boolean"),
+            "reason": ["", "outputs differ", "not loaded"],
+        }
+    )
     p = _Parsed(verification_html(v, _verdict(v, {"c": (MethodStatus.NOT_REACHED, False)})))
     assert p.texts("th") == ["method", "result", "checked against", "max abs err", "atol", "rtol", "reason"]
     assert p.column(1) == [("ok", "#d9ead3"), ("wrong", "#f4cccc"), ("not reached", "#eeeeee")]
@@ -214,11 +268,15 @@ def test_empty_frame():
 
 
 def test_missing_values_show_empty():
-    frame = pd.DataFrame({"s": ["x", None, pd.NA, float("nan")],
-                          "f": [1.5, float("nan"), None, 2.0],
-                          "b": pd.array([True, pd.NA, False, pd.NA], dtype="boolean"),
-                          "i": pd.array([1, pd.NA, 3, None], dtype="Int64"),
-                          "t": [pd.Timestamp("2024-01-01"), pd.NaT, pd.NaT, pd.NaT]})
+    frame = pd.DataFrame(
+        {
+            "s": ["x", None, pd.NA, float("nan")],
+            "f": [1.5, float("nan"), None, 2.0],
+            "b": pd.array([True, pd.NA, False, pd.NA], dtype="boolean"),
+            "i": pd.array([1, pd.NA, 3, None], dtype="Int64"),
+            "t": [pd.Timestamp("2024-01-01"), pd.NaT, pd.NaT, pd.NaT],
+        }
+    )
     p = _Parsed(html_table(frame))
     assert [t for t, _ in p.column(0)] == ["x", "", "", ""]
     assert [t for t, _ in p.column(1)] == ["1.5", "", "", "2.0"]
@@ -272,11 +330,13 @@ def test_module_imports_only_pandas_and_stdlib():
         elif isinstance(node, ast.ImportFrom):
             top.add("." if node.level else node.module.split(".")[0])
     assert top <= {"__future__", "enum", "hashlib", "html", "math", "re", "typing", "pandas"}, top
-    code = ("import importlib.util, sys; "
-            f"spec = importlib.util.spec_from_file_location('standalone_rendering', {rendering.__file__!r}); "
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-            "import pandas as pd; m.html_table(pd.DataFrame({'decision': ['shared']})); "
-            "print(sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'matplotlib', 'ipywidgets', 'toolkit'}))")
+    code = (
+        "import importlib.util, sys; "
+        f"spec = importlib.util.spec_from_file_location('standalone_rendering', {rendering.__file__!r}); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+        "import pandas as pd; m.html_table(pd.DataFrame({'decision': ['shared']})); "
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'matplotlib', 'ipywidgets', 'toolkit'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout[:2000]
 
@@ -287,8 +347,9 @@ def test_module_imports_only_pandas_and_stdlib():
 def test_report_html_is_a_wrapper():
     from toolkit.reports.collision import report_html
 
-    frame = pd.DataFrame({"method": ["m"], "name": ["<x>"], "decision": ["declined"], "method_ok": [False],
-                          "not_shown": ["secret"]})
+    frame = pd.DataFrame(
+        {"method": ["m"], "name": ["<x>"], "decision": ["declined"], "method_ok": [False], "not_shown": ["secret"]}
+    )
     out = report_html(frame, "cap\nline")
     assert out.startswith("<div class='constshare-report'>") and "secret" not in out
     p = _Parsed(out)
@@ -321,8 +382,11 @@ def _cell_css(p: _Parsed, attrs: dict) -> str:
 
 
 def _column_css(p: _Parsed, index: int) -> str:
-    return " ".join(body for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", p.css)
-                    if re.search(rf"td\.col{index}\b", selectors))
+    return " ".join(
+        body
+        for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", p.css)
+        if re.search(rf"td\.col{index}\b", selectors)
+    )
 
 
 def test_tables_keep_their_natural_width_and_wrap_only_prose():
@@ -355,8 +419,9 @@ def test_short_digest_keeps_the_difference_visible():
 def test_digests_in_a_row_are_shortened_against_each_other_with_the_full_one_on_hover():
     a = "ab" * 32
     b = "ab" * 10 + "cd" + "ab" * 21
-    frame = pd.DataFrame({"field": ["digest", "dtype"], "cached": [a, "float32"], "new": [b, "float32"],
-                          "equal": [False, True]})
+    frame = pd.DataFrame(
+        {"field": ["digest", "dtype"], "cached": [a, "float32"], "new": [b, "float32"], "equal": [False, True]}
+    )
     p = _Parsed(html_table(frame))
     texts = p.texts("td")
     assert texts[1] == short_digest(a, b) and texts[2] == short_digest(b, a) and texts[1] != texts[2]
@@ -367,11 +432,16 @@ def test_digests_in_a_row_are_shortened_against_each_other_with_the_full_one_on_
 
 
 def test_content_check_and_the_culprit():
-    d = pd.DataFrame({"method": ["a", "b", "c", "d"], "name": ["w"] * 4,
-                      "decision": ["loaded", "shared", "shared", "declined"],
-                      "digest": ["x" * 64, "y" * 64, "x" * 64, "z" * 64],
-                      "cached_digest": ["", "x" * 64, "x" * 64, "x" * 64],
-                      "data_problem": ["", "content differs", "", ""]})  # the loader's verdict.find_problem
+    d = pd.DataFrame(
+        {
+            "method": ["a", "b", "c", "d"],
+            "name": ["w"] * 4,
+            "decision": ["loaded", "shared", "shared", "declined"],
+            "digest": ["x" * 64, "y" * 64, "x" * 64, "z" * 64],
+            "cached_digest": ["", "x" * 64, "x" * 64, "x" * 64],
+            "data_problem": ["", "content differs", "", ""],
+        }
+    )  # the loader's verdict.find_problem
     checked = content_check(d)
     assert list(checked.columns).index("same_content") == list(checked.columns).index("decision") + 1
     assert checked["same_content"].tolist()[1:] == [False, True, False] and pd.isna(checked["same_content"][0])
@@ -387,7 +457,7 @@ def test_content_check_and_the_culprit():
 
 
 def test_bytes_are_formatted_with_the_exact_count_on_hover():
-    p = _Parsed(html_table(pd.DataFrame({"nbytes": [16384, 525_619, 12], "device_bytes": [0, 1536, 3 * 1024 ** 3]})))
+    p = _Parsed(html_table(pd.DataFrame({"nbytes": [16384, 525_619, 12], "device_bytes": [0, 1536, 3 * 1024**3]})))
     assert [t for t, _c in p.column(0)] == ["16 KiB", "513.3 KiB", "12 B"]
     assert [t for t, _c in p.column(1)] == ["0 B", "1.5 KiB", "3 GiB"]
     titles = [a.get("title") for g, a, _t in p.cells if g == "td"]
@@ -398,14 +468,20 @@ def test_bytes_are_formatted_with_the_exact_count_on_hover():
 def test_reason_code_shows_the_full_reason_on_hover_escaped():
     evil = '<b>"x"</b> & <script>'
     p = _Parsed(html_table(pd.DataFrame({"reason_code": ["name_hit"], "reason": [evil]}), ["reason_code"]))
-    (tag, attrs, text), = [c for c in p.cells if c[0] == "td"]
+    ((tag, attrs, text),) = [c for c in p.cells if c[0] == "td"]
     assert text == "name_hit" and attrs["title"] == evil
     assert "<script" not in html_table(pd.DataFrame({"reason_code": ["c"], "reason": [evil]}), ["reason_code"])
 
 
 def test_outcome_texts_and_scorecards_are_coloured():
-    card = pd.DataFrame({"sample": ["a", "b", "c"], "name-only": ["WRONG: decode", "ok", "load refused"],
-                         "fingerprint": ["ok", "ok", "ok"], "correct": [False, True, True]})
+    card = pd.DataFrame(
+        {
+            "sample": ["a", "b", "c"],
+            "name-only": ["WRONG: decode", "ok", "load refused"],
+            "fingerprint": ["ok", "ok", "ok"],
+            "correct": [False, True, True],
+        }
+    )
     p = _Parsed(html_table(card))
     assert p.column(1) == [("WRONG: decode", "#f4cccc"), ("ok", "#d9ead3"), ("load refused", "#eeeeee")]
     assert p.column(2) == [("ok", "#d9ead3")] * 3
@@ -434,10 +510,32 @@ def test_verification_names_the_constants_that_run_on_other_data():
     from toolkit.core.verdict import find_problem
     from toolkit.core.vocab import Decision
 
-    v = pd.DataFrame({"method": ["prefill", "decode"], "ran": [True, True], "max_abs_err": [0.0, 9.0],
-                      "atol": [1e-5] * 2, "rtol": [1e-4] * 2, "ok": [True, False], "reason": ["", "outputs differ"]})
-    found = [find_problem(method="decode", name="w", fqn="w", decision=Decision.SHARED, digest="b" * 64, mutated=False,
-                          storage="", slot_problem="", cached_method="prefill", cached_name="w", cached_digest="a" * 64)]
+    v = pd.DataFrame(
+        {
+            "method": ["prefill", "decode"],
+            "ran": [True, True],
+            "max_abs_err": [0.0, 9.0],
+            "atol": [1e-5] * 2,
+            "rtol": [1e-4] * 2,
+            "ok": [True, False],
+            "reason": ["", "outputs differ"],
+        }
+    )
+    found = [
+        find_problem(
+            method="decode",
+            name="w",
+            fqn="w",
+            decision=Decision.SHARED,
+            digest="b" * 64,
+            mutated=False,
+            storage="",
+            slot_problem="",
+            cached_method="prefill",
+            cached_name="w",
+            cached_digest="a" * 64,
+        )
+    ]
     p = _Parsed(verification_html(v, _verdict(v, findings=found)))
     assert p.texts("th")[-1] == "runs on other data"
     assert p.column(7) == [("", None), ("w (content differs)", "#fff2cc")]  # not tested by blame: amber
@@ -445,22 +543,45 @@ def test_verification_names_the_constants_that_run_on_other_data():
 
 
 def test_verification_says_blames_finding_once_for_the_constants_it_was_found_for():
-    from toolkit.display.html import findings_text
     from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem
+    from toolkit.display.html import findings_text
 
     note = "breaks standalone (only together with the 4 other swaps of this set)"
 
     class V:
         def findings(self, method):
-            return [ConstantFinding(method, f"w{i}", f"w{i}", DataProblem.CONTENT_DIFFERS, "differs", f"a/w{i}",
-                                    BlameStatus.CULPRIT, note, ("standalone",)) for i in range(5)] + [
-                ConstantFinding(method, "h", "h", DataProblem.CONTENT_DIFFERS, "differs", "a/h", BlameStatus.HARMLESS,
-                                "undoing it fixes nothing")]
+            return [
+                ConstantFinding(
+                    method,
+                    f"w{i}",
+                    f"w{i}",
+                    DataProblem.CONTENT_DIFFERS,
+                    "differs",
+                    f"a/w{i}",
+                    BlameStatus.CULPRIT,
+                    note,
+                    ("standalone",),
+                )
+                for i in range(5)
+            ] + [
+                ConstantFinding(
+                    method,
+                    "h",
+                    "h",
+                    DataProblem.CONTENT_DIFFERS,
+                    "differs",
+                    "a/h",
+                    BlameStatus.HARMLESS,
+                    "undoing it fixes nothing",
+                )
+            ]
 
     text = findings_text(V(), "decode")
     assert text.count("only together with the 4 other swaps") == 1
-    assert text == (f"w0, w1, w2, w3, w4 (content differs; culprit: {note}); "
-                    f"h (content differs; harmless: undoing it fixes nothing)")
+    assert text == (
+        f"w0, w1, w2, w3, w4 (content differs; culprit: {note}); "
+        f"h (content differs; harmless: undoing it fixes nothing)"
+    )
 
 
 def test_session_facts_are_a_table_in_binary_units():
@@ -469,14 +590,24 @@ def test_session_facts_are_a_table_in_binary_units():
     from toolkit.display.html import session_facts_html
 
     decisions = pd.DataFrame({"method": ["prefill", "decode"], "name": ["w", "w"], "decision": ["loaded", "shared"]})
-    methods = [SimpleNamespace(name="prefill", blob_bytes=35_485_875_968), SimpleNamespace(name="decode",
-                                                                                         blob_bytes=35_485_875_968)]
-    results = {m.name: SimpleNamespace(method=m.name, status="loaded", device_bytes=b, runnable=True, problems=[])
-               for m, b in zip(methods, (35_485_875_968, 0))}
-    session = SimpleNamespace(decisions=decisions, results=results, devices={"prefill": "cuda:0", "decode": "cuda:0"},
-                              program=SimpleNamespace(name="prog", methods=methods, device="cuda"),
-                              policy=SimpleNamespace(name=SimpleNamespace(value="name-only")), status="loaded",
-                              error=None, device_bytes=35_485_875_968)
+    methods = [
+        SimpleNamespace(name="prefill", blob_bytes=35_485_875_968),
+        SimpleNamespace(name="decode", blob_bytes=35_485_875_968),
+    ]
+    results = {
+        m.name: SimpleNamespace(method=m.name, status="loaded", device_bytes=b, runnable=True, problems=[])
+        for m, b in zip(methods, (35_485_875_968, 0))
+    }
+    session = SimpleNamespace(
+        decisions=decisions,
+        results=results,
+        devices={"prefill": "cuda:0", "decode": "cuda:0"},
+        program=SimpleNamespace(name="prog", methods=methods, device="cuda"),
+        policy=SimpleNamespace(name=SimpleNamespace(value="name-only")),
+        status="loaded",
+        error=None,
+        device_bytes=35_485_875_968,
+    )
     out = session_facts_html(session, predicted=True, name="llama_cuda")
     assert "llama_cuda (2 methods, on cuda:0)" in out and "predicted (dry run: nothing loaded or run)" in out
     assert "33.0 GiB would be on the device" in out and "66.1 GiB with each method on its own blob" in out

@@ -11,17 +11,27 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-
 from test_rendering import _Parsed
 from test_report import _decided_session
+
 from toolkit.display.html import (
-    CAPPED_EM, DIGEST_SHOWN, SESSION_ALL_CAPPED, SESSION_CAPPED, html_table, session_html, shorten_digests, table,
+    CAPPED_EM,
+    DIGEST_SHOWN,
+    SESSION_ALL_CAPPED,
+    SESSION_CAPPED,
+    html_table,
+    session_html,
+    shorten_digests,
+    table,
 )
 
 
 def _column_css(p: _Parsed, index: int) -> str:
-    return " ".join(body for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", p.css)
-                    if re.search(rf"td\.col{index}\b", selectors))
+    return " ".join(
+        body
+        for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", p.css)
+        if re.search(rf"td\.col{index}\b", selectors)
+    )
 
 
 def _titles(p: _Parsed) -> list[str]:
@@ -57,9 +67,13 @@ def test_capped_columns_are_cut_with_the_whole_text_on_hover_escaped():
 
 def test_a_capped_column_keeps_a_title_it_already_has():
     d = "ab" * 32
-    p = _Parsed(html_table(pd.DataFrame({"digest": [d], "reason_code": ["name_hit_unchecked_all_hit_branch"],
-                                         "reason": ["why"]}), ["digest", "reason_code"],
-                           capped={"digest": 4, "reason_code": 4}))
+    p = _Parsed(
+        html_table(
+            pd.DataFrame({"digest": [d], "reason_code": ["name_hit_unchecked_all_hit_branch"], "reason": ["why"]}),
+            ["digest", "reason_code"],
+            capped={"digest": 4, "reason_code": 4},
+        )
+    )
     assert _titles(p) == [d, "why"]
 
 

@@ -37,8 +37,11 @@ def noisy_program(tmp_path_factory):
     g = torch.Generator().manual_seed(0)
     w = torch.nn.Parameter(torch.randn(8, 8, generator=g), requires_grad=False)
     x = torch.randn(2, 8, generator=g)
-    return build_program({"noisy": (Noisy(w), (x,)), "plain": (Plain(w), (x,))},
-                         tmp_path_factory.mktemp("noisy") / "prog", progress=False)
+    return build_program(
+        {"noisy": (Noisy(w), (x,)), "plain": (Plain(w), (x,))},
+        tmp_path_factory.mktemp("noisy") / "prog",
+        progress=False,
+    )
 
 
 def test_a_random_kernel_is_named_nondeterministic_and_a_plain_method_is_not(noisy_program):

@@ -14,8 +14,17 @@ from hypothesis import strategies as st
 
 from toolkit import load_program
 from toolkit.reports.collision import (
-    FORMULA_TRIGGERS, REPORT_COLUMNS, REPORT_SCHEMA, CollisionReport, ReportError, _typed, collision_report,
-    neutralize, read_report, to_csv, unneutralize,
+    FORMULA_TRIGGERS,
+    REPORT_COLUMNS,
+    REPORT_SCHEMA,
+    CollisionReport,
+    ReportError,
+    _typed,
+    collision_report,
+    neutralize,
+    read_report,
+    to_csv,
+    unneutralize,
 )
 
 _DEFAULTS = {"str": "x", "int": 0, "float": 0.5, "bool": False, "optional_bool": pd.NA}
@@ -88,9 +97,9 @@ def test_csv_round_trip_through_pandas_and_read_report(name_only_report, tmp_pat
 
 @pytest.mark.slow
 def test_constants_of_methods_not_loaded_are_reported_undecided(built_sample):
+    from toolkit.core.policies import get_policy
     from toolkit.engine.loader import resolve_devices
     from toolkit.engine.session import Session
-    from toolkit.core.policies import get_policy
 
     prog = built_sample("total_collision")
     s = Session(prog, get_policy("fingerprint"), resolve_devices(prog, None))
@@ -105,7 +114,7 @@ def test_constants_of_methods_not_loaded_are_reported_undecided(built_sample):
     assert f[f["method"] == "prefill"].iloc[0]["decision"] == "loaded"
 
 
-NASTY = ["=cmd|' /C calc'!A0", "+1+1", "-2", "@SUM(A1)", "\tTAB", "\rCR", "'quoted", "a,b\n\"c\"", "<b>x</b>", ""]
+NASTY = ["=cmd|' /C calc'!A0", "+1+1", "-2", "@SUM(A1)", "\tTAB", "\rCR", "'quoted", 'a,b\n"c"', "<b>x</b>", ""]
 
 
 def test_formula_cells_are_neutralised_and_restored():
@@ -140,8 +149,13 @@ def test_neutralize_is_reversible_and_safe(s):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                        max_size=12), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_any_names_round_trip(names):
     r = synthetic([{"name": n, "fqn": n, "method": "m"} for n in names])
     _, back = roundtrip(r)
@@ -180,8 +194,10 @@ def test_report_module_does_not_import_presentation_libraries():
     import subprocess
     import sys
 
-    code = ("import sys, toolkit, toolkit.reports.collision; "
-            "print(any(m.split('.')[0] in ('matplotlib', 'ipywidgets') for m in sys.modules))")
+    code = (
+        "import sys, toolkit, toolkit.reports.collision; "
+        "print(any(m.split('.')[0] in ('matplotlib', 'ipywidgets') for m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -194,24 +210,53 @@ def _fake_session(name: str, status: str = "loaded", error: str | None = None):
     from types import SimpleNamespace
 
     from toolkit.core import events as ev
-    from toolkit.engine.loader import MethodResult
-    from toolkit.engine.frames import decisions_frame
     from toolkit.core.vocab import Decision, MethodStatus, Reason, TensorOrigin
+    from toolkit.engine.frames import decisions_frame
+    from toolkit.engine.loader import MethodResult
 
     log = ev.EventLog()
     for method, decision in (("m1", Decision.LOADED), ("m2", Decision.SHARED)):
-        log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="buffer", mutated=False,
-                   lookup="hit", decision=decision, reason_code=Reason.NAME_HIT, reason=f"<i>{name}</i>",
-                   origin=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
-                   digest="d", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
-                   cached_digest="", slot_problem="")
+        log.record(
+            ev.Decided,
+            method,
+            device="cpu",
+            name=name,
+            fqn=name,
+            constant_kind="buffer",
+            mutated=False,
+            lookup="hit",
+            decision=decision,
+            reason_code=Reason.NAME_HIT,
+            reason=f"<i>{name}</i>",
+            origin=TensorOrigin.CACHE,
+            shared_from="",
+            nbytes=4,
+            dtype="float32",
+            shape="(1,)",
+            strides="(1,)",
+            digest="d",
+            cached_method="",
+            cached_dtype="",
+            cached_shape="",
+            cached_strides="",
+            cached_digest="",
+            slot_problem="",
+        )
     spec1, spec2 = SimpleNamespace(name="m1", blob_bytes=64), SimpleNamespace(name="m2", blob_bytes=64)
-    results = {"m1": MethodResult("m1", "cpu", MethodStatus.LOADED, True, 64, 0, True),
-               "m2": MethodResult("m2", "cpu", MethodStatus.LOADED, False, 0, 0, False, ("x",))}
+    results = {
+        "m1": MethodResult("m1", "cpu", MethodStatus.LOADED, True, 64, 0, True),
+        "m2": MethodResult("m2", "cpu", MethodStatus.LOADED, False, 0, 0, False, ("x",)),
+    }
     return SimpleNamespace(
-        decisions=decisions_frame(log), program=SimpleNamespace(name=name, methods=[spec1, spec2], device="cpu"),
-        policy=SimpleNamespace(name=SimpleNamespace(value="name-only")), status=status, error=error,
-        failed_method="m2" if error else None, results=results, device_bytes=64)
+        decisions=decisions_frame(log),
+        program=SimpleNamespace(name=name, methods=[spec1, spec2], device="cpu"),
+        policy=SimpleNamespace(name=SimpleNamespace(value="name-only")),
+        status=status,
+        error=error,
+        failed_method="m2" if error else None,
+        results=results,
+        device_bytes=64,
+    )
 
 
 def test_session_text_summary():
@@ -252,27 +297,65 @@ def _decided_session(rows):
     from types import SimpleNamespace
 
     from toolkit.core import events as ev
-    from toolkit.engine.frames import decisions_frame
     from toolkit.core.verdict import find_problem
     from toolkit.core.vocab import Decision, Reason, TensorOrigin
+    from toolkit.engine.frames import decisions_frame
 
     log = ev.EventLog()
     for method, name, decision, lookup, digest, cached in rows:
-        found = find_problem(method=method, name=name, fqn=name, decision=Decision(decision), digest=digest,
-                             mutated=False, storage="", slot_problem="", cached_method="enc" if cached else "",
-                             cached_name=name, cached_digest=cached)
-        log.record(ev.Decided, method, device="cpu", name=name, fqn=name, constant_kind="parameter", mutated=False,
-                   lookup=lookup, decision=Decision(decision), reason_code=Reason.NAME_HIT, reason="why",
-                   origin=TensorOrigin.CACHE, shared_from="", nbytes=4, dtype="float32", shape="(1,)", strides="(1,)",
-                   digest=digest, cached_method="enc" if cached else "", cached_dtype="", cached_shape="",
-                   cached_strides="", cached_digest=cached, slot_problem="",
-                   data_problem=found.problem.value if found else "")
+        found = find_problem(
+            method=method,
+            name=name,
+            fqn=name,
+            decision=Decision(decision),
+            digest=digest,
+            mutated=False,
+            storage="",
+            slot_problem="",
+            cached_method="enc" if cached else "",
+            cached_name=name,
+            cached_digest=cached,
+        )
+        log.record(
+            ev.Decided,
+            method,
+            device="cpu",
+            name=name,
+            fqn=name,
+            constant_kind="parameter",
+            mutated=False,
+            lookup=lookup,
+            decision=Decision(decision),
+            reason_code=Reason.NAME_HIT,
+            reason="why",
+            origin=TensorOrigin.CACHE,
+            shared_from="",
+            nbytes=4,
+            dtype="float32",
+            shape="(1,)",
+            strides="(1,)",
+            digest=digest,
+            cached_method="enc" if cached else "",
+            cached_dtype="",
+            cached_shape="",
+            cached_strides="",
+            cached_digest=cached,
+            slot_problem="",
+            data_problem=found.problem.value if found else "",
+        )
     methods = sorted({r[0] for r in rows})
     return SimpleNamespace(
-        decisions=decisions_frame(log), program=SimpleNamespace(
-            name="p", methods=[SimpleNamespace(name=m, blob_bytes=4) for m in methods], device="cpu"),
-        policy=SimpleNamespace(name=SimpleNamespace(value="decline-on-mismatch")), status="loaded", error=None,
-        failed_method=None, results={}, device_bytes=0)
+        decisions=decisions_frame(log),
+        program=SimpleNamespace(
+            name="p", methods=[SimpleNamespace(name=m, blob_bytes=4) for m in methods], device="cpu"
+        ),
+        policy=SimpleNamespace(name=SimpleNamespace(value="decline-on-mismatch")),
+        status="loaded",
+        error=None,
+        failed_method=None,
+        results={},
+        device_bytes=0,
+    )
 
 
 def test_session_html_scales_and_points_at_the_culprits():

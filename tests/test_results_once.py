@@ -8,10 +8,9 @@ import os
 
 import pytest
 
-from toolkit import compare_policies, load_program
-from toolkit import integrity, upload
-from toolkit.integrity import verified_files
+from toolkit import compare_policies, integrity, load_program, upload
 from toolkit.core.options import LoadOptions
+from toolkit.integrity import verified_files
 
 pytestmark = pytest.mark.slow  # loads a (cached) sample program
 
@@ -70,7 +69,7 @@ def test_staged_blobs_are_hashed_by_every_load_and_kept_files_once(built_sample,
     first = list(hashes)
     assert any(h.endswith("weights.blob") for h in first) and any(h.endswith("model.so") for h in first)
     load_program(root, "fingerprint").close()
-    again = hashes[len(first):]
+    again = hashes[len(first) :]
     assert sorted(again) == sorted(h for h in first if h.endswith("weights.blob")), again
 
 
@@ -104,14 +103,15 @@ def test_an_unchanged_file_is_not_hashed_again_in_this_process(built_sample, has
 
 def test_tables_and_verification_are_computed_once(built_sample, monkeypatch):
     from toolkit.engine import frames as tables
-
     from toolkit.engine import verification
+
     s = load_program(built_sample("total_collision"), "name-only")
     built, ran = [], []
     real_frame, real_verify = tables.decisions_frame, verification.verify_session
     monkeypatch.setattr(tables, "decisions_frame", lambda log: built.append(1) or real_frame(log))
-    monkeypatch.setattr(verification, "verify_session",
-                        lambda sess, *a, **kw: ran.append(1) or real_verify(sess, *a, **kw))
+    monkeypatch.setattr(
+        verification, "verify_session", lambda sess, *a, **kw: ran.append(1) or real_verify(sess, *a, **kw)
+    )
     a, b = s.decisions, s.decisions
     assert len(built) == 1 and a.equals(b) and a is not b  # each caller gets its own copy
     a.loc[0, "decision"] = "tampered"
@@ -138,8 +138,8 @@ def test_compare_policies_keeps_its_sessions(built_sample):
 
 
 def test_cli_report_verifies_once(built_sample, tmp_path, monkeypatch):
-    from toolkit.engine import verification
     from toolkit.cli import main
+    from toolkit.engine import verification
 
     ran = []
     real = verification.verify_session
@@ -152,9 +152,9 @@ def test_cli_report_verifies_once(built_sample, tmp_path, monkeypatch):
 def test_keyboard_interrupt_leaves_the_cache_as_before(built_sample):
     """A BaseException raised after decode's cache insertions rolls them back like any failure."""
     from toolkit.core import events as ev
+    from toolkit.core.policies import get_policy
     from toolkit.engine.loader import resolve_devices
     from toolkit.engine.session import Session
-    from toolkit.core.policies import get_policy
 
     prog = built_sample("total_collision")
     s = Session(prog, get_policy("fingerprint"), resolve_devices(prog, None))

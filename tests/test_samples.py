@@ -22,8 +22,9 @@ def check_outcome(program, sample: str, policy: str, device=None):
         assert (session.status == "loaded") == expected.loaded, (session.status, session.error)
         if not expected.loaded:
             # the runtime's refusal (before #21959), or the 1.5.x exporter's (fqn-weight-cache)
-            assert session.error and ("Refusing to share" in session.error
-                                      or "with different data" in session.error), session.error
+            assert session.error and ("Refusing to share" in session.error or "with different data" in session.error), (
+                session.error
+            )
             assert (d["decision"] == "refused").any()
         wrong = set(verdict[verdict["ran"] & ~verdict["ok"]]["method"])
         assert wrong == set(expected.wrong), verdict
@@ -38,8 +39,10 @@ def check_outcome(program, sample: str, policy: str, device=None):
             assert set(ran[ran["ok"]]["method"]) == set(session.methods) - set(expected.wrong) - not_runnable
             # every sequence, from the initial state with state carried, diverges exactly where stated
             diverging = {q.name for q in program.sequences if not session.verify(sequence=q.name)["ok"].all()}
-            assert diverging == set(expected.sequence_wrong), (diverging, [session.verify(sequence=q.name)
-                                                                            for q in program.sequences])
+            assert diverging == set(expected.sequence_wrong), (
+                diverging,
+                [session.verify(sequence=q.name) for q in program.sequences],
+            )
         return session, verdict
     finally:
         session.close()
@@ -96,7 +99,8 @@ def test_a_samples_cache_key_covers_the_shared_sample_code(monkeypatch):
     mod = sample_module("shared_state")
     before = _cache_key(mod, "cpu")
     real = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes",
-                        lambda self: real(self) + b"# edited" if self.name == "_common.py" else real(self))
+    monkeypatch.setattr(
+        Path, "read_bytes", lambda self: real(self) + b"# edited" if self.name == "_common.py" else real(self)
+    )
     assert _cache_key(mod, "cpu") != before
     assert _cache_key(mod, "cuda") != _cache_key(mod, "cpu")

@@ -16,18 +16,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from executorch_fixtures import unpacked
 from safetensors.numpy import load_file
 
 import toolkit
-from toolkit.workflows.dry_run import run_analysis
 from toolkit.core.errors import ProgramError, ToolkitError
 from toolkit.core.model import PerConstantStorages, required_nbytes
 from toolkit.core.policies import POLICIES
+from toolkit.core.vocab import ConstantKind, ProgramFormat
 from toolkit.sources import open_program, read_program_model
 from toolkit.sources.executorch import AotiConstant, PteLocation, aoti_internal_names, open_pte
-from toolkit.core.vocab import ConstantKind, ProgramFormat
-
-from executorch_fixtures import unpacked
+from toolkit.workflows.dry_run import run_analysis
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical"]
@@ -35,8 +34,12 @@ REAL = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical"]
 GEN1 = str(unpacked("1.2.0") / "shared_ok")
 SYNTHETIC = ["synthetic-gen2", "synthetic-fqn4", "synthetic-fqn5"]  # what no exporter we can run writes
 ALL = REAL + [GEN1] + SYNTHETIC
-GENERATION = {GEN1: "method keys", "synthetic-gen2": "so and weights keys",
-              "synthetic-fqn4": "ETCUDAFQN4", "synthetic-fqn5": "ETCUDAFQN5"}
+GENERATION = {
+    GEN1: "method keys",
+    "synthetic-gen2": "so and weights keys",
+    "synthetic-fqn4": "ETCUDAFQN4",
+    "synthetic-fqn5": "ETCUDAFQN5",
+}
 
 
 def table(folder: str):
@@ -71,7 +74,7 @@ def test_every_fixture_opens_into_a_complete_model(folder):
         assert m.num_inputs == 1 and m.num_outputs == 1 and m.input_order == (0,)
         loc = m.location
         assert isinstance(loc, PteLocation) and loc.so.file == m.so_file == "prog.pte"
-        so = (root / m.so_file).read_bytes()[loc.so.offset:loc.so.offset + loc.so.size]
+        so = (root / m.so_file).read_bytes()[loc.so.offset : loc.so.offset + loc.so.size]
         assert len(so) == loc.so.size > 0
         if folder != GEN1:  # content-hash keys from #20424 on
             assert loc.so.key == sha(so) + "_so_blob"
@@ -88,7 +91,7 @@ def test_every_fixture_opens_into_a_complete_model(folder):
             data = (root / c.file).read_bytes()
             assert c.dtype == "float32" and c.storage_offset == 0
             assert c.nbytes == required_nbytes(c.dtype, c.shape, c.strides, c.storage_offset)
-            assert c.digest == sha(data[c.offset:c.offset + c.nbytes]), (m.name, c.name)
+            assert c.digest == sha(data[c.offset : c.offset + c.nbytes]), (m.name, c.name)
             assert c.so_key == loc.so.key
         assert m.constants[0].shape == (64, 64) and m.constants[0].strides == (64, 1)
         assert m.constants[1].shape == (64,)
@@ -101,14 +104,18 @@ def test_the_located_bytes_reproduce_the_eager_outputs(folder):
     """The constants' bytes, at the offsets and in the layouts the model says, give the eager
     outputs recorded beside the real export (the modules: lin(x) @ c, decode with relu)."""
     p = open_fixture(folder)
-    refs = p.root if (p.root / "reference_decode.safetensors").is_file() else \
-        FIXTURES / "executorch-1.5.1-cuda" / "shared_ok"  # (the synthetic ones are shared_ok rewritten)
+    refs = (
+        p.root
+        if (p.root / "reference_decode.safetensors").is_file()
+        else FIXTURES / "executorch-1.5.1-cuda" / "shared_ok"
+    )  # (the synthetic ones are shared_ok rewritten)
     for m in p.methods:
         t = {}
         for c in m.constants:
-            raw = (p.root / c.file).read_bytes()[c.offset:c.offset + c.nbytes]
-            t[c.fqn] = np.lib.stride_tricks.as_strided(np.frombuffer(raw, np.float32), c.shape,
-                                                       [s * 4 for s in c.strides])
+            raw = (p.root / c.file).read_bytes()[c.offset : c.offset + c.nbytes]
+            t[c.fqn] = np.lib.stride_tricks.as_strided(
+                np.frombuffer(raw, np.float32), c.shape, [s * 4 for s in c.strides]
+            )
         ref = load_file(str(refs / f"reference_{m.name}.safetensors"))
         y = (ref["input.0"] @ t["lin.weight"].T + t["lin.bias"]) @ t["_tensor_constant0"]
         if m.name == "decode" and "shared_ok" in str(refs) and folder != "executorch-1.5.1-cuda/identical":
@@ -135,18 +142,21 @@ def test_identical_has_one_so_and_one_set_of_storages():
     p = open_fixture("executorch-1.5.1-cuda/identical")
     d, f = p.methods
     assert d.location.so == f.location.so
-    assert [(c.storage_key, c.offset, c.digest) for c in d.constants] == \
-           [(c.storage_key, c.offset, c.digest) for c in f.constants]
+    assert [(c.storage_key, c.offset, c.digest) for c in d.constants] == [
+        (c.storage_key, c.offset, c.digest) for c in f.constants
+    ]
 
 
 def test_multi_arch_payloads_model_the_first_regular_variant():
     ref = open_fixture("executorch-1.5.1-cuda/shared_ok")
-    for folder, label in (("synthetic-fqn4", "ETCUDAFQN4 (sm80, sm90)"),
-                          ("synthetic-fqn5", "ETCUDAFQN5 (sm90, sm80+ptx80 fallback)")):
+    for folder, label in (
+        ("synthetic-fqn4", "ETCUDAFQN4 (sm80, sm90)"),
+        ("synthetic-fqn5", "ETCUDAFQN5 (sm90, sm80+ptx80 fallback)"),
+    ):
         p = open_fixture(folder)
         for m in p.methods:
             assert m.location.payload.startswith(label)
-            so = (p.root / m.so_file).read_bytes()[m.location.so.offset:m.location.so.offset + m.location.so.size]
+            so = (p.root / m.so_file).read_bytes()[m.location.so.offset : m.location.so.offset + m.location.so.size]
             assert b"sm80" in so if folder == "synthetic-fqn4" else b"sm90" in so  # not the PTX fallback
             assert [c.digest for c in m.constants] == [c.digest for c in ref.method(m.name).constants]
 
@@ -158,8 +168,20 @@ def test_generations_1_and_2_need_the_constant_table(tmp_path):
             open_program(bare)
         assert e.value.path.endswith("prog.pte") and "processed" in e.value.field
         # rows as AotiConstant records, or a callable given (method, .so bytes)
-        rows = {m: [AotiConstant(r["name"], r["fqn"], r["dtype"], tuple(r["shape"]), tuple(r["strides"]),
-                                 kind=ConstantKind(r["kind"])) for r in rs] for m, rs in table(folder).items()}
+        rows = {
+            m: [
+                AotiConstant(
+                    r["name"],
+                    r["fqn"],
+                    r["dtype"],
+                    tuple(r["shape"]),
+                    tuple(r["strides"]),
+                    kind=ConstantKind(r["kind"]),
+                )
+                for r in rs
+            ]
+            for m, rs in table(folder).items()
+        }
         seen = []
         p = open_program(FIXTURES / folder, constant_table=lambda m, so: seen.append((m, len(so))) or rows[m])
         assert p == open_fixture(folder) and [m for m, _ in seen] == ["decode", "prefill"]
@@ -173,8 +195,14 @@ def test_generations_1_and_2_need_the_constant_table(tmp_path):
 
 
 def test_internal_names_follow_aoti():
-    assert aoti_internal_names(["lin.weight", "layers.0.w", "0.w", "a_b", "a.b", "_tensor_constant3"]) == \
-           ["lin_weight", "layers_0_w", "constant_0_w", "a_b", "a_b_0", "_tensor_constant3"]
+    assert aoti_internal_names(["lin.weight", "layers.0.w", "0.w", "a_b", "a.b", "_tensor_constant3"]) == [
+        "lin_weight",
+        "layers_0_w",
+        "constant_0_w",
+        "a_b",
+        "a_b_0",
+        "_tensor_constant3",
+    ]
 
 
 # ------------------------------------------------------------------ opening: paths and data files
@@ -195,18 +223,25 @@ def test_open_program_dispatch(tmp_path):
     p = open_program(tmp_path / "a" / "prog.pte", data=tmp_path / "b" / "weights.ptd")
     assert set(p.files) == {"prog.pte", "../b/weights.ptd"}
     assert p.path("../b/weights.ptd").resolve() == (tmp_path / "b" / "weights.ptd").resolve()
-    assert [c.digest for m in p.methods for c in m.constants] == \
-           [c.digest for m in by_folder.methods for c in m.constants]
+    assert [c.digest for m in p.methods for c in m.constants] == [
+        c.digest for m in by_folder.methods for c in m.constants
+    ]
     assert p.methods[0].reference_file == ""  # no reference beside this copy
     with pytest.raises(ProgramError, match="does not exist"):
         open_program(tmp_path / "a" / "prog.pte", data=tmp_path / "nope.ptd")
     with pytest.raises(ProgramError, match="holds only data"):
         open_program(folder / "aoti_cuda_blob.ptd")
-    with pytest.raises(ProgramError, match=r"option data= is not one constshare-program takes \(it takes none\); "
-                                           "it belongs to executorch-pte"):
+    with pytest.raises(
+        ProgramError,
+        match=r"option data= is not one constshare-program takes \(it takes none\); "
+        "it belongs to executorch-pte",
+    ):
         open_program(tmp_path / "b", data=folder / "aoti_cuda_blob.ptd")
-    with pytest.raises(ProgramError, match=r"option datas= is not one executorch-pte takes \(it takes data, "
-                                           r"constant_table, reader\); it belongs to no format"):
+    with pytest.raises(
+        ProgramError,
+        match=r"option datas= is not one executorch-pte takes \(it takes data, "
+        r"constant_table, reader\); it belongs to no format",
+    ):
         open_program(folder / "prog.pte", datas=folder / "aoti_cuda_blob.ptd")
     # the same .ptd given twice: its keys clash
     with pytest.raises(ProgramError, match="is also in"):
@@ -248,14 +283,17 @@ def test_policies_on_shared_ok(folder):
     for policy in POLICIES:
         a, d = _decisions(p, policy)
         assert a.status == "loaded", (policy, a.session.error)
-        assert {d[("decode", n)] for n in ("lin_weight", "lin_bias", "_tensor_constant0")} == \
-               ({"private"} if policy == "no-sharing" else {"loaded"}), policy
+        assert {d[("decode", n)] for n in ("lin_weight", "lin_bias", "_tensor_constant0")} == (
+            {"private"} if policy == "no-sharing" else {"loaded"}
+        ), policy
         later = [d[("prefill", n)] for n in ("lin_weight", "lin_bias", "_tensor_constant0")]
         expected = {
             "no-sharing": ["private"] * 3,
             # every name hits: shared on the name alone, the colliding table included (the hole)
-            **{pol: ["shared"] * 3 for pol in DENSE}, "blind-share": ["shared"] * 3,
-            "fingerprint": ["shared", "shared", "declined"], "content-dedup": ["shared", "shared", "declined"],
+            **{pol: ["shared"] * 3 for pol in DENSE},
+            "blind-share": ["shared"] * 3,
+            "fingerprint": ["shared", "shared", "declined"],
+            "content-dedup": ["shared", "shared", "declined"],
             # two .so keys: two storage keys for the tables, both cached
             "fqn-weight-cache": ["shared", "shared", "loaded"],
         }[policy]
@@ -264,9 +302,12 @@ def test_policies_on_shared_ok(folder):
     keys = set(a.decisions["storage_key"])  # the 1.5.x cache key in its own column; fqn stays the FQN
     assert set(a.decisions["fqn"]) == {"lin.weight", "lin.bias", "_tensor_constant0"}
     d, f = p.methods
-    assert keys == {"cuda_fqn_weight:cuda:lin.weight", "cuda_fqn_weight:cuda:lin.bias",
-                    f"cuda_fqn_weight:cuda:{d.constants[2].so_key}:_tensor_constant0",
-                    f"cuda_fqn_weight:cuda:{f.constants[2].so_key}:_tensor_constant0"}
+    assert keys == {
+        "cuda_fqn_weight:cuda:lin.weight",
+        "cuda_fqn_weight:cuda:lin.bias",
+        f"cuda_fqn_weight:cuda:{d.constants[2].so_key}:_tensor_constant0",
+        f"cuda_fqn_weight:cuda:{f.constants[2].so_key}:_tensor_constant0",
+    }
     assert {e.fqn for e in a.session.cache} == keys  # four storages, each cached once
     assert a.device_bytes == 2 * 16384 + 256 + 16384  # lin.weight, lin.bias, two tables
 
@@ -304,8 +345,10 @@ def _sequence_file(folder: Path, name: str, metadata: dict | None) -> Path:
 
 def test_a_sequence_file_beside_the_pte_is_the_programs_sequence(tmp_path):
     d = _copy_shared_ok(tmp_path)
-    steps = [{"method": "prefill", "num_inputs": 1, "num_outputs": 1},
-             {"method": "decode", "num_inputs": 2, "num_outputs": 1}]
+    steps = [
+        {"method": "prefill", "num_inputs": 1, "num_outputs": 1},
+        {"method": "decode", "num_inputs": 2, "num_outputs": 1},
+    ]
     _sequence_file(d, "generate", {"steps": json.dumps(steps)})
     _sequence_file(d, "other", None)  # no steps in its header: not ours, left out
     prog = open_program(d / "prog.pte")
@@ -316,12 +359,15 @@ def test_a_sequence_file_beside_the_pte_is_the_programs_sequence(tmp_path):
     assert prog.files[seq.reference_file].sha256 == hashlib.sha256((d / seq.reference_file).read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("steps, says", [
-    ("[{\"method\": \"nope\", \"num_inputs\": 1, \"num_outputs\": 1}]", "methods the .pte does not have: ['nope']"),
-    ("[{\"method\": \"decode\"}]", "steps must be a JSON list"),
-    ("not json", "steps must be a JSON list"),
-    ("[]", "steps name no method"),
-])
+@pytest.mark.parametrize(
+    "steps, says",
+    [
+        ('[{"method": "nope", "num_inputs": 1, "num_outputs": 1}]', "methods the .pte does not have: ['nope']"),
+        ('[{"method": "decode"}]', "steps must be a JSON list"),
+        ("not json", "steps must be a JSON list"),
+        ("[]", "steps name no method"),
+    ],
+)
 def test_a_malformed_sequence_file_names_the_file_and_field(tmp_path, steps, says):
     d = _copy_shared_ok(tmp_path)
     p = _sequence_file(d, "generate", {"steps": steps})

@@ -12,15 +12,15 @@ import json
 import zipfile
 
 import pytest
-
 from pt2_packages import MODELS, eager_tensors, packages
-from toolkit.workflows.dry_run import run_analysis
+
 from toolkit.core.errors import ProgramError
 from toolkit.core.model import PerConstantStorages, required_nbytes
 from toolkit.core.policies import POLICIES
+from toolkit.core.vocab import ConstantKind, ProgramFormat
 from toolkit.sources import open_program, read_program_model
 from toolkit.sources.pt2 import Pt2Location
-from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.workflows.dry_run import run_analysis
 
 
 def sha(b: bytes) -> str:
@@ -48,24 +48,28 @@ def test_a_package_opens_into_a_complete_model(pt2, fmt):
     for m in p.methods:
         loc = m.location
         assert isinstance(loc, Pt2Location) and loc.so.file == m.so_file == path.name
-        so = raw[loc.so.offset:loc.so.offset + loc.so.size]
+        so = raw[loc.so.offset : loc.so.offset + loc.so.size]
         assert so == so_members[m.name] and loc.so.key == so_names[m.name]  # the member's name in the zip
         assert {c.so_key for c in m.constants} == {sha(so) + "_so_blob"}  # the key ExecuTorch would give it
         assert (m.num_inputs, m.num_outputs, m.reference_file) == (1, 1, "")
         assert [c.fqn for c in m.constants] == ["lin.weight", "lin.bias", "buf", "_tensor_constant0"]
         assert [c.name for c in m.constants] == ["lin_weight", "lin_bias", "buf", "_tensor_constant0"]
-        assert [c.kind for c in m.constants] == [ConstantKind.PARAMETER, ConstantKind.PARAMETER, ConstantKind.BUFFER,
-                                                 ConstantKind.LIFTED_CONSTANT]
+        assert [c.kind for c in m.constants] == [
+            ConstantKind.PARAMETER,
+            ConstantKind.PARAMETER,
+            ConstantKind.BUFFER,
+            ConstantKind.LIFTED_CONSTANT,
+        ]
         for c in m.constants:
             t = eager[m.name][c.fqn]
             assert (c.dtype, c.shape, c.strides) == ("float32", tuple(t.shape), tuple(t.stride()))
             assert c.nbytes == required_nbytes(c.dtype, c.shape, c.strides, c.storage_offset)
             # the bytes at the recorded absolute offset are the eager tensor's, and the digest is theirs
-            assert raw[c.offset:c.offset + c.nbytes] == t.contiguous().numpy().tobytes(), (m.name, c.fqn)
-            assert c.digest == sha(raw[c.offset:c.offset + c.nbytes]) and c.file == path.name
+            assert raw[c.offset : c.offset + c.nbytes] == t.contiguous().numpy().tobytes(), (m.name, c.fqn)
+            assert c.digest == sha(raw[c.offset : c.offset + c.nbytes]) and c.file == path.name
         if fmt == "binary_blob":
             w = loc.weights
-            assert loc.weights_format == "binary_blob" and (w.key, raw[w.offset:w.offset + w.size]) == blobs[m.name]
+            assert loc.weights_format == "binary_blob" and (w.key, raw[w.offset : w.offset + w.size]) == blobs[m.name]
             assert m.blob_bytes == loc.weights.size == 1024 + 64 + 64 + 1024  # CPU: every storage padded to 64 bytes
             assert all(loc.weights.offset <= c.offset < loc.weights.offset + m.blob_bytes for c in m.constants)
         else:
@@ -103,21 +107,26 @@ def test_every_policy_on_a_package(pt2, fmt):
             # decode's table has its own .so key; prefill_again's shares prefill's key with other bytes
             assert a.status == "failed" and a.session.failed_method == "prefill_again"
             key = f"cuda_fqn_weight:cpu:{p.method('prefill').constants[0].so_key}:_tensor_constant0"
-            assert a.session.error == (f"Duplicate key {key} with different data. Existing data size: 1024 "
-                                       "bytes. New data size: 1024 bytes.")
+            assert a.session.error == (
+                f"Duplicate key {key} with different data. Existing data size: 1024 bytes. New data size: 1024 bytes."
+            )
             # the exporter refuses the whole program: nothing loads, every constant is refused
             assert a.session.failed_stage == "export" and a.device_bytes == 0
             assert set(d.values()) == {"refused"} and len(d) == 12
             assert {m.status for m in a.methods} == {"failed"}
             refused = a.decisions[a.decisions["reason_code"] == "export_refused"]
             assert list(zip(refused["method"], refused["name"], refused["cached_method"])) == [
-                ("prefill_again", "_tensor_constant0", "prefill")]
+                ("prefill_again", "_tensor_constant0", "prefill")
+            ]
             assert list(refused["storage_key"]) == [key] and list(refused["fqn"]) == ["_tensor_constant0"]
             continue
         assert a.status == "loaded", (policy, a.session.error)
         later = [d[("decode", n)] for n in ("lin_weight", "lin_bias", "buf", "_tensor_constant0")]
-        expected = {"no-sharing": ["private"] * 4, "fingerprint": ["shared"] * 3 + ["declined"],
-                    "content-dedup": ["shared"] * 3 + ["declined"]}.get(policy, ["shared"] * 4)
+        expected = {
+            "no-sharing": ["private"] * 4,
+            "fingerprint": ["shared"] * 3 + ["declined"],
+            "content-dedup": ["shared"] * 3 + ["declined"],
+        }.get(policy, ["shared"] * 4)
         assert later == expected, (policy, later)
 
 

@@ -68,16 +68,19 @@ def test_without_resets_the_leak_shows_in_standalone_runs(built_sample, monkeypa
     s.close()
 
 
-@pytest.mark.parametrize("sample, policy, sequence, culprits", [
-    ("total_collision", "name-only", None, {("decode", "_tensor_constant0")}),
-    ("total_collision", "decline-on-mismatch", None, {("decode", "_tensor_constant0")}),
-    ("three_methods", "decline-on-mismatch", None, {("probe", "proj_weight")}),
-    ("mutated_buffer", "name-only", "generate", {("decode", "kv")}),
-    ("shared_state", "no-sharing", "generate", {("decode", "core_kv")}),
-    ("total_collision", "fingerprint", None, set()),
-    ("shared_state", "fingerprint", "generate", set()),
-    ("mutated_buffer", "fingerprint", "generate", set()),
-])
+@pytest.mark.parametrize(
+    "sample, policy, sequence, culprits",
+    [
+        ("total_collision", "name-only", None, {("decode", "_tensor_constant0")}),
+        ("total_collision", "decline-on-mismatch", None, {("decode", "_tensor_constant0")}),
+        ("three_methods", "decline-on-mismatch", None, {("probe", "proj_weight")}),
+        ("mutated_buffer", "name-only", "generate", {("decode", "kv")}),
+        ("shared_state", "no-sharing", "generate", {("decode", "core_kv")}),
+        ("total_collision", "fingerprint", None, set()),
+        ("shared_state", "fingerprint", "generate", set()),
+        ("mutated_buffer", "fingerprint", "generate", set()),
+    ],
+)
 def test_blame_names_the_culprit_and_nothing_else(built_sample, sample, policy, sequence, culprits):
     s = toolkit.load_program(built_sample(sample), policy)
     b = s.blame(sequence)
@@ -111,12 +114,15 @@ def test_every_sample_with_sequences_states_them_under_every_policy():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("sample, policy, sequence, culprits", [
-    ("total_collision", "name-only", None, {("decode", "_tensor_constant0")}),
-    ("mutated_buffer", "name-only", "generate", {("decode", "kv")}),
-    ("shared_state", "no-sharing", "generate", {("decode", "core_kv")}),
-    ("shared_state", "fingerprint", "generate", set()),
-])
+@pytest.mark.parametrize(
+    "sample, policy, sequence, culprits",
+    [
+        ("total_collision", "name-only", None, {("decode", "_tensor_constant0")}),
+        ("mutated_buffer", "name-only", "generate", {("decode", "kv")}),
+        ("shared_state", "no-sharing", "generate", {("decode", "core_kv")}),
+        ("shared_state", "fingerprint", "generate", set()),
+    ],
+)
 def test_blame_on_cuda(built_sample, sample, policy, sequence, culprits):
     s = toolkit.load_program(built_sample(sample, "cuda"), policy)
     b = s.blame(sequence)
@@ -154,8 +160,11 @@ def accumulating(tmp_path_factory):
     import torch
 
     x = torch.ones(2, 4)
-    return toolkit.build_program({"accumulate": (_Accumulate(), (x,)), "pure": (_Pure(), (x,))},
-                                 tmp_path_factory.mktemp("acc") / "p", progress=False)
+    return toolkit.build_program(
+        {"accumulate": (_Accumulate(), (x,)), "pure": (_Pure(), (x,))},
+        tmp_path_factory.mktemp("acc") / "p",
+        progress=False,
+    )
 
 
 def test_repeatability_attributes_state_carried_differences(accumulating):

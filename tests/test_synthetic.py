@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.workflows.dry_run import analyze, memory_floor, run_analysis
+from toolkit.build.synthetic import SyntheticSpec, generate, write_synthetic
 from toolkit.sources import read_program_model
 from toolkit.sources.directory import manifest_json
-from toolkit.build.synthetic import SyntheticSpec, generate, write_synthetic
+from toolkit.workflows.dry_run import analyze, memory_floor, run_analysis
 
 
 def _roles(spec: SyntheticSpec):
@@ -42,12 +42,22 @@ def test_written_manifest_parses_and_analyzes(tmp_path):
 
 
 def test_decisions_follow_roles():
-    spec = SyntheticSpec(methods=4, constants=2_000, content_collision=0.05, metadata_collision=0.05,
-                         lifted=0.05, mutated=0.02, unique=0.05, seed=3)
+    spec = SyntheticSpec(
+        methods=4,
+        constants=2_000,
+        content_collision=0.05,
+        metadata_collision=0.05,
+        lifted=0.05,
+        mutated=0.02,
+        unique=0.05,
+        seed=3,
+    )
     m, roles = _roles(spec)
     count = {r: roles.count(r) for r in set(roles)}
-    assert all(count.get(r, 0) > 0 for r in ("shared", "content_collision", "metadata_collision", "lifted",
-                                             "mutated", "unique"))
+    assert all(
+        count.get(r, 0) > 0
+        for r in ("shared", "content_collision", "metadata_collision", "lifted", "mutated", "unique")
+    )
     d = analyze(m, "fingerprint")
     later = d[d["method"] != "method_0"]
     n = spec.methods - 1
@@ -58,8 +68,10 @@ def test_decisions_follow_roles():
     # collisions differ in content only
     odd = sum(1 for i in range(1, spec.methods) if i % 2)
     assert by["metadata_mismatch"] == odd * count["metadata_collision"]
-    assert by["content_mismatch"] == n * (count["content_collision"] + count["lifted"]) \
-        + (n - odd) * count["metadata_collision"]
+    assert (
+        by["content_mismatch"]
+        == n * (count["content_collision"] + count["lifted"]) + (n - odd) * count["metadata_collision"]
+    )
     # synthetic state has no provenance: never shared, each later method declines the cached one
     assert by["other_state"] == n * count["mutated"]
     assert by["first_seen"] == n * count["unique"]
@@ -94,8 +106,17 @@ def test_floor_matches_roles():
     assert first[0].offset == 0
 
 
-@pytest.mark.parametrize("bad", [dict(methods=0), dict(constants=-1), dict(unique=1.5),
-                                 dict(content_collision=-0.1), dict(dtype="float7"), dict(device="tpu")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(methods=0),
+        dict(constants=-1),
+        dict(unique=1.5),
+        dict(content_collision=-0.1),
+        dict(dtype="float7"),
+        dict(device="tpu"),
+    ],
+)
 def test_bad_specs_are_refused(bad):
     with pytest.raises(ValueError):
         SyntheticSpec(**bad)

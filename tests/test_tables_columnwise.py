@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 from toolkit import POLICIES
+from toolkit.build.synthetic import SyntheticSpec, generate
 from toolkit.core import events as ev
 from toolkit.engine import frames as tables
 from toolkit.workflows.dry_run import run_analysis
-from toolkit.build.synthetic import SyntheticSpec, generate
 
 
 def _events_by_rows(log: ev.EventLog) -> pd.DataFrame:
@@ -64,8 +64,11 @@ def _random_log(rng: random.Random, types: list[type[ev.Event]], n: int) -> ev.E
     for _ in range(n):
         t = rng.choice(types)
         hints = typing.get_type_hints(t)
-        log.record(t, rng.choice(["prefill", "decode"]),
-                   **{f.name: value(hints[f.name]) for f in fields(t) if f.name not in ("seq", "time_s", "method")})
+        log.record(
+            t,
+            rng.choice(["prefill", "decode"]),
+            **{f.name: value(hints[f.name]) for f in fields(t) if f.name not in ("seq", "time_s", "method")},
+        )
     return log
 
 
@@ -90,8 +93,9 @@ def test_random_mixes_of_every_event_type(seed):
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_dry_runs_under_every_policy(policy):
-    prog = generate(SyntheticSpec(methods=3, constants=120, content_collision=0.1, metadata_collision=0.1,
-                                  mutated=0.05, seed=3))
+    prog = generate(
+        SyntheticSpec(methods=3, constants=120, content_collision=0.1, metadata_collision=0.1, mutated=0.05, seed=3)
+    )
     s = run_analysis(prog, policy).session
     assert len(s.log) > 360
     _same(tables.events_frame(s.log), _events_by_rows(s.log))
@@ -106,7 +110,12 @@ def test_wrong_methods_are_the_ones_that_ran_and_disagree():
 
     from toolkit.engine.frames import wrong_methods
 
-    v = pd.DataFrame({"method": ["a", "b", "c", "d"], "ran": [True, True, False, False],
-                      "ok": pd.array([False, True, pd.NA, False], dtype="boolean")})
+    v = pd.DataFrame(
+        {
+            "method": ["a", "b", "c", "d"],
+            "ran": [True, True, False, False],
+            "ok": pd.array([False, True, pd.NA, False], dtype="boolean"),
+        }
+    )
     assert wrong_methods(v) == ["a"]  # c: no reference (NA), d: did not run
     assert wrong_methods(v.iloc[:0]) == [] and wrong_methods(None) == []

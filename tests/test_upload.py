@@ -25,9 +25,19 @@ PAGE = mmap.PAGESIZE
 
 
 def spec(name: str, offset: int, nbytes: int) -> ConstantSpec:
-    return ConstantSpec(name=name, fqn=name, kind=ConstantKind.BUFFER, mutated=False, dtype="uint8",
-                        shape=(nbytes,), strides=(1,), storage_offset=0, nbytes=nbytes, offset=offset,
-                        digest="0" * 64)
+    return ConstantSpec(
+        name=name,
+        fqn=name,
+        kind=ConstantKind.BUFFER,
+        mutated=False,
+        dtype="uint8",
+        shape=(nbytes,),
+        strides=(1,),
+        storage_offset=0,
+        nbytes=nbytes,
+        offset=offset,
+        digest="0" * 64,
+    )
 
 
 # ---------------------------------------------------------------------------- pure parts
@@ -36,7 +46,7 @@ def _check_regions(ranges, region_bytes):
     for s, e in regions:
         assert s % PAGE == 0 and e % PAGE == 0, (s, e)
         assert 0 < e - s <= region_bytes
-    for (s1, e1), (s2, e2) in zip(regions, regions[1:]):
+    for (_, e1), (s2, _) in zip(regions, regions[1:]):
         assert e1 <= s2, "regions overlap: a page would be locked twice"
     for s, e in ranges:
         if e > s:
@@ -212,8 +222,10 @@ def test_a_blob_that_ends_inside_a_constant_is_an_error_naming_file_and_offset(s
     path, _ = small_blob
     _short_reads(monkeypatch)
     late = spec("late", 990, 20)  # the blob's last 10 bytes, then nothing
-    for read in (lambda: upload.read_constant_bytes(path, late),
-                 lambda: upload.upload_constant(path, late, torch.device("cpu"))):
+    for read in (
+        lambda: upload.read_constant_bytes(path, late),
+        lambda: upload.upload_constant(path, late, torch.device("cpu")),
+    ):
         with pytest.raises(IntegrityError, match="'late'") as ei:
             read()
         assert ei.value.path == str(path) and str(path) in str(ei.value)
@@ -237,7 +249,9 @@ def test_a_staged_read_past_the_end_is_an_error_naming_the_file(small_blob, monk
 # ---------------------------------------------------------------------------- CUDA paths
 @pytest.fixture
 def blob(tmp_path):
-    data = torch.randint(0, 256, (3 * (64 << 20) + 12345,), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    data = torch.randint(
+        0, 256, (3 * (64 << 20) + 12345,), dtype=torch.uint8, generator=torch.Generator().manual_seed(3)
+    )
     path = tmp_path / "weights.bin"
     path.write_bytes(data.numpy().tobytes())
     # odd sizes and offsets: empty, one byte, sharing pages, unaligned, spanning regions
@@ -250,7 +264,7 @@ def blob(tmp_path):
 
 
 def _same(got: torch.Tensor, data: torch.Tensor, c: ConstantSpec) -> bool:
-    return torch.equal(got.cpu(), data[c.offset: c.offset + c.nbytes])
+    return torch.equal(got.cpu(), data[c.offset : c.offset + c.nbytes])
 
 
 @pytest.mark.gpu
@@ -456,7 +470,9 @@ def test_a_reload_copies_from_pages_still_locked_and_a_rewritten_blob_is_never_r
     first.close()  # the session ends; locking its pages carries on in the background
     locks.wait_until_locked()
     assert locks.locked_bytes > 0 and locks.mapped_files == [path]
-    second = upload.MappedBlobUploader(dev, locks=locks, first_load="staged")  # another session, a superset of constants
+    second = upload.MappedBlobUploader(
+        dev, locks=locks, first_load="staged"
+    )  # another session, a superset of constants
     second.prefetch(path, specs)
     for i, c in enumerate(specs):
         assert _same(second.upload(path, c), data, c)
@@ -603,7 +619,9 @@ def test_the_first_load_logic_delivers_every_byte(blob, cuda_stubbed, monkeypatc
     path, data, specs = blob
     if fail_every:  # every third lock fails: those bytes are staged, and the uploader stops locking
         calls = []
-        monkeypatch.setattr(upload, "_register", lambda ptr, n: calls.append(n) or (1 if len(calls) % fail_every == 0 else 0))
+        monkeypatch.setattr(
+            upload, "_register", lambda ptr, n: calls.append(n) or (1 if len(calls) % fail_every == 0 else 0)
+        )
     locks = upload.HostLockCache(1 << 40)
     up = upload.MappedBlobUploader(torch.device("cpu"), locks=locks, first_load=mode, piece_bytes=16 << 20)
     up.prefetch(path, specs)

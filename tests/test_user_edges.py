@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from executorch_fixtures import unpacked
 
 import toolkit
 from toolkit.cli import main
@@ -17,18 +18,21 @@ from toolkit.core.errors import ProgramError, ToolkitError, UnknownPolicyError
 from toolkit.core.policies import POLICIES
 from toolkit.sources import open_program
 
-from executorch_fixtures import unpacked
-
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 GEN1 = unpacked("1.2.0") / "shared_ok"  # generation 1, exported by executorch 1.2.0
-TABLED = [str(GEN1), "synthetic-gen2"]  # payload generations whose constant table lies in the .so (absolute: FIXTURES / p is p)
+TABLED = [
+    str(GEN1),
+    "synthetic-gen2",
+]  # payload generations whose constant table lies in the .so (absolute: FIXTURES / p is p)
 
 
 def test_submodules_are_attributes_after_a_bare_import():
     """``import toolkit`` then ``toolkit.reports.collision.to_csv`` (the README's way), in a fresh interpreter."""
-    code = ("import sys, toolkit; assert 'toolkit.plots' not in sys.modules; "
-            "print(toolkit.reports.collision.to_csv.__module__, toolkit.plots.__name__, 'report' in dir(toolkit) or 'x')")
+    code = (
+        "import sys, toolkit; assert 'toolkit.plots' not in sys.modules; "
+        "print(toolkit.reports.collision.to_csv.__module__, toolkit.plots.__name__, 'report' in dir(toolkit) or 'x')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.split()[:2] == ["toolkit.reports.collision", "toolkit.plots"]
     with pytest.raises(AttributeError, match="no attribute 'not_a_module'"):
@@ -47,22 +51,29 @@ def test_a_mistyped_policy_is_a_toolkit_error_naming_every_policy_and_the_close_
 
 @pytest.mark.parametrize("folder", TABLED)
 def test_the_constant_table_beside_the_pte_is_read_by_default(folder, tmp_path):
-    given = open_program(FIXTURES / folder, constant_table=json.loads((FIXTURES / folder / "constant_table.json").read_text()))
+    given = open_program(
+        FIXTURES / folder, constant_table=json.loads((FIXTURES / folder / "constant_table.json").read_text())
+    )
     assert open_program(FIXTURES / folder) == given  # the file beside it
     moved = tmp_path / "table.json"
     bare = shutil.copytree(FIXTURES / folder, tmp_path / Path(folder).name, ignore=shutil.ignore_patterns("*.json"))
     shutil.copy(FIXTURES / folder / "constant_table.json", moved)
     assert open_program(bare, constant_table=str(moved)) == open_program(bare, constant_table=moved)
-    assert [m.constants for m in open_program(bare, constant_table=moved).methods] == [m.constants for m in given.methods]
+    assert [m.constants for m in open_program(bare, constant_table=moved).methods] == [
+        m.constants for m in given.methods
+    ]
 
 
-@pytest.mark.parametrize("content, match", [
-    ("{not json", "constant table cannot be read"),
-    ("[1, 2]", "is a JSON list, not an object"),
-    ('{"decode": "lin_weight", "prefill": []}', r"constant_table\['decode'\] is a str, not a list of rows"),
-    ('{"decode": [1], "prefill": []}', "constant table row is a int"),
-    ('{"decode": [{"name": "x"}], "prefill": []}', "constant table row is not an AotiConstant"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("{not json", "constant table cannot be read"),
+        ("[1, 2]", "is a JSON list, not an object"),
+        ('{"decode": "lin_weight", "prefill": []}', r"constant_table\['decode'\] is a str, not a list of rows"),
+        ('{"decode": [1], "prefill": []}', "constant table row is a int"),
+        ('{"decode": [{"name": "x"}], "prefill": []}', "constant table row is not an AotiConstant"),
+    ],
+)
 def test_a_malformed_constant_table_is_a_program_error_naming_its_file(content, match, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
@@ -77,8 +88,12 @@ def test_the_cli_reads_the_table_beside_the_file_and_takes_one(tmp_path, capsys)
     bare = shutil.copytree(pte.parent, tmp_path / "bare", ignore=shutil.ignore_patterns("*.json"))
     assert main(["report", str(bare / "prog.pte"), "--dry-run"]) == 2
     assert "--constant-table FILE" in capsys.readouterr().err
-    assert main(["report", str(bare / "prog.pte"), "--dry-run", "--constant-table",
-                 str(pte.parent / "constant_table.json")]) == 0
+    assert (
+        main(
+            ["report", str(bare / "prog.pte"), "--dry-run", "--constant-table", str(pte.parent / "constant_table.json")]
+        )
+        == 0
+    )
     (tmp_path / "bad.json").write_text("[]")
     assert main(["report", str(bare / "prog.pte"), "--dry-run", "--constant-table", str(tmp_path / "bad.json")]) == 2
     assert str(tmp_path / "bad.json") in capsys.readouterr().err

@@ -17,11 +17,14 @@ def _cmp(out: list[float], ref: list[float]) -> dict:
     return compare_outputs([torch.tensor(out)], [torch.tensor(ref)])
 
 
-@pytest.mark.parametrize("out, ref, same", [
-    ([NAN, 1.0], [NAN, 1.0], 1),
-    ([INF, -INF, 2.0], [INF, -INF, 2.0], 2),
-    ([NAN, INF, NAN], [NAN, INF, NAN], 3),  # nothing finite left to compare
-])
+@pytest.mark.parametrize(
+    "out, ref, same",
+    [
+        ([NAN, 1.0], [NAN, 1.0], 1),
+        ([INF, -INF, 2.0], [INF, -INF, 2.0], 2),
+        ([NAN, INF, NAN], [NAN, INF, NAN], 3),  # nothing finite left to compare
+    ],
+)
 def test_the_same_non_finite_values_compare_equal(out, ref, same):
     r = _cmp(out, ref)
     assert r["ok"] is True and r["max_abs_err"] == 0.0
@@ -35,13 +38,16 @@ def test_finite_positions_are_still_compared():
     assert r["reason"].startswith("output differs from the eager reference; 1 NaN")
 
 
-@pytest.mark.parametrize("out, ref", [
-    ([NAN, 1.0], [0.0, 1.0]),  # a NaN where the reference has none
-    ([0.0, 1.0], [NAN, 1.0]),  # a number where the reference has NaN
-    ([INF], [-INF]),  # infinities of other signs
-    ([INF], [1e30]),  # an infinity against a finite value
-    ([NAN], [INF]),
-])
+@pytest.mark.parametrize(
+    "out, ref",
+    [
+        ([NAN, 1.0], [0.0, 1.0]),  # a NaN where the reference has none
+        ([0.0, 1.0], [NAN, 1.0]),  # a number where the reference has NaN
+        ([INF], [-INF]),  # infinities of other signs
+        ([INF], [1e30]),  # an infinity against a finite value
+        ([NAN], [INF]),
+    ],
+)
 def test_non_finite_values_anywhere_else_are_wrong(out, ref):
     r = _cmp(out, ref)
     assert r["ok"] is False and r["max_abs_err"] == INF
@@ -68,8 +74,9 @@ def test_a_method_whose_right_output_holds_nan_verifies_ok(built_sample):
     try:
         row = s.verify(references={"prefill": {"inputs": [x], "outputs": [want]}}).set_index("method").loc["prefill"]
         assert bool(row["ok"]) and math.isfinite(row["max_abs_err"]), row.to_dict()
-        assert f"{int(want.isnan().sum())} NaN or infinite values where the eager reference has the same" \
-            in row["reason"]
+        assert (
+            f"{int(want.isnan().sum())} NaN or infinite values where the eager reference has the same" in row["reason"]
+        )
         bad = want.clone()
         bad[0, 0] = NAN  # row 0 of the input holds no NaN: the compiled output is finite there
         row = s.verify(references={"prefill": {"inputs": [x], "outputs": [bad]}}).set_index("method").loc["prefill"]

@@ -13,18 +13,18 @@ import random
 
 import pytest
 import torch
-
 from test_errors import SAMPLE, clone
 from test_integrity_pieces import _flip, _piece_size
 from test_upload import spec
+
 from toolkit import upload
 from toolkit.core.errors import IntegrityError
-from toolkit.integrity import (PieceCopy, file_record, plan_piece_copies, record_piece_plan, verified_files)
 from toolkit.core.model import FileRecord
 from toolkit.core.options import FirstLoad, LoadOptions, options_from_environment
-from toolkit.engine.session import load_program
-from toolkit.sources import open_program
 from toolkit.core.vocab import UploadPath
+from toolkit.engine.session import load_program
+from toolkit.integrity import PieceCopy, file_record, plan_piece_copies, record_piece_plan, verified_files
+from toolkit.sources import open_program
 
 PIECE = 4096
 
@@ -36,8 +36,11 @@ def test_a_plan_names_each_piece_a_batch_reads_and_the_copies_it_feeds():
     pieces = [(0, 100, "a"), (100, 100, "b"), (200, 100, "c"), (300, 50, "d")]
     # constant 0 spans pieces 0-2 unaligned, 1 is empty, 2 lies inside piece 2, none reads piece 3
     plan = plan_piece_copies(pieces, [(30, 200), (120, 0), (250, 10)])
-    assert [(p.index, p.start, p.length, p.digest) for p in plan] == [(0, 0, 100, "a"), (1, 100, 100, "b"),
-                                                                      (2, 200, 100, "c")]
+    assert [(p.index, p.start, p.length, p.digest) for p in plan] == [
+        (0, 0, 100, "a"),
+        (1, 100, 100, "b"),
+        (2, 200, 100, "c"),
+    ]
     assert plan[0].copies == (PieceCopy(0, 0, 30, 70),)
     assert plan[1].copies == (PieceCopy(0, 70, 0, 100),)
     assert plan[2].copies == (PieceCopy(0, 170, 0, 30), PieceCopy(2, 0, 50, 10))
@@ -79,8 +82,14 @@ def test_random_plans_cover_every_byte_of_every_constant_once():
 
 def _specs(data_len: int) -> list:
     """Constants spanning several pieces, unaligned, empty, one byte, sharing a piece, at the end."""
-    sizes = [(5, 3 * PIECE + 11), (3 * PIECE + 20, 0), (3 * PIECE + 20, 1), (3 * PIECE + 21, 700),
-             (7 * PIECE - 3, 2 * PIECE), (data_len - 9, 9)]
+    sizes = [
+        (5, 3 * PIECE + 11),
+        (3 * PIECE + 20, 0),
+        (3 * PIECE + 20, 1),
+        (3 * PIECE + 21, 700),
+        (7 * PIECE - 3, 2 * PIECE),
+        (data_len - 9, 9),
+    ]
     return [spec(f"c{i}", off, n) for i, (off, n) in enumerate(sizes)]
 
 
@@ -105,7 +114,7 @@ def test_the_bytes_staged_are_the_files(blob, threads, chunk):
     outs = _stage(path, file_record(path, PIECE), specs, threads=threads, chunk_bytes=chunk, on_hashed=counted.append)
     for c, t in zip(specs, outs):
         assert t.dtype == torch.uint8 and t.device.type == "cpu" and t.numel() == c.nbytes
-        assert t.numpy().tobytes() == data[c.offset: c.offset + c.nbytes], c.name
+        assert t.numpy().tobytes() == data[c.offset : c.offset + c.nbytes], c.name
     # every piece some constant reads, hashed once (pieces 0-3, 6-8 and the last), none of 4, 5 and 9
     assert counted == [8 * PIECE - PIECE + 123]
 
@@ -121,7 +130,7 @@ def test_a_sparse_file_with_holes_stages_its_zeros(tmp_path):
     specs = [spec("a", 0, 40 * PIECE), spec("b", PIECE + 1, 3 * PIECE), spec("c", 39 * PIECE, PIECE)]
     for rec in (file_record(p, PIECE), FileRecord(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))):
         outs = _stage(p, rec, specs, chunk_bytes=3 * PIECE)
-        assert [t.numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+        assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
 
 
 def test_a_record_without_pieces_hashes_the_whole_file_once(blob):
@@ -142,7 +151,7 @@ def test_a_tampered_piece_a_constant_reads_fails_naming_file_and_piece(blob):
     _flip(path, 4 * PIECE + 10)  # piece 4: no constant reads it
     _flip(path, 9 * PIECE + 1)  # piece 9: no constant reads it either
     outs = _stage(path, rec, specs)
-    assert outs[4].numpy().tobytes() == data[specs[4].offset: specs[4].offset + specs[4].nbytes]
+    assert outs[4].numpy().tobytes() == data[specs[4].offset : specs[4].offset + specs[4].nbytes]
     _flip(path, 7 * PIECE + 100)  # piece 7: constant c4 reads it
     counted = []
     with pytest.raises(IntegrityError) as ei:
@@ -185,10 +194,11 @@ def test_unhashed_staging_delivers_the_bytes(blob):
     specs = _specs(len(data))
     counted = []
     outs = _stage(path, None, specs, chunk_bytes=1000, on_hashed=counted.append)
-    assert [t.numpy().tobytes() for t in outs] == [data[c.offset: c.offset + c.nbytes] for c in specs]
+    assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     assert counted == []  # nothing hashed
-    assert [(s, n) for s, n, _ in upload.unhashed_pieces(specs, len(data), 2 * PIECE)][-1][0] + \
-        upload.unhashed_pieces(specs, len(data), 2 * PIECE)[-1][1] == len(data)
+    assert [(s, n) for s, n, _ in upload.unhashed_pieces(specs, len(data), 2 * PIECE)][-1][0] + upload.unhashed_pieces(
+        specs, len(data), 2 * PIECE
+    )[-1][1] == len(data)
 
 
 def test_staging_slots_are_reused_and_never_shared_by_two_batches_at_once():
@@ -202,8 +212,9 @@ def test_staging_slots_are_reused_and_never_shared_by_two_batches_at_once():
 
 def test_the_options_select_staging_and_its_slot_size():
     assert LoadOptions().integrity_staging and LoadOptions().staging_chunk_bytes == 4 << 20
-    o = options_from_environment({"CONSTSHARE_INTEGRITY_STAGING": "0", "CONSTSHARE_STAGING_CHUNK_MIB": "4",
-                                  "CONSTSHARE_FIRST_LOAD": "pipelined"})
+    o = options_from_environment(
+        {"CONSTSHARE_INTEGRITY_STAGING": "0", "CONSTSHARE_STAGING_CHUNK_MIB": "4", "CONSTSHARE_FIRST_LOAD": "pipelined"}
+    )
     assert (o.integrity_staging, o.staging_chunk_bytes, o.first_load) == (False, 4 << 20, FirstLoad.PIPELINED)
     with pytest.raises(ValueError, match="CONSTSHARE_STAGING_CHUNK_MIB='0'"):
         options_from_environment({"CONSTSHARE_STAGING_CHUNK_MIB": "0"})
@@ -252,8 +263,9 @@ def test_a_default_cpu_load_stages_verified_and_uploads_the_files_bytes(base, tm
     blobs = {m.blob_file for m in prog.methods}
     covered = 0
     for m in prog.methods:
-        plan = record_piece_plan(prog.files[m.blob_file], prog.path(m.blob_file),
-                                 [(c.offset, c.nbytes) for c in m.constants])
+        plan = record_piece_plan(
+            prog.files[m.blob_file], prog.path(m.blob_file), [(c.offset, c.nbytes) for c in m.constants]
+        )
         covered += sum(p.length for p in plan)
     assert fresh.hashed_bytes - before == covered + sum(v.bytes for k, v in prog.files.items() if k not in blobs)
     # no private copy of a blob was filled: its lazy copy still lacks every piece
@@ -264,9 +276,14 @@ def test_a_default_cpu_load_stages_verified_and_uploads_the_files_bytes(base, tm
     s.close()
 
 
-@pytest.mark.parametrize("options,path", [(LoadOptions(integrity_staging=False), UploadPath.HOST),
-                                          (LoadOptions(check_integrity=False), UploadPath.HOST),
-                                          (LoadOptions(hash_all=True), UploadPath.HOST)])
+@pytest.mark.parametrize(
+    "options,path",
+    [
+        (LoadOptions(integrity_staging=False), UploadPath.HOST),
+        (LoadOptions(check_integrity=False), UploadPath.HOST),
+        (LoadOptions(hash_all=True), UploadPath.HOST),
+    ],
+)
 def test_the_old_paths_stay_selectable(base, fresh, options, path):
     s = load_program(base, "fingerprint", device="cpu", options=options)
     assert s.status == "loaded", s.error
@@ -309,8 +326,11 @@ def test_own_copy_goes_through_the_staging_too(base, fresh):
 
 @pytest.mark.gpu
 def test_cuda_staging_delivers_the_exact_bytes_and_refuses_a_tampered_piece(tmp_path):
-    data = torch.randint(0, 256, (3 * (64 << 20) + 12345,), dtype=torch.uint8,
-                         generator=torch.Generator().manual_seed(5)).numpy().tobytes()
+    data = (
+        torch.randint(0, 256, (3 * (64 << 20) + 12345,), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
+        .numpy()
+        .tobytes()
+    )
     path = tmp_path / "weights.blob"
     path.write_bytes(data)
     rec = file_record(path)  # 64 MiB BLAKE3 pieces, as the builder records
@@ -320,22 +340,29 @@ def test_cuda_staging_delivers_the_exact_bytes_and_refuses_a_tampered_piece(tmp_
     for chunk in (4 << 20, 8 << 20, 16 << 20):
         outs = upload.stage_pieces(path, rec, specs, dev, threads=8, chunk_bytes=chunk)
         for c, t in zip(specs, outs):
-            assert t.device == dev and t.cpu().numpy().tobytes() == data[c.offset: c.offset + c.nbytes], (chunk, c.name)
+            assert t.device == dev and t.cpu().numpy().tobytes() == data[c.offset : c.offset + c.nbytes], (
+                chunk,
+                c.name,
+            )
     outs = upload.stage_pieces(path, None, specs, dev, threads=8)
-    assert all(t.cpu().numpy().tobytes() == data[c.offset: c.offset + c.nbytes] for c, t in zip(specs, outs))
+    assert all(t.cpu().numpy().tobytes() == data[c.offset : c.offset + c.nbytes] for c, t in zip(specs, outs))
     _flip(path, (64 << 20) + 5)  # piece 1: c2 reads it
     with pytest.raises(IntegrityError, match=f"piece at byte {64 << 20}") as ei:
         upload.stage_pieces(path, rec, specs, dev, threads=8)
     assert ei.value.path == str(path)
     untouched = [c for c in specs if c.nbytes == 0 or c.offset >= (128 << 20)]
     outs = upload.stage_pieces(path, rec, untouched, dev, threads=8)  # pieces 0 and 1 unread: no error
-    assert all(t.cpu().numpy().tobytes() == data[c.offset: c.offset + c.nbytes] for c, t in zip(untouched, outs))
+    assert all(t.cpu().numpy().tobytes() == data[c.offset : c.offset + c.nbytes] for c, t in zip(untouched, outs))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("options,path", [(LoadOptions(), UploadPath.VERIFIED_STAGED),
-                                          (LoadOptions(check_integrity=False, first_load="pipelined"),
-                                           UploadPath.PIECES)])
+@pytest.mark.parametrize(
+    "options,path",
+    [
+        (LoadOptions(), UploadPath.VERIFIED_STAGED),
+        (LoadOptions(check_integrity=False, first_load="pipelined"), UploadPath.PIECES),
+    ],
+)
 def test_a_cuda_load_stages_and_uploads_the_files_bytes(built_sample, options, path, fresh):
     """(``fresh``: a copy of the blob verified whole by an earlier load in this process is read from, not staged.)"""
     prog = built_sample("total_collision", device="cuda")
@@ -353,7 +380,6 @@ def test_a_cuda_load_stages_and_uploads_the_files_bytes(built_sample, options, p
     assert n == len(_uploads(s))
     assert s.verify()["ok"].all()
     s.close()
-
 
 
 @pytest.mark.gpu

@@ -11,8 +11,8 @@ import pytest
 from conftest import require
 
 from toolkit.core.policies import POLICIES
-from toolkit.reports.collision import read_report
 from toolkit.explorer import ALL, ExplorerState, grid_frame, safe_file_name
+from toolkit.reports.collision import read_report
 
 pytestmark = pytest.mark.slow  # every test here loads a (cached) sample program
 
@@ -21,8 +21,7 @@ pytestmark = pytest.mark.slow  # every test here loads a (cached) sample program
 def state(built_sample, tmp_path):
     prog = built_sample("total_collision")
     # build= returns the session's program: no compile, whatever sample is chosen
-    st = ExplorerState(sample="total_collision", policy="name-only", build=lambda name, **kw: prog,
-                       export_dir=tmp_path)
+    st = ExplorerState(sample="total_collision", policy="name-only", build=lambda name, **kw: prog, export_dir=tmp_path)
     heard: list[str] = []
     st.observe(lambda change: heard.append(change["name"]))
     st.heard = heard
@@ -47,8 +46,11 @@ def test_load_fills_session_verification_report_and_progress(state):
 
 def test_filters_and_their_options(state):
     state.load()
-    assert state.filter_options() == {"method": ["prefill", "decode"], "decision": ["loaded", "shared"],
-                                      "reason": ["first_seen", "name_hit_unchecked"]}
+    assert state.filter_options() == {
+        "method": ["prefill", "decode"],
+        "decision": ["loaded", "shared"],
+        "reason": ["first_seen", "name_hit_unchecked"],
+    }
     assert not state.filtered and state.total_decisions == 2
     state.set_filters(decision="loaded")
     rows = state.rows
@@ -220,8 +222,9 @@ def explorer(built_sample, tmp_path):
     from toolkit.explorer import Explorer
 
     prog = built_sample("total_collision")
-    ex = Explorer(ExplorerState(sample="total_collision", build=lambda name, **kw: prog, export_dir=tmp_path),
-                  background=False)
+    ex = Explorer(
+        ExplorerState(sample="total_collision", build=lambda name, **kw: prog, export_dir=tmp_path), background=False
+    )
     yield ex
     ex.close()
 
@@ -355,8 +358,12 @@ def test_three_methods_bad_share_marked_apart_from_the_good_one(built_sample):
         bad, good = cell[("probe", "proj.weight")], cell[("encode_again", "proj.weight")]
         assert "cs-culprit" in bad and "\u2717" in bad and "title=" in bad
         assert "cs-d-shared" in good and "cs-culprit" not in good and "\u2717" not in good
-        assert st.selected == ("probe", next(n for m, n, f in zip(rows["method"], rows["name"], rows["fqn"])
-                                             if m == "probe" and f == "proj.weight"))
+        assert st.selected == (
+            "probe",
+            next(
+                n for m, n, f in zip(rows["method"], rows["name"], rows["fqn"]) if m == "probe" and f == "proj.weight"
+            ),
+        )
     finally:
         st.close()
 
@@ -434,8 +441,10 @@ def test_refused_load_is_an_outcome_of_failure(built_sample):
         st.close()
 
 
-@pytest.mark.parametrize("hostile", ["../x", "/abs/dir/victim", "..", "a/../../b", "\\\\server\\share", "$x$",
-                                     "con:\x00name", "", ".hidden", "-rf"])
+@pytest.mark.parametrize(
+    "hostile",
+    ["../x", "/abs/dir/victim", "..", "a/../../b", "\\\\server\\share", "$x$", "con:\x00name", "", ".hidden", "-rf"],
+)
 def test_safe_file_name_is_a_plain_name(hostile):
     import re
 
@@ -679,8 +688,9 @@ def test_dry_compare_runs_every_policy_without_loading(tmp_path, no_real_load):
 
 def test_dry_run_of_a_sample_predicts_the_culprit(built_sample, tmp_path, no_real_load):
     prog = built_sample("total_collision")
-    st = ExplorerState(sample="total_collision", policy="name-only", dry_run=True,
-                       build=lambda name, **kw: prog, export_dir=tmp_path)
+    st = ExplorerState(
+        sample="total_collision", policy="name-only", dry_run=True, build=lambda name, **kw: prog, export_dir=tmp_path
+    )
     assert st.load() is True, st.error
     assert no_real_load == ["dry run"]
     assert st.is_dry_run and st.outcome == "wrong" and "(predicted): wrong; wrong: decode" in st.message
@@ -821,17 +831,38 @@ def _verdict_of_three_findings():
     from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
 
     def finding(method, name, blame, note, broken=()):
-        return ConstantFinding(method, name, name, DataProblem.CONTENT_DIFFERS, f"cached x from 'a', own {name}",
-                               f"a/{name}", blame, note, broken)
+        return ConstantFinding(
+            method,
+            name,
+            name,
+            DataProblem.CONTENT_DIFFERS,
+            f"cached x from 'a', own {name}",
+            f"a/{name}",
+            blame,
+            note,
+            broken,
+        )
 
-    methods = (MethodVerdict("a", MethodOutcome.OK), MethodVerdict("b", MethodOutcome.WRONG),
-               MethodVerdict("c", MethodOutcome.OK))
-    return Verdict("p", "name-only", False, methods, (
-        finding("b", "w0", BlameStatus.CULPRIT, "breaks standalone", ("standalone",)),
-        finding("b", "w1", BlameStatus.HARMLESS, "undoing it fixes nothing: the culprits are elsewhere"),
-        finding("c", "w1", BlameStatus.HARMLESS, "the method verifies ok: the difference does not reach its outputs"),
-        # a share blame tried that has no known difference, and undoing it fixes nothing: it runs on equal data
-        ConstantFinding("b", "w2", "w2", None, "equal", "a/w2", BlameStatus.HARMLESS, "undoing it fixes nothing")))
+    methods = (
+        MethodVerdict("a", MethodOutcome.OK),
+        MethodVerdict("b", MethodOutcome.WRONG),
+        MethodVerdict("c", MethodOutcome.OK),
+    )
+    return Verdict(
+        "p",
+        "name-only",
+        False,
+        methods,
+        (
+            finding("b", "w0", BlameStatus.CULPRIT, "breaks standalone", ("standalone",)),
+            finding("b", "w1", BlameStatus.HARMLESS, "undoing it fixes nothing: the culprits are elsewhere"),
+            finding(
+                "c", "w1", BlameStatus.HARMLESS, "the method verifies ok: the difference does not reach its outputs"
+            ),
+            # a share blame tried that has no known difference, and undoing it fixes nothing: it runs on equal data
+            ConstantFinding("b", "w2", "w2", None, "equal", "a/w2", BlameStatus.HARMLESS, "undoing it fixes nothing"),
+        ),
+    )
 
 
 def test_findings_say_which_are_culprits_and_why_the_others_are_harmless():
@@ -841,13 +872,23 @@ def test_findings_say_which_are_culprits_and_why_the_others_are_harmless():
     assert findings_summary(v) == (
         "3 constants run on other data: 1 culprit (undoing the share fixes the method), 2 harmless (1: undoing it "
         "fixes nothing: the culprits are elsewhere; 1: the method verifies ok: the difference does not reach its "
-        "outputs)")
+        "outputs)"
+    )
     assert findings_summary(v, {("b", "w1"), ("a", "w9")}) == (
-        "1 constant run on other data: 1 harmless (undoing it fixes nothing: the culprits are elsewhere)")
+        "1 constant run on other data: 1 harmless (undoing it fixes nothing: the culprits are elsewhere)"
+    )
     assert findings_summary(v, {("a", "w9")}) == "" and findings_summary(None) == ""
-    rows = pd.DataFrame([{"method": m, "name": n, "decision": "shared" if m != "a" else "loaded",
-                          "data_problem": "" if m == "a" else "content differs"}
-                         for m, n in (("a", "w0"), ("b", "w0"), ("b", "w1"), ("c", "w1"))])
+    rows = pd.DataFrame(
+        [
+            {
+                "method": m,
+                "name": n,
+                "decision": "shared" if m != "a" else "loaded",
+                "data_problem": "" if m == "a" else "content differs",
+            }
+            for m, n in (("a", "w0"), ("b", "w0"), ("b", "w1"), ("c", "w1"))
+        ]
+    )
     blame = grid_frame(rows, v)["blame"].tolist()
     assert blame[0] == "<span></span>" and "\u2717 culprit: breaks standalone" in blame[1] and "cs-culprit" in blame[1]
     assert ">harmless<" in blame[2] and 'title="undoing it fixes nothing' in blame[2] and "cs-caught" in blame[2]
@@ -873,21 +914,54 @@ def test_view_matrix_hover_says_decision_and_reason(explorer):
 
 
 def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest():
-    from toolkit.display.html import MAX_NAMED, verification_html
     from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
+    from toolkit.display.html import MAX_NAMED, verification_html
 
-    v = pd.DataFrame([{"method": m, "ran": True, "max_abs_err": err, "atol": 1e-3, "rtol": 1e-3, "ok": err == 0,
-                       "reason": "" if err == 0 else "output differs"}
-                      for m, err in (("a", 0.0), ("b", 9.0), ("c", 9.0))])
-    verdict = Verdict("p", "name-only", False, tuple(MethodVerdict(m, o) for m, o in (
-        ("a", MethodOutcome.OK), ("b", MethodOutcome.WRONG), ("c", MethodOutcome.WRONG))), tuple(
-        ConstantFinding("b", f"w{i}", f"w{i}", DataProblem.CONTENT_DIFFERS, "differs", f"a/w{i}", BlameStatus.CULPRIT,
-                        "breaks standalone", ("standalone",)) for i in range(40)))
+    v = pd.DataFrame(
+        [
+            {
+                "method": m,
+                "ran": True,
+                "max_abs_err": err,
+                "atol": 1e-3,
+                "rtol": 1e-3,
+                "ok": err == 0,
+                "reason": "" if err == 0 else "output differs",
+            }
+            for m, err in (("a", 0.0), ("b", 9.0), ("c", 9.0))
+        ]
+    )
+    verdict = Verdict(
+        "p",
+        "name-only",
+        False,
+        tuple(
+            MethodVerdict(m, o)
+            for m, o in (("a", MethodOutcome.OK), ("b", MethodOutcome.WRONG), ("c", MethodOutcome.WRONG))
+        ),
+        tuple(
+            ConstantFinding(
+                "b",
+                f"w{i}",
+                f"w{i}",
+                DataProblem.CONTENT_DIFFERS,
+                "differs",
+                f"a/w{i}",
+                BlameStatus.CULPRIT,
+                "breaks standalone",
+                ("standalone",),
+            )
+            for i in range(40)
+        ),
+    )
     out = verification_html(v, verdict)
     row_b = next(r for r in out.split("<tr") if ">b<" in r)
     # blame's finding said once for the 40 constants it was found for
-    assert f"w0, w1, w2, w3, w4, w5, w6, w7 ... and {40 - MAX_NAMED:,} more (content differs; culprit: breaks " \
-           f"standalone)" in row_b and row_b.count("breaks standalone") == 1
+    assert (
+        f"w0, w1, w2, w3, w4, w5, w6, w7 ... and {40 - MAX_NAMED:,} more (content differs; culprit: breaks standalone)"
+        in row_b
+        and row_b.count("breaks standalone") == 1
+    )
     assert "w39" not in row_b
     row_c = next(r for r in out.split("<tr") if ">c<" in r)
     assert ">wrong<" in row_c and "w0" not in row_c  # wrong, and no constant of it runs on other data
@@ -910,20 +984,35 @@ def test_grid_puts_culprits_first_and_toggles_culprits_only(state):
 
 
 def test_interest_rank_orders_culprits_findings_wrong_methods_collisions():
-    from toolkit.explorer import CULPRIT_RANK, COLLISION, OF_A_WRONG_METHOD, OTHER, RUNS_ON_OTHER_DATA, interest_rank
+    from toolkit.explorer import COLLISION, CULPRIT_RANK, OF_A_WRONG_METHOD, OTHER, RUNS_ON_OTHER_DATA, interest_rank
 
     v = _verdict_of_three_findings()  # b/w0 culprit; b/w1, c/w1, b/w2 harmless; b wrong
-    rows = pd.DataFrame([("a", "w0", "miss", ""), ("a", "w3", "hit", ""), ("b", "w9", "miss", ""),
-                         ("c", "w1", "hit", "content differs"), ("b", "w0", "hit", "content differs")],
-                        columns=["method", "name", "lookup", "data_problem"])
+    rows = pd.DataFrame(
+        [
+            ("a", "w0", "miss", ""),
+            ("a", "w3", "hit", ""),
+            ("b", "w9", "miss", ""),
+            ("c", "w1", "hit", "content differs"),
+            ("b", "w0", "hit", "content differs"),
+        ],
+        columns=["method", "name", "lookup", "data_problem"],
+    )
     assert interest_rank(rows, v).tolist() == [OTHER, COLLISION, OF_A_WRONG_METHOD, RUNS_ON_OTHER_DATA, CULPRIT_RANK]
 
 
 def test_grid_shows_the_fqn_with_the_internal_name_beside():
-    rows = pd.DataFrame([{"method": "encoder", "name": "model_model_layers_0_fc1_weight",
-                          "fqn": "model.model.layers.0.fc1.weight", "decision": "loaded", "reason_code": "first_seen"},
-                         {"method": "encoder", "name": "w", "fqn": "", "decision": "loaded",
-                          "reason_code": "first_seen"}])
+    rows = pd.DataFrame(
+        [
+            {
+                "method": "encoder",
+                "name": "model_model_layers_0_fc1_weight",
+                "fqn": "model.model.layers.0.fc1.weight",
+                "decision": "loaded",
+                "reason_code": "first_seen",
+            },
+            {"method": "encoder", "name": "w", "fqn": "", "decision": "loaded", "reason_code": "first_seen"},
+        ]
+    )
     g = grid_frame(rows)
     assert list(g.columns) == ["method", "constant", "decision", "same content", "reason", "bytes", "shared from"]
     cell = g["constant"][0]
@@ -941,8 +1030,10 @@ def test_view_matrix_click_selects_the_constant_in_the_grid_and_detail(explorer)
     ex.state.set_filters(method="decode")  # hides prefill: the click clears the filters
     (fig,) = ex.matrix.children
     # what plotly's FigureWidget sends from the browser on a click on prefill's cell
-    fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
-        "trace_indexes": [0], "point_indexes": [[0, 0]], "xs": ["_tensor_constant0"], "ys": ["prefill"]}}
+    fig._js2py_pointsCallback = {
+        "event_type": "plotly_click",
+        "points": {"trace_indexes": [0], "point_indexes": [[0, 0]], "xs": ["_tensor_constant0"], "ys": ["prefill"]},
+    }
     assert ex.state.selected == ("prefill", "_tensor_constant0") and not ex.state.filtered
     assert ex.grid.selected_rows == [ex._grid_keys.index(("prefill", "_tensor_constant0"))]
     assert "prefill / _tensor_constant0" in ex.constant_detail.value and ex.tabs.selected_index == DECISIONS_TAB
@@ -1053,16 +1144,26 @@ def synthetic_10k(tmp_path_factory):
     """A 10,000-constant synthetic program (2 methods x 5,000; its manifest only: a dry run's)."""
     from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
-    return write_synthetic(SyntheticSpec(name="synthetic_10k", seed=12, methods=2, constants=5_000),
-                           tmp_path_factory.mktemp("syn") / "synthetic_10k")
+    return write_synthetic(
+        SyntheticSpec(name="synthetic_10k", seed=12, methods=2, constants=5_000),
+        tmp_path_factory.mktemp("syn") / "synthetic_10k",
+    )
 
 
 def test_the_bar_moves_during_a_10k_dry_run(synthetic_10k, tmp_path):
     require("ipywidgets", extra="notebook")
     from toolkit.explorer import DRAW_SPAN, Explorer
 
-    ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
-                                policy="decline-on-mismatch", export_dir=tmp_path), background=False)
+    ex = Explorer(
+        ExplorerState(
+            program_from="path",
+            path=str(synthetic_10k),
+            dry_run=True,
+            policy="decline-on-mismatch",
+            export_dir=tmp_path,
+        ),
+        background=False,
+    )
     seen: list[tuple[float, str]] = []
     ex.progress.observe(lambda ch: seen.append((ch["new"], ex.state.phase)), names="value")
     statuses: list[str] = []
@@ -1116,8 +1217,16 @@ def test_a_10k_dry_run_long_matrix_click_and_a_large_excel_export(synthetic_10k,
     require("openpyxl", extra="notebook")
     from toolkit.explorer import DECISIONS_TAB, MAX_INLINE_EXPORT, Explorer
 
-    ex = Explorer(ExplorerState(program_from="path", path=str(synthetic_10k), dry_run=True,
-                                policy="decline-on-mismatch", export_dir=tmp_path), background=False)
+    ex = Explorer(
+        ExplorerState(
+            program_from="path",
+            path=str(synthetic_10k),
+            dry_run=True,
+            policy="decline-on-mismatch",
+            export_dir=tmp_path,
+        ),
+        background=False,
+    )
     try:
         ex.load_button.click()
         # the matrix of 120 names is long: a row per name (a header per group), a column per method
@@ -1129,11 +1238,20 @@ def test_a_10k_dry_run_long_matrix_click_and_a_large_excel_export(synthetic_10k,
         name = heat.meta["names"][1][heat.meta["rows"][row]]
         before = ex.state.selected
         ex.tabs.selected_index = 0
-        fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {  # a header row: nothing
-            "trace_indexes": [0], "point_indexes": [[header, 1]], "xs": ["method_1"], "ys": [header]}}
+        fig._js2py_pointsCallback = {
+            "event_type": "plotly_click",
+            "points": {  # a header row: nothing
+                "trace_indexes": [0],
+                "point_indexes": [[header, 1]],
+                "xs": ["method_1"],
+                "ys": [header],
+            },
+        }
         assert ex.state.selected == before and ex.tabs.selected_index == 0
-        fig._js2py_pointsCallback = {"event_type": "plotly_click", "points": {
-            "trace_indexes": [0], "point_indexes": [[row, 1]], "xs": ["method_1"], "ys": [row]}}
+        fig._js2py_pointsCallback = {
+            "event_type": "plotly_click",
+            "points": {"trace_indexes": [0], "point_indexes": [[row, 1]], "xs": ["method_1"], "ys": [row]},
+        }
         assert ex.state.selected == ("method_1", name) and ex.tabs.selected_index == DECISIONS_TAB
         ex.export_rows_excel_button.click()
         target = ex.state.rows_export_file
@@ -1148,13 +1266,16 @@ def test_a_10k_dry_run_long_matrix_click_and_a_large_excel_export(synthetic_10k,
 def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real_load):
     require("ipywidgets", extra="notebook")
     from executorch_fixtures import unpacked
+
     from toolkit.explorer import Explorer
 
     pte = unpacked("1.5.1", kind="cuda") / "total_collision" / "prog.pte"
     if not pte.is_file():
         pytest.fail(f"{pte} is missing: the committed 1.5.1 archive was not unpacked")
-    ex = Explorer(ExplorerState(program_from="path", path=str(pte), dry_run=True, policy="name-only",
-                                export_dir=tmp_path), background=False)
+    ex = Explorer(
+        ExplorerState(program_from="path", path=str(pte), dry_run=True, policy="name-only", export_dir=tmp_path),
+        background=False,
+    )
     try:
         ex.load_button.click()
         s = ex.state
@@ -1178,8 +1299,13 @@ def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real
 
 def _info_line(ex) -> str:
     """The grid's info line as DataTables draws it, unsearched: its _TOTAL_ the grid frame's rows."""
-    return ex.grid._dt_args["language"]["info"].replace("rows _START_-_END_ · ", "").replace(
-        "_TOTAL_", f"{len(ex.grid.df):,}") if len(ex.grid.df) else ex.grid._dt_args["language"]["infoEmpty"]
+    return (
+        ex.grid._dt_args["language"]["info"]
+        .replace("rows _START_-_END_ · ", "")
+        .replace("_TOTAL_", f"{len(ex.grid.df):,}")
+        if len(ex.grid.df)
+        else ex.grid._dt_args["language"]["infoEmpty"]
+    )
 
 
 def test_the_count_and_the_grid_agree_through_filters_culprits_and_a_policy_switch(explorer):
@@ -1188,8 +1314,11 @@ def test_the_count_and_the_grid_agree_through_filters_culprits_and_a_policy_swit
 
     def agree(rows: int, filtered: bool) -> None:
         assert len(ex.grid.df) == len(s.rows) == len(ex._grid_keys) == rows
-        assert ex.count == _info_line(ex) == f"{rows} of {s.total_decisions} decisions" + (
-            " (filtered)" if filtered else "")
+        assert (
+            ex.count
+            == _info_line(ex)
+            == f"{rows} of {s.total_decisions} decisions" + (" (filtered)" if filtered else "")
+        )
 
     ex.policy.value = "name-only"
     ex.load_button.click()

@@ -13,22 +13,44 @@ import importlib.util
 from typing import Any
 
 _EXPORTS = {
-    "analyze": "workflows.dry_run", "memory_floor": "workflows.dry_run", "run_analysis": "workflows.dry_run",
+    "analyze": "workflows.dry_run",
+    "memory_floor": "workflows.dry_run",
+    "run_analysis": "workflows.dry_run",
     "build_program": "build.builder",
-    "compare_policies": "workflows.compare", "PolicyComparison": "workflows.compare",
-    "BuildError": "core.errors", "IncompatibleProgramError": "core.errors", "IntegrityError": "core.errors", "LoadError": "core.errors",
-    "ManifestError": "core.errors", "ProgramError": "core.errors", "ReferenceDataError": "core.errors", "ToolkitError": "core.errors",
-    "OutputError": "core.errors", "WorkerCrashedError": "core.errors",
-    "IsolatedLoad": "workflows.isolation", "load_isolated": "workflows.isolation",
-    "Session": "engine.session", "load_program": "engine.session",
+    "compare_policies": "workflows.compare",
+    "PolicyComparison": "workflows.compare",
+    "BuildError": "core.errors",
+    "IncompatibleProgramError": "core.errors",
+    "IntegrityError": "core.errors",
+    "LoadError": "core.errors",
+    "ManifestError": "core.errors",
+    "ProgramError": "core.errors",
+    "ReferenceDataError": "core.errors",
+    "ToolkitError": "core.errors",
+    "OutputError": "core.errors",
+    "WorkerCrashedError": "core.errors",
+    "IsolatedLoad": "workflows.isolation",
+    "load_isolated": "workflows.isolation",
+    "Session": "engine.session",
+    "load_program": "engine.session",
     "Program": "core.model",
-    "LoadOptions": "core.options", "options_from_environment": "core.options",
-    "POLICIES": "core.policies", "Policy": "core.policies", "get_policy": "core.policies",
+    "LoadOptions": "core.options",
+    "options_from_environment": "core.options",
+    "POLICIES": "core.policies",
+    "Policy": "core.policies",
+    "get_policy": "core.policies",
     "open_program": "sources",
-    "BlameStatus": "core.verdict", "DataProblem": "core.verdict", "ExitCode": "core.verdict", "MethodOutcome": "core.verdict",
+    "BlameStatus": "core.verdict",
+    "DataProblem": "core.verdict",
+    "ExitCode": "core.verdict",
+    "MethodOutcome": "core.verdict",
     "Verdict": "core.verdict",
-    "Decision": "core.vocab", "Lookup": "core.vocab", "MethodStatus": "core.vocab", "PolicyName": "core.vocab",
-    "ProgramFormat": "core.vocab", "SessionStatus": "core.vocab",
+    "Decision": "core.vocab",
+    "Lookup": "core.vocab",
+    "MethodStatus": "core.vocab",
+    "PolicyName": "core.vocab",
+    "ProgramFormat": "core.vocab",
+    "SessionStatus": "core.vocab",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
@@ -38,7 +60,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is not None:
         value = getattr(importlib.import_module(f".{module}", __name__), name)
-    elif "." not in name and importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule: toolkit.reports.collision, toolkit.plots
+    elif (
+        "." not in name and importlib.util.find_spec(f"{__name__}.{name}") is not None
+    ):  # a submodule: toolkit.reports.collision, toolkit.plots
         value = importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module 'toolkit' has no attribute {name!r}")

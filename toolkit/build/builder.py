@@ -26,13 +26,19 @@ from safetensors.torch import save_file
 from torch.utils import _pytree as pytree
 
 from toolkit.core.errors import BuildError
-from toolkit.integrity import file_record, hash_threads
 from toolkit.core.model import (
-    METHOD_NAME_RE, ConstantSpec, MethodSpec, Program, SequenceSpec, SequenceStep, required_nbytes,
+    METHOD_NAME_RE,
+    ConstantSpec,
+    MethodSpec,
+    Program,
+    SequenceSpec,
+    SequenceStep,
+    required_nbytes,
 )
+from toolkit.core.vocab import ConstantKind
+from toolkit.integrity import file_record, hash_threads
 from toolkit.runtimes.aoti import AotiContainer, dtype_name, parse_device, read_compiled
 from toolkit.sources.directory import MANIFEST_FILE, manifest_json
-from toolkit.core.vocab import ConstantKind
 
 MethodsSpec = Mapping[str, "tuple[torch.nn.Module, tuple]"]
 SequencesSpec = Mapping[str, "list[tuple[str, tuple]]"]  # name -> [(method, args), ...] in order
@@ -68,8 +74,9 @@ def check_shared_object(so_path: Path) -> None:
         return
     dyn = subprocess.run(["readelf", "-d", str(so_path)], capture_output=True, text=True, check=False).stdout
     needed = [ln for ln in dyn.splitlines() if "NEEDED" in ln and "libstdc++" in ln]
-    syms = subprocess.run(["nm", "-D", "--defined-only", str(so_path)], capture_output=True, text=True,
-                          check=False).stdout
+    syms = subprocess.run(
+        ["nm", "-D", "--defined-only", str(so_path)], capture_output=True, text=True, check=False
+    ).stdout
     locale_syms = sum("_ZNSt6locale" in ln for ln in syms.splitlines())
     if len(needed) != 1 or locale_syms:
         raise BuildError(
@@ -119,8 +126,9 @@ def _aot_compile(module: torch.nn.Module, args: tuple, device: torch.device, wor
     return so_out, blob_out
 
 
-def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[str, ConstantKind],
-                        mutated: set[str], blob_file: str) -> list[ConstantSpec]:
+def _describe_constants(
+    so: Path, blob: Path, device: torch.device, kinds: dict[str, ConstantKind], mutated: set[str], blob_file: str
+) -> list[ConstantSpec]:
     """Read every constant's metadata and its byte offset inside the blob.
 
     A constant's offset in the file is where the .so's own whole-blob upload reads it
@@ -168,20 +176,36 @@ def _describe_constants(so: Path, blob: Path, device: torch.device, kinds: dict[
                 raise BuildError(
                     f"{blob}: constant {name!r} ({dt}{list(t.shape)}, {nbytes} bytes, on {t.device}) is not at "
                     f"offset {offset} of the {size}-byte blob ({how}); devices of the constants: "
-                    f"{sorted({str(x.device) for x in tensors.values()})}")
+                    f"{sorted({str(x.device) for x in tensors.values()})}"
+                )
             found.append((name, t, offset, dt, nbytes))
         found.sort(key=lambda x: x[2])
         with ThreadPoolExecutor(hash_threads(), thread_name_prefix="constshare-digest") as pool:
-            digests = list(pool.map(lambda x: hashlib.sha256(memoryview(mm)[x[2]: x[2] + x[4]]
-                                                             if mm is not None else b"").hexdigest(), found))
+            digests = list(
+                pool.map(
+                    lambda x: hashlib.sha256(memoryview(mm)[x[2] : x[2] + x[4]] if mm is not None else b"").hexdigest(),
+                    found,
+                )
+            )
         specs = []
         for (name, t, offset, dt, nbytes), digest in zip(found, digests):
             fqn = fqns[name]
-            specs.append(ConstantSpec(
-                name=name, fqn=fqn, kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT), mutated=fqn in mutated,
-                dtype=dt, shape=tuple(t.shape), strides=tuple(t.stride()), storage_offset=t.storage_offset(),
-                nbytes=nbytes, offset=offset, digest=digest, file=blob_file,
-            ))
+            specs.append(
+                ConstantSpec(
+                    name=name,
+                    fqn=fqn,
+                    kind=kinds.get(fqn, ConstantKind.LIFTED_CONSTANT),
+                    mutated=fqn in mutated,
+                    dtype=dt,
+                    shape=tuple(t.shape),
+                    strides=tuple(t.stride()),
+                    storage_offset=t.storage_offset(),
+                    nbytes=nbytes,
+                    offset=offset,
+                    digest=digest,
+                    file=blob_file,
+                )
+            )
     finally:
         del whole
         if mm is not None:
@@ -199,10 +223,11 @@ def _bytes_at(whole: torch.Tensor, offset: int, nbytes: int, t: torch.Tensor) ->
         return False
     if not t.numel():
         return True
-    raw = whole[offset: offset + nbytes].to(t.device, copy=True)  # own storage: as_strided offsets are absolute
+    raw = whole[offset : offset + nbytes].to(t.device, copy=True)  # own storage: as_strided offsets are absolute
     got = raw.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-    return torch.equal(got.contiguous().reshape(-1).view(torch.uint8),
-                       t.detach().contiguous().reshape(-1).view(torch.uint8))
+    return torch.equal(
+        got.contiguous().reshape(-1).view(torch.uint8), t.detach().contiguous().reshape(-1).view(torch.uint8)
+    )
 
 
 def _on_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -278,9 +303,12 @@ def _warn_single_element_state(method: str, ep: "torch.export.ExportedProgram", 
     for fqn in sorted(mutated):
         t = ep.state_dict.get(fqn, ep.constants.get(fqn))
         if isinstance(t, torch.Tensor) and t.numel() == 1:
-            warnings.warn(f"method {method!r}: buffer {fqn!r} is written and has one element; AOTInductor may "
-                          "compile its reads as its initial value (measured with torch 2.13), so what the method "
-                          "wrote is never read back. Hold it in at least two elements.", stacklevel=3)
+            warnings.warn(
+                f"method {method!r}: buffer {fqn!r} is written and has one element; AOTInductor may "
+                "compile its reads as its initial value (measured with torch 2.13), so what the method "
+                "wrote is never read back. Hold it in at least two elements.",
+                stacklevel=3,
+            )
 
 
 def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch.device, mdir: Path) -> MethodSpec:
@@ -295,13 +323,16 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
     # deprecated") while exporting and compiling; nothing the caller can act on.  Silenced here,
     # for that one warning and only around the export/compile, so no notebook shows the wall.
     with warnings.catch_warnings(), torch.no_grad():
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                category=FutureWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+        )
         outputs = _flatten_tensors(copy.deepcopy(module)(*copy.deepcopy(args)), f"method {name!r} outputs")
         try:
             ep = torch.export.export(module, args)
         except Exception as e:  # export errors are long; keep the first lines
-            raise BuildError(f"method {name!r}: torch.export failed: {str(e).splitlines()[0] if str(e) else e!r}") from e
+            raise BuildError(
+                f"method {name!r}: torch.export failed: {str(e).splitlines()[0] if str(e) else e!r}"
+            ) from e
         sig = ep.graph_signature
         kinds = {fqn: ConstantKind.PARAMETER for fqn in sig.parameters}
         kinds.update({fqn: ConstantKind.BUFFER for fqn in sig.buffers})
@@ -316,8 +347,13 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
     tensors.update({f"output.{i}": t.detach().cpu().contiguous().clone() for i, t in enumerate(outputs)})
     save_file(tensors, str(ref))
     return MethodSpec(
-        name=name, so_file=str(rel / so.name), blob_file=str(rel / blob.name), reference_file=str(rel / ref.name),
-        blob_bytes=blob.stat().st_size, num_inputs=len(inputs), num_outputs=len(outputs),
+        name=name,
+        so_file=str(rel / so.name),
+        blob_file=str(rel / blob.name),
+        reference_file=str(rel / ref.name),
+        blob_bytes=blob.stat().st_size,
+        num_inputs=len(inputs),
+        num_outputs=len(outputs),
         constants=tuple(constants),
     )
 
@@ -335,8 +371,13 @@ def storage_keys(methods: MethodsSpec) -> dict[str, dict[str, str]]:
         keys = {}
         named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
         for fqn, t in named:
-            ident = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
-                     t.device.type)
+            ident = (
+                t.untyped_storage().data_ptr(),
+                t.storage_offset(),
+                tuple(t.shape),
+                tuple(t.stride()),
+                t.device.type,
+            )
             keys[fqn] = ids.setdefault(ident, f"t{len(ids)}")
         out[mname] = keys
     return out
@@ -356,8 +397,9 @@ def _run_sequence(methods: MethodsSpec, steps, seq: str) -> dict[str, torch.Tens
             inputs = _flatten_tensors(args, f"sequence {seq!r} step {i} inputs")
             outputs = _flatten_tensors(copies[m].eval()(*copy.deepcopy(args)), f"sequence {seq!r} step {i} outputs")
             tensors.update({f"step.{i}.input.{j}": t.detach().cpu().contiguous().clone() for j, t in enumerate(inputs)})
-            tensors.update({f"step.{i}.output.{j}": t.detach().cpu().contiguous().clone()
-                            for j, t in enumerate(outputs)})
+            tensors.update(
+                {f"step.{i}.output.{j}": t.detach().cpu().contiguous().clone() for j, t in enumerate(outputs)}
+            )
     return tensors
 
 
@@ -421,8 +463,11 @@ def build_program(
             mdir.mkdir(parents=True)
             spec = _build_method(mname, module, args, dev, mdir)
             keys = provenance[mname]
-            specs.append(dataclasses.replace(spec, constants=tuple(
-                dataclasses.replace(c, storage=keys.get(c.fqn, "")) for c in spec.constants)))
+            specs.append(
+                dataclasses.replace(
+                    spec, constants=tuple(dataclasses.replace(c, storage=keys.get(c.fqn, "")) for c in spec.constants)
+                )
+            )
         bar.close()
         seq_specs = []
         for seq, steps in sequences.items():
@@ -430,18 +475,33 @@ def build_program(
             rel = f"sequences/{seq}.safetensors"
             (stage / "sequences").mkdir(exist_ok=True)
             save_file(tensors, str(stage / rel))
-            seq_specs.append(SequenceSpec(seq, tuple(
-                SequenceStep(m, sum(1 for k in tensors if k.startswith(f"step.{i}.input.")),
-                             sum(1 for k in tensors if k.startswith(f"step.{i}.output.")))
-                for i, (m, _a) in enumerate(steps)), rel))
+            seq_specs.append(
+                SequenceSpec(
+                    seq,
+                    tuple(
+                        SequenceStep(
+                            m,
+                            sum(1 for k in tensors if k.startswith(f"step.{i}.input.")),
+                            sum(1 for k in tensors if k.startswith(f"step.{i}.output.")),
+                        )
+                        for i, (m, _a) in enumerate(steps)
+                    ),
+                    rel,
+                )
+            )
         files = {}
         for p in sorted(stage.rglob("*")):
             if p.is_file():
                 files[str(p.relative_to(stage))] = file_record(p)
         program = Program(
-            name=name or out.name, description=description, device=dev.type,
-            torch_version=torch.__version__, created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            methods=tuple(specs), files=files, sequences=tuple(seq_specs),
+            name=name or out.name,
+            description=description,
+            device=dev.type,
+            torch_version=torch.__version__,
+            created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            methods=tuple(specs),
+            files=files,
+            sequences=tuple(seq_specs),
         )
         (stage / MANIFEST_FILE).write_text(manifest_json(program), encoding="utf-8")
         if out.exists():

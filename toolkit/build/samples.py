@@ -37,8 +37,15 @@ class Expected:
     sequence_wrong: frozenset[str] = frozenset()  # sequences (sequences()) whose steps diverge from eager
 
     @classmethod
-    def of(cls, loaded: bool = True, wrong=(), not_runnable=(), min_shared: int = 0, declined: int | None = None,
-           sequence_wrong=()):
+    def of(
+        cls,
+        loaded: bool = True,
+        wrong=(),
+        not_runnable=(),
+        min_shared: int = 0,
+        declined: int | None = None,
+        sequence_wrong=(),
+    ):
         return cls(loaded, frozenset(wrong), frozenset(not_runnable), min_shared, declined, frozenset(sequence_wrong))
 
 
@@ -86,8 +93,15 @@ def _cache_key(mod, device: str) -> str:
     return h.hexdigest()[:12]
 
 
-def build_sample(name: str, device: str = "cpu", *, cache_dir: str | Path | None = None,
-                 progress: bool = True, rebuild: bool = False, on_method=None) -> Program:
+def build_sample(
+    name: str,
+    device: str = "cpu",
+    *,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    rebuild: bool = False,
+    on_method=None,
+) -> Program:
     """The sample built for ``device``, from the cache when an up-to-date build is there.
 
     ``on_method(name, index, count)`` is called before each method is compiled (for progress UIs).
@@ -104,5 +118,14 @@ def build_sample(name: str, device: str = "cpu", *, cache_dir: str | Path | None
         except ToolkitError:
             pass  # a damaged cache entry is rebuilt below
     sequences = mod.sequences() if callable(getattr(mod, "sequences", None)) else None
-    return build_program(mod.methods(), out, device=device, name=name, description=mod.DESCRIPTION.strip(),
-                         progress=progress, overwrite=True, on_method=on_method, sequences=sequences)
+    return build_program(
+        mod.methods(),
+        out,
+        device=device,
+        name=name,
+        description=mod.DESCRIPTION.strip(),
+        progress=progress,
+        overwrite=True,
+        on_method=on_method,
+        sequences=sequences,
+    )

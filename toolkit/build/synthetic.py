@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.core.model import DTYPE_ITEMSIZE, ConstantSpec, FileRecord, MethodSpec, Program, aligned_slot_bytes
-from toolkit.sources.directory import MANIFEST_FILE, PLACEHOLDER_SHA256, manifest_json
 from toolkit.core.vocab import ConstantKind
+from toolkit.sources.directory import MANIFEST_FILE, PLACEHOLDER_SHA256, manifest_json
 
 ROLES = ("shared", "content_collision", "metadata_collision", "lifted", "mutated", "unique")
 
@@ -101,8 +101,9 @@ def generate(spec: SyntheticSpec) -> Program:
     h = spec.hidden
     cuts = []
     acc = 0.0
-    for role, rate in zip(ROLES[1:], (spec.content_collision, spec.metadata_collision, spec.lifted,
-                                      spec.mutated, spec.unique)):
+    for role, rate in zip(
+        ROLES[1:], (spec.content_collision, spec.metadata_collision, spec.lifted, spec.mutated, spec.unique)
+    ):
         acc += rate
         cuts.append((acc, role))
 
@@ -116,7 +117,7 @@ def generate(spec: SyntheticSpec) -> Program:
     # a shared constant has the same offset everywhere and is one ConstantSpec object.
     slots = []  # (role, suffix, shapes per method)
     lifted_n = 0
-    for i in range(spec.constants):
+    for _ in range(spec.constants):
         role = role_of(rng.random())
         suffix, shape = _shape_mix(rng, h)
         if role == "metadata_collision":
@@ -165,9 +166,18 @@ def generate(spec: SyntheticSpec) -> Program:
                 kind = ConstantKind.PARAMETER
             same_content = role in ("shared", "mutated")
             c = ConstantSpec(
-                name=name, fqn=fqn, kind=kind, mutated=role == "mutated", dtype=spec.dtype, shape=shape,
-                strides=strides, storage_offset=0, nbytes=nbytes, offset=offsets[i],
-                digest=_digest(spec.seed, i, shape, "" if same_content else m), file=blob,
+                name=name,
+                fqn=fqn,
+                kind=kind,
+                mutated=role == "mutated",
+                dtype=spec.dtype,
+                shape=shape,
+                strides=strides,
+                storage_offset=0,
+                nbytes=nbytes,
+                offset=offsets[i],
+                digest=_digest(spec.seed, i, shape, "" if same_content else m),
+                file=blob,
             )
             if role == "shared":
                 shared_specs[i] = c
@@ -176,12 +186,26 @@ def generate(spec: SyntheticSpec) -> Program:
         so, ref = f"{rel}/model.so", f"{rel}/reference.safetensors"
         files[so] = FileRecord(PLACEHOLDER_SHA256, 0)
         files[ref] = FileRecord(PLACEHOLDER_SHA256, 0)
-        methods.append(MethodSpec(name=mname, so_file=so, blob_file=blob, reference_file=ref,
-                                  blob_bytes=blob_bytes, num_inputs=1, num_outputs=1, constants=tuple(consts)))
+        methods.append(
+            MethodSpec(
+                name=mname,
+                so_file=so,
+                blob_file=blob,
+                reference_file=ref,
+                blob_bytes=blob_bytes,
+                num_inputs=1,
+                num_outputs=1,
+                constants=tuple(consts),
+            )
+        )
     return Program(
         name=spec.name or f"synthetic-{spec.methods}x{spec.constants}",
-        description=f"synthetic (no files): {spec}", device=spec.device, torch_version="synthetic",
-        created_utc="", methods=tuple(methods), files=files,
+        description=f"synthetic (no files): {spec}",
+        device=spec.device,
+        torch_version="synthetic",
+        created_utc="",
+        methods=tuple(methods),
+        files=files,
     )
 
 

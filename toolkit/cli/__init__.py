@@ -38,7 +38,7 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command a Ct
 
 # C0 controls (but newline and tab) and C1 controls: a name holding ESC [ ... could
 # rewrite the terminal; they are printed escaped.
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0)]}
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
 
 
 def printable(text: object) -> str:
@@ -74,21 +74,21 @@ def _load_source_module(source: str):
 
 
 def _program(ref: str, device: str | None, constant_table: str | None = None):
-    from toolkit.sources import open_program
     from toolkit.build.samples import build_sample, sample_names
+    from toolkit.sources import open_program
 
     if Path(ref).exists():  # a program directory, or a file of another format (.pte, .pt2)
         return open_program(ref, **({"constant_table": constant_table} if constant_table else {}))
     if ref in sample_names():
         kind = "cuda" if device and device.startswith("cuda") else "cpu"
         return build_sample(ref, device=kind, progress=True)
-    raise ToolkitError(f"{ref}: neither a program (directory, .pte or .pt2) nor a sample "
-                       f"({', '.join(sample_names())})")
+    raise ToolkitError(f"{ref}: neither a program (directory, .pte or .pt2) nor a sample ({', '.join(sample_names())})")
 
 
 def _print_frame(df: pd.DataFrame) -> None:
-    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 70,
-                           "display.max_rows", 500):
+    with pd.option_context(
+        "display.width", 200, "display.max_columns", 30, "display.max_colwidth", 70, "display.max_rows", 500
+    ):
         _out(df.to_string(index=False))
 
 
@@ -152,8 +152,14 @@ def cmd_build(a) -> int:
     else:
         mod = _load_source_module(a.source)
         out = Path(a.out) if a.out else cache_root() / f"{Path(a.source).stem}-{a.device}"
-        prog = build_program(mod.methods(), out, device=a.device, name=Path(a.source).stem,
-                             description=(getattr(mod, "DESCRIPTION", "") or "").strip(), overwrite=True)
+        prog = build_program(
+            mod.methods(),
+            out,
+            device=a.device,
+            name=Path(a.source).stem,
+            description=(getattr(mod, "DESCRIPTION", "") or "").strip(),
+            overwrite=True,
+        )
     _out(prog.root)
     return 0
 
@@ -182,23 +188,28 @@ def _say_verdict(v) -> None:
         _out(f"{v.policy}: {v.outcome.value} at stage {v.failed_stage.value}: {v.error}")
     for m in v.methods:
         if m.outcome is MethodOutcome.NOT_RUNNABLE:
-            _out(f"{v.policy}: {m.method} not runnable (an installed tensor cannot fill its slot; upstream would "
-                 f"read out of bounds): {m.reason}")
+            _out(
+                f"{v.policy}: {m.method} not runnable (an installed tensor cannot fill its slot; upstream would "
+                f"read out of bounds): {m.reason}"
+            )
         elif m.outcome is MethodOutcome.FAILED and m.stage is Stage.RUN:
             _out(f"{v.policy}: {m.method} failed to run: {m.reason}")
     for c in v.constants:
         if c.problem is not None and (c.problem.standalone or c.blame is BlameStatus.CULPRIT):
-            _out(f"{v.policy}: {c.method} runs on other data for {c.name}"
-                 + (f" ({c.fqn})" if c.fqn and c.fqn != c.name else "") + f", {c.problem.value}: {c.evidence}"
-                 + (f" [{c.blame.value}: {c.blame_note}]" if c.blame_note else ""))
+            _out(
+                f"{v.policy}: {c.method} runs on other data for {c.name}"
+                + (f" ({c.fqn})" if c.fqn and c.fqn != c.name else "")
+                + f", {c.problem.value}: {c.evidence}"
+                + (f" [{c.blame.value}: {c.blame_note}]" if c.blame_note else "")
+            )
 
 
 def cmd_report(a) -> int:
     """One policy: the decisions, the verification (a dry run: the prediction), the verdict; the
     collision report CSV (the same columns for a dry run, ``method_outcome`` predicted)."""
-    from toolkit.workflows.dry_run import run_analysis
-    from toolkit.reports.collision import to_csv
     from toolkit.engine.session import load_program
+    from toolkit.reports.collision import to_csv
+    from toolkit.workflows.dry_run import run_analysis
 
     _check_device(a.device)
     _check_csv(a.csv, a.force)
@@ -209,8 +220,10 @@ def cmd_report(a) -> int:
     prog = _program(a.program, a.device, a.constant_table)
     if a.dry_run:
         s = run_analysis(prog, a.policy, device=a.device, progress=True).session
-        _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
-             f"a prediction, nothing was loaded or run")
+        _out(
+            f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
+            f"a prediction, nothing was loaded or run"
+        )
     else:
         _say_native_code(prog)
         s = load_program(prog, a.policy, device=a.device, progress=True)
@@ -234,12 +247,15 @@ def cmd_report(a) -> int:
     _say_verdict(verdict)
     for m in [*verdict.methods, *verdict.sequences]:
         if m.checked_against and m.checked_against != "prediction":
-            _out(f"{getattr(m, 'method', None) or m.sequence}: checked against {m.checked_against}"
-                 + (f" ({m.oracle_detail})" if m.oracle_detail else ""))
+            _out(
+                f"{getattr(m, 'method', None) or m.sequence}: checked against {m.checked_against}"
+                + (f" ({m.oracle_detail})" if m.oracle_detail else "")
+            )
     _out(verdict.headline())
     if verdict.no_reference:
-        _out(f"not verified (no reference): {', '.join(verdict.no_reference)}; pass --reference "
-             "METHOD=FILE.safetensors")
+        _out(
+            f"not verified (no reference): {', '.join(verdict.no_reference)}; pass --reference METHOD=FILE.safetensors"
+        )
     return int(verdict.exit_code)
 
 
@@ -258,8 +274,16 @@ def find_programs(root: Path) -> list[Path]:
 def _failed_row(path: str, error: str) -> dict:
     from toolkit.reports.ci import UNREADABLE
 
-    return {"program": "", "path": path, "policy": "", "status": UNREADABLE, "method": "",
-            "outcome": UNREADABLE, "wrong_data": False, "error": error}  # (runs on no data; fails the gate)
+    return {
+        "program": "",
+        "path": path,
+        "policy": "",
+        "status": UNREADABLE,
+        "method": "",
+        "outcome": UNREADABLE,
+        "wrong_data": False,
+        "error": error,
+    }  # (runs on no data; fails the gate)
 
 
 def scan_program(path: str, policies: list[str]) -> list[dict]:
@@ -269,9 +293,9 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
     cannot be opened; ``wrong_data`` marks an outcome that fails the gate (exit code 1) because it
     would run wrong, not at all, or its load would fail (a program that cannot be read fails the gate
     too, yet runs on no data).  Each row also carries its policy's ``verdict`` (not a CSV column)."""
-    from toolkit.workflows.dry_run import run_analysis
-    from toolkit.sources import open_program
     from toolkit.core.verdict import BAD_OUTCOMES
+    from toolkit.sources import open_program
+    from toolkit.workflows.dry_run import run_analysis
 
     try:
         program = open_program(path)
@@ -280,9 +304,19 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
             s = run_analysis(program, policy).session
             verdict = s.verdict()
             for m in verdict.methods:
-                rows.append({"program": program.name, "path": path, "policy": policy, "status": str(s.status),
-                             "method": m.method, "outcome": m.outcome.value, "wrong_data": m.outcome in BAD_OUTCOMES,
-                             "error": m.reason if m.outcome in BAD_OUTCOMES else "", "verdict": verdict})
+                rows.append(
+                    {
+                        "program": program.name,
+                        "path": path,
+                        "policy": policy,
+                        "status": str(s.status),
+                        "method": m.method,
+                        "outcome": m.outcome.value,
+                        "wrong_data": m.outcome in BAD_OUTCOMES,
+                        "error": m.reason if m.outcome in BAD_OUTCOMES else "",
+                        "verdict": verdict,
+                    }
+                )
         return rows
     except ToolkitError as e:
         return [_failed_row(path, str(e))]
@@ -290,8 +324,14 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
         return [_failed_row(path, f"{type(e).__name__}: {str(e)[:300]}")]
 
 
-def scan_rows(paths: list[str], policies: list[str], jobs: int, scan=scan_program,
-              results: dict[str, list[dict]] | None = None, on_done=None) -> list[dict]:
+def scan_rows(
+    paths: list[str],
+    policies: list[str],
+    jobs: int,
+    scan=scan_program,
+    results: dict[str, list[dict]] | None = None,
+    on_done=None,
+) -> list[dict]:
     """``scan``'s rows of every program, in ``paths`` order, from worker processes.
 
     ``results`` (path -> rows) fills as programs finish (``on_done(path)`` after each), so a
@@ -308,8 +348,9 @@ def scan_rows(paths: list[str], policies: list[str], jobs: int, scan=scan_progra
     def run(batch: list[str], workers: int) -> list[str]:  # the programs the pool broke on, in batch order
         broken = set()
         # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_scan_worker)
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_scan_worker
+        )
         try:
             with _sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
                 futures = {pool.submit(scan, p, policies): p for p in batch}
@@ -368,12 +409,12 @@ def _sigint_ignored():
 def cmd_scan(a) -> int:
     """Dry-run every program under a folder, in parallel worker processes; exit 1 if any method
     would run on wrong data under a policy asked for (a gate for the CI of a model zoo)."""
-    from toolkit.reports.ci import UNREADABLE, html_report, scan_summary
     from toolkit.core.policies import POLICIES, get_policy
-    from toolkit.display.progress import progress_bar
-    from toolkit.display.html import html_table
-    from toolkit.reports.collision import write_table
     from toolkit.core.verdict import BAD_OUTCOMES
+    from toolkit.display.html import html_table
+    from toolkit.display.progress import progress_bar
+    from toolkit.reports.ci import UNREADABLE, html_report, scan_summary
+    from toolkit.reports.collision import write_table
 
     _check_csv(a.csv, a.force)
     _check_reports(a)
@@ -411,14 +452,28 @@ def cmd_scan(a) -> int:
     by_policy = {(r["path"], r["policy"]): r["verdict"] for r in rows if "verdict" in r}
     verdicts, labels = list(by_policy.values()), [str(Path(p).relative_to(root)) for p, _policy in by_policy]
     unreadable = {str(Path(r["path"]).relative_to(root)): r["error"] for r in rows if r["outcome"] == UNREADABLE}
-    _write_reports(a, verdicts, lambda: html_report(
-        verdicts, labels=labels, unreadable=unreadable, title=f"constshare scan of {a.folder}",
-        tables=[("Programs: the worst outcome of each", html_table(summary, max_rows=len(paths)))]),
-        labels, unreadable)
+    _write_reports(
+        a,
+        verdicts,
+        lambda: html_report(
+            verdicts,
+            labels=labels,
+            unreadable=unreadable,
+            title=f"constshare scan of {a.folder}",
+            tables=[("Programs: the worst outcome of each", html_table(summary, max_rows=len(paths)))],
+        ),
+        labels,
+        unreadable,
+    )
     bad = frame[frame["outcome"].isin([*BAD_OUTCOMES, UNREADABLE])]
-    _out(f"\n{len(paths)} programs, {len(policies)} policies: "
-         + (f"{len(bad)} method(s) would fail the gate (run wrong, not run, or not load)" if len(bad)
-            else "every method would run on its own data"))
+    _out(
+        f"\n{len(paths)} programs, {len(policies)} policies: "
+        + (
+            f"{len(bad)} method(s) would fail the gate (run wrong, not run, or not load)"
+            if len(bad)
+            else "every method would run on its own data"
+        )
+    )
     return int(ExitCode.PROBLEM if len(bad) else ExitCode.OK)
 
 
@@ -427,8 +482,10 @@ def _print_scan(summary: pd.DataFrame, rows: int, detail_in: str | None) -> None
     error shortened); every row in full goes to the CSV or the HTML report."""
     _print_frame(summary)
     if rows > len(summary):
-        _out(f"(one row per program; {'every' if detail_in else 'for every'} program, policy and method "
-             + (f"in {detail_in})" if detail_in else "pass --csv FILE or --html FILE)"))
+        _out(
+            f"(one row per program; {'every' if detail_in else 'for every'} program, policy and method "
+            + (f"in {detail_in})" if detail_in else "pass --csv FILE or --html FILE)")
+        )
 
 
 def cmd_compare(a) -> int:
@@ -469,15 +526,24 @@ def _show_comparison(comparison, a, what: str) -> int:
     for v in verdicts.values():
         _say_verdict(v)
     if a.html or a.junit:
-        from toolkit.reports.ci import html_report
         from toolkit.display.html import html_table
+        from toolkit.reports.ci import html_report
 
-        _write_reports(a, list(verdicts.values()), lambda: html_report(
-            list(verdicts.values()), title=f"constshare {what} of {next(iter(verdicts.values())).program if verdicts else a.program}",
-            tables=[("Policies", html_table(df, max_rows=len(df)))]))
+        _write_reports(
+            a,
+            list(verdicts.values()),
+            lambda: html_report(
+                list(verdicts.values()),
+                title=f"constshare {what} of {next(iter(verdicts.values())).program if verdicts else a.program}",
+                tables=[("Policies", html_table(df, max_rows=len(df)))],
+            ),
+        )
     bad = [name for name, v in verdicts.items() if v.exit_code is ExitCode.PROBLEM]
-    what = "would fail, run a method on other data or leave one not runnable" if what.startswith("dry") else \
-        "failed, ran a method wrong or left one not runnable"
+    what = (
+        "would fail, run a method on other data or leave one not runnable"
+        if what.startswith("dry")
+        else "failed, ran a method wrong or left one not runnable"
+    )
     _out(f"{len(bad)} of {len(df)} policies {what}: " + ", ".join(bad) if bad else f"no policy {what}")
     return int(comparison.exit_code)
 
@@ -489,8 +555,10 @@ def _dry_compare(prog, policies, a) -> int:
     comparison = predict_policies(prog, policies, device=a.device)
     df = comparison.frame
     floor = int(df["floor_bytes"].iloc[0]) if len(df) else 0
-    _out(f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {len(df)} policies: "
-         f"a prediction, nothing was loaded or run; memory floor M = {floor:,} bytes")
+    _out(
+        f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {len(df)} policies: "
+        f"a prediction, nothing was loaded or run; memory floor M = {floor:,} bytes"
+    )
     _out()
     return _show_comparison(comparison, a, "dry-run comparison")
 
@@ -507,9 +575,12 @@ def cmd_samples(a) -> int:
 def main(argv: list[str] | None = None) -> int:
     from toolkit.core.policies import POLICIES
 
-    p = argparse.ArgumentParser(prog="constshare", description=__doc__ + EXIT_CODE_TABLE + f"\n  {EXIT_INTERRUPTED}  "
-                                "interrupted (Ctrl-C); scan writes what it scanned before",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="constshare",
+        description=__doc__ + EXIT_CODE_TABLE + f"\n  {EXIT_INTERRUPTED}  "
+        "interrupted (Ctrl-C); scan writes what it scanned before",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="export and compile a program")
     b.add_argument("source")
@@ -517,11 +588,18 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--out")
     b.add_argument("--rebuild", action="store_true", help="ignore a cached sample build")
     b.set_defaults(fn=cmd_build)
+
     def report_args(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--html", metavar="FILE", help="write one self-contained HTML report (summary, alerts, "
-                            "culprits, tables, plots; opens offline)")
-        parser.add_argument("--junit", metavar="FILE", help="write JUnit XML: a test case per program and method, a "
-                            "wrong one a failure naming its culprit")
+        parser.add_argument(
+            "--html",
+            metavar="FILE",
+            help="write one self-contained HTML report (summary, alerts, culprits, tables, plots; opens offline)",
+        )
+        parser.add_argument(
+            "--junit",
+            metavar="FILE",
+            help="write JUnit XML: a test case per program and method, a wrong one a failure naming its culprit",
+        )
 
     def load_args(parser: argparse.ArgumentParser, csv_help: str, dry_help: str) -> None:
         """What report and compare both take: the program, a device, the CSV, a dry run, references."""
@@ -529,29 +607,45 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--csv", help=csv_help)
         parser.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
         parser.add_argument("--dry-run", action="store_true", help=dry_help)
-        parser.add_argument("--reference", action="append", metavar="METHOD=FILE",
-                            help="a method's reference (safetensors: input.N, output.N); repeat per method")
+        parser.add_argument(
+            "--reference",
+            action="append",
+            metavar="METHOD=FILE",
+            help="a method's reference (safetensors: input.N, output.N); repeat per method",
+        )
         report_args(parser)
-        parser.add_argument("--constant-table", metavar="FILE", help="an ExecuTorch .pte of payload generation "
-                            "1 or 2: its constant table, JSON (default: constant_table.json beside the .pte)")
+        parser.add_argument(
+            "--constant-table",
+            metavar="FILE",
+            help="an ExecuTorch .pte of payload generation "
+            "1 or 2: its constant table, JSON (default: constant_table.json beside the .pte)",
+        )
 
     r = sub.add_parser("report", help="load under one policy: decision table and verification")
     r.add_argument("program")
     r.add_argument("--policy", default="fingerprint", choices=POLICIES)
-    load_args(r, "write the collision report CSV here",
-              "predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)")
-    r.add_argument("--oracle", default="auto", choices=ORACLES,
-                   help="check each method against its reference and, without one, against its own unshared load "
-                        "on generated inputs (auto); references only; the unshared load for every method; "
-                        "the unshared load on generated inputs only")
+    load_args(
+        r,
+        "write the collision report CSV here",
+        "predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)",
+    )
+    r.add_argument(
+        "--oracle",
+        default="auto",
+        choices=ORACLES,
+        help="check each method against its reference and, without one, against its own unshared load "
+        "on generated inputs (auto); references only; the unshared load for every method; "
+        "the unshared load on generated inputs only",
+    )
     r.add_argument("--draws", type=int, default=3, help="random input draws of a generated-input check (default 3)")
     r.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
     r.set_defaults(fn=cmd_report)
     c = sub.add_parser("compare", help="load under every policy and tabulate")
     c.add_argument("program")
     c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
-    load_args(c, "write the comparison CSV here",
-              "predict every policy's outcome and memory from the metadata alone (no GPU)")
+    load_args(
+        c, "write the comparison CSV here", "predict every policy's outcome and memory from the metadata alone (no GPU)"
+    )
     c.set_defaults(fn=cmd_compare)
     sc = sub.add_parser("scan", help="dry-run every program under a folder; exit 1 if any would run on wrong data")
     sc.add_argument("folder")

@@ -217,10 +217,25 @@ class CulpritTried(Event):
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
-    LoadStarted, ContainerCreated, ConstantEnumerated, CacheLookup, BlobUploaded,
-    ConstantsExtracted, ConstantUploaded, FieldCompared, DigestCompared, Decided,
-    CacheEntryAdded, CacheEntryLeftUpstream, OutOfBoundsAlias, PairsInstalled, MethodLoaded, LoadFailed,
-    MemorySampled, MethodUnloaded, CulpritTried,
+    LoadStarted,
+    ContainerCreated,
+    ConstantEnumerated,
+    CacheLookup,
+    BlobUploaded,
+    ConstantsExtracted,
+    ConstantUploaded,
+    FieldCompared,
+    DigestCompared,
+    Decided,
+    CacheEntryAdded,
+    CacheEntryLeftUpstream,
+    OutOfBoundsAlias,
+    PairsInstalled,
+    MethodLoaded,
+    LoadFailed,
+    MemorySampled,
+    MethodUnloaded,
+    CulpritTried,
 )
 
 
@@ -306,8 +321,13 @@ class EventLog:
         given to its list of values, one per event, in order (the same fields as ``record`` takes)."""
         self.record_rows(method, [event_type], None, {event_type: columns})
 
-    def record_rows(self, method: str, types: Sequence[type[Event]], kinds: list[int] | None,
-                    columns: Mapping[type[Event], Mapping[str, list[Any]]]) -> None:
+    def record_rows(
+        self,
+        method: str,
+        types: Sequence[type[Event]],
+        kinds: list[int] | None,
+        columns: Mapping[type[Event], Mapping[str, list[Any]]],
+    ) -> None:
         """Record events of several types at once, in the order ``kinds`` gives (per event, the index
         of its type in ``types``; None: ``types`` is one type): ``columns[t]`` maps each field of type
         ``t`` to the values of its events, in order.  Nothing is recorded where no event is given."""
@@ -322,8 +342,9 @@ class EventLog:
             _checked(t, tuple(c))  # the fields record() would accept, or TypeError
             n_t = len(next(iter(c.values()))) if kinds is None else kinds.count(i)
             if any(len(v) != n_t for v in c.values()):
-                raise ValueError(f"{t.__name__}: columns of {sorted({len(v) for v in c.values()})} values "
-                                 f"for {n_t} events")
+                raise ValueError(
+                    f"{t.__name__}: columns of {sorted({len(v) for v in c.values()})} values for {n_t} events"
+                )
             cols.append(dict(c))
         n = len(kinds) if kinds is not None else n_t
         if n == 0:
@@ -410,7 +431,7 @@ class EventLog:
             records, by_type = self._records, self._by_type
             for i in range(self._indexed, len(records)):
                 r = records[i]
-                for t in ((r[0],) if type(r) is tuple else r.types):
+                for t in (r[0],) if type(r) is tuple else r.types:
                     at = by_type.get(t)
                     if at is None:
                         at = by_type[t] = []

@@ -28,9 +28,20 @@ METHOD_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # dtype name -> bytes per element; names are torch's (str(torch.float32) without "torch.")
 DTYPE_ITEMSIZE = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
 }
 
 
@@ -60,8 +71,12 @@ def quick_init(cls: type) -> type:
     constant).  Still frozen: assignment raises as before; equality, hash and repr are the dataclass's.
     For dataclasses without slots, ``__post_init__``, keyword-only fields or default factories."""
     fs = [f for f in fields(cls) if f.init]
-    if (hasattr(cls, "__slots__") or hasattr(cls, "__post_init__") or not cls.__dataclass_params__.frozen
-            or any(f.kw_only or f.default_factory is not MISSING for f in fs)):
+    if (
+        hasattr(cls, "__slots__")
+        or hasattr(cls, "__post_init__")
+        or not cls.__dataclass_params__.frozen
+        or any(f.kw_only or f.default_factory is not MISSING for f in fs)
+    ):
         raise TypeError(f"quick_init does not apply to {cls.__name__}")
     params = ", ".join(f.name if f.default is MISSING else f"{f.name}=_default_{f.name}" for f in fs)
     body = "".join(f"\n    d[{f.name!r}] = {f.name}" for f in fs)
@@ -94,8 +109,9 @@ class TensorMeta:
         a quarter of a microsecond per use."""
         h = self.__dict__.get("_hash")
         if h is None:
-            h = self.__dict__["_hash"] = hash((self.dtype, self.shape, self.strides, self.device_type,
-                                               self.device_index))
+            h = self.__dict__["_hash"] = hash(
+                (self.dtype, self.shape, self.strides, self.device_type, self.device_index)
+            )
         return h
 
     def __getstate__(self) -> dict:
@@ -157,8 +173,9 @@ class ConstantSpec:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _meta(dtype: str, shape: tuple[int, ...], strides: tuple[int, ...], device_type: str,
-          device_index: int) -> TensorMeta:
+def _meta(
+    dtype: str, shape: tuple[int, ...], strides: tuple[int, ...], device_type: str, device_index: int
+) -> TensorMeta:
     """One TensorMeta per distinct metadata (immutable; a program's constants repeat a few shapes, and
     a dry run asks each constant's several times)."""
     return TensorMeta(dtype, shape, strides, device_type, device_index)
@@ -306,8 +323,9 @@ class Program:
                 rec = found.setdefault(key, {"fqn": c.fqn, "writers": [], "readers": [], "mutated": False})
                 rec["writers" if c.mutated else "readers"].append(m.name)
                 rec["mutated"] |= c.mutated
-        return tuple(StateBuffer(k, r["fqn"], tuple(r["writers"]), tuple(r["readers"]))
-                     for k, r in found.items() if r["mutated"])
+        return tuple(
+            StateBuffer(k, r["fqn"], tuple(r["writers"]), tuple(r["readers"])) for k, r in found.items() if r["mutated"]
+        )
 
     def method(self, name: str) -> MethodSpec:
         found = self._methods_by_name.get(name)
@@ -326,10 +344,15 @@ class Program:
     def __repr__(self) -> str:
         """A few lines: what it is and where, then a line per method (the first 8)."""
         where = f" at {self.root}" if self.root is not None else " (in memory)"
-        lines = [f"Program {self.name!r}: {len(self.methods)} methods, {self.format} for {self.device}, "
-                 f"torch {self.torch_version}{where}"]
-        lines += [f"  {m.name}: {len(m.constants):,} constants, {m.blob_bytes:,} blob bytes, {m.num_inputs} inputs, "
-                  f"{m.num_outputs} outputs" for m in self.methods[:8]]
+        lines = [
+            f"Program {self.name!r}: {len(self.methods)} methods, {self.format} for {self.device}, "
+            f"torch {self.torch_version}{where}"
+        ]
+        lines += [
+            f"  {m.name}: {len(m.constants):,} constants, {m.blob_bytes:,} blob bytes, {m.num_inputs} inputs, "
+            f"{m.num_outputs} outputs"
+            for m in self.methods[:8]
+        ]
         if len(self.methods) > 8:
             lines.append(f"  ... and {len(self.methods) - 8} more methods (program.methods)")
         if self.sequences:

@@ -67,7 +67,9 @@ class LoadOptions:
         if self.hash_threads is not None and self.hash_threads < 1:
             raise ValueError(f"LoadOptions.hash_threads={self.hash_threads!r}: expected a positive integer or None")
         if self.staging_chunk_bytes < 1:
-            raise ValueError(f"LoadOptions.staging_chunk_bytes={self.staging_chunk_bytes!r}: expected a positive integer")
+            raise ValueError(
+                f"LoadOptions.staging_chunk_bytes={self.staging_chunk_bytes!r}: expected a positive integer"
+            )
 
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "constshare"
@@ -91,8 +93,11 @@ _VARIABLES = {  # variable: (LoadOptions field, how its text is read, what it mu
     "CONSTSHARE_INTEGRITY_COPY": ("integrity_copy", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
     "CONSTSHARE_INTEGRITY_STAGING": ("integrity_staging", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
     "CONSTSHARE_STAGING_CHUNK_MIB": ("staging_chunk_bytes", lambda s: int(float(s) * (1 << 20)), "a number of MiB"),
-    "CONSTSHARE_DEVICE_DIGEST": ("device_digest", lambda s: None if s.lower() == "auto" else _FLAGS[s.lower()],
-                                 "auto, " + ", ".join(_FLAGS)),
+    "CONSTSHARE_DEVICE_DIGEST": (
+        "device_digest",
+        lambda s: None if s.lower() == "auto" else _FLAGS[s.lower()],
+        "auto, " + ", ".join(_FLAGS),
+    ),
     "CONSTSHARE_CACHE": ("cache_dir", Path, "a folder"),
 }
 

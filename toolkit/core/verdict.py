@@ -46,9 +46,17 @@ def check_oracle(oracle: str) -> None:
     if oracle not in ORACLES:
         raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
 
+
 # outcomes that make a load's result a failure (exit code 1)
-BAD_OUTCOMES = frozenset({MethodOutcome.WRONG, MethodOutcome.NOT_RUNNABLE, MethodOutcome.FAILED,
-                          MethodOutcome.REFUSED, MethodOutcome.NOT_REACHED})
+BAD_OUTCOMES = frozenset(
+    {
+        MethodOutcome.WRONG,
+        MethodOutcome.NOT_RUNNABLE,
+        MethodOutcome.FAILED,
+        MethodOutcome.REFUSED,
+        MethodOutcome.NOT_REACHED,
+    }
+)
 
 
 class DataProblem(enum.StrEnum):
@@ -98,10 +106,22 @@ EXIT_CODE_MEANINGS = {
 EXIT_CODE_TABLE = "\n".join(f"  {c.value}  {EXIT_CODE_MEANINGS[c]}" for c in ExitCode)
 
 
-def find_problem(*, method: str, name: str, fqn: str, decision: Decision, digest: str, mutated: bool,
-                 storage: str, slot_problem: str, cached_method: str = "", cached_name: str = "",
-                 cached_digest: str = "", cached_mutated: bool = False, cached_storage: str = ""
-                 ) -> "ConstantFinding | None":
+def find_problem(
+    *,
+    method: str,
+    name: str,
+    fqn: str,
+    decision: Decision,
+    digest: str,
+    mutated: bool,
+    storage: str,
+    slot_problem: str,
+    cached_method: str = "",
+    cached_name: str = "",
+    cached_digest: str = "",
+    cached_mutated: bool = False,
+    cached_storage: str = "",
+) -> "ConstantFinding | None":
     """The one rule for "this constant runs on other data than its own" (None: it does not).
 
     ``cached_*`` describe the cache entry the method was given or checked against ("" when none)."""
@@ -114,11 +134,23 @@ def find_problem(*, method: str, name: str, fqn: str, decision: Decision, digest
     if not shared:
         return None
     if cached_digest and cached_digest != digest:
-        return ConstantFinding(method, name, fqn, DataProblem.CONTENT_DIFFERS,
-                               f"cached {cached_digest[:12]}... from {cached_method!r}, own {digest[:12]}...", source)
+        return ConstantFinding(
+            method,
+            name,
+            fqn,
+            DataProblem.CONTENT_DIFFERS,
+            f"cached {cached_digest[:12]}... from {cached_method!r}, own {digest[:12]}...",
+            source,
+        )
     if (mutated or cached_mutated) and (not storage or storage != cached_storage):
-        return ConstantFinding(method, name, fqn, DataProblem.STATE_LEAKED,
-                               f"state written by {cached_method!r}: another buffer of the eager program", source)
+        return ConstantFinding(
+            method,
+            name,
+            fqn,
+            DataProblem.STATE_LEAKED,
+            f"state written by {cached_method!r}: another buffer of the eager program",
+            source,
+        )
     return None
 
 
@@ -218,18 +250,27 @@ class Verdict:
     @property
     def exit_code(self) -> ExitCode:
         o = self.outcome
-        return ExitCode.OK if o is MethodOutcome.OK else (
-            ExitCode.NOT_VERIFIED if o is MethodOutcome.NO_REFERENCE else ExitCode.PROBLEM)
+        return (
+            ExitCode.OK
+            if o is MethodOutcome.OK
+            else (ExitCode.NOT_VERIFIED if o is MethodOutcome.NO_REFERENCE else ExitCode.PROBLEM)
+        )
 
     def headline(self, name: str | None = None) -> str:
         """One line: the outcome and the methods behind it; the program called ``name`` when given
         (what a view calls it: a ``.pte``'s programs are all named "prog"), else by its own name."""
-        parts = [f"{name or self.program!r} under {self.policy!r}{' (predicted)' if self.predicted else ''}: "
-                 f"{self.outcome.value}"]
+        parts = [
+            f"{name or self.program!r} under {self.policy!r}{' (predicted)' if self.predicted else ''}: "
+            f"{self.outcome.value}"
+        ]
         if self.error:
             parts.append(f"{self.failed_stage.value if self.failed_stage else 'load'} failed: {self.error}")
-        for label, names in (("wrong", self.wrong_methods), ("not runnable", self.not_runnable),
-                             ("wrong sequences", self.wrong_sequences), ("no reference", self.no_reference)):
+        for label, names in (
+            ("wrong", self.wrong_methods),
+            ("not runnable", self.not_runnable),
+            ("wrong sequences", self.wrong_sequences),
+            ("no reference", self.no_reference),
+        ):
             if names:
                 parts.append(f"{label}: {', '.join(names)}")
         if self.culprits:
@@ -287,21 +328,31 @@ def ran_wrong(check: CheckRow) -> bool:
     return check.ran and check.ok is not True
 
 
-def _method_verdict(f: MethodFacts, check: CheckRow | None, *, predicted: bool, failed_stage: Stage | None,
-                    oracle: str) -> MethodVerdict:
+def _method_verdict(
+    f: MethodFacts, check: CheckRow | None, *, predicted: bool, failed_stage: Stage | None, oracle: str
+) -> MethodVerdict:
     if f.status is MethodStatus.NOT_REACHED:
         return MethodVerdict(f.method, MethodOutcome.NOT_REACHED, "an earlier method failed the load first")
     if f.status is MethodStatus.FAILED:
         refused = failed_stage is Stage.EXPORT
-        return MethodVerdict(f.method, MethodOutcome.REFUSED if refused else MethodOutcome.FAILED, f.error,
-                             Stage.EXPORT if refused else Stage.LOAD)
+        return MethodVerdict(
+            f.method,
+            MethodOutcome.REFUSED if refused else MethodOutcome.FAILED,
+            f.error,
+            Stage.EXPORT if refused else Stage.LOAD,
+        )
     if not f.runnable:
         return MethodVerdict(f.method, MethodOutcome.NOT_RUNNABLE, "; ".join(f.problems))
     if predicted:
         bad = [c for c in f.findings if c.problem and c.problem.standalone]
         if bad:
-            return MethodVerdict(f.method, MethodOutcome.WRONG, f"would run on other data: {bad[0].evidence}"
-                                 + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""), None, "prediction")
+            return MethodVerdict(
+                f.method,
+                MethodOutcome.WRONG,
+                f"would run on other data: {bad[0].evidence}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+                None,
+                "prediction",
+            )
         return MethodVerdict(f.method, MethodOutcome.OK, "", None, "prediction")
     if check is None:
         return MethodVerdict(f.method, MethodOutcome.NO_REFERENCE, "not verified")
@@ -311,8 +362,9 @@ def _method_verdict(f: MethodFacts, check: CheckRow | None, *, predicted: bool, 
     if check.ran:
         return MethodVerdict(f.method, MethodOutcome.OK, "", None, *by)
     if check.ok is None:
-        return MethodVerdict(f.method, MethodOutcome.NO_REFERENCE, check.reason, None, check.oracle,
-                             check.oracle_detail)
+        return MethodVerdict(
+            f.method, MethodOutcome.NO_REFERENCE, check.reason, None, check.oracle, check.oracle_detail
+        )
     return MethodVerdict(f.method, MethodOutcome.FAILED, check.reason, Stage.RUN, *by)
 
 
@@ -330,8 +382,9 @@ def _sequence_verdict(name: str, steps: Sequence[CheckRow], oracle: str) -> Sequ
     return SequenceVerdict(name, MethodOutcome.OK, None, "", *by)
 
 
-def _with_blame(found: ConstantFinding, tried: list[BlameRow], verdicts: Mapping[str, MethodVerdict],
-                explained: set[str]) -> ConstantFinding:
+def _with_blame(
+    found: ConstantFinding, tried: list[BlameRow], verdicts: Mapping[str, MethodVerdict], explained: set[str]
+) -> ConstantFinding:
     broken = tuple(dict.fromkeys(b.label for b in tried if b.fixes))
     if broken:
         return _replace(found, BlameStatus.CULPRIT, "breaks " + ", ".join(broken), broken)
@@ -340,10 +393,16 @@ def _with_blame(found: ConstantFinding, tried: list[BlameRow], verdicts: Mapping
     if tried:
         return _replace(found, BlameStatus.INCONCLUSIVE, "undoing it fixes nothing, and no share found explains it")
     v = verdicts.get(found.method)
-    if v is not None and v.outcome is MethodOutcome.OK and v.checked_against != "prediction" and \
-            found.problem is not None and found.problem.standalone:
-        return _replace(found, BlameStatus.HARMLESS,
-                        "the method verifies ok: the difference does not reach its outputs")
+    if (
+        v is not None
+        and v.outcome is MethodOutcome.OK
+        and v.checked_against != "prediction"
+        and found.problem is not None
+        and found.problem.standalone
+    ):
+        return _replace(
+            found, BlameStatus.HARMLESS, "the method verifies ok: the difference does not reach its outputs"
+        )
     return found
 
 
@@ -351,16 +410,29 @@ def _replace(f: ConstantFinding, blame: BlameStatus, note: str, broken: tuple[st
     return dataclasses.replace(f, blame=blame, blame_note=note, broken=broken)
 
 
-def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequence[MethodFacts],
-                  checks: Sequence[CheckRow] | None = None, sequences: Mapping[str, Sequence[CheckRow]] | None = None,
-                  blame: Sequence[BlameRow] = (), error: str = "", failed_stage: Stage | None = None,
-                  oracle: str = EAGER) -> Verdict:
+def build_verdict(
+    *,
+    program: str,
+    policy: str,
+    predicted: bool,
+    methods: Sequence[MethodFacts],
+    checks: Sequence[CheckRow] | None = None,
+    sequences: Mapping[str, Sequence[CheckRow]] | None = None,
+    blame: Sequence[BlameRow] = (),
+    error: str = "",
+    failed_stage: Stage | None = None,
+    oracle: str = EAGER,
+) -> Verdict:
     """The verdict of one load from its facts.  ``checks``: the standalone verification (None: not
     verified, or a dry run); ``sequences``: each verified sequence's steps; ``blame``: every
     experiment of ``session.blame()``, standalone or of a sequence."""
     by_method = {c.method: c for c in (checks or ())}
-    verdicts = {f.method: _method_verdict(f, by_method.get(f.method), predicted=predicted,
-                                          failed_stage=failed_stage, oracle=oracle) for f in methods}
+    verdicts = {
+        f.method: _method_verdict(
+            f, by_method.get(f.method), predicted=predicted, failed_stage=failed_stage, oracle=oracle
+        )
+        for f in methods
+    }
     tried: dict[tuple[str, str, DataProblem | None], list[BlameRow]] = {}
     for b in blame:
         tried.setdefault((b.method, b.name, b.problem), []).append(b)
@@ -375,24 +447,69 @@ def build_verdict(*, program: str, policy: str, predicted: bool, methods: Sequen
     for key, rows in tried.items():  # what only an experiment shows: state kept apart, or a share that fixes
         if key not in seen and (key[2] is not None or any(b.fixes for b in rows)):
             b = rows[0]
-            found.append(_with_blame(ConstantFinding(b.method, b.name, b.fqn, b.problem, b.evidence, b.shared_from),
-                                     rows, verdicts, explained))
-    return Verdict(program, policy, predicted, tuple(verdicts.values()), tuple(found),
-                   tuple(_sequence_verdict(n, s, oracle) for n, s in (sequences or {}).items()), error, failed_stage)
+            found.append(
+                _with_blame(
+                    ConstantFinding(b.method, b.name, b.fqn, b.problem, b.evidence, b.shared_from),
+                    rows,
+                    verdicts,
+                    explained,
+                )
+            )
+    return Verdict(
+        program,
+        policy,
+        predicted,
+        tuple(verdicts.values()),
+        tuple(found),
+        tuple(_sequence_verdict(n, s, oracle) for n, s in (sequences or {}).items()),
+        error,
+        failed_stage,
+    )
 
 
 def verdict_from_dict(d: Mapping) -> Verdict:
     """The verdict :func:`dataclasses.asdict` gave, read back (e.g. from an isolated worker's JSON)."""
+
     def stage(s):
         return Stage(s) if s else None
 
     return Verdict(
-        d["program"], d["policy"], d["predicted"],
-        tuple(MethodVerdict(m["method"], MethodOutcome(m["outcome"]), m["reason"], stage(m["stage"]),
-                            m["checked_against"], m.get("oracle_detail", "")) for m in d["methods"]),
-        tuple(ConstantFinding(**{**c, "problem": DataProblem(c["problem"]) if c["problem"] else None,
-                                 "blame": BlameStatus(c["blame"]), "broken": tuple(c["broken"])})
-              for c in d["constants"]),
-        tuple(SequenceVerdict(s["sequence"], MethodOutcome(s["outcome"]), s["first_bad_step"], s["reason"],
-                              s.get("checked_against", ""), s.get("oracle_detail", "")) for s in d["sequences"]),
-        d["error"], stage(d["failed_stage"]))
+        d["program"],
+        d["policy"],
+        d["predicted"],
+        tuple(
+            MethodVerdict(
+                m["method"],
+                MethodOutcome(m["outcome"]),
+                m["reason"],
+                stage(m["stage"]),
+                m["checked_against"],
+                m.get("oracle_detail", ""),
+            )
+            for m in d["methods"]
+        ),
+        tuple(
+            ConstantFinding(
+                **{
+                    **c,
+                    "problem": DataProblem(c["problem"]) if c["problem"] else None,
+                    "blame": BlameStatus(c["blame"]),
+                    "broken": tuple(c["broken"]),
+                }
+            )
+            for c in d["constants"]
+        ),
+        tuple(
+            SequenceVerdict(
+                s["sequence"],
+                MethodOutcome(s["outcome"]),
+                s["first_bad_step"],
+                s["reason"],
+                s.get("checked_against", ""),
+                s.get("oracle_detail", ""),
+            )
+            for s in d["sequences"]
+        ),
+        d["error"],
+        stage(d["failed_stage"]),
+    )

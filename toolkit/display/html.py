@@ -42,11 +42,15 @@ import pandas as pd
 
 # decision -> background colour; the one palette of the notebook display, reports, explorer and plots.
 DECISION_COLOURS: dict[str, str] = {
-    "loaded": "#d9ead3", "shared": "#cfe2f3", "declined": "#fff2cc", "private": "#eeeeee", "refused": "#f4cccc",
+    "loaded": "#d9ead3",
+    "shared": "#cfe2f3",
+    "declined": "#fff2cc",
+    "private": "#eeeeee",
+    "refused": "#f4cccc",
     "never filled": "#ea9999",
 }
-OK_COLOUR = "#d9ead3"      # a method that reproduced its reference
-WRONG_COLOUR = "#f4cccc"   # a method that did not
+OK_COLOUR = "#d9ead3"  # a method that reproduced its reference
+WRONG_COLOUR = "#f4cccc"  # a method that did not
 NOT_RUN_COLOUR = "#eeeeee"  # a method that never ran
 CAUGHT_COLOUR = "#fff2cc"  # content differs, and the share was declined or refused
 # a constant its method runs on other data for (the verdict's data_problem): the suspect of a wrong output
@@ -55,13 +59,44 @@ CULPRIT_STYLE = "background-color: #f4cccc; color: #990000; font-weight: bold"
 # columns holding a method's verification outcome (True: matched its eager reference)
 VERIFICATION_BOOL_COLUMNS = ("ok", "method_ok", "correct")
 # prose: wraps at a capped width; every other column stays on one line
-TEXT_COLUMNS = frozenset({"reason", "error", "verify_reason", "problems", "slot_problem", "what it does", "summary",
-                          "reproduces", "message", "description", "note", "why",
-                          "runs on other data", "evidence", "blame_note", "value"})
+TEXT_COLUMNS = frozenset(
+    {
+        "reason",
+        "error",
+        "verify_reason",
+        "problems",
+        "slot_problem",
+        "what it does",
+        "summary",
+        "reproduces",
+        "message",
+        "description",
+        "note",
+        "why",
+        "runs on other data",
+        "evidence",
+        "blame_note",
+        "value",
+    }
+)
 # byte counts: shown as "16 KiB", the exact number on hover
-BYTES_COLUMNS = frozenset({"nbytes", "device_bytes", "blob_bytes", "own_upload_bytes", "bytes_in_use", "blob bytes",
-                           "bytes", "total_bytes", "shareable_bytes", "private_bytes", "naive_bytes",
-                           "device bytes", "memory"})
+BYTES_COLUMNS = frozenset(
+    {
+        "nbytes",
+        "device_bytes",
+        "blob_bytes",
+        "own_upload_bytes",
+        "bytes_in_use",
+        "blob bytes",
+        "bytes",
+        "total_bytes",
+        "shareable_bytes",
+        "private_bytes",
+        "naive_bytes",
+        "device bytes",
+        "memory",
+    }
+)
 TABLE_CLASS = "constshare-table"
 DEFAULT_MAX_ROWS = 200
 DIGEST_RE = re.compile(r"[0-9a-f]{64}")
@@ -154,7 +189,7 @@ def short_digest(digest: str, other: str | None = None, width: int = DIGEST_SHOW
     first = next((i for i, (a, b) in enumerate(zip(digest, other)) if a != b), min(len(digest), len(other)))
     if first < width - 2:
         return digest[:width] + "\u2026"
-    return digest[:4] + "\u2026" + digest[first:first + width - 4] + "\u2026"
+    return digest[:4] + "\u2026" + digest[first : first + width - 4] + "\u2026"
 
 
 # ------------------------------------------------------------------ content check
@@ -169,8 +204,10 @@ def content_check(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.copy()
     if "digest" not in out.columns or "cached_digest" not in out.columns:
         return out
-    pairs = [(cell_text(n).strip(), cell_text(c).strip()) for n, c in zip(out["digest"].tolist(),
-                                                                         out["cached_digest"].tolist())]
+    pairs = [
+        (cell_text(n).strip(), cell_text(c).strip())
+        for n, c in zip(out["digest"].tolist(), out["cached_digest"].tolist())
+    ]
     col = pd.array([a == b if a and b else pd.NA for a, b in pairs], dtype="boolean")
     if "same_content" in out.columns:
         out["same_content"] = col
@@ -215,9 +252,17 @@ def equal_colour(text: str) -> str:
 
 
 # the verdict's outcomes (toolkit.core.verdict.MethodOutcome values) and the notebooks' scorecard texts
-RESULT_COLOURS = {"ok": OK_COLOUR, "wrong": WRONG_COLOUR, "not runnable": WRONG_COLOUR, "failed": WRONG_COLOUR,
-                  "refused": NOT_RUN_COLOUR, "not reached": NOT_RUN_COLOUR, "no reference": NOT_RUN_COLOUR,
-                  "not run": NOT_RUN_COLOUR, "load refused": NOT_RUN_COLOUR}
+RESULT_COLOURS = {
+    "ok": OK_COLOUR,
+    "wrong": WRONG_COLOUR,
+    "not runnable": WRONG_COLOUR,
+    "failed": WRONG_COLOUR,
+    "refused": NOT_RUN_COLOUR,
+    "not reached": NOT_RUN_COLOUR,
+    "no reference": NOT_RUN_COLOUR,
+    "not run": NOT_RUN_COLOUR,
+    "load refused": NOT_RUN_COLOUR,
+}
 _OUTCOME_RE = re.compile("|".join(map(re.escape, RESULT_COLOURS)) + r"|WRONG\b.*|")
 
 
@@ -233,7 +278,9 @@ def count_colour(text: str) -> str:
 
 
 def _is_outcome_column(texts: list[str]) -> bool:
-    return any(t in ("ok", "wrong") or t.startswith("WRONG") for t in texts) and all(_OUTCOME_RE.fullmatch(t) for t in texts)
+    return any(t in ("ok", "wrong") or t.startswith("WRONG") for t in texts) and all(
+        _OUTCOME_RE.fullmatch(t) for t in texts
+    )
 
 
 def default_colourers(columns: Iterable[Any]) -> dict[Any, Colourer]:
@@ -275,9 +322,17 @@ def _numeric(series: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)
 
 
-def _render(display: pd.DataFrame, labels: list[str], *, css: pd.DataFrame, titles: pd.DataFrame,
-            right: Iterable[int], text: Iterable[int], caption: str,
-            capped: Mapping[int, float] | None = None) -> str:
+def _render(
+    display: pd.DataFrame,
+    labels: list[str],
+    *,
+    css: pd.DataFrame,
+    titles: pd.DataFrame,
+    right: Iterable[int],
+    text: Iterable[int],
+    caption: str,
+    capped: Mapping[int, float] | None = None,
+) -> str:
     """``display`` (text cells only, columns 0..n-1, RangeIndex) through the Styler, with
     ``labels`` (unescaped text) as the column headers, ``css`` the style of each cell ('' for
     none) and ``titles`` its hover text ('' for none)."""
@@ -289,31 +344,40 @@ def _render(display: pd.DataFrame, labels: list[str], *, css: pd.DataFrame, titl
     has_titles = bool((titles != "").to_numpy().any())
     # ids only on the cells a colour rule styles (smaller HTML), unless hover titles need them all
     styler.cell_ids = has_titles
-    styler = (styler.set_uuid(digest.hexdigest())
-              .format(escape="html")
-              # headers by position (labels may repeat or not be text); escaped above
-              .format_index(lambda i: headers[i], axis=1)
-              .hide(axis="index")
-              .set_table_attributes(f'class="{TABLE_CLASS}" style="{_TABLE_STYLE}"')
-              .set_table_styles([{"selector": "th", "props": f"text-align: left; padding: 2px 8px; {_LINE_CSS}"},
-                                 {"selector": "td", "props": "text-align: left; vertical-align: top; padding: 2px 8px; "
-                                                             f"{_LINE_CSS}"},
-                                 {"selector": "caption", "props": "text-align: left; padding: 2px 8px"}]))
+    styler = (
+        styler.set_uuid(digest.hexdigest())
+        .format(escape="html")
+        # headers by position (labels may repeat or not be text); escaped above
+        .format_index(lambda i: headers[i], axis=1)
+        .hide(axis="index")
+        .set_table_attributes(f'class="{TABLE_CLASS}" style="{_TABLE_STYLE}"')
+        .set_table_styles(
+            [
+                {"selector": "th", "props": f"text-align: left; padding: 2px 8px; {_LINE_CSS}"},
+                {"selector": "td", "props": f"text-align: left; vertical-align: top; padding: 2px 8px; {_LINE_CSS}"},
+                {"selector": "caption", "props": "text-align: left; padding: 2px 8px"},
+            ]
+        )
+    )
     per_column: dict[int, list[dict[str, str]]] = {}
     for i in right:
         per_column.setdefault(i, []).append({"selector": "td", "props": "text-align: right"})
     for i in text:
         per_column.setdefault(i, []).append({"selector": "td", "props": _TEXT_CSS})
     for i, em in (capped or {}).items():
-        per_column.setdefault(i, []).append({"selector": "td", "props": f"max-width: {em:g}em; overflow: hidden; "
-                                                                         f"text-overflow: ellipsis; {_LINE_CSS}"})
+        per_column.setdefault(i, []).append(
+            {"selector": "td", "props": f"max-width: {em:g}em; overflow: hidden; text-overflow: ellipsis; {_LINE_CSS}"}
+        )
     if per_column:
         styler = styler.set_table_styles(per_column, overwrite=False)
     if (css != "").to_numpy().any():
         styler = styler.apply(lambda _frame: css, axis=None)
     if has_titles:
-        escaped = titles.map(lambda t: html.escape(t, quote=True)) if hasattr(titles, "map") else titles.applymap(
-            lambda t: html.escape(t, quote=True))
+        escaped = (
+            titles.map(lambda t: html.escape(t, quote=True))
+            if hasattr(titles, "map")
+            else titles.applymap(lambda t: html.escape(t, quote=True))
+        )
         try:
             styler = styler.set_tooltips(escaped.where(titles != "", None), as_title_attribute=True)
         except TypeError:  # pandas < 2.2: no title attributes; the tooltips are a convenience
@@ -322,21 +386,24 @@ def _render(display: pd.DataFrame, labels: list[str], *, css: pd.DataFrame, titl
         # the Styler does not escape the caption: done here; line breaks kept
         styler = styler.set_caption(html.escape(caption, quote=True).replace("\n", "<br>"))
     n_rows, n_cols = display.shape
-    with pd.option_context("styler.html.mathjax", False,
-                           "styler.render.max_elements", max(n_rows * n_cols, 1) + 1):
+    with pd.option_context("styler.html.mathjax", False, "styler.render.max_elements", max(n_rows * n_cols, 1) + 1):
         return styler.to_html(max_rows=n_rows + 1, max_columns=n_cols + 1)
 
 
-def _display(shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[Any] = BYTES_COLUMNS,
-             decimals: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _display(
+    shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[Any] = BYTES_COLUMNS, decimals: int | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The display text and the hover title of every shown cell (``source``: the rows shown,
     every column, for titles that come from columns not shown, e.g. ``reason``; ``decimals``:
     of every float column, when given)."""
     cols = list(shown.columns)
     texts = [[cell_text(v) for v in shown.iloc[:, i].tolist()] for i in range(len(cols))]
     titles = [[""] * len(shown) for _ in cols]
-    reasons = ([cell_text(v) for v in source["reason"].tolist()]
-               if "reason" in source.columns and "reason" not in cols else None)
+    reasons = (
+        [cell_text(v) for v in source["reason"].tolist()]
+        if "reason" in source.columns and "reason" not in cols
+        else None
+    )
     for i, c in enumerate(cols):
         if c in bytes_columns and _numeric(shown.iloc[:, i]):
             raw = shown.iloc[:, i].tolist()
@@ -360,17 +427,19 @@ def _display(shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[
                 texts[i][r] = short_digest(t, other)
                 titles[i][r] = t + (" (differs from the other digest in this row)" if other else "")
     index, columns = pd.RangeIndex(len(shown)), pd.RangeIndex(len(cols))
-    return (pd.DataFrame(dict(enumerate(texts)), index=index, columns=columns, dtype=object),
-            pd.DataFrame(dict(enumerate(titles)), index=index, columns=columns, dtype=object))
+    return (
+        pd.DataFrame(dict(enumerate(texts)), index=index, columns=columns, dtype=object),
+        pd.DataFrame(dict(enumerate(titles)), index=index, columns=columns, dtype=object),
+    )
 
 
-def _cell_css(display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colourer], culprit: list[bool]
-              ) -> pd.DataFrame:
+def _cell_css(
+    display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colourer], culprit: list[bool]
+) -> pd.DataFrame:
     css = pd.DataFrame("", index=display.index, columns=display.columns, dtype=object)
     for i, c in enumerate(cols):
         colour = rules.get(c)
-        if colour is None and c not in rules and display[i].map(bool).any() and _is_outcome_column(
-                display[i].tolist()):
+        if colour is None and c not in rules and display[i].map(bool).any() and _is_outcome_column(display[i].tolist()):
             colour = outcome_colour  # e.g. a scorecard's "ok" / "WRONG: decode" cells
         if colour is None:
             continue
@@ -386,11 +455,20 @@ def _cell_css(display: pd.DataFrame, cols: list[Any], rules: Mapping[Any, Colour
     return css
 
 
-def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max_rows: int = DEFAULT_MAX_ROWS,
-               caption: str = "", empty: str = "no rows", more_hint: str = "",
-               colours: Mapping[Any, Colourer] | None = None, bytes_columns: Iterable[Any] = (),
-               wrap: Iterable[Any] = (), capped: Iterable[Any] | Mapping[Any, float] = (),
-               decimals: int | None = None) -> str:
+def html_table(
+    frame: pd.DataFrame,
+    columns: Iterable[Any] | None = None,
+    *,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    caption: str = "",
+    empty: str = "no rows",
+    more_hint: str = "",
+    colours: Mapping[Any, Colourer] | None = None,
+    bytes_columns: Iterable[Any] = (),
+    wrap: Iterable[Any] = (),
+    capped: Iterable[Any] | Mapping[Any, float] = (),
+    decimals: int | None = None,
+) -> str:
     """``frame`` as an HTML table (see the module docstring), every value escaped.
 
     ``columns``: which columns, in which order (those the frame lacks are skipped; all when
@@ -423,11 +501,16 @@ def html_table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max
         long = display[i].map(lambda t: len(t) > 1.6 * em) & (titles[i] == "")
         titles.loc[long, i] = display.loc[long, i]
     prose = TEXT_COLUMNS | set(wrap)
-    out = _render(display, [cell_text(c) for c in cols], css=_cell_css(display, cols, rules,
-                                                                       culprit_mask(source).tolist()), titles=titles,
-                  right=[i for i in range(len(cols)) if _numeric(shown.iloc[:, i])],
-                  text=[i for i, c in enumerate(cols) if c in prose and i not in capped_at], caption=caption,
-                  capped=capped_at)
+    out = _render(
+        display,
+        [cell_text(c) for c in cols],
+        css=_cell_css(display, cols, rules, culprit_mask(source).tolist()),
+        titles=titles,
+        right=[i for i in range(len(cols)) if _numeric(shown.iloc[:, i])],
+        text=[i for i, c in enumerate(cols) if c in prose and i not in capped_at],
+        caption=caption,
+        capped=capped_at,
+    )
     out = f'<div class="constshare-scroll" style="overflow-x: auto; max-width: 100%">{out}</div>'
     hidden = len(frame) - len(shown)
     if hidden > 0:
@@ -453,8 +536,14 @@ class Table:
         return f.to_string(index=False)
 
 
-def table(frame: pd.DataFrame, columns: Iterable[Any] | None = None, *, max_rows: int | None = None,
-          index: bool = False, **options: Any) -> Table:
+def table(
+    frame: pd.DataFrame,
+    columns: Iterable[Any] | None = None,
+    *,
+    max_rows: int | None = None,
+    index: bool = False,
+    **options: Any,
+) -> Table:
     """``frame`` styled for a notebook: ``display(table(session.decisions[...]))``.
 
     Every row is shown unless ``max_rows`` says otherwise; ``index=True`` keeps the index
@@ -493,8 +582,11 @@ def findings_text(verdict: Any, method: str) -> str:
     found = sorted(verdict.findings(method), key=lambda c: list(type(c.blame)).index(c.blame))  # culprits first
     groups: dict[str, list[str]] = {}
     for c in found:
-        groups.setdefault(f"{c.problem.value if c.problem else 'no known difference'}"
-                          + (f"; {c.blame.value}: {c.blame_note}" if c.blame_note else ""), []).append(c.name)
+        groups.setdefault(
+            f"{c.problem.value if c.problem else 'no known difference'}"
+            + (f"; {c.blame.value}: {c.blame_note}" if c.blame_note else ""),
+            [],
+        ).append(c.name)
     return "; ".join(f"{_named(names)} ({why})" for why, names in groups.items())
 
 
@@ -508,20 +600,34 @@ def verification_html(frame: pd.DataFrame | None, verdict: Any, *, empty: str = 
         return _note(_escape(empty))
     outcomes = {m.method: m.outcome.value for m in verdict.methods}
     oracles = {m.method: m.checked_against for m in verdict.methods}
-    rows = [{"method": cell_text(r.get("method")), "result": outcomes.get(cell_text(r.get("method")), ""),
-             "checked against": oracles.get(cell_text(r.get("method")), ""),
-             "max abs err": _number(r.get("max_abs_err"), ".3g"), "atol": _number(r.get("atol"), "g"),
-             "rtol": _number(r.get("rtol"), "g"), "reason": cell_text(r.get("reason")),
-             FINDINGS_COLUMN: findings_text(verdict, cell_text(r.get("method")))} for r in frame.to_dict("records")]
-    table = pd.DataFrame(rows, columns=["method", "result", "checked against", "max abs err", "atol", "rtol", "reason",
-                                        FINDINGS_COLUMN])
+    rows = [
+        {
+            "method": cell_text(r.get("method")),
+            "result": outcomes.get(cell_text(r.get("method")), ""),
+            "checked against": oracles.get(cell_text(r.get("method")), ""),
+            "max abs err": _number(r.get("max_abs_err"), ".3g"),
+            "atol": _number(r.get("atol"), "g"),
+            "rtol": _number(r.get("rtol"), "g"),
+            "reason": cell_text(r.get("reason")),
+            FINDINGS_COLUMN: findings_text(verdict, cell_text(r.get("method"))),
+        }
+        for r in frame.to_dict("records")
+    ]
+    table = pd.DataFrame(
+        rows, columns=["method", "result", "checked against", "max abs err", "atol", "rtol", "reason", FINDINGS_COLUMN]
+    )
     drop = [c for c in ("checked against", "atol", "rtol", "max abs err") if (table[c] == "").all()]
     if not verdict.constants:
         drop.append(FINDINGS_COLUMN)
-    return html_table(table.drop(columns=drop), max_rows=len(table), empty=empty,
-                      colours={"result": outcome_colour,
-                               FINDINGS_COLUMN: lambda text: WRONG_COLOUR if "culprit" in text else
-                               (CAUGHT_COLOUR if text else "")})
+    return html_table(
+        table.drop(columns=drop),
+        max_rows=len(table),
+        empty=empty,
+        colours={
+            "result": outcome_colour,
+            FINDINGS_COLUMN: lambda text: WRONG_COLOUR if "culprit" in text else (CAUGHT_COLOUR if text else ""),
+        },
+    )
 
 
 class Html:
@@ -572,15 +678,26 @@ def markdown_html(text: str) -> str:
 def markdown_text(text: str) -> str:
     """The same subset as plain text: the markup removed, whitespace collapsed."""
     pieces = _MD_CODE.split(" ".join(text.split()))
-    return "".join(piece if k % 2 else _MD_EM.sub(lambda m: m.group(1), _MD_BOLD.sub(lambda m: m.group(1), piece))
-                   for k, piece in enumerate(pieces))
+    return "".join(
+        piece if k % 2 else _MD_EM.sub(lambda m: m.group(1), _MD_BOLD.sub(lambda m: m.group(1), piece))
+        for k, piece in enumerate(pieces)
+    )
 
 
 # ------------------------------------------------------------------ sessions
 
 
-SESSION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "reason_code", "reason",
-                         "shared_from")
+SESSION_TABLE_COLUMNS = (
+    "method",
+    "name",
+    "fqn",
+    "lookup",
+    "decision",
+    "same_content",
+    "reason_code",
+    "reason",
+    "shared_from",
+)
 # names and FQNs at a capped width, whole on hover: the collisions (where the share came from
 # narrower), and every decision (two more columns, so all narrower): a 50-decision BART
 # program's tables then fit a notebook at 1440 px with room to spare
@@ -620,20 +737,26 @@ def session_text(session: Any) -> str:
     """A few lines for a terminal: status, decision counts, content check, bytes per method."""
     d, counts, loaded = _session_facts(session)
     program = session.program
-    lines = [f"program {program.name!r} ({len(program.methods)} methods, {program.device}) "
-             f"under policy {session.policy.name.value!r}: {cell_text(session.status)}"]
+    lines = [
+        f"program {program.name!r} ({len(program.methods)} methods, {program.device}) "
+        f"under policy {session.policy.name.value!r}: {cell_text(session.status)}"
+    ]
     if session.error:
         lines.append(f"  error in {session.failed_method!r}: {session.error}")
     lines.append("  decisions: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     culprits, caught = content_summary(d)
     if culprits or caught:
-        lines.append(f"  content check: {culprits} run on other data than their own, {caught} collisions of "
-                     f"different content caught")
+        lines.append(
+            f"  content check: {culprits} run on other data than their own, {caught} collisions of "
+            f"different content caught"
+        )
     if loaded:
         blobs = {m.name: m.blob_bytes for m in program.methods}
         unshared = sum(blobs[r.method] for r in loaded)
-        lines.append(f"  {session.device_bytes:,} constant bytes on device in all "
-                     f"(each of these methods on its own blob: {unshared:,})")
+        lines.append(
+            f"  {session.device_bytes:,} constant bytes on device in all "
+            f"(each of these methods on its own blob: {unshared:,})"
+        )
     for r in loaded:
         flag = "" if r.runnable else "  NOT RUNNABLE: " + "; ".join(r.problems)
         lines.append(f"  {r.method}: {r.device_bytes:,} constant bytes on {r.device}{flag}")
@@ -647,23 +770,38 @@ def session_facts_html(session: Any, *, predicted: bool = False, name: str | Non
     program = session.program
     devices = ", ".join(sorted({cell_text(x) for x in session.devices.values()})) or cell_text(program.device)
     status = "predicted (dry run: nothing loaded or run)" if predicted else cell_text(session.status)
-    facts = [("program", f"{name or program.name} ({len(program.methods)} methods, on {devices})"),
-             ("policy", session.policy.name.value), ("status", status),
-             ("decisions", f"{len(d):,}: " + (", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())) or "none"))]
+    facts = [
+        ("program", f"{name or program.name} ({len(program.methods)} methods, on {devices})"),
+        ("policy", session.policy.name.value),
+        ("status", status),
+        ("decisions", f"{len(d):,}: " + (", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())) or "none")),
+    ]
     if session.error:
         facts.append(("error", f"in {session.failed_method!r}: {session.error}"))
     if loaded:
         blobs = {m.name: m.blob_bytes for m in program.methods}
         unshared = sum(blobs[r.method] for r in loaded)
         on = "would be" if predicted else "are"
-        facts.append(("constant bytes", f"{format_bytes(session.device_bytes)} {on} on the device; "
-                                        f"{format_bytes(unshared)} with each method on its own blob"))
-        facts += [(f"  {r.method}", format_bytes(r.device_bytes) + ("" if r.runnable else
-                                                                   " (NOT RUNNABLE: " + "; ".join(r.problems) + ")"))
-                  for r in loaded]
+        facts.append(
+            (
+                "constant bytes",
+                f"{format_bytes(session.device_bytes)} {on} on the device; "
+                f"{format_bytes(unshared)} with each method on its own blob",
+            )
+        )
+        facts += [
+            (
+                f"  {r.method}",
+                format_bytes(r.device_bytes) + ("" if r.runnable else " (NOT RUNNABLE: " + "; ".join(r.problems) + ")"),
+            )
+            for r in loaded
+        ]
     frame = pd.DataFrame(facts, columns=["fact", "value"])
-    return html_table(frame, max_rows=len(frame), colours={
-        "value": lambda text: WRONG_COLOUR if "NOT RUNNABLE" in text or text.startswith("in '") else ""})
+    return html_table(
+        frame,
+        max_rows=len(frame),
+        colours={"value": lambda text: WRONG_COLOUR if "NOT RUNNABLE" in text or text.startswith("in '") else ""},
+    )
 
 
 def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
@@ -673,48 +811,79 @@ def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
     d, counts, loaded = _session_facts(session)
     program = session.program
     ok = cell_text(session.status) == "loaded"
-    status = (f"<span style=\"color: {'#38761d' if ok else '#cc0000'}; font-weight: bold\">"
-              f"{_escape(cell_text(session.status))}</span>")
-    parts = [f"<p><b>{_escape(program.name)}</b> ({len(program.methods)} methods, {_escape(program.device)}) "
-             f"under policy <b>{_escape(session.policy.name.value)}</b>: {status}</p>"]
+    status = (
+        f'<span style="color: {"#38761d" if ok else "#cc0000"}; font-weight: bold">'
+        f"{_escape(cell_text(session.status))}</span>"
+    )
+    parts = [
+        f"<p><b>{_escape(program.name)}</b> ({len(program.methods)} methods, {_escape(program.device)}) "
+        f"under policy <b>{_escape(session.policy.name.value)}</b>: {status}</p>"
+    ]
     if session.error:
-        parts.append(f"<p style=\"color: #cc0000\">error in {_escape(repr(session.failed_method))}: "
-                     f"{_escape(session.error)}</p>")
-    badges = " ".join(f"<span style=\"background-color: {DECISION_COLOURS.get(k, '#ffffff')}; padding: 1px 6px; "
-                      f"border-radius: 3px\">{_escape(k)} {v}</span>" for k, v in sorted(counts.items()))
+        parts.append(
+            f'<p style="color: #cc0000">error in {_escape(repr(session.failed_method))}: {_escape(session.error)}</p>'
+        )
+    badges = " ".join(
+        f'<span style="background-color: {DECISION_COLOURS.get(k, "#ffffff")}; padding: 1px 6px; '
+        f'border-radius: 3px">{_escape(k)} {v}</span>'
+        for k, v in sorted(counts.items())
+    )
     parts.append(f"<p>{len(d):,} decisions: {badges or 'none'}</p>")
     if loaded:
-        per_method = ", ".join(f"{_escape(r.method)} {format_bytes(r.device_bytes)}" + (
-            "" if r.runnable else " <b>(not runnable)</b>") for r in loaded)
-        parts.append(f"<p>constant bytes on device: {format_bytes(session.device_bytes)} "
-                     f"({session.device_bytes:,}; {per_method})</p>")
+        per_method = ", ".join(
+            f"{_escape(r.method)} {format_bytes(r.device_bytes)}" + ("" if r.runnable else " <b>(not runnable)</b>")
+            for r in loaded
+        )
+        parts.append(
+            f"<p>constant bytes on device: {format_bytes(session.device_bytes)} "
+            f"({session.device_bytes:,}; {per_method})</p>"
+        )
     if len(d):
         culprits, caught = content_summary(d)
         if culprits:
-            parts.append(f"<p><span style=\"{CULPRIT_STYLE}; padding: 1px 6px\">{culprits} constant"
-                         f"{'s' if culprits != 1 else ''} run on other data than their own</span> (the content "
-                         f"differs, the state is another buffer's, or the tensor cannot fill the slot)"
-                         + (f"; {caught} collision{'s' if caught != 1 else ''} of different content caught" if caught
-                            else "") + "</p>")
+            parts.append(
+                f'<p><span style="{CULPRIT_STYLE}; padding: 1px 6px">{culprits} constant'
+                f"{'s' if culprits != 1 else ''} run on other data than their own</span> (the content "
+                f"differs, the state is another buffer's, or the tensor cannot fill the slot)"
+                + (f"; {caught} collision{'s' if caught != 1 else ''} of different content caught" if caught else "")
+                + "</p>"
+            )
         elif caught:
-            parts.append(f"<p>{caught} collision{'s' if caught != 1 else ''} of different content caught "
-                         f"(declined or refused); nothing was shared across different content</p>")
+            parts.append(
+                f"<p>{caught} collision{'s' if caught != 1 else ''} of different content caught "
+                f"(declined or refused); nothing was shared across different content</p>"
+            )
         hits = _collisions(d)
         if len(hits):
-            parts.append(f"<p><b>collisions</b>: {len(hits):,} name{'s' if len(hits) != 1 else ''} already in the "
-                         f"cache when {'their' if len(hits) != 1 else 'its'} method loaded</p>")
+            parts.append(
+                f"<p><b>collisions</b>: {len(hits):,} name{'s' if len(hits) != 1 else ''} already in the "
+                f"cache when {'their' if len(hits) != 1 else 'its'} method loaded</p>"
+            )
             blamed = "culprit" in hits.columns and bool((hits["culprit"].map(cell_text) != "").any())
             # every one of them is a cache hit (no lookup column); the reason is on hover over its
             # code (a 50-row BART program's table then fits a notebook at 1440 px)
-            parts.append(html_table(hits, [c for c in SESSION_TABLE_COLUMNS if c not in ("lookup", "reason")]
-                                    + (["culprit"] if blamed else []), max_rows=max_rows, capped=SESSION_CAPPED,
-                                    more_hint="see session.decisions (the full reason is on hover over its code)"))
+            parts.append(
+                html_table(
+                    hits,
+                    [c for c in SESSION_TABLE_COLUMNS if c not in ("lookup", "reason")]
+                    + (["culprit"] if blamed else []),
+                    max_rows=max_rows,
+                    capped=SESSION_CAPPED,
+                    more_hint="see session.decisions (the full reason is on hover over its code)",
+                )
+            )
         else:
             parts.append(_note("no collisions: no name was already in the cache when its method loaded"))
         # as the collisions: the reason on hover over its code, long names cut (whole on hover)
-        every = html_table(content_check(d), [c for c in SESSION_TABLE_COLUMNS if c != "reason"],
-                           max_rows=SESSION_ALL_ROWS, capped=SESSION_ALL_CAPPED,
-                           more_hint="see session.decisions (the full reason is on hover over its code)")
-        parts.append(f"<details class=\"constshare-all\"><summary>show all {len(d):,} decisions</summary>"
-                     f"<div style=\"max-height: 32em; overflow: auto\">{every}</div></details>")
-    return f"<div class=\"constshare-session\">{''.join(parts)}</div>"
+        every = html_table(
+            content_check(d),
+            [c for c in SESSION_TABLE_COLUMNS if c != "reason"],
+            max_rows=SESSION_ALL_ROWS,
+            capped=SESSION_ALL_CAPPED,
+            more_hint="see session.decisions (the full reason is on hover over its code)",
+        )
+        parts.append(
+            f'<details class="constshare-all"><summary>show all {len(d):,} decisions</summary>'
+            f'<div style="max-height: 32em; overflow: auto">{every}</div></details>'
+        )
+    return f'<div class="constshare-session">{"".join(parts)}</div>'

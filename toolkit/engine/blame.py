@@ -20,23 +20,34 @@ from typing import TYPE_CHECKING, Iterator
 import pandas as pd
 
 from toolkit.core import events as ev
-from toolkit.engine.frames import check_rows, wrong_methods
 from toolkit.core.verdict import STANDALONE, ConstantFinding, DataProblem, ran_wrong
 from toolkit.core.vocab import Decision
+from toolkit.engine.frames import check_rows, wrong_methods
 
 if TYPE_CHECKING:
     from toolkit.engine.loader import ProgramLoad as Session
 
-BLAME_COLUMNS = ["verification", "method", "name", "fqn", "decision", "shared_from", "problem", "swap", "fixes",
-                 "evidence"]
+BLAME_COLUMNS = [
+    "verification",
+    "method",
+    "name",
+    "fqn",
+    "decision",
+    "shared_from",
+    "problem",
+    "swap",
+    "fixes",
+    "evidence",
+]
 
 
 def _passes(session: "Session", method: str | None, sequence: str | None) -> bool:
     """The method (alone), or every step of the sequence, ran and matched its reference."""
     from toolkit.engine.verification import verify_sequence, verify_session
 
-    rows = check_rows(verify_session(session, methods=[method]) if sequence is None else
-                      verify_sequence(session, sequence))
+    rows = check_rows(
+        verify_session(session, methods=[method]) if sequence is None else verify_sequence(session, sequence)
+    )
     return bool(rows) and all(r.ran and not ran_wrong(r) for r in rows)
 
 
@@ -48,7 +59,8 @@ def _candidates(session: "Session", methods: list[str], sequence: str | None) ->
         for d in lm.outcome.decisions:
             if d.decision is Decision.SHARED:
                 f = found.get(d.constant.name) or ConstantFinding(
-                    m, d.constant.name, d.constant.fqn, None, "no difference known between the two tensors")
+                    m, d.constant.name, d.constant.fqn, None, "no difference known between the two tensors"
+                )
                 yield m, d, "own copy", lambda m=m, n=d.constant.name: session.own_copy(m, n), f
     if sequence is None:
         return
@@ -56,8 +68,9 @@ def _candidates(session: "Session", methods: list[str], sequence: str | None) ->
     for buf in session.program.state_buffers():
         holders = {}
         for m in dict.fromkeys(methods):
-            c = next((c for c in session.methods[m].spec.constants if c.fqn == buf.fqn and c.storage == buf.storage),
-                     None)
+            c = next(
+                (c for c in session.methods[m].spec.constants if c.fqn == buf.fqn and c.storage == buf.storage), None
+            )
             if c is not None:
                 holders[m] = c
         writers = [m for m in holders if holders[m].mutated]
@@ -68,14 +81,24 @@ def _candidates(session: "Session", methods: list[str], sequence: str | None) ->
                 if r == w or lm.tensors.get(c.name) is wt or wt is None:
                     continue
                 d = next(d for d in lm.outcome.decisions if d.constant.name == c.name)
-                yield (r, d, f"the writer's tensor ({w})", lambda wt=wt: wt, ConstantFinding(
-                    r, c.name, c.fqn, DataProblem.STATE_NOT_SHARED,
-                    f"state the eager program shares (one buffer written by {w!r}) is not shared: "
-                    f"{r!r} runs on its own copy", f"{w}/{holders[w].name}"))
+                yield (
+                    r,
+                    d,
+                    f"the writer's tensor ({w})",
+                    lambda wt=wt: wt,
+                    ConstantFinding(
+                        r,
+                        c.name,
+                        c.fqn,
+                        DataProblem.STATE_NOT_SHARED,
+                        f"state the eager program shares (one buffer written by {w!r}) is not shared: "
+                        f"{r!r} runs on its own copy",
+                        f"{w}/{holders[w].name}",
+                    ),
+                )
 
 
-def blame(session: "Session", sequence: str | None, v: pd.DataFrame, *, clear_same_bytes: bool = True
-          ) -> pd.DataFrame:
+def blame(session: "Session", sequence: str | None, v: pd.DataFrame, *, clear_same_bytes: bool = True) -> pd.DataFrame:
     """One row per suspect; ``fixes`` True marks a culprit (see the module docstring).
     ``v``: the session's verification (of ``sequence``, or of each method alone);
     ``clear_same_bytes`` False group-tests every suspect (a benchmark's worst case)."""
@@ -84,13 +107,30 @@ def blame(session: "Session", sequence: str | None, v: pd.DataFrame, *, clear_sa
 
     def row(m, d, swap, fixes, f: ConstantFinding, evidence: str) -> None:
         if swap:
-            session.log.record(ev.CulpritTried, m, name=d.constant.name, fqn=d.constant.fqn, verification=label,
-                               swap=swap, fixes=fixes, evidence=evidence)
-        rows.append({"verification": label, "method": m, "name": d.constant.name, "fqn": d.constant.fqn,
-                     "decision": d.decision.value,
-                     "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}" if d.shared_from else "",
-                     "problem": f.problem.value if f.problem else "", "swap": swap, "fixes": fixes,
-                     "evidence": evidence})
+            session.log.record(
+                ev.CulpritTried,
+                m,
+                name=d.constant.name,
+                fqn=d.constant.fqn,
+                verification=label,
+                swap=swap,
+                fixes=fixes,
+                evidence=evidence,
+            )
+        rows.append(
+            {
+                "verification": label,
+                "method": m,
+                "name": d.constant.name,
+                "fqn": d.constant.fqn,
+                "decision": d.decision.value,
+                "shared_from": f"{d.shared_from.owner_method}/{d.shared_from.name}" if d.shared_from else "",
+                "problem": f.problem.value if f.problem else "",
+                "swap": swap,
+                "fixes": fixes,
+                "evidence": evidence,
+            }
+        )
 
     for m, lm in session.methods.items():  # the guard already knows these: nothing to run
         if not lm.runnable:
@@ -110,8 +150,15 @@ def blame(session: "Session", sequence: str | None, v: pd.DataFrame, *, clear_sa
         for cand in _candidates(session, scope, sequence):
             m, d, swap, _make, f = cand
             if clear_same_bytes and _same_bytes(session, d):
-                row(m, d, swap, False, f, "not run: its recorded sha256 and layout are those of the tensor it "
-                                          "shares, so its own copy would hold the same bytes")
+                row(
+                    m,
+                    d,
+                    swap,
+                    False,
+                    f,
+                    "not run: its recorded sha256 and layout are those of the tensor it "
+                    "shares, so its own copy would hold the same bytes",
+                )
             else:
                 suspects.append(cand)
         search = _GroupTest(session, fixed)
@@ -121,11 +168,20 @@ def blame(session: "Session", sequence: str | None, v: pd.DataFrame, *, clear_sa
         for cand in suspects:
             m, d, swap, _make, f = cand
             if id(cand) in culprits:
-                row(m, d, f"{swap}, with {len(needed) - 1} more swaps" if len(needed) > 1 else swap, True, f,
-                    f.evidence)
+                row(
+                    m, d, f"{swap}, with {len(needed) - 1} more swaps" if len(needed) > 1 else swap, True, f, f.evidence
+                )
             else:
-                row(m, d, swap, False, f, f.evidence if id(cand) in tried_alone else
-                    f"not needed: {_culprits_swap(needed)} without this one. {f.evidence}")
+                row(
+                    m,
+                    d,
+                    swap,
+                    False,
+                    f,
+                    f.evidence
+                    if id(cand) in tried_alone
+                    else f"not needed: {_culprits_swap(needed)} without this one. {f.evidence}",
+                )
     session.reset_state()
     frame = _frame(rows)
     frame.attrs["experiments"] = experiments
@@ -145,9 +201,12 @@ def _same_bytes(session: "Session", d) -> bool:
         return False
     s = next((c for c in owner.spec.constants if c.name == src.name), None)
     c = d.constant
-    return s is not None and not (c.mutated or s.mutated) and \
-        (s.digest, s.dtype, s.shape, s.strides, s.storage_offset, s.nbytes) == \
-        (c.digest, c.dtype, c.shape, c.strides, c.storage_offset, c.nbytes)
+    return (
+        s is not None
+        and not (c.mutated or s.mutated)
+        and (s.digest, s.dtype, s.shape, s.strides, s.storage_offset, s.nbytes)
+        == (c.digest, c.dtype, c.shape, c.strides, c.storage_offset, c.nbytes)
+    )
 
 
 class _GroupTest:
@@ -163,13 +222,13 @@ class _GroupTest:
         for layer in self._layers(suspects):
             group, passed = layer, False
             while len(group) > 1:  # one culprit: halve, trusting the other half when one does not fix it
-                half = group[:len(group) // 2]
+                half = group[: len(group) // 2]
                 passed = self.passes(half)
                 if passed:
                     group = half
                 else:
                     cleared += half
-                    group = group[len(group) // 2:]
+                    group = group[len(group) // 2 :]
                 self._keep(group)
             if passed or self.passes(group):
                 return group, cleared
@@ -187,8 +246,14 @@ class _GroupTest:
             slot = (cand[0], cand[1].constant.name)
             current = id(self.session.methods[cand[0]].tensors.get(slot[1]))
             given = id(self._replacement(cand)) if cand[2] != "own copy" else None  # an own copy is new
-            layer = next((ly for ly in layers if slot not in ly["slots"] and current not in ly["given"]
-                          and given not in ly["taken"]), None)
+            layer = next(
+                (
+                    ly
+                    for ly in layers
+                    if slot not in ly["slots"] and current not in ly["given"] and given not in ly["taken"]
+                ),
+                None,
+            )
             if layer is None:
                 layers.append(layer := {"members": [], "slots": set(), "given": set(), "taken": set()})
             layer["members"].append(cand)
@@ -238,7 +303,7 @@ class _GroupTest:
         fixes it and ``base`` alone does not."""
         if len(group) == 1:
             return group
-        a, b = group[:len(group) // 2], group[len(group) // 2:]
+        a, b = group[: len(group) // 2], group[len(group) // 2 :]
         if self.passes(base + a):
             return self._reduce(a, base)
         if self.passes(base + b):

@@ -13,22 +13,64 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from toolkit.core.verdict import CheckRow, ConstantFinding, MethodVerdict, Verdict, ran_wrong
 from toolkit.core.events import (
-    CacheLookup, CulpritTried, Decided, DigestCompared, Event, EventLog, FieldCompared, MemorySampled,
+    CacheLookup,
+    CulpritTried,
+    Decided,
+    DigestCompared,
+    Event,
+    EventLog,
+    FieldCompared,
+    MemorySampled,
 )
+from toolkit.core.verdict import CheckRow, ConstantFinding, MethodVerdict, Verdict, ran_wrong
 
 LOOKUP_COLUMNS = ["seq", "method", "name", "fqn", "storage_key", "result", "cached_owner"]
 COMPARISON_COLUMNS = ["seq", "method", "name", "fqn", "field", "cached", "new", "equal"]
 DECISION_COLUMNS = [
-    "seq", "method", "device", "name", "fqn", "storage_key", "constant_kind", "mutated", "lookup", "decision", "reason_code",
-    "reason", "origin", "shared_from", "nbytes", "dtype", "shape", "strides", "digest", "cached_method",
-    "cached_dtype", "cached_shape", "cached_strides", "cached_digest", "slot_problem", "data_problem", "upstream_keeps",
+    "seq",
+    "method",
+    "device",
+    "name",
+    "fqn",
+    "storage_key",
+    "constant_kind",
+    "mutated",
+    "lookup",
+    "decision",
+    "reason_code",
+    "reason",
+    "origin",
+    "shared_from",
+    "nbytes",
+    "dtype",
+    "shape",
+    "strides",
+    "digest",
+    "cached_method",
+    "cached_dtype",
+    "cached_shape",
+    "cached_strides",
+    "cached_digest",
+    "slot_problem",
+    "data_problem",
+    "upstream_keeps",
     "culprit",
 ]
 MEMORY_COLUMNS = ["seq", "time_s", "method", "device", "phase", "bytes_in_use", "measure"]
-METHOD_RESULT_COLUMNS = ["policy", "method", "device", "status", "whole_blob", "blob_bytes", "own_upload_bytes",
-                         "device_bytes", "runnable", "problems", "error"]
+METHOD_RESULT_COLUMNS = [
+    "policy",
+    "method",
+    "device",
+    "status",
+    "whole_blob",
+    "blob_bytes",
+    "own_upload_bytes",
+    "device_bytes",
+    "runnable",
+    "problems",
+    "error",
+]
 # A dry run's decisions (toolkit.analyze): the decision table without its event sequence
 # number, plus the policy and what the method as a whole would do.
 ANALYSIS_COLUMNS = ["policy"] + DECISION_COLUMNS[1:] + ["whole_blob", "method_status"]
@@ -75,7 +117,8 @@ def _row_keys(event_type: type[Event]) -> tuple[str, ...]:
     keys = _ROW_KEYS.get(event_type)
     if keys is None:
         keys = _ROW_KEYS[event_type] = ("seq", "time_s", "kind") + tuple(
-            f.name for f in fields(event_type) if f.name not in ("seq", "time_s"))
+            f.name for f in fields(event_type) if f.name not in ("seq", "time_s")
+        )
     return keys
 
 
@@ -86,8 +129,9 @@ def _row_values(values: list[Any]) -> list[Any]:
     return values
 
 
-def rows_frame(rows: list[dict[str, Any]], *, kind: str | None = None, columns: list[str] | None = None
-               ) -> pd.DataFrame:
+def rows_frame(
+    rows: list[dict[str, Any]], *, kind: str | None = None, columns: list[str] | None = None
+) -> pd.DataFrame:
     """Event rows (``Event.row()`` dicts, e.g. streamed by an isolated worker) as a frame.
 
     ``kind`` keeps one kind of event; without ``columns`` the columns are the union of fields.
@@ -188,15 +232,22 @@ def _with_culprits(frame: pd.DataFrame, blamed: Iterable[tuple[str, str, str]]) 
 def decisions_frame(log: EventLog) -> pd.DataFrame:
     """One row per decision; ``culprit`` names the verifications (``standalone`` or a sequence)
     that blame (``session.blame()``) found this decision to break, "" otherwise."""
-    return _with_culprits(_columns(log, Decided, DECISION_COLUMNS[:-1]),
-                          ((e.method, e.name, e.verification) for e in log.of_type(CulpritTried) if e.fixes))
+    return _with_culprits(
+        _columns(log, Decided, DECISION_COLUMNS[:-1]),
+        ((e.method, e.name, e.verification) for e in log.of_type(CulpritTried) if e.fixes),
+    )
 
 
 def decisions_from_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The decisions frame from streamed event rows (an isolated worker's), culprits included."""
-    return _with_culprits(rows_frame(rows, kind="decided", columns=DECISION_COLUMNS[:-1]),
-                          ((r.get("method"), r.get("name"), str(r.get("verification", ""))) for r in rows
-                           if r.get("kind") == "culprit_tried" and r.get("fixes")))
+    return _with_culprits(
+        rows_frame(rows, kind="decided", columns=DECISION_COLUMNS[:-1]),
+        (
+            (r.get("method"), r.get("name"), str(r.get("verification", "")))
+            for r in rows
+            if r.get("kind") == "culprit_tried" and r.get("fixes")
+        ),
+    )
 
 
 def memory_frame(log: EventLog) -> pd.DataFrame:
@@ -205,10 +256,22 @@ def memory_frame(log: EventLog) -> pd.DataFrame:
 
 def method_results_frame(results: Iterable[Any], *, policy: str) -> pd.DataFrame:
     """One row per method of a load: status, whole blob or not, bytes put on the device."""
-    rows = [{"policy": policy, "method": r.method, "device": r.device, "status": _plain(r.status),
-             "whole_blob": r.whole_blob, "blob_bytes": r.blob_bytes, "own_upload_bytes": r.own_upload_bytes,
-             "device_bytes": r.device_bytes, "runnable": r.runnable, "problems": "; ".join(r.problems),
-             "error": r.error} for r in results]
+    rows = [
+        {
+            "policy": policy,
+            "method": r.method,
+            "device": r.device,
+            "status": _plain(r.status),
+            "whole_blob": r.whole_blob,
+            "blob_bytes": r.blob_bytes,
+            "own_upload_bytes": r.own_upload_bytes,
+            "device_bytes": r.device_bytes,
+            "runnable": r.runnable,
+            "problems": "; ".join(r.problems),
+            "error": r.error,
+        }
+        for r in results
+    ]
     return pd.DataFrame(rows, columns=METHOD_RESULT_COLUMNS)
 
 
@@ -241,19 +304,31 @@ def decision_counts(decisions: pd.DataFrame) -> dict[str, int]:
 
 def verdict_frames(verdict: Verdict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A verdict as two frames: one row per method (its outcome), one per constant it runs on other data for."""
+
     def frame(items, kind) -> pd.DataFrame:
         names = [f.name for f in fields(kind)]
-        return pd.DataFrame([{"policy": verdict.policy, **{n: _plain(getattr(x, n)) for n in names}} for x in items],
-                            columns=["policy", *names])
+        return pd.DataFrame(
+            [{"policy": verdict.policy, **{n: _plain(getattr(x, n)) for n in names}} for x in items],
+            columns=["policy", *names],
+        )
 
     return frame(verdict.methods, MethodVerdict), frame(verdict.constants, ConstantFinding)
 
 
 def check_rows(verification: "pd.DataFrame") -> list[CheckRow]:
     """A verification frame (``Session.verify()``, of methods alone or of a sequence) as the verdict's rows."""
-    return [CheckRow(str(r["method"]), bool(r["ran"]), None if pd.isna(r["ok"]) else bool(r["ok"]), str(r.get("reason", "")),
-                     int(r["step"]) if "step" in r else None, str(r.get("oracle") or ""),
-                     str(r.get("oracle_detail") or "")) for r in verification.to_dict("records")]
+    return [
+        CheckRow(
+            str(r["method"]),
+            bool(r["ran"]),
+            None if pd.isna(r["ok"]) else bool(r["ok"]),
+            str(r.get("reason", "")),
+            int(r["step"]) if "step" in r else None,
+            str(r.get("oracle") or ""),
+            str(r.get("oracle_detail") or ""),
+        )
+        for r in verification.to_dict("records")
+    ]
 
 
 def wrong_methods(verification: "pd.DataFrame | None") -> list[str]:

@@ -17,13 +17,23 @@ import torch
 
 from toolkit.core.errors import ProgramError
 from toolkit.core.model import MethodSpec, PackedLocation, Program
-from toolkit.sources.binary import Bytes, MappedFile, root
 from toolkit.core.vocab import ProgramFormat
+from toolkit.sources.binary import Bytes, MappedFile, root
 
 SMALL_INT_RANGE = 4
 # ExecuTorch's ScalarType (runtime/core/portable_type/scalar_type.h) -> torch dtype name
-_SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
-                 7: "float64", 11: "bool", 15: "bfloat16"}
+_SCALAR_TYPES = {
+    0: "uint8",
+    1: "int8",
+    2: "int16",
+    3: "int32",
+    4: "int64",
+    5: "float16",
+    6: "float32",
+    7: "float64",
+    11: "bool",
+    15: "bfloat16",
+}
 _TENSOR_TAG = 5  # KernelTypes union tag of Tensor (0 is NONE): schema/program.fbs
 
 
@@ -67,13 +77,27 @@ def input_specs(program: Program, spec: MethodSpec) -> list[InputSpec] | None:
         from safetensors import safe_open
 
         with safe_open(str(program.path(spec.reference_file)), "pt") as f:
-            return [InputSpec(_ST_DTYPES[f.get_slice(f"input.{i}").get_dtype()],
-                              tuple(f.get_slice(f"input.{i}").get_shape())) for i in range(spec.num_inputs)]
+            return [
+                InputSpec(
+                    _ST_DTYPES[f.get_slice(f"input.{i}").get_dtype()], tuple(f.get_slice(f"input.{i}").get_shape())
+                )
+                for i in range(spec.num_inputs)
+            ]
     return None
 
 
-_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-              "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+_ST_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 
 
 def int_bound(spec: MethodSpec) -> tuple[int, str]:
@@ -81,12 +105,13 @@ def int_bound(spec: MethodSpec) -> tuple[int, str]:
     rows = [c.shape[0] for c in spec.constants if len(c.shape) == 2 and c.shape[0] > 0]
     if rows and min(rows) < SMALL_INT_RANGE:
         return min(rows), f"the rows of the method's smallest 2-D constant ({min(rows)})"
-    return SMALL_INT_RANGE, f"a small range (every 2-D constant has at least {SMALL_INT_RANGE} rows)" if rows \
-        else "a small range"
+    return (
+        SMALL_INT_RANGE,
+        f"a small range (every 2-D constant has at least {SMALL_INT_RANGE} rows)" if rows else "a small range",
+    )
 
 
-def generate(program: Program, spec: MethodSpec, draws: int, seed: int
-             ) -> tuple[list[list[torch.Tensor]], str] | None:
+def generate(program: Program, spec: MethodSpec, draws: int, seed: int) -> tuple[list[list[torch.Tensor]], str] | None:
     """``draws`` random input sets for ``spec`` and one sentence saying how; None where the program
     does not declare its inputs."""
     specs = input_specs(program, spec)
@@ -108,6 +133,9 @@ def generate(program: Program, spec: MethodSpec, draws: int, seed: int
         sets.append(one)
     source = "the .pte's execution plan" if program.format is ProgramFormat.PTE else "the program's reference inputs"
     shown = ", ".join(f"{s.dtype}{list(s.shape)}" for s in specs) or "no inputs"
-    ints = f"; integers in [0, {bound}): {why}" if any(not getattr(torch, s.dtype).is_floating_point
-                                                       for s in specs) else ""
+    ints = (
+        f"; integers in [0, {bound}): {why}"
+        if any(not getattr(torch, s.dtype).is_floating_point for s in specs)
+        else ""
+    )
     return sets, f"{draws} draws (seed {seed}) of {shown} (dtypes, shapes: {source}): floats standard normal{ints}"

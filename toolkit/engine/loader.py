@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from toolkit.core import events as ev
-from toolkit.engine import frames as tables
 from toolkit.core.cache import CacheEntry, SharedConstantCache
 from toolkit.core.errors import LoadError, ProgramError, ToolkitError
-from toolkit.integrity import check_files
 from toolkit.core.model import ConstantSpec, MethodSpec, Program, TensorMeta, shown
 from toolkit.core.options import LoadOptions
 from toolkit.core.policies import ExportRefusal, MethodView, Outcome, Plan, Policy, slot_problem
-from toolkit.runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes
 from toolkit.core.verdict import ConstantFinding, find_problem
 from toolkit.core.vocab import ConstantKind, Decision, Lookup, Members, MethodStatus, SessionStatus, Stage, TensorOrigin
+from toolkit.engine import frames as tables
+from toolkit.integrity import check_files
+from toolkit.runtimes import Device, MethodRuntime, Runtime, aligned_slot_bytes
 
 # the members per-constant code reads, as plain attributes (vocab.Members: 0.12 us each off the enum on 3.11)
 _Decision, _TensorOrigin = Members(Decision), Members(TensorOrigin)
@@ -121,9 +121,17 @@ class ProgramLoad:
     bytes move and are checked; ``check_integrity``, when given, overrides it.
     """
 
-    def __init__(self, program: Program, policy: Policy, devices: Mapping[str, Device], *, record: bool = True,
-                 check_integrity: bool | None = None, runtime: Runtime | None = None,
-                 options: LoadOptions | None = None):
+    def __init__(
+        self,
+        program: Program,
+        policy: Policy,
+        devices: Mapping[str, Device],
+        *,
+        record: bool = True,
+        check_integrity: bool | None = None,
+        runtime: Runtime | None = None,
+        options: LoadOptions | None = None,
+    ):
         self.program = program
         self.policy = policy
         self.devices = dict(devices)
@@ -134,8 +142,9 @@ class ProgramLoad:
         self.cache = SharedConstantCache()
         self.methods: dict[str, LoadedMethod] = {}
         self._held = 0  # sum of device_bytes over self.methods, kept as they come and go
-        self.results: dict[str, MethodResult] = {m.name: MethodResult(m.name, str(self.devices[m.name]))
-                                                 for m in program.methods}
+        self.results: dict[str, MethodResult] = {
+            m.name: MethodResult(m.name, str(self.devices[m.name])) for m in program.methods
+        }
         self.status = SessionStatus.NOT_LOADED
         self.load_outcome = SessionStatus.NOT_LOADED  # what load() came to; kept after close()
         self.error: str | None = None
@@ -161,8 +170,7 @@ class ProgramLoad:
         return self.options.check_integrity
 
     # ------------------------------------------------------------------ loading
-    def load(self, progress: bool = False, on_progress: Callable[[int, int, str], None] | None = None
-             ) -> "ProgramLoad":
+    def load(self, progress: bool = False, on_progress: Callable[[int, int, str], None] | None = None) -> "ProgramLoad":
         """Load every method not loaded yet, in order (see :class:`~toolkit.core.vocab.SessionStatus`).
 
         ``progress``: a bar (:func:`toolkit.display.progress.progress_bar`); ``on_progress(done, total,
@@ -175,16 +183,21 @@ class ProgramLoad:
         from toolkit.display.progress import progress_bar
 
         if self.status is not SessionStatus.NOT_LOADED:
-            raise LoadError(f"session of {self.program.name!r} under {self.policy.name.value!r} is "
-                            f"{self.status.value}: load a new session (toolkit.load_program) instead")
+            raise LoadError(
+                f"session of {self.program.name!r} under {self.policy.name.value!r} is "
+                f"{self.status.value}: load a new session (toolkit.load_program) instead"
+            )
         t0 = time.perf_counter()
         specs = [m for m in self.program.methods if m.name not in self.methods]
         # per constant, the method in the postfix: a 10,000-constant method moves while it loads
         total = sum(len(s.constants) for s in specs)
         self._on_progress, self._progress_at = on_progress, [0, total, ""]
-        bar = progress_bar(total=total, enabled=progress,
-                           desc=f"{'loading' if self.runtime.can_run else 'dry run'} ({self.policy.name})",
-                           unit="constant")
+        bar = progress_bar(
+            total=total,
+            enabled=progress,
+            desc=f"{'loading' if self.runtime.can_run else 'dry run'} ({self.policy.name})",
+            unit="constant",
+        )
         self._bar = None if bar.disable else bar  # a bar that shows nothing is not advanced per constant
         try:
             refusal = self.export_refusal()
@@ -197,12 +210,18 @@ class ProgramLoad:
                 # Every method's files at once (one file shared by two methods is checked once); a
                 # failure is the first method's, in load order, that uses the failing file.
                 try:
-                    check_files(self.program.root, self.program.files, [r for spec in specs for r in spec.files],
-                                self.options, when_read=_blobs_only(specs, self.options))
+                    check_files(
+                        self.program.root,
+                        self.program.files,
+                        [r for spec in specs for r in spec.files],
+                        self.options,
+                        when_read=_blobs_only(specs, self.options),
+                    )
                 except ToolkitError as e:
                     bad = getattr(e, "path", None)
-                    spec = next((sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)),
-                                specs[0])
+                    spec = next(
+                        (sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)), specs[0]
+                    )
                     self.log.record(ev.LoadFailed, spec.name, error=str(e))
                     self._fail(spec.name, e)
                     return self
@@ -238,8 +257,10 @@ class ProgramLoad:
         self.results[method].mark_failed(str(e))
 
     def _views(self) -> list[MethodView]:
-        return [MethodView(m.name, self.devices[m.name].type, self.devices[m.name].index, m.constants)
-                for m in self.program.methods]
+        return [
+            MethodView(m.name, self.devices[m.name].type, self.devices[m.name].index, m.constants)
+            for m in self.program.methods
+        ]
 
     def export_refusal(self) -> ExportRefusal | None:
         """The modelled exporter's refusal of this program (:meth:`Policy.export`), or None.
@@ -258,8 +279,15 @@ class ProgramLoad:
             for d in outcome.decisions:
                 if d.digest_comparison is not None:
                     dc = d.digest_comparison
-                    self.log.record(ev.DigestCompared, view.name, name=d.constant.name, fqn=d.constant.fqn,
-                                    cached=dc.cached, new=dc.new, equal=dc.equal)
+                    self.log.record(
+                        ev.DigestCompared,
+                        view.name,
+                        name=d.constant.name,
+                        fqn=d.constant.fqn,
+                        cached=dc.cached,
+                        new=dc.new,
+                        equal=dc.equal,
+                    )
             self._record_decisions(view.name, self.devices[view.name], outcome, Plan(view, (), False, ""), {})
         self.log.record(ev.LoadFailed, refusal.method, error=refusal.message)
         for name in self.program.method_names:
@@ -313,8 +341,9 @@ class ProgramLoad:
     def _sample_memory(self, method: str, device: Device, phase: str, pending: LoadedMethod | None = None) -> bool:
         """Record the bytes in use on ``device``; True when the runtime measured them (not the accounting)."""
         measured = self.runtime.bytes_in_use(device, sync=True)
-        used, measure = measured if measured is not None else (self._held_bytes(pending),
-                                                               "constant bytes held by the loader")
+        used, measure = (
+            measured if measured is not None else (self._held_bytes(pending), "constant bytes held by the loader")
+        )
         self._peak = max(self._peak, used)
         self.log.record(ev.MemorySampled, method, device=str(device), phase=phase, bytes_in_use=used, measure=measure)
         return measured is not None
@@ -339,8 +368,13 @@ class ProgramLoad:
         so = self.program.path(spec.so_file) if self.program.root is not None else Path(spec.so_file)
         self.log.record(ev.LoadStarted, m, policy=self.policy.name.value, device=str(device), so_path=str(so))
         if self.check_integrity:  # a .so runs code when opened: check it first (free if load() just did)
-            check_files(self.program.root, self.program.files, (spec.so_file, spec.blob_file), self.options,
-                        when_read=_blobs_only([spec], self.options))
+            check_files(
+                self.program.root,
+                self.program.files,
+                (spec.so_file, spec.blob_file),
+                self.options,
+                when_read=_blobs_only([spec], self.options),
+            )
         self._peak = 0
         self._sample_memory(m, device, "before")
         t = time.perf_counter()
@@ -352,10 +386,15 @@ class ProgramLoad:
         plan = self.policy.plan(view, self.cache)
         lookups = plan.lookups
         if lookups:  # one record for the method's lookups, as columns
-            self.log.record_batch(ev.CacheLookup, m, name=[lr.constant.name for lr in lookups],
-                                  fqn=[lr.constant.fqn for lr in lookups], result=[lr.result for lr in lookups],
-                                  cached_owner=[lr.entry.owner_method if lr.entry else "" for lr in lookups],
-                                  storage_key=[lr.key for lr in lookups])
+            self.log.record_batch(
+                ev.CacheLookup,
+                m,
+                name=[lr.constant.name for lr in lookups],
+                fqn=[lr.constant.fqn for lr in lookups],
+                result=[lr.result for lr in lookups],
+                cached_owner=[lr.entry.owner_method if lr.entry else "" for lr in lookups],
+                storage_key=[lr.key for lr in lookups],
+            )
 
         loaded = LoadedMethod(spec, device, handle, outcome=Outcome(m, ()))
         extracted: Mapping[str, Any] = {}
@@ -366,8 +405,9 @@ class ProgramLoad:
             loaded.whole_blob_bytes = result.blob_bytes = spec.blob_bytes
             result.whole_blob = True
             self._probe_peak(device, loaded)
-            self.log.record(ev.BlobUploaded, m, bytes=spec.blob_bytes, seconds=time.perf_counter() - t,
-                         why=plan.blob_reason)
+            self.log.record(
+                ev.BlobUploaded, m, bytes=spec.blob_bytes, seconds=time.perf_counter() - t, why=plan.blob_reason
+            )
             extracted = handle.extract()
             self.log.record(ev.ConstantsExtracted, m, count=len(extracted))
             new_meta = {n: self.runtime.facts(x)[0] for n, x in extracted.items()}
@@ -379,8 +419,9 @@ class ProgramLoad:
             self._record_decisions(m, device, outcome, plan, {})
             for d in outcome.decisions:
                 if d.upstream_keeps:
-                    self.log.record(ev.CacheEntryLeftUpstream, m, name=d.constant.name, fqn=d.constant.fqn,
-                                    reason=d.reason)
+                    self.log.record(
+                        ev.CacheEntryLeftUpstream, m, name=d.constant.name, fqn=d.constant.fqn, reason=d.reason
+                    )
             raise LoadError(outcome.failure)
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
@@ -389,8 +430,9 @@ class ProgramLoad:
         # events (toolkit.workflows.isolation) keeps those before a crash; a runtime whose uploads run none (the dry run)
         # has them recorded as one batch once they are done (the same events, the batch's time)
         t = time.perf_counter()
-        done: dict[str, list[Any]] | None = (None if self.runtime.native_uploads else
-                                             {"name": [], "fqn": [], "bytes": [], "seconds": [], "path": []})
+        done: dict[str, list[Any]] | None = (
+            None if self.runtime.native_uploads else {"name": [], "fqn": [], "bytes": [], "seconds": [], "path": []}
+        )
         if done is not None:
             names, fqns, sizes, times, paths = (v.append for v in done.values())
         try:
@@ -400,8 +442,9 @@ class ProgramLoad:
                 self._probe_peak(device, loaded)
                 now = time.perf_counter()
                 if done is None:
-                    self.log.record(ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t,
-                                    path=how)
+                    self.log.record(
+                        ev.ConstantUploaded, m, name=c.name, fqn=c.fqn, bytes=c.nbytes, seconds=now - t, path=how
+                    )
                 else:
                     names(c.name)
                     fqns(c.fqn)
@@ -418,12 +461,21 @@ class ProgramLoad:
         install: dict[str, Any] = {}
         problems: dict[str, str] = {}
         runs: dict[str, Any] = {}  # the tensor each slot runs on (shared from this blob: another slot's)
-        own_tensors, from_cache, uploaded, shared = (loaded.own_tensors, _TensorOrigin.CACHE, _TensorOrigin.OWN_UPLOAD,
-                                                     _Decision.SHARED)
+        own_tensors, from_cache, uploaded, shared = (
+            loaded.own_tensors,
+            _TensorOrigin.CACHE,
+            _TensorOrigin.OWN_UPLOAD,
+            _Decision.SHARED,
+        )
         for d in outcome.decisions:
             name, origin = d.constant.name, d.origin
-            runs[name] = (d.shared_from.tensor if origin is from_cache else own_tensors[name] if origin is uploaded else
-                          extracted.get(d.shared_from.name if d.decision is shared else name))
+            runs[name] = (
+                d.shared_from.tensor
+                if origin is from_cache
+                else own_tensors[name]
+                if origin is uploaded
+                else extracted.get(d.shared_from.name if d.decision is shared else name)
+            )
         facts, dtype, dindex = self.runtime.facts, device.type, device.index
         for d in outcome.install:
             tensor = runs[d.constant.name]
@@ -458,22 +510,43 @@ class ProgramLoad:
                         tensor, keep = extracted[d.constant.name], handle
                     else:
                         tensor, keep = loaded.own_tensors[d.constant.name], None
-                    entry = CacheEntry(fqn=d.cache_key, name=d.constant.name, owner_method=m,
-                                       meta=self.runtime.facts(tensor)[0], digest=d.constant.digest,
-                                       nbytes=d.constant.nbytes, tensor=tensor, keepalive=keep, users={m},
-                                       mutated=d.constant.mutated, storage=d.constant.storage)
+                    entry = CacheEntry(
+                        fqn=d.cache_key,
+                        name=d.constant.name,
+                        owner_method=m,
+                        meta=self.runtime.facts(tensor)[0],
+                        digest=d.constant.digest,
+                        nbytes=d.constant.nbytes,
+                        tensor=tensor,
+                        keepalive=keep,
+                        users={m},
+                        mutated=d.constant.mutated,
+                        storage=d.constant.storage,
+                    )
                     self.cache.add(entry)
                     added.append((d.constant, entry))
                 elif d.decision is _Decision.SHARED and d.origin is _TensorOrigin.CACHE:
                     self.cache.add_user(d.shared_from, m)
         finally:
             if added:
-                self.log.record_batch(ev.CacheEntryAdded, m, name=[c.name for c, _ in added],
-                                      fqn=[c.fqn for c, _ in added], owner_kind=[e.owner_kind for _, e in added])
+                self.log.record_batch(
+                    ev.CacheEntryAdded,
+                    m,
+                    name=[c.name for c, _ in added],
+                    fqn=[c.fqn for c, _ in added],
+                    owner_kind=[e.owner_kind for _, e in added],
+                )
         measured = self._sample_memory(m, device, "after", pending=loaded)
-        self.log.record(ev.MemorySampled, m, device=str(device), phase="peak", bytes_in_use=self._peak,
-                        measure="max of cudaMemGetInfo after each allocating step" if measured
-                        else "max of constant bytes held by the loader")
+        self.log.record(
+            ev.MemorySampled,
+            m,
+            device=str(device),
+            phase="peak",
+            bytes_in_use=self._peak,
+            measure="max of cudaMemGetInfo after each allocating step"
+            if measured
+            else "max of constant bytes held by the loader",
+        )
         self.log.record(ev.MethodLoaded, m, runnable=loaded.runnable, seconds=time.perf_counter() - t_start)
         self._advance(len(spec.constants) - len(loaded.own_tensors))  # the rest: shared, from the blob, ...
         return loaded
@@ -496,10 +569,16 @@ class ProgramLoad:
         if set(slots) != set(declared):
             raise ProgramError(
                 f"method {m!r}: the .so's constants {sorted(set(slots) ^ set(declared))[:5]} differ from the manifest's",
-                path=so, field=f"methods[{m}].constants")
+                path=so,
+                field=f"methods[{m}].constants",
+            )
         if compiled.blob_bytes is not None and spec.constants and compiled.blob_bytes != spec.blob_bytes:
-            raise ProgramError(f"method {m!r}: the .so reads a {compiled.blob_bytes}-byte weights blob, the "
-                               f"manifest says {spec.blob_bytes}", path=so, field=f"methods[{m}].blob_bytes")
+            raise ProgramError(
+                f"method {m!r}: the .so reads a {compiled.blob_bytes}-byte weights blob, the "
+                f"manifest says {spec.blob_bytes}",
+                path=so,
+                field=f"methods[{m}].blob_bytes",
+            )
         checked: list[ConstantSpec] = []  # enumerated: recorded as one batch, also when one is refused
         try:
             self._check_slots(spec, slots, compiled, so, checked)
@@ -508,33 +587,53 @@ class ProgramLoad:
 
     def _enumerated(self, m: str, constants: "list[ConstantSpec] | tuple[ConstantSpec, ...]") -> None:
         if constants:
-            self.log.record_batch(ev.ConstantEnumerated, m, name=[c.name for c in constants],
-                                  fqn=[c.fqn for c in constants], dtype=[c.dtype for c in constants])
+            self.log.record_batch(
+                ev.ConstantEnumerated,
+                m,
+                name=[c.name for c in constants],
+                fqn=[c.fqn for c in constants],
+                dtype=[c.dtype for c in constants],
+            )
 
     @staticmethod
-    def _check_slots(spec: MethodSpec, slots: Mapping[str, Any], compiled: Any, so: Path,
-                     checked: list[ConstantSpec]) -> None:
+    def _check_slots(
+        spec: MethodSpec, slots: Mapping[str, Any], compiled: Any, so: Path, checked: list[ConstantSpec]
+    ) -> None:
         m = spec.name
         for c in spec.constants:
             slot = slots[c.name]
             where = f"methods[{m}].constants[{c.name}]"
             if slot.fqn != c.fqn:
-                raise ProgramError(f"constant {c.name!r}: .so says FQN {slot.fqn!r}, manifest says {c.fqn!r}",
-                                   path=so, field=f"{where}.fqn")
+                raise ProgramError(
+                    f"constant {c.name!r}: .so says FQN {slot.fqn!r}, manifest says {c.fqn!r}",
+                    path=so,
+                    field=f"{where}.fqn",
+                )
             # the .so's own dtype is the slot's truth; a manifest that disagrees would size uploads wrongly
             if slot.dtype != "?" and slot.dtype != c.dtype:
-                raise ProgramError(f"constant {c.name!r}: .so was compiled for {slot.dtype}, manifest says {c.dtype}",
-                                   path=so, field=f"{where}.dtype")
+                raise ProgramError(
+                    f"constant {c.name!r}: .so was compiled for {slot.dtype}, manifest says {c.dtype}",
+                    path=so,
+                    field=f"{where}.dtype",
+                )
             # the .so reports the slot's size rounded to its 64-byte alignment (aligned_slot_bytes), or
             # unrounded where AOTInductor packs the blob without padding (every constant on CUDA: a
             # 16-byte counter's slot is 16 bytes, measured on the H200): a lie inside the last 63
             # bytes of a slot cannot be told from it, anything larger can
             if slot.nbytes is not None and slot.nbytes not in (c.nbytes, aligned_slot_bytes(c.nbytes)):
-                raise ProgramError(f"constant {c.name!r}: the .so's slot holds {slot.nbytes} bytes, the manifest's "
-                                   f"dtype/shape/strides {c.nbytes}", path=so, field=f"{where}.nbytes")
+                raise ProgramError(
+                    f"constant {c.name!r}: the .so's slot holds {slot.nbytes} bytes, the manifest's "
+                    f"dtype/shape/strides {c.nbytes}",
+                    path=so,
+                    field=f"{where}.nbytes",
+                )
             if slot.blob_offset is not None and compiled.blob_bytes is not None and slot.blob_offset != c.offset:
-                raise ProgramError(f"constant {c.name!r}: the .so reads it at blob offset {slot.blob_offset}, "
-                                   f"the manifest says {c.offset}", path=so, field=f"{where}.offset")
+                raise ProgramError(
+                    f"constant {c.name!r}: the .so reads it at blob offset {slot.blob_offset}, "
+                    f"the manifest says {c.offset}",
+                    path=so,
+                    field=f"{where}.offset",
+                )
             checked.append(c)
 
     def _record_comparisons(self, m: str, outcome: Outcome) -> None:
@@ -553,8 +652,14 @@ class ProgramLoad:
             if comps:  # the same few tuples repeat (compare_metadata is memoised): columns made once per tuple
                 col = columns.get(id(comps))
                 if col is None or col[5] is not comps:
-                    col = columns[id(comps)] = ([0] * len(comps), [x.field for x in comps], [x.cached for x in comps],
-                                                [x.new for x in comps], [x.equal for x in comps], comps)
+                    col = columns[id(comps)] = (
+                        [0] * len(comps),
+                        [x.field for x in comps],
+                        [x.cached for x in comps],
+                        [x.new for x in comps],
+                        [x.equal for x in comps],
+                        comps,
+                    )
                 c, k = d.constant, len(comps)
                 f_name += [c.name] * k
                 f_fqn += [c.fqn] * k
@@ -568,15 +673,32 @@ class ProgramLoad:
                 kinds.append(1)
         if not kinds:
             return
-        self.log.record_rows(m, (ev.FieldCompared, ev.DigestCompared), kinds, {
-            ev.FieldCompared: {"name": f_name, "fqn": f_fqn, "field": f_field, "cached": f_cached, "new": f_new,
-                               "equal": f_equal},
-            ev.DigestCompared: {"name": [c.name for c, _ in d_rows], "fqn": [c.fqn for c, _ in d_rows],
-                                "cached": [x.cached for _, x in d_rows], "new": [x.new for _, x in d_rows],
-                                "equal": [x.equal for _, x in d_rows]}})
+        self.log.record_rows(
+            m,
+            (ev.FieldCompared, ev.DigestCompared),
+            kinds,
+            {
+                ev.FieldCompared: {
+                    "name": f_name,
+                    "fqn": f_fqn,
+                    "field": f_field,
+                    "cached": f_cached,
+                    "new": f_new,
+                    "equal": f_equal,
+                },
+                ev.DigestCompared: {
+                    "name": [c.name for c, _ in d_rows],
+                    "fqn": [c.fqn for c, _ in d_rows],
+                    "cached": [x.cached for _, x in d_rows],
+                    "new": [x.new for _, x in d_rows],
+                    "equal": [x.equal for _, x in d_rows],
+                },
+            },
+        )
 
-    def _record_decisions(self, m: str, device: Device, outcome: Outcome, plan: Plan,
-                          problems: Mapping[str, str]) -> None:
+    def _record_decisions(
+        self, m: str, device: Device, outcome: Outcome, plan: Plan, problems: Mapping[str, str]
+    ) -> None:
         """Every decision of a method as one record (its columns), and the method's findings."""
         ds = outcome.decisions
         cs = [d.constant for d in ds]
@@ -591,13 +713,32 @@ class ProgramLoad:
                 ref = lr.entry if lr else None
             refs.append(ref)
             if ref:
-                found = find_problem(method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest,
-                                     mutated=c.mutated, storage=c.storage, slot_problem=sp,
-                                     cached_method=ref.owner_method, cached_name=ref.name, cached_digest=ref.digest,
-                                     cached_mutated=ref.mutated, cached_storage=ref.storage)
+                found = find_problem(
+                    method=m,
+                    name=c.name,
+                    fqn=c.fqn,
+                    decision=d.decision,
+                    digest=c.digest,
+                    mutated=c.mutated,
+                    storage=c.storage,
+                    slot_problem=sp,
+                    cached_method=ref.owner_method,
+                    cached_name=ref.name,
+                    cached_digest=ref.digest,
+                    cached_mutated=ref.mutated,
+                    cached_storage=ref.storage,
+                )
             else:
-                found = find_problem(method=m, name=c.name, fqn=c.fqn, decision=d.decision, digest=c.digest,
-                                     mutated=c.mutated, storage=c.storage, slot_problem=sp)
+                found = find_problem(
+                    method=m,
+                    name=c.name,
+                    fqn=c.fqn,
+                    decision=d.decision,
+                    digest=c.digest,
+                    mutated=c.mutated,
+                    storage=c.storage,
+                    slot_problem=sp,
+                )
             if found is not None:
                 findings.append(found)
                 data_problem.append(found.problem.value)
@@ -605,20 +746,37 @@ class ProgramLoad:
                 data_problem.append("")
         if ds:
             self.log.record_batch(
-                ev.Decided, m, device=[str(device)] * len(ds), name=[c.name for c in cs], fqn=[c.fqn for c in cs],
-                constant_kind=[_VALUE[c.kind] for c in cs], mutated=[c.mutated for c in cs],
-                lookup=[_VALUE[d.lookup] for d in ds], decision=[d.decision for d in ds],
-                reason_code=[d.reason_code for d in ds], reason=[d.reason for d in ds], origin=[d.origin for d in ds],
-                shared_from=[f"{d.shared_from.owner_method}/{d.shared_from.name}"
-                             if d.decision is shared and d.shared_from else "" for d in ds],
-                nbytes=[c.nbytes for c in cs], dtype=[c.dtype for c in cs], shape=[shown(c.shape) for c in cs],
-                strides=[shown(c.strides) for c in cs], digest=[c.digest for c in cs],
+                ev.Decided,
+                m,
+                device=[str(device)] * len(ds),
+                name=[c.name for c in cs],
+                fqn=[c.fqn for c in cs],
+                constant_kind=[_VALUE[c.kind] for c in cs],
+                mutated=[c.mutated for c in cs],
+                lookup=[_VALUE[d.lookup] for d in ds],
+                decision=[d.decision for d in ds],
+                reason_code=[d.reason_code for d in ds],
+                reason=[d.reason for d in ds],
+                origin=[d.origin for d in ds],
+                shared_from=[
+                    f"{d.shared_from.owner_method}/{d.shared_from.name}"
+                    if d.decision is shared and d.shared_from
+                    else ""
+                    for d in ds
+                ],
+                nbytes=[c.nbytes for c in cs],
+                dtype=[c.dtype for c in cs],
+                shape=[shown(c.shape) for c in cs],
+                strides=[shown(c.strides) for c in cs],
+                digest=[c.digest for c in cs],
                 cached_method=[r.owner_method if r else "" for r in refs],
                 cached_dtype=[r.meta.dtype if r else "" for r in refs],
                 cached_shape=[shown(r.meta.shape) if r else "" for r in refs],
                 cached_strides=[shown(r.meta.strides) if r else "" for r in refs],
                 cached_digest=[r.digest if r else "" for r in refs],
-                slot_problem=slot, storage_key=[d.key for d in ds], data_problem=data_problem,
+                slot_problem=slot,
+                storage_key=[d.key for d in ds],
+                data_problem=data_problem,
                 upstream_keeps=[d.upstream_keeps for d in ds],
             )
         self.results[m].findings = tuple(findings)
@@ -770,8 +928,9 @@ def default_runtime(options: LoadOptions | None = None) -> Runtime:
     return AotiRuntime(options)
 
 
-def resolve_devices(program: Program, device: "str | Any | Mapping[str, str] | None",
-                    runtime: Runtime | None = None) -> dict[str, Device]:
+def resolve_devices(
+    program: Program, device: "str | Any | Mapping[str, str] | None", runtime: Runtime | None = None
+) -> dict[str, Device]:
     """One device per method: ``None`` picks the program's own kind (cuda / cpu).
 
     ``device`` is a device ('cpu', 'cuda', 'cuda:1') or ``{method: device}`` (unnamed

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from toolkit.core.errors import LoadError
-from toolkit.engine.loader import ProgramLoad, default_runtime, resolve_devices
 from toolkit.core.model import Program
 from toolkit.core.options import LoadOptions, options_from_environment
 from toolkit.core.policies import Policy, get_policy
-from toolkit.runtimes import Runtime
-from toolkit.sources import open_program
-from toolkit.engine.frames import check_rows
 from toolkit.core.verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict, check_oracle
 from toolkit.core.vocab import SessionStatus
+from toolkit.engine.frames import check_rows
+from toolkit.engine.loader import ProgramLoad, default_runtime, resolve_devices
+from toolkit.runtimes import Runtime
+from toolkit.sources import open_program
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,8 +44,9 @@ class Session(ProgramLoad):
         """(inputs, expected outputs) the eager module gave at build time."""
         from toolkit.engine import verification
 
-        return verification.read_reference(self.program, self.program.method(method),
-                                           check_integrity=self.check_integrity)
+        return verification.read_reference(
+            self.program, self.program.method(method), check_integrity=self.check_integrity
+        )
 
     def run(self, method: str, inputs: list | None = None) -> list:
         """Run a loaded method on ``inputs`` (default: its reference inputs)."""
@@ -53,8 +54,15 @@ class Session(ProgramLoad):
             inputs, _ = self.reference(method)
         return super().run(method, inputs if inputs is not None else [])
 
-    def verify(self, sequence: str | None = None, references: "Mapping[str, Any] | None" = None, *,
-               oracle: str = "auto", draws: int = 3, seed: int = 0) -> "pd.DataFrame":
+    def verify(
+        self,
+        sequence: str | None = None,
+        references: "Mapping[str, Any] | None" = None,
+        *,
+        oracle: str = "auto",
+        draws: int = 3,
+        seed: int = 0,
+    ) -> "pd.DataFrame":
         """Run the program against its oracles and compare outputs (a frame, computed once per
         set of loaded methods, references and oracle; a closed session answers with its last one).
 
@@ -78,22 +86,30 @@ class Session(ProgramLoad):
         if sequence is not None:
             self.program.sequence(sequence)  # KeyError naming the sequences there are
             if references is not None:
-                raise ValueError("references= applies to methods run alone; a sequence is checked against the "
-                                 "eager sequence the program stores")
+                raise ValueError(
+                    "references= applies to methods run alone; a sequence is checked against the "
+                    "eager sequence the program stores"
+                )
         key = self._verification_key(sequence) + (oracle, draws, seed)
         hit = self._verifications.get(sequence)
         if references is not None:  # checked and run every time: the caller may change them in place
             if self.status is SessionStatus.CLOSED:
                 raise LoadError("the session is closed: verify with references before close()")
-            hit = (key + ("references",),
-                   verification.verify_session(self, references, oracle=oracle, draws=draws, seed=seed))
+            hit = (
+                key + ("references",),
+                verification.verify_session(self, references, oracle=oracle, draws=draws, seed=seed),
+            )
             self._verifications[sequence] = hit
             return hit[1].copy()
         if self.status is SessionStatus.CLOSED and hit is not None:
             return hit[1].copy()
         if hit is None or hit[0] != key:
-            hit = (key, verification.verify_session(self, oracle=oracle, draws=draws, seed=seed) if sequence is None
-                   else verification.verify_sequence(self, sequence, oracle=oracle))
+            hit = (
+                key,
+                verification.verify_session(self, oracle=oracle, draws=draws, seed=seed)
+                if sequence is None
+                else verification.verify_sequence(self, sequence, oracle=oracle),
+            )
             self._verifications[sequence] = hit
         return hit[1].copy()
 
@@ -136,23 +152,47 @@ class Session(ProgramLoad):
         standalone = self._last_verification(None) if verified else None  # each frame computed once (memoized)
         sequences = {}
         if verified and self.load_outcome is SessionStatus.LOADED:
-            sequences = {q.name: self._last_verification(q.name) for q in self.program.sequences
-                         if self.status is not SessionStatus.CLOSED or q.name in self._verifications}
-        key = (tuple((k, id(v[1])) for k, v in self._verifications.items()),
-               tuple(id(b) for b in self._blames.values()), self.load_outcome)
+            sequences = {
+                q.name: self._last_verification(q.name)
+                for q in self.program.sequences
+                if self.status is not SessionStatus.CLOSED or q.name in self._verifications
+            }
+        key = (
+            tuple((k, id(v[1])) for k, v in self._verifications.items()),
+            tuple(id(b) for b in self._blames.values()),
+            self.load_outcome,
+        )
         if self._verdict is not None and self._verdict[0] == key:
             return self._verdict[1]  # nothing new since: no frame is read again
-        blamed = [BlameRow(r["verification"], r["method"], r["name"], r["fqn"], bool(r["fixes"]),
-                           DataProblem(r["problem"]) if r["problem"] else None, r["evidence"], r["shared_from"])
-                  for b in self._blames.values() for r in b.to_dict("records") if r["swap"]]
+        blamed = [
+            BlameRow(
+                r["verification"],
+                r["method"],
+                r["name"],
+                r["fqn"],
+                bool(r["fixes"]),
+                DataProblem(r["problem"]) if r["problem"] else None,
+                r["evidence"],
+                r["shared_from"],
+            )
+            for b in self._blames.values()
+            for r in b.to_dict("records")
+            if r["swap"]
+        ]
         v = build_verdict(
-            program=self.program.name, policy=self.policy.name.value, predicted=predicted,
-            methods=[MethodFacts(r.method, r.status, r.runnable, r.problems, r.error, r.findings)
-                     for r in self.results.values()],
+            program=self.program.name,
+            policy=self.policy.name.value,
+            predicted=predicted,
+            methods=[
+                MethodFacts(r.method, r.status, r.runnable, r.problems, r.error, r.findings)
+                for r in self.results.values()
+            ],
             checks=check_rows(standalone) if standalone is not None else None,
-            sequences={name: check_rows(frame) for name, frame in sequences.items()}, blame=blamed,
+            sequences={name: check_rows(frame) for name, frame in sequences.items()},
+            blame=blamed,
             error=self.error or "",
-            failed_stage=self.failed_stage)
+            failed_stage=self.failed_stage,
+        )
         self._verdict = (key, v)
         return v
 
@@ -171,11 +211,18 @@ class Session(ProgramLoad):
         return session_html(self)
 
 
-def load_program(program_or_path: "Program | str | Path", policy: "str | Policy" = "fingerprint",
-                 device: "str | Any | Mapping[str, str] | None" = None, *, record: bool = True,
-                 progress: bool = False, check_integrity: bool | None = None, runtime: Runtime | None = None,
-                 options: LoadOptions | None = None,
-                 on_progress: Callable[[int, int, str], None] | None = None) -> Session:
+def load_program(
+    program_or_path: "Program | str | Path",
+    policy: "str | Policy" = "fingerprint",
+    device: "str | Any | Mapping[str, str] | None" = None,
+    *,
+    record: bool = True,
+    progress: bool = False,
+    check_integrity: bool | None = None,
+    runtime: Runtime | None = None,
+    options: LoadOptions | None = None,
+    on_progress: Callable[[int, int, str], None] | None = None,
+) -> Session:
     """Load every method of a program under ``policy`` and return the session.
 
     A method that fails leaves the session with ``status == "failed"`` and ``error`` set,
@@ -193,5 +240,6 @@ def load_program(program_or_path: "Program | str | Path", policy: "str | Policy"
     devices = resolve_devices(program, device, rt)
     for d in set(devices.values()):
         rt.check_available(program, d)
-    return Session(program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt,
-                   options=options).load(progress=progress, on_progress=on_progress)
+    return Session(
+        program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt, options=options
+    ).load(progress=progress, on_progress=on_progress)

@@ -22,11 +22,17 @@ import pandas as pd
 import torch
 
 from toolkit.core.errors import ProgramError, ReferenceDataError, ToolkitError
-from toolkit.engine.inputs import generate
 from toolkit.core.model import MethodSpec, Program
-from toolkit.core.verdict import (EAGER, SUPPLIED, UNSHARED_GENERATED, UNSHARED_REFERENCE_INPUTS,  # noqa: F401 (re-exported)
-                      UNSHARED_SUPPLIED_INPUTS, check_oracle)
+from toolkit.core.verdict import (
+    EAGER,
+    SUPPLIED,
+    UNSHARED_GENERATED,
+    UNSHARED_REFERENCE_INPUTS,  # noqa: F401 (re-exported)
+    UNSHARED_SUPPLIED_INPUTS,
+    check_oracle,
+)
 from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.engine.inputs import generate
 
 if TYPE_CHECKING:
     from toolkit.engine.loader import ProgramLoad as Session
@@ -66,8 +72,9 @@ def _read_checked(program: Program, rel: str, check_integrity: bool) -> tuple[di
         raise ProgramError(f"reference tensors cannot be read: {e}", path=path) from None
 
 
-def read_reference(program: Program, spec: MethodSpec, *, check_integrity: bool = True
-                   ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def read_reference(
+    program: Program, spec: MethodSpec, *, check_integrity: bool = True
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(inputs, outputs) stored at build time in the method's reference file (safetensors, never pickle).
 
     The file is checked against its recorded digest first, as the load checks its files
@@ -77,9 +84,11 @@ def read_reference(program: Program, spec: MethodSpec, *, check_integrity: bool 
     :class:`~toolkit.core.errors.ReferenceDataError`: pass ``references=`` to ``verify()``.
     """
     if not spec.reference_file:
-        raise ReferenceDataError(f"method {spec.name!r} has no reference in the program: pass "
-                                 "session.verify(references={...})", path=program.root,
-                                 field=f"methods[{spec.name}].reference_file")
+        raise ReferenceDataError(
+            f"method {spec.name!r} has no reference in the program: pass session.verify(references={{...}})",
+            path=program.root,
+            field=f"methods[{spec.name}].reference_file",
+        )
     data, path = _read_checked(program, spec.reference_file, check_integrity)
     try:
         inputs = [data[f"input.{i}"] for i in range(spec.num_inputs)]
@@ -105,8 +114,9 @@ def _abs_error(o: torch.Tensor, e: torch.Tensor) -> tuple[float, tuple[torch.Ten
     return (float((of - ef).abs().max()) if finite.any() else 0.0), (of, ef), matched
 
 
-def compare_outputs(outputs: list[torch.Tensor], expected: list[torch.Tensor],
-                    against: str = "the eager reference") -> dict[str, Any]:
+def compare_outputs(
+    outputs: list[torch.Tensor], expected: list[torch.Tensor], against: str = "the eager reference"
+) -> dict[str, Any]:
     """max_abs_err, atol, rtol, ok and reason of outputs against the reference.
 
     A NaN where the reference has NaN, and an infinity of the reference's sign, compare equal
@@ -126,8 +136,9 @@ def compare_outputs(outputs: list[torch.Tensor], expected: list[torch.Tensor],
         ok &= bool(torch.allclose(*values, atol=a, rtol=r))
     reason = "" if ok else f"output differs from {against}"
     if same_nonfinite:
-        reason += ("; " if reason else "") + (f"{same_nonfinite} NaN or infinite values where {against} has the "
-                                              "same (compared equal)")
+        reason += ("; " if reason else "") + (
+            f"{same_nonfinite} NaN or infinite values where {against} has the same (compared equal)"
+        )
     return {"max_abs_err": max(errs) if errs else 0.0, "atol": atol, "rtol": rtol, "ok": ok, "reason": reason}
 
 
@@ -152,12 +163,18 @@ def _tensors(values: Any, method: str, what: str, path: Any = None) -> tuple[tor
     if isinstance(values, torch.Tensor):
         values = [values]
     if not isinstance(values, (list, tuple)):
-        raise ReferenceDataError(f"{what} of method {method!r} must be a list of tensors, got "
-                                 f"{type(values).__name__}", path=path, field=_field(method, f".{what}"))
+        raise ReferenceDataError(
+            f"{what} of method {method!r} must be a list of tensors, got {type(values).__name__}",
+            path=path,
+            field=_field(method, f".{what}"),
+        )
     for i, t in enumerate(values):
         if not isinstance(t, torch.Tensor):
-            raise ReferenceDataError(f"{what}[{i}] of method {method!r} is a {type(t).__name__}, not a tensor",
-                                     path=path, field=_field(method, f".{what}[{i}]"))
+            raise ReferenceDataError(
+                f"{what}[{i}] of method {method!r} is a {type(t).__name__}, not a tensor",
+                path=path,
+                field=_field(method, f".{what}[{i}]"),
+            )
     return tuple(t.detach() for t in values)
 
 
@@ -167,8 +184,9 @@ def _from_file(method: str, path: "str | os.PathLike[str]") -> Reference:
 
     p = Path(path)
     if not p.is_file():
-        raise ReferenceDataError(f"reference file of method {method!r} is not a readable file", path=p,
-                                 field=_field(method))
+        raise ReferenceDataError(
+            f"reference file of method {method!r} is not a readable file", path=p, field=_field(method)
+        )
     try:
         data = load_file(str(p))
     except Exception as e:
@@ -184,8 +202,11 @@ def _from_file(method: str, path: "str | os.PathLike[str]") -> Reference:
     for kind, got in found.items():
         missing = [i for i in range(len(got)) if i not in got]
         if missing:
-            raise ReferenceDataError(f"{kind}.{missing[0]} is missing (the file has {sorted(got)})", path=p,
-                                     field=_field(method, f".{kind}s[{missing[0]}]"))
+            raise ReferenceDataError(
+                f"{kind}.{missing[0]} is missing (the file has {sorted(got)})",
+                path=p,
+                field=_field(method, f".{kind}s[{missing[0]}]"),
+            )
         out[kind] = tuple(got[i] for i in range(len(got)))
     return Reference(out["input"], out["output"], f"safetensors file {p}")
 
@@ -195,8 +216,10 @@ def _from_module(method: str, module: Any, args: Any) -> Reference:
     from torch.utils import _pytree as pytree
 
     if not isinstance(args, tuple):
-        raise ReferenceDataError(f"the inputs given with the module of method {method!r} must be a tuple, got "
-                                 f"{type(args).__name__}", field=_field(method, ".inputs"))
+        raise ReferenceDataError(
+            f"the inputs given with the module of method {method!r} must be a tuple, got {type(args).__name__}",
+            field=_field(method, ".inputs"),
+        )
     inputs = _tensors(pytree.tree_flatten(args)[0], method, "inputs")
     mod = copy.deepcopy(module)
     if isinstance(mod, torch.nn.Module):
@@ -205,8 +228,9 @@ def _from_module(method: str, module: Any, args: Any) -> Reference:
         with torch.no_grad():
             result = mod(*copy.deepcopy(args))
     except Exception as e:
-        raise ReferenceDataError(f"running the module of method {method!r} failed: {type(e).__name__}: {e}",
-                                 field=_field(method)) from None
+        raise ReferenceDataError(
+            f"running the module of method {method!r} failed: {type(e).__name__}: {e}", field=_field(method)
+        ) from None
     outputs = _tensors(pytree.tree_flatten(result)[0], method, "outputs")
     return Reference(inputs, tuple(o.cpu() for o in outputs), "computed from the module given")
 
@@ -219,10 +243,12 @@ def _one(method: str, value: Any) -> Reference:
     if isinstance(value, Mapping):
         extra = set(value) - {"inputs", "outputs"}
         if extra or not {"inputs", "outputs"} <= set(value):
-            raise ReferenceDataError(f"a reference mapping has the keys 'inputs' and 'outputs', got {sorted(value)}",
-                                     field=_field(method))
-        return Reference(_tensors(value["inputs"], method, "inputs"), _tensors(value["outputs"], method, "outputs"),
-                         "supplied")
+            raise ReferenceDataError(
+                f"a reference mapping has the keys 'inputs' and 'outputs', got {sorted(value)}", field=_field(method)
+            )
+        return Reference(
+            _tensors(value["inputs"], method, "inputs"), _tensors(value["outputs"], method, "outputs"), "supplied"
+        )
     if isinstance(value, (tuple, list)) and len(value) == 2:
         first, second = value
         if callable(first) and not isinstance(first, torch.Tensor):
@@ -230,7 +256,9 @@ def _one(method: str, value: Any) -> Reference:
         return Reference(_tensors(first, method, "inputs"), _tensors(second, method, "outputs"), "supplied")
     raise ReferenceDataError(
         f"a reference is {{'inputs': [...], 'outputs': [...]}}, (inputs, outputs), a safetensors file or "
-        f"(module, example_args); got {type(value).__name__}", field=_field(method))
+        f"(module, example_args); got {type(value).__name__}",
+        field=_field(method),
+    )
 
 
 def resolve_references(session: "Session", references: "Mapping[str, Any] | None") -> dict[str, Reference | None]:
@@ -249,8 +277,11 @@ def resolve_references(session: "Session", references: "Mapping[str, Any] | None
     given = dict(references or {})
     unknown = [m for m in given if m not in program.method_names]
     if unknown:
-        raise ReferenceDataError(f"references name method {unknown[0]!r}, which the program does not have; it has "
-                                 f"{program.method_names}", path=program.root, field=_field(str(unknown[0])))
+        raise ReferenceDataError(
+            f"references name method {unknown[0]!r}, which the program does not have; it has {program.method_names}",
+            path=program.root,
+            field=_field(str(unknown[0])),
+        )
     out: dict[str, Reference | None] = {}
     for spec in program.methods:
         m = spec.name
@@ -264,17 +295,25 @@ def resolve_references(session: "Session", references: "Mapping[str, Any] | None
         ref = _one(m, given[m])
         for what, got, want in (("inputs", ref.inputs, spec.num_inputs), ("outputs", ref.outputs, spec.num_outputs)):
             if len(got) != want:
-                raise ReferenceDataError(f"{len(got)} {what} given for method {m!r}, which has {want}",
-                                         path=program.root, field=_field(m, f".{what}"))
+                raise ReferenceDataError(
+                    f"{len(got)} {what} given for method {m!r}, which has {want}",
+                    path=program.root,
+                    field=_field(m, f".{what}"),
+                )
         if own is not None:  # the program's own reference says what the method takes
             for i, (t, o) in enumerate(zip(ref.inputs, own.inputs)):
                 if t.dtype != o.dtype:
-                    raise ReferenceDataError(f"input {i} of method {m!r} is {t.dtype}, the method takes {o.dtype}",
-                                             path=program.root, field=_field(m, f".inputs[{i}].dtype"))
+                    raise ReferenceDataError(
+                        f"input {i} of method {m!r} is {t.dtype}, the method takes {o.dtype}",
+                        path=program.root,
+                        field=_field(m, f".inputs[{i}].dtype"),
+                    )
                 if tuple(t.shape) != tuple(o.shape):
-                    raise ReferenceDataError(f"input {i} of method {m!r} has shape {tuple(t.shape)}, the method "
-                                             f"takes {tuple(o.shape)}", path=program.root,
-                                             field=_field(m, f".inputs[{i}].shape"))
+                    raise ReferenceDataError(
+                        f"input {i} of method {m!r} has shape {tuple(t.shape)}, the method takes {tuple(o.shape)}",
+                        path=program.root,
+                        field=_field(m, f".inputs[{i}].shape"),
+                    )
         out[m] = ref
     return out
 
@@ -293,17 +332,36 @@ def _so_input_problem(e: RuntimeError, spec: MethodSpec, method: str) -> Referen
     i = int(m.group(1))
     j = spec.input_order[i] if spec.input_order is not None and i < len(spec.input_order) else i
     first = str(e).strip().splitlines()[0]
-    return ReferenceDataError(f"the compiled model of {method!r} refuses input {j}: {first}",
-                              field=_field(method, f".inputs[{j}].{_CHECK_FIELD[m.group(2)]}"))
+    return ReferenceDataError(
+        f"the compiled model of {method!r} refuses input {j}: {first}",
+        field=_field(method, f".inputs[{j}].{_CHECK_FIELD[m.group(2)]}"),
+    )
 
 
 def _empty_row(**fields: Any) -> dict[str, Any]:
-    return {"ran": False, "max_abs_err": math.nan, "atol": math.nan, "rtol": math.nan, "ok": False, "reason": "",
-            "oracle": "", "oracle_detail": "", "draws": "", **fields}
+    return {
+        "ran": False,
+        "max_abs_err": math.nan,
+        "atol": math.nan,
+        "rtol": math.nan,
+        "ok": False,
+        "reason": "",
+        "oracle": "",
+        "oracle_detail": "",
+        "draws": "",
+        **fields,
+    }
 
 
-def verify_session(session: "Session", references: "Mapping[str, Any] | None" = None, *, oracle: str = "auto",
-                   draws: int = 3, seed: int = 0, methods: "Collection[str] | None" = None) -> pd.DataFrame:
+def verify_session(
+    session: "Session",
+    references: "Mapping[str, Any] | None" = None,
+    *,
+    oracle: str = "auto",
+    draws: int = 3,
+    seed: int = 0,
+    methods: "Collection[str] | None" = None,
+) -> pd.DataFrame:
     """One row per method of the program: did it run, how far from its oracle, ok?
 
     ``ok`` is a nullable boolean: True (matches), False (differs, or its run failed), or
@@ -331,21 +389,32 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
             ref = Reference((), (), "", supplied=False)  # read below (errors become the row's reason)
         if lm is None or not lm.runnable:  # nothing ran: neither ok nor wrong (the verdict says why not)
             row["ok"] = pd.NA
-            row["reason"] = ("not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems) if lm else
-                             "not loaded" + (f": {session.error}" if session.failed_method == spec.name else ""))
+            row["reason"] = (
+                "not runnable (would-be out-of-bounds alias): " + "; ".join(lm.problems)
+                if lm
+                else "not loaded" + (f": {session.error}" if session.failed_method == spec.name else "")
+            )
         elif oracle == "unshared" and ref is not None:
-            row.update(differential_row(session, spec, [list(ref.inputs)],
-                                        UNSHARED_SUPPLIED_INPUTS if ref.supplied else UNSHARED_REFERENCE_INPUTS,
-                                        f"inputs: {ref.given_as}"))
+            row.update(
+                differential_row(
+                    session,
+                    spec,
+                    [list(ref.inputs)],
+                    UNSHARED_SUPPLIED_INPUTS if ref.supplied else UNSHARED_REFERENCE_INPUTS,
+                    f"inputs: {ref.given_as}",
+                )
+            )
         elif ref is None or oracle == "generated":
             generated = generate(session.program, spec, draws, seed) if oracle != "reference" else None
             if generated is not None:
                 row.update(differential_row(session, spec, generated[0], UNSHARED_GENERATED, generated[1]))
             else:
                 row["ok"] = pd.NA
-                row["reason"] = (f"{NO_REFERENCE}: the program holds none for {spec.name!r}" +
-                                 ("" if oracle == "reference" else " and does not declare its inputs") +
-                                 "; pass verify(references={...})")
+                row["reason"] = (
+                    f"{NO_REFERENCE}: the program holds none for {spec.name!r}"
+                    + ("" if oracle == "reference" else " and does not declare its inputs")
+                    + "; pass verify(references={...})"
+                )
         else:
             row["oracle"] = SUPPLIED if ref.supplied else EAGER
             try:
@@ -368,7 +437,8 @@ def verify_session(session: "Session", references: "Mapping[str, Any] | None" = 
                             raise ReferenceDataError(
                                 f"output {k} of method {spec.name!r} is {o.dtype} {tuple(o.shape)}, the reference "
                                 f"given is {x.dtype} {tuple(x.shape)}: not this method's output",
-                                field=_field(spec.name, f".outputs[{k}]"))
+                                field=_field(spec.name, f".outputs[{k}]"),
+                            )
                 row["ran"] = True
                 row.update(compare_outputs(outputs, [x.cpu() for x in expected]))
             except ReferenceDataError as e:
@@ -398,11 +468,17 @@ def _run_failed(e: RuntimeError) -> str:
 
 def _unshared_load(session: "Session") -> "Session":
     """The same program on the same devices and runtime under ``no-sharing``: each method on its own bytes."""
-    from toolkit.engine.loader import ProgramLoad
     from toolkit.core.policies import get_policy
+    from toolkit.engine.loader import ProgramLoad
 
-    return ProgramLoad(session.program, get_policy(UNSHARED_POLICY), session.devices, record=False,
-                       runtime=session.runtime, options=session.options)
+    return ProgramLoad(
+        session.program,
+        get_policy(UNSHARED_POLICY),
+        session.devices,
+        record=False,
+        runtime=session.runtime,
+        options=session.options,
+    )
 
 
 def _free(load: "Session") -> None:
@@ -419,8 +495,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     """Same dtypes, shapes and bytes (a NaN equals the same NaN)."""
-    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape and torch.equal(_bits(x), _bits(y))
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b)
+    )
 
 
 def _max_abs(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -428,26 +505,38 @@ def _max_abs(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max([0.0] + [_abs_error(x, y)[0] for x, y in zip(a, b)])
 
 
-def compare_unshared(outputs: list[torch.Tensor], repeats: tuple[list[torch.Tensor], list[torch.Tensor]]
-                     ) -> dict[str, Any]:
+def compare_unshared(
+    outputs: list[torch.Tensor], repeats: tuple[list[torch.Tensor], list[torch.Tensor]]
+) -> dict[str, Any]:
     """max_abs_err, atol, rtol, ok of ``outputs`` against two runs of the unshared load on the same inputs:
     bit for bit where the two runs agree bit for bit; else within twice their spread (nondeterministic kernels)."""
     first, second = repeats
     if bitwise_equal(first, second):
-        return {"max_abs_err": _max_abs(outputs, first), "atol": 0.0, "rtol": 0.0,
-                "ok": bitwise_equal(outputs, first), "tolerance": "bit-exact"}
+        return {
+            "max_abs_err": _max_abs(outputs, first),
+            "atol": 0.0,
+            "rtol": 0.0,
+            "ok": bitwise_equal(outputs, first),
+            "tolerance": "bit-exact",
+        }
     spread = _max_abs(first, second)
     err = _max_abs(outputs, first)
-    return {"max_abs_err": err, "atol": 2 * spread, "rtol": 0.0, "ok": err <= 2 * spread,
-            "tolerance": f"within twice the spread of two unshared runs ({spread:.3g}): nondeterministic kernels"}
+    return {
+        "max_abs_err": err,
+        "atol": 2 * spread,
+        "rtol": 0.0,
+        "ok": err <= 2 * spread,
+        "tolerance": f"within twice the spread of two unshared runs ({spread:.3g}): nondeterministic kernels",
+    }
 
 
 def _outputs(session: "Session", method: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     return [o.detach().cpu().clone() for o in session.run(method, inputs)]
 
 
-def differential_row(session: "Session", spec: MethodSpec, input_sets: list[list[torch.Tensor]], oracle: str,
-                     inputs_how: str) -> dict[str, Any]:
+def differential_row(
+    session: "Session", spec: MethodSpec, input_sets: list[list[torch.Tensor]], oracle: str, inputs_how: str
+) -> dict[str, Any]:
     """Run ``spec`` on each input set under the session's load and under an unshared load of it alone
     (loaded, run twice per set, freed again: the unshared side holds one method at a time), each run
     from the initial state; the verification row's fields."""
@@ -474,19 +563,30 @@ def differential_row(session: "Session", spec: MethodSpec, input_sets: list[list
                 pair.append(_outputs(load, spec.name, inputs))
             repeats.append(tuple(pair))
     except (ToolkitError, RuntimeError) as e:
-        return {**out, "ok": pd.NA, "oracle_detail": inputs_how,
-                "reason": f"{NO_REFERENCE}: the unshared load of {spec.name!r} failed: {_first_line(e)}"}
+        return {
+            **out,
+            "ok": pd.NA,
+            "oracle_detail": inputs_how,
+            "reason": f"{NO_REFERENCE}: the unshared load of {spec.name!r} failed: {_first_line(e)}",
+        }
     finally:
         _free(load)
     per = [compare_unshared(o, r) for o, r in zip(shared, repeats)]
     bad = [i for i, p in enumerate(per) if not p["ok"]]
     tolerances = sorted({p["tolerance"] for p in per})
-    return {**out, "ran": True, "max_abs_err": max(p["max_abs_err"] for p in per),
-            "atol": max(p["atol"] for p in per), "rtol": 0.0, "ok": not bad,
-            "reason": "" if not bad else
-            f"output differs from the unshared load on draw {', '.join(str(i + 1) for i in bad)} of {len(per)}",
-            "oracle_detail": f"{inputs_how}; compared {' / '.join(tolerances)}",
-            "draws": ", ".join("ok" if p["ok"] else "differs" for p in per)}
+    return {
+        **out,
+        "ran": True,
+        "max_abs_err": max(p["max_abs_err"] for p in per),
+        "atol": max(p["atol"] for p in per),
+        "rtol": 0.0,
+        "ok": not bad,
+        "reason": ""
+        if not bad
+        else f"output differs from the unshared load on draw {', '.join(str(i + 1) for i in bad)} of {len(per)}",
+        "oracle_detail": f"{inputs_how}; compared {' / '.join(tolerances)}",
+        "draws": ", ".join("ok" if p["ok"] else "differs" for p in per),
+    }
 
 
 def intended_state(load: "Session") -> tuple[str, list[str]]:
@@ -521,18 +621,29 @@ def intended_state(load: "Session") -> tuple[str, list[str]]:
     apart = sorted(f for f, by in keys_of.items() if len(by) > 1 and len(set(by.values())) > 1)
     unkeyed = sorted(f for f, by in keys_of.items() if len(by) > 1 and not any(by.values()))
     if unkeyed:  # payload generations 1 and 2 record no storage key: each method's constants are its own
-        blind.append(f"{len(unkeyed)} FQN(s) held by several methods with no storage key ({', '.join(unkeyed[:3])}"
-                     f"{', ...' if len(unkeyed) > 3 else ''}) were one buffer or several")
+        blind.append(
+            f"{len(unkeyed)} FQN(s) held by several methods with no storage key ({', '.join(unkeyed[:3])}"
+            f"{', ...' if len(unkeyed) > 3 else ''}) were one buffer or several"
+        )
     if apart:
-        blind.append(f"{len(apart)} FQN(s) held by several methods under different keys ({', '.join(apart[:3])}"
-                     f"{', ...' if len(apart) > 3 else ''}) were several buffers or one")
-    return ("state: one storage per storage key" + (
-        "; the file cannot tell whether " + "; whether ".join(blind) + ": the oracle cannot see state shared "
-        "wrongly under one key, or kept apart wrongly under several" if blind else "")), blind
+        blind.append(
+            f"{len(apart)} FQN(s) held by several methods under different keys ({', '.join(apart[:3])}"
+            f"{', ...' if len(apart) > 3 else ''}) were several buffers or one"
+        )
+    return (
+        "state: one storage per storage key"
+        + (
+            "; the file cannot tell whether " + "; whether ".join(blind) + ": the oracle cannot see state shared "
+            "wrongly under one key, or kept apart wrongly under several"
+            if blind
+            else ""
+        )
+    ), blind
 
 
-def _unshared_sequence(session: "Session", steps: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]
-                       ) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]], str, str]:
+def _unshared_sequence(
+    session: "Session", steps: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]
+) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]], str, str]:
     """Each step's outputs, twice, of the sequence run on an unshared load of its methods holding the
     program's intended shared state (:func:`intended_state`); the state model; and why it stopped
     early ("" when every step ran)."""
@@ -558,14 +669,21 @@ def _unshared_sequence(session: "Session", steps: list[tuple[str, list[torch.Ten
     return list(zip(*runs)), model, stopped
 
 
-def read_sequence_reference(program: Program, name: str, *, check_integrity: bool = True
-                            ) -> list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]:
+def read_sequence_reference(
+    program: Program, name: str, *, check_integrity: bool = True
+) -> list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]:
     """[(method, inputs, outputs)] of every step of a sequence, as the eager program ran it."""
     seq = program.sequence(name)
     data, path = _read_checked(program, seq.reference_file, check_integrity)
     try:
-        return [(st.method, [data[f"step.{i}.input.{j}"] for j in range(st.num_inputs)],
-                 [data[f"step.{i}.output.{j}"] for j in range(st.num_outputs)]) for i, st in enumerate(seq.steps)]
+        return [
+            (
+                st.method,
+                [data[f"step.{i}.input.{j}"] for j in range(st.num_inputs)],
+                [data[f"step.{i}.output.{j}"] for j in range(st.num_outputs)],
+            )
+            for i, st in enumerate(seq.steps)
+        ]
     except KeyError as e:
         raise ProgramError(f"sequence reference tensor {e.args[0]!r} is missing", path=path) from None
 
@@ -589,8 +707,14 @@ def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> p
     session.reset_state()
     broken = ""  # once a step cannot run, the state of every later step is unknown
     for i, (method, inputs, expected) in enumerate(steps):
-        row = _empty_row(sequence=name, step=i, method=method, reason=broken,
-                         oracle=UNSHARED_REFERENCE_INPUTS if unshared else EAGER, oracle_detail=detail)
+        row = _empty_row(
+            sequence=name,
+            step=i,
+            method=method,
+            reason=broken,
+            oracle=UNSHARED_REFERENCE_INPUTS if unshared else EAGER,
+            oracle_detail=detail,
+        )
         if not broken:
             try:
                 outputs = [o.detach().cpu() for o in session.run(method, inputs)]
@@ -618,8 +742,6 @@ def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> p
 
 
 REPEATABILITY_COLUMNS = ["method", "runs", "changes_with_reset", "changes_without_reset", "cause", "buffers"]
-
-
 
 
 def repeatability(session: "Session", runs: int = 3) -> pd.DataFrame:
@@ -654,7 +776,15 @@ def repeatability(session: "Session", runs: int = 3) -> pd.DataFrame:
             cause = "state carried in mutated buffers: " + (", ".join(buffers) or "(none known)")
         else:
             cause = ""
-        rows.append({"method": spec.name, "runs": runs, "changes_with_reset": changes_reset,
-                     "changes_without_reset": changes_free, "cause": cause, "buffers": ", ".join(buffers)})
+        rows.append(
+            {
+                "method": spec.name,
+                "runs": runs,
+                "changes_with_reset": changes_reset,
+                "changes_without_reset": changes_free,
+                "cause": cause,
+                "buffers": ", ".join(buffers),
+            }
+        )
     session.reset_state()
     return pd.DataFrame(rows, columns=REPEATABILITY_COLUMNS)

@@ -30,16 +30,28 @@ import numpy as np
 import pandas as pd
 import traitlets
 
+from toolkit.build.samples import DEFAULT_SAMPLE, build_sample, sample_names
 from toolkit.core.errors import IncompatibleProgramError, InvalidChoiceError, ToolkitError
 from toolkit.core.policies import POLICIES, get_policy
-from toolkit.display.html import (
-    CAUGHT_COLOUR, DECISION_COLOURS, WRONG_COLOUR, cell_text, content_check, culprit_mask, format_bytes,
-    html_table, markdown_html, markdown_text, outcome_colour, session_facts_html, shorten_digests, verification_html,
-)
-from toolkit.reports.collision import XLSX_MIME, CollisionReport, collision_report, native_code_notice
-from toolkit.build.samples import DEFAULT_SAMPLE, build_sample, sample_names
 from toolkit.core.verdict import BlameStatus, ConstantFinding, MethodOutcome, Verdict
 from toolkit.core.vocab import Lookup, PolicyName, parse
+from toolkit.display.html import (
+    CAUGHT_COLOUR,
+    DECISION_COLOURS,
+    WRONG_COLOUR,
+    cell_text,
+    content_check,
+    culprit_mask,
+    format_bytes,
+    html_table,
+    markdown_html,
+    markdown_text,
+    outcome_colour,
+    session_facts_html,
+    shorten_digests,
+    verification_html,
+)
+from toolkit.reports.collision import XLSX_MIME, CollisionReport, collision_report, native_code_notice
 
 if TYPE_CHECKING:
     from toolkit.core.model import Program
@@ -49,10 +61,20 @@ PROGRAM_FROM = ("sample", "path")  # where the explorer takes its program from
 INPUTS = ("program_from", "sample", "path", "policy", "device", "dry_run")
 ALL = ""  # filter value meaning "no filter"
 FILTERS = ("method", "decision", "reason")  # the Decisions tab's filters (state.filter_<key>)
-DECISION_TABLE_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "same_content", "data_problem", "culprit",
-                          "reason_code", "reason", "shared_from")
-PATH_HINT = ("a program directory (holding manifest.json), an ExecuTorch .pte (its .ptd beside it) "
-             "or a torch .pt2 file")
+DECISION_TABLE_COLUMNS = (
+    "method",
+    "name",
+    "fqn",
+    "lookup",
+    "decision",
+    "same_content",
+    "data_problem",
+    "culprit",
+    "reason_code",
+    "reason",
+    "shared_from",
+)
+PATH_HINT = "a program directory (holding manifest.json), an ExecuTorch .pte (its .ptd beside it) or a torch .pt2 file"
 DRY_RUN_REASON = "not run (dry run)"
 DRY_RUN_HINT = "this program cannot be loaded here: tick “dry run” to analyze it without loading"
 PREDICTION = "dry run (a prediction, nothing loaded or run): "
@@ -64,10 +86,23 @@ GRID_HEIGHT = "360px"  # the Decisions grid scrolls inside this height
 MATRIX_HEIGHT = "760px"  # the Overview's matrix scrolls inside this height (a long one: 16 px a name)
 EXPORT_SUFFIX = "-collisions.csv"
 EXPORT_SCOPES = ("export", "rows")  # errors of the Export tab's report and of the Decisions tab's rows
-COMPARISON_COLUMNS = ["policy", "outcome", "stage", "wrong_methods", "not_runnable", "shared", "declined",
-                      "device_bytes", "error"]
-BAR_STYLES = {MethodOutcome.OK: "success", MethodOutcome.WRONG: "warning", MethodOutcome.FAILED: "danger",
-              MethodOutcome.REFUSED: "danger"}
+COMPARISON_COLUMNS = [
+    "policy",
+    "outcome",
+    "stage",
+    "wrong_methods",
+    "not_runnable",
+    "shared",
+    "declined",
+    "device_bytes",
+    "error",
+]
+BAR_STYLES = {
+    MethodOutcome.OK: "success",
+    MethodOutcome.WRONG: "warning",
+    MethodOutcome.FAILED: "danger",
+    MethodOutcome.REFUSED: "danger",
+}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 NO_CUDA = "this machine has no CUDA device: choose device cpu, or tick “dry run” to predict the load"
@@ -105,8 +140,18 @@ def dry_run_verification(session: "Session") -> pd.DataFrame:
     (neither ok nor wrong: its outcome is the prediction's verdict; ``verify()`` is never asked)."""
     from toolkit.engine.verification import VERIFY_COLUMNS
 
-    rows = [{"method": m.name, "ran": False, "max_abs_err": float("nan"), "atol": float("nan"),
-             "rtol": float("nan"), "ok": pd.NA, "reason": DRY_RUN_REASON} for m in session.program.methods]
+    rows = [
+        {
+            "method": m.name,
+            "ran": False,
+            "max_abs_err": float("nan"),
+            "atol": float("nan"),
+            "rtol": float("nan"),
+            "ok": pd.NA,
+            "reason": DRY_RUN_REASON,
+        }
+        for m in session.program.methods
+    ]
     return pd.DataFrame(rows, columns=VERIFY_COLUMNS)
 
 
@@ -130,8 +175,11 @@ def findings_summary(verdict: Verdict | None, keys: set[tuple[str, str]] | None 
     """The constants that run on other data (a finding with a problem, or a culprit), of ``keys``
     only when given, in one sentence: "N run on other data: K culprits, M harmless (why), J not
     tested"; '' when there are none."""
-    found = [c for c in (verdict.constants if verdict is not None else ()) if (
-        c.problem is not None or c.blame is BlameStatus.CULPRIT) and (keys is None or (c.method, c.name) in keys)]
+    found = [
+        c
+        for c in (verdict.constants if verdict is not None else ())
+        if (c.problem is not None or c.blame is BlameStatus.CULPRIT) and (keys is None or (c.method, c.name) in keys)
+    ]
     if not found:
         return ""
     by = {b: [c for c in found if c.blame is b] for b in BlameStatus}
@@ -143,8 +191,10 @@ def findings_summary(verdict: Verdict | None, keys: set[tuple[str, str]] | None 
         why = notes[0][0] if len(notes) == 1 else "; ".join(f"{n:,}: {note}" for note, n in notes)
         parts.append(f"{len(by[BlameStatus.HARMLESS]):,} harmless ({why})")
     if by[BlameStatus.NOT_TESTED]:
-        parts.append(f"{len(by[BlameStatus.NOT_TESTED]):,} not tested"
-                     + (" (a prediction: nothing ran)" if verdict.predicted else " (no blame experiment)"))
+        parts.append(
+            f"{len(by[BlameStatus.NOT_TESTED]):,} not tested"
+            + (" (a prediction: nothing ran)" if verdict.predicted else " (no blame experiment)")
+        )
     return f"{_plural(len(found), 'constant')} run on other data: " + ", ".join(parts)
 
 
@@ -161,9 +211,18 @@ def interest_rank(rows: pd.DataFrame, verdict: Verdict | None) -> pd.Series:
     wrong = set(verdict.wrong_methods) if verdict is not None else set()
     problem = culprit_mask(rows).tolist()
     hits = (rows["lookup"].map(cell_text) == Lookup.HIT.value).tolist() if "lookup" in rows else [False] * len(rows)
-    rank = [CULPRIT_RANK if k in culprits else RUNS_ON_OTHER_DATA if p or k in found else
-            OF_A_WRONG_METHOD if k[0] in wrong else COLLISION if h else OTHER
-            for k, p, h in zip(zip(rows["method"].tolist(), rows["name"].tolist()), problem, hits)]
+    rank = [
+        CULPRIT_RANK
+        if k in culprits
+        else RUNS_ON_OTHER_DATA
+        if p or k in found
+        else OF_A_WRONG_METHOD
+        if k[0] in wrong
+        else COLLISION
+        if h
+        else OTHER
+        for k, p, h in zip(zip(rows["method"].tolist(), rows["name"].tolist()), problem, hits)
+    ]
     return pd.Series(rank, index=rows.index, dtype="int64")
 
 
@@ -221,8 +280,14 @@ class ExplorerState(traitlets.HasTraits):
     rows_exported = traitlets.Unicode("")  # what the Decisions tab's own export wrote ('' none yet)
     rows_export_file = traitlets.Instance(Path, allow_none=True)  # and where (None: none yet)
 
-    def __init__(self, *, build: Callable[..., "Program"] = build_sample, load: Callable[..., "Session"] | None = None,
-                 export_dir: str | os.PathLike | None = None, **inputs: Any):
+    def __init__(
+        self,
+        *,
+        build: Callable[..., "Program"] = build_sample,
+        load: Callable[..., "Session"] | None = None,
+        export_dir: str | os.PathLike | None = None,
+        **inputs: Any,
+    ):
         super().__init__(export_dir=Path(export_dir if export_dir is not None else Path.cwd()).expanduser().resolve())
         self._build, self._load = build, load
         self._lock = threading.Lock()
@@ -278,10 +343,12 @@ class ExplorerState(traitlets.HasTraits):
             return ""
         s = self.session
         devices = ", ".join(sorted({str(d) for d in s.devices.values()}))
-        return (f"{BANNER_HEAD} The decisions, sharing and memory below are what loading "
-                f"{self.program_label!r} under {s.policy.name.value!r}{' on ' + devices if devices else ''} would do, "
-                f"worked out from the program's metadata by the loader's own code; nothing was put on a device and "
-                f"nothing ran: each method's outcome is predicted, its verification “{DRY_RUN_REASON}”.")
+        return (
+            f"{BANNER_HEAD} The decisions, sharing and memory below are what loading "
+            f"{self.program_label!r} under {s.policy.name.value!r}{' on ' + devices if devices else ''} would do, "
+            f"worked out from the program's metadata by the loader's own code; nothing was put on a device and "
+            f"nothing ran: each method's outcome is predicted, its verification “{DRY_RUN_REASON}”."
+        )
 
     @property
     def stale(self) -> bool:
@@ -335,8 +402,9 @@ class ExplorerState(traitlets.HasTraits):
         (:attr:`error_detail`) for unexpected errors only, never for a :class:`ToolkitError`."""
         error = f"{what}: " + (f"{hint} ({_one_line(e)})" if hint else _one_line(e))
         with self.hold_trait_notifications():
-            self.error_detail = ("" if isinstance(e, ToolkitError)
-                                 else "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+            self.error_detail = (
+                "" if isinstance(e, ToolkitError) else "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            )
             self.error_scope, self.error = scope, error
             if scope == "export":
                 self.exported, self.export_ok, self.export_message = None, False, error
@@ -373,9 +441,12 @@ class ExplorerState(traitlets.HasTraits):
             sample = self.sample
 
             def on_method(name: str, i: int, n: int) -> None:
-                self._step("compile", 0.05 + 0.45 * i / max(n, 1),
-                           f"compiling sample {sample!r}: method {name!r} ({i + 1} of {n}), about 20 s "
-                           f"each on a CPU, once (the build is cached)")
+                self._step(
+                    "compile",
+                    0.05 + 0.45 * i / max(n, 1),
+                    f"compiling sample {sample!r}: method {name!r} ({i + 1} of {n}), about 20 s "
+                    f"each on a CPU, once (the build is cached)",
+                )
 
             return self._build(sample, device=self.device, progress=False, on_method=on_method)
         if not self.path.strip():
@@ -432,14 +503,21 @@ class ExplorerState(traitlets.HasTraits):
             if fraction - last[0] < PROGRESS_STEP and method == last[1] and done < total:
                 return
             last[:] = fraction, method
-            self._step(phase, start + (end - start) * fraction,
-                       f"{head}: method {method!r}, {done:,} of {total:,} constants")
+            self._step(
+                phase, start + (end - start) * fraction, f"{head}: method {method!r}, {done:,} of {total:,} constants"
+            )
+
         return on_progress
 
     def _open_step(self) -> "Program | None":
         """The open step of a load, with its progress; None (and :attr:`error`) on failure."""
-        self._step("open", 0.05, f"opening sample {self.sample!r} (a cold cache compiles every method first)"
-                   if self.program_from == "sample" else f"{'reading' if self.dry_run else 'opening'} {self.path!r}")
+        self._step(
+            "open",
+            0.05,
+            f"opening sample {self.sample!r} (a cold cache compiles every method first)"
+            if self.program_from == "sample"
+            else f"{'reading' if self.dry_run else 'opening'} {self.path!r}",
+        )
         try:
             return self.open_program()
         except Exception as e:  # noqa: BLE001 - shown in the widget
@@ -456,8 +534,9 @@ class ExplorerState(traitlets.HasTraits):
         try:
             if self.device.startswith("cuda") and not _cuda_available():
                 raise ToolkitError(NO_CUDA)
-            session = (self._load or load_program)(program, self.policy, device=self.device,
-                                                   on_progress=self._constants_progress("load", LOAD_SPAN, head))
+            session = (self._load or load_program)(
+                program, self.policy, device=self.device, on_progress=self._constants_progress("load", LOAD_SPAN, head)
+            )
         except Exception as e:  # noqa: BLE001
             hint = self._load_hint(program, e)
             if hint and self._is_pte():  # an ExecuTorch file cannot be rebuilt here: say only what can be done
@@ -472,8 +551,12 @@ class ExplorerState(traitlets.HasTraits):
             self._fail("could not verify the program", e)
             return None
         if wrong:
-            self._step("blame", 0.85, f"finding the culprits of {', '.join(wrong)}: each constant that runs on "
-                       f"other data swapped for the method's own copy, the method re-run")
+            self._step(
+                "blame",
+                0.85,
+                f"finding the culprits of {', '.join(wrong)}: each constant that runs on "
+                f"other data swapped for the method's own copy, the method re-run",
+            )
             try:
                 session.blame()
             except Exception as e:  # noqa: BLE001 - the load and its verdict still stand
@@ -485,11 +568,18 @@ class ExplorerState(traitlets.HasTraits):
 
         device = self.analysis_device(program)
         head = f"dry run of {self.label_of(program, self.inputs())!r} under {self.policy!r} on {device}"
-        self._step("analyze", max(DRY_RUN_SPAN[0], self.progress), f"{head}: predicting every decision (nothing is "
-                   f"loaded)")
+        self._step(
+            "analyze", max(DRY_RUN_SPAN[0], self.progress), f"{head}: predicting every decision (nothing is loaded)"
+        )
         try:
-            return run_analysis(program, self.policy, device=device, on_progress=self._constants_progress(
-                "analyze", DRY_RUN_SPAN, head + ", predicting (nothing is loaded)")).session
+            return run_analysis(
+                program,
+                self.policy,
+                device=device,
+                on_progress=self._constants_progress(
+                    "analyze", DRY_RUN_SPAN, head + ", predicting (nothing is loaded)"
+                ),
+            ).session
         except Exception as e:  # noqa: BLE001
             self._fail("could not analyze the program", e)
             return None
@@ -509,10 +599,18 @@ class ExplorerState(traitlets.HasTraits):
             if program is not None and self.dry_run and self.analysis_device(program) != self.device:
                 # the device menu says where the prediction is for: the kind the program was built for
                 self.device = self.analysis_device(program)
-                target, moved = self.inputs(), (f"device set to {self.device}: a dry run predicts the load on "
-                                                f"the device the program was built for")
-            session = None if program is None else (
-                self._predicted_session(program) if self.dry_run else self._loaded_session(program))
+                target, moved = (
+                    self.inputs(),
+                    (
+                        f"device set to {self.device}: a dry run predicts the load on "
+                        f"the device the program was built for"
+                    ),
+                )
+            session = (
+                None
+                if program is None
+                else (self._predicted_session(program) if self.dry_run else self._loaded_session(program))
+            )
             if session is None:
                 return False
             self._step("report", max(self.progress, DRY_RUN_SPAN[1]), "the verdict and the collision report")
@@ -531,8 +629,13 @@ class ExplorerState(traitlets.HasTraits):
             with self.hold_trait_notifications():
                 self.outcome = verdict.outcome
                 failed = verdict.outcome in (MethodOutcome.FAILED, MethodOutcome.REFUSED)
-                self._step("failed" if failed else "done", 1.0, (PREDICTION if verdict.predicted else "")
-                           + verdict.headline(name=self.program_label) + "".join(f" ({n})" for n in notes if n))
+                self._step(
+                    "failed" if failed else "done",
+                    1.0,
+                    (PREDICTION if verdict.predicted else "")
+                    + verdict.headline(name=self.program_label)
+                    + "".join(f" ({n})" for n in notes if n),
+                )
             return True
         finally:
             self._end()
@@ -582,12 +685,20 @@ class ExplorerState(traitlets.HasTraits):
             dry = self.dry_run
 
             def on_policy(pol: str, i: int, n: int) -> None:
-                self._step("compare", (i + 0.5) / (n + 1), f"dry run under {pol!r} ({i + 1} of {n}): nothing is "
-                           f"loaded" if dry else f"loading and verifying under {pol!r} ({i + 1} of {n})")
+                self._step(
+                    "compare",
+                    (i + 0.5) / (n + 1),
+                    f"dry run under {pol!r} ({i + 1} of {n}): nothing is loaded"
+                    if dry
+                    else f"loading and verifying under {pol!r} ({i + 1} of {n})",
+                )
 
             try:
-                result = (predict_policies(program, device=self.analysis_device(program), on_policy=on_policy) if dry
-                          else compare_policies(program, device=self.device, on_policy=on_policy))
+                result = (
+                    predict_policies(program, device=self.analysis_device(program), on_policy=on_policy)
+                    if dry
+                    else compare_policies(program, device=self.device, on_policy=on_policy)
+                )
             except Exception as e:  # noqa: BLE001
                 return self._fail("could not dry-run the policies" if dry else "could not compare policies", e)
             by: dict[str, list[str]] = {}
@@ -598,10 +709,15 @@ class ExplorerState(traitlets.HasTraits):
                 # the bar says what the chosen policy's verdict is, not that the comparison ran
                 self.program, self.comparison = program, result
                 self.outcome = chosen.outcome if chosen is not None else MethodOutcome.OK
-                self._step("done", 1.0, f"compared {len(result.frame)} policies on {label!r}"
-                           + (" as a dry run (a prediction: nothing was loaded or run)" if dry else "") + ": "
-                           + "; ".join(f"{o} under {', '.join(names)}" for o, names in by.items())
-                           + (f"; the chosen {self.policy!r}: {chosen.outcome.value}" if chosen is not None else ""))
+                self._step(
+                    "done",
+                    1.0,
+                    f"compared {len(result.frame)} policies on {label!r}"
+                    + (" as a dry run (a prediction: nothing was loaded or run)" if dry else "")
+                    + ": "
+                    + "; ".join(f"{o} under {', '.join(names)}" for o, names in by.items())
+                    + (f"; the chosen {self.policy!r}: {chosen.outcome.value}" if chosen is not None else ""),
+                )
             return True
         finally:
             self._end()
@@ -611,17 +727,21 @@ class ExplorerState(traitlets.HasTraits):
         """The sentence saying the comparison is a prediction, when it is a dry run; '' otherwise."""
         if self.comparison is None or not any(v.predicted for v in self.comparison.verdicts().values()):
             return ""
-        return ("DRY RUN of every policy: a prediction, nothing was loaded or run. Each row is its dry run's "
-                "verdict: wrong_methods would run on another constant's data.")
+        return (
+            "DRY RUN of every policy: a prediction, nothing was loaded or run. Each row is its dry run's "
+            "verdict: wrong_methods would run on another constant's data."
+        )
 
     # ------------------------------------------------------------------ browsing
     def filter_options(self) -> dict[str, list[str]]:
         if self.session is None:
             return {key: [] for key in FILTERS}
         d = self.session.decisions
-        return {"method": [m.name for m in self.session.program.methods if m.name in set(d["method"])],
-                "decision": sorted({cell_text(x) for x in d["decision"]}),
-                "reason": sorted({cell_text(x) for x in d["reason_code"]})}
+        return {
+            "method": [m.name for m in self.session.program.methods if m.name in set(d["method"])],
+            "decision": sorted({cell_text(x) for x in d["decision"]}),
+            "reason": sorted({cell_text(x) for x in d["reason_code"]}),
+        }
 
     @property
     def filtered(self) -> bool:
@@ -632,8 +752,14 @@ class ExplorerState(traitlets.HasTraits):
     def total_decisions(self) -> int:
         return len(self.session.decisions) if self.session is not None else 0
 
-    def set_filters(self, *, method: str | None = None, decision: str | None = None, reason: str | None = None,
-                    culprits_only: bool | None = None) -> None:
+    def set_filters(
+        self,
+        *,
+        method: str | None = None,
+        decision: str | None = None,
+        reason: str | None = None,
+        culprits_only: bool | None = None,
+    ) -> None:
         """Set filters (:data:`ALL`: none; ``culprits_only``: only the constants that run on other
         data); the rows follow, and the selection stays among them."""
         opts, chosen = self.filter_options(), {"method": method, "decision": decision, "reason": reason}
@@ -657,8 +783,11 @@ class ExplorerState(traitlets.HasTraits):
         if self.session is None:
             return pd.DataFrame(columns=list(DECISION_TABLE_COLUMNS))
         d = self.session.decisions
-        for column, value in (("method", self.filter_method), ("decision", self.filter_decision),
-                              ("reason_code", self.filter_reason)):
+        for column, value in (
+            ("method", self.filter_method),
+            ("decision", self.filter_decision),
+            ("reason_code", self.filter_reason),
+        ):
             if value:
                 d = d[d[column].map(cell_text) == value]
         rank = interest_rank(d, self.verdict)
@@ -696,14 +825,18 @@ class ExplorerState(traitlets.HasTraits):
         if f is not None:
             runs_on = f"{f.shared_from}'s tensor" if f.shared_from else "other data than its own"
             blame = f"{f.blame.value}: {f.blame_note}" if f.blame_note else f.blame.value
-            return f.blame.value, (f"{f.problem.value if f.problem else 'no known difference'}: {d['method']} runs "
-                                   f"on {runs_on} ({f.evidence}); blame: {blame}")
+            return f.blame.value, (
+                f"{f.problem.value if f.problem else 'no known difference'}: {d['method']} runs "
+                f"on {runs_on} ({f.evidence}); blame: {blame}"
+            )
         same, owner = d.get("same_content"), cell_text(d.get("cached_method")) or "another method"
         if same is None or same is pd.NA:
             return "none", "no cache entry to compare with: this constant was not found in the cache"
         if not same:
-            return "caught", (f"content differs: {cell_text(d['decision'])}, so the difference was caught; "
-                              f"{d['method']} keeps its own bytes (the content digests below disagree)")
+            return "caught", (
+                f"content differs: {cell_text(d['decision'])}, so the difference was caught; "
+                f"{d['method']} keeps its own bytes (the content digests below disagree)"
+            )
         return "same", f"same content: this constant and {owner}'s cached tensor have equal content digests"
 
     def selected_comparison(self) -> pd.DataFrame:
@@ -736,8 +869,11 @@ class ExplorerState(traitlets.HasTraits):
         pngs: dict[str, bytes] = {}
         try:
             for i, name in enumerate(SESSION_FIGURES):
-                self._step("draw", DRAW_SPAN[0] + (DRAW_SPAN[1] - DRAW_SPAN[0]) * i / len(SESSION_FIGURES),
-                           f"drawing the {name} ({i + 1} of {len(SESSION_FIGURES)})")
+                self._step(
+                    "draw",
+                    DRAW_SPAN[0] + (DRAW_SPAN[1] - DRAW_SPAN[0]) * i / len(SESSION_FIGURES),
+                    f"drawing the {name} ({i + 1} of {len(SESSION_FIGURES)})",
+                )
                 pngs[name] = figure_png(self._figure(name, session, verdict, label))
         except Exception:  # noqa: BLE001 - drawn again by the view, which shows the error
             return {}
@@ -766,8 +902,9 @@ class ExplorerState(traitlets.HasTraits):
         if comparison and self.comparison is not None and self.program is not None:
             floor = plots.minimum_device_bytes(self.program)
             label = self.program_label or self.program.name
-            figs["policy trade-off"] = plots.policy_tradeoff(self.comparison, minimum=floor,
-                                                             title=f"{label}: correctness vs memory")
+            figs["policy trade-off"] = plots.policy_tradeoff(
+                self.comparison, minimum=floor, title=f"{label}: correctness vs memory"
+            )
             title = f"{label}: device memory per method and policy"
             figs["memory by policy"] = plots.memory_by_policy(self.comparison.memory(), minimum=floor, title=title)
         return figs
@@ -778,8 +915,9 @@ class ExplorerState(traitlets.HasTraits):
         if self.session is None:
             return "collision_report.csv"
         dry = "-dry-run" if self.is_dry_run else ""
-        return (f"{safe_file_name(self.program_label)}-{safe_file_name(self.session.policy.name.value)}"
-                f"{dry}{EXPORT_SUFFIX}")
+        return (
+            f"{safe_file_name(self.program_label)}-{safe_file_name(self.session.policy.name.value)}{dry}{EXPORT_SUFFIX}"
+        )
 
     def default_export_path(self, name: str | None = None) -> str:
         """Where the report goes when no path is given: :meth:`default_export_name` (or ``name``) in
@@ -806,10 +944,12 @@ class ExplorerState(traitlets.HasTraits):
             return self._fail("nothing to export", ToolkitError("load a program first"), scope="rows")
         keys = pd.DataFrame({"method": self.rows["method"].tolist(), "name": self.rows["name"].tolist()})
         frame = keys.merge(self.report.frame, on=["method", "name"], how="inner", validate="one_to_many")
-        name = self.default_export_name().replace(EXPORT_SUFFIX, "-decisions" + ("-filtered" if self.filtered
-                                                                               else "") + (".xlsx" if excel else ".csv"))
-        target = self._write(path, overwrite, frame, self.default_export_path(name) if not path else None, "rows",
-                             excel=excel)
+        name = self.default_export_name().replace(
+            EXPORT_SUFFIX, "-decisions" + ("-filtered" if self.filtered else "") + (".xlsx" if excel else ".csv")
+        )
+        target = self._write(
+            path, overwrite, frame, self.default_export_path(name) if not path else None, "rows", excel=excel
+        )
         if target is None:
             return False
         with self.hold_trait_notifications():
@@ -835,8 +975,16 @@ class ExplorerState(traitlets.HasTraits):
             self.export_message = f"wrote {len(self.report.frame)} rows to {target}{dry}"
         return True
 
-    def _write(self, path: str | Path | None, overwrite: bool, frame: pd.DataFrame, default: str | None,
-               scope: str, *, excel: bool = False) -> Path | None:
+    def _write(
+        self,
+        path: str | Path | None,
+        overwrite: bool,
+        frame: pd.DataFrame,
+        default: str | None,
+        scope: str,
+        *,
+        excel: bool = False,
+    ) -> Path | None:
         """Write report rows to ``path`` (relative: in :attr:`export_dir`; none: ``default`` or
         :meth:`default_export_path`), as CSV or (``excel``) a workbook; the absolute path written,
         None (and :attr:`error`) on failure."""
@@ -939,8 +1087,12 @@ def _wrong_colour(text: str) -> str:
 
 
 # the Policies table: the outcome by the verdict, the methods a policy gets wrong or cannot run red
-COMPARISON_COLOURS = {"outcome": outcome_colour, "wrong_methods": _wrong_colour, "not_runnable": _wrong_colour,
-                      "error": _wrong_colour}
+COMPARISON_COLOURS = {
+    "outcome": outcome_colour,
+    "wrong_methods": _wrong_colour,
+    "not_runnable": _wrong_colour,
+    "error": _wrong_colour,
+}
 
 
 def comparison_display(frame: pd.DataFrame) -> pd.DataFrame:
@@ -952,15 +1104,16 @@ def comparison_display(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _table_html(frame: pd.DataFrame, columns, empty: str, **options: Any) -> str:
-    return html_table(frame, columns, max_rows=MAX_TABLE_ROWS, empty=empty, more_hint="narrow the filters to see them",
-                      **options)
+    return html_table(
+        frame, columns, max_rows=MAX_TABLE_ROWS, empty=empty, more_hint="narrow the filters to see them", **options
+    )
 
 
 def _banner(text: str) -> str:
     """The dry-run banner: its first sentence bold, the rest plain; '' for no text."""
     if not text:
         return ""
-    head, rest = (BANNER_HEAD, text[len(BANNER_HEAD):]) if text.startswith(BANNER_HEAD) else ("", text)
+    head, rest = (BANNER_HEAD, text[len(BANNER_HEAD) :]) if text.startswith(BANNER_HEAD) else ("", text)
     return f"<div class='constshare-dry-banner'><b>{html.escape(head)}</b>{html.escape(rest)}</div>"
 
 
@@ -980,8 +1133,10 @@ def _download_link(target: Path) -> str:
         return " · too large to put in the page: open it from the file browser"
     data = base64.b64encode(target.read_bytes()).decode("ascii")
     mime = XLSX_MIME if target.suffix.lower() == ".xlsx" else "text/csv"
-    return (f" · <a class=\"constshare-download\" download=\"{html.escape(target.name, quote=True)}\" "
-            f"href=\"data:{mime};base64,{data}\">download</a>")
+    return (
+        f' · <a class="constshare-download" download="{html.escape(target.name, quote=True)}" '
+        f'href="data:{mime};base64,{data}">download</a>'
+    )
 
 
 def _box(cls: str, text: str) -> str:
@@ -992,8 +1147,11 @@ def _box(cls: str, text: str) -> str:
 # what decides first (the decision, whether the content differs, why), then the identifiers
 GRID_COLUMNS = ("method", "constant", "decision", "same content", "reason", "bytes", "shared from")
 BLAME_GRID_COLUMN = "blame"  # shown once blame ran: culprit (what it breaks), harmless, not tested; why on hover
-FINDING_COLOURS = {BlameStatus.CULPRIT: WRONG_COLOUR, BlameStatus.NOT_TESTED: WRONG_COLOUR,
-                   BlameStatus.HARMLESS: CAUGHT_COLOUR}  # a constant's detail, by blame's status
+FINDING_COLOURS = {
+    BlameStatus.CULPRIT: WRONG_COLOUR,
+    BlameStatus.NOT_TESTED: WRONG_COLOUR,
+    BlameStatus.HARMLESS: CAUGHT_COLOUR,
+}  # a constant's detail, by blame's status
 BLAME_CLASSES = {BlameStatus.CULPRIT: "cs-culprit", BlameStatus.HARMLESS: "cs-caught", BlameStatus.NOT_TESTED: ""}
 
 
@@ -1010,8 +1168,9 @@ def _constant_cell(r: dict[str, Any]) -> str:
     name, fqn = cell_text(r.get("name")), cell_text(r.get("fqn"))
     if not fqn or fqn == name:
         return _span(name, "cs-wrap cs-fqn")
-    return (_span(fqn.replace(".", ".\u200b"), "cs-wrap cs-fqn", fqn)
-            + _span(_breakable(name), "cs-wrap cs-internal", f"internal name: {name}"))
+    return _span(fqn.replace(".", ".\u200b"), "cs-wrap cs-fqn", fqn) + _span(
+        _breakable(name), "cs-wrap cs-internal", f"internal name: {name}"
+    )
 
 
 def _breakable(text: str) -> str:
@@ -1031,42 +1190,73 @@ def grid_frame(rows: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFra
         if (c.method, c.name) not in found or c.blame is BlameStatus.CULPRIT:
             found[(c.method, c.name)] = c
     with_blame = any(c.blame is not BlameStatus.NOT_TESTED for c in found.values())
-    wanted = [c for c in ("method", "name", "fqn", "decision", "same_content", "data_problem", "reason_code",
-                          "reason", "shared_from", "nbytes") if c in rows.columns]
+    wanted = [
+        c
+        for c in (
+            "method",
+            "name",
+            "fqn",
+            "decision",
+            "same_content",
+            "data_problem",
+            "reason_code",
+            "reason",
+            "shared_from",
+            "nbytes",
+        )
+        if c in rows.columns
+    ]
     records = rows[wanted].to_dict("records") if len(rows) else []  # only what the cells show
     out = []
     for r, problem in zip(records, culprit_mask(rows).tolist() if len(rows) else []):
         f = found.get((cell_text(r.get("method")), cell_text(r.get("name"))))
         bad = (problem or f is not None and f.blame is BlameStatus.CULPRIT) and not (
-            f is not None and f.blame is BlameStatus.HARMLESS)
+            f is not None and f.blame is BlameStatus.HARMLESS
+        )
         decision, same = cell_text(r.get("decision")), r.get("same_content")
         same_text = "" if same is None or same is pd.NA else ("same" if bool(same) else "DIFFERS")
         cls = "cs-culprit" if bad else (f"cs-d-{decision}" if decision in DECISION_COLOURS else "")
         same_cls = "cs-culprit" if bad else ("cs-caught" if same_text == "DIFFERS" else "")
         nbytes = r.get("nbytes")
-        out.append({
-            "method": _span(cell_text(r.get("method"))), "constant": _constant_cell(r),
-            "decision": _span(decision + (" \u2717" if bad else ""), f"cs-tag {cls}",
-                              f"runs on other data than its own: {cell_text(r.get('data_problem')) or 'a culprit'}"
-                              + (f" ({f.evidence})" if f is not None else "") if bad else ""),
-            "same content": _span(same_text, f"cs-tag {same_cls}" if same_cls else ""),
-            "reason": _span(cell_text(r.get("reason_code")), "cs-reason", cell_text(r.get("reason"))),
-            "shared from": _span(_breakable(cell_text(r.get("shared_from"))), "cs-wrap"),
-            "bytes": _span(format_bytes(nbytes) if nbytes not in (None, "") else "",
-                           title=f"{int(nbytes):,} bytes" if isinstance(nbytes, (int, float)) and nbytes == nbytes
-                           else ""),
-        })
+        out.append(
+            {
+                "method": _span(cell_text(r.get("method"))),
+                "constant": _constant_cell(r),
+                "decision": _span(
+                    decision + (" \u2717" if bad else ""),
+                    f"cs-tag {cls}",
+                    f"runs on other data than its own: {cell_text(r.get('data_problem')) or 'a culprit'}"
+                    + (f" ({f.evidence})" if f is not None else "")
+                    if bad
+                    else "",
+                ),
+                "same content": _span(same_text, f"cs-tag {same_cls}" if same_cls else ""),
+                "reason": _span(cell_text(r.get("reason_code")), "cs-reason", cell_text(r.get("reason"))),
+                "shared from": _span(_breakable(cell_text(r.get("shared_from"))), "cs-wrap"),
+                "bytes": _span(
+                    format_bytes(nbytes) if nbytes not in (None, "") else "",
+                    title=f"{int(nbytes):,} bytes" if isinstance(nbytes, (int, float)) and nbytes == nbytes else "",
+                ),
+            }
+        )
         if with_blame:
-            out[-1][BLAME_GRID_COLUMN] = _span() if f is None else _span(
-                f"\u2717 culprit: {f.blame_note}" if f.blame is BlameStatus.CULPRIT else f.blame.value,
-                f"cs-tag cs-wrap {BLAME_CLASSES[f.blame]}", f"{f.blame_note or f.blame.value}: {f.evidence}")
+            out[-1][BLAME_GRID_COLUMN] = (
+                _span()
+                if f is None
+                else _span(
+                    f"\u2717 culprit: {f.blame_note}" if f.blame is BlameStatus.CULPRIT else f.blame.value,
+                    f"cs-tag cs-wrap {BLAME_CLASSES[f.blame]}",
+                    f"{f.blame_note or f.blame.value}: {f.evidence}",
+                )
+            )
     columns = list(GRID_COLUMNS)
     if with_blame:
         columns.insert(columns.index("same content") + 1, BLAME_GRID_COLUMN)
     return pd.DataFrame(out, columns=columns)
 
 
-_CSS = """<style>
+_CSS = (
+    """<style>
 .constshare-explorer table { border-collapse: collapse; font-size: 12px; }
 .constshare-explorer th, .constshare-explorer td { border: 1px solid #ccc; padding: 2px 6px; text-align: left;
   line-height: 1.4; }
@@ -1087,7 +1277,9 @@ _CSS = """<style>
 .constshare-explorer .cs-fqn { max-width: 30em; }
 .constshare-explorer .constshare-grid { max-width: 100%; }
 .constshare-explorer .constshare-grid .dt-layout-table > .dt-layout-cell {
-  display: block; max-height: """ + GRID_HEIGHT + """; overflow: auto; }
+  display: block; max-height: """
+    + GRID_HEIGHT
+    + """; overflow: auto; }
 .constshare-explorer .constshare-grid table.dataTable thead th {
   position: sticky; top: 0; z-index: 1; background: #f3f3f3; }
 .constshare-error { color: #a00; background: #fdecea; border: 1px solid #f5c2c0; padding: 4px 8px; }
@@ -1106,7 +1298,10 @@ _CSS = """<style>
 .cs-culprit { background: #f4cccc; color: #990000; font-weight: bold; }
 .cs-caught { background: #fff2cc; }
 .cs-reason { border-bottom: 1px dotted #999; }
-""" + "".join(f".cs-d-{d} {{ background: {c}; }}\n" for d, c in DECISION_COLOURS.items()) + "</style>"
+"""
+    + "".join(f".cs-d-{d} {{ background: {c}; }}\n" for d, c in DECISION_COLOURS.items())
+    + "</style>"
+)
 
 # each panel of the view, and the state's traits it shows (re-rendered when one changes)
 PANELS = {
@@ -1149,110 +1344,238 @@ class Explorer:
             return obj
 
         def picture():  # natural size, never stretched by the flex box around it; hidden while empty
-            return w.Layout(max_width="100%", height="auto", align_self="flex-start", object_fit="contain",
-                            display="none")
+            return w.Layout(
+                max_width="100%", height="auto", align_self="flex-start", object_fit="contain", display="none"
+            )
+
         self.title = mk(w.HTML, value=_CSS + "<h3 style='margin:4px 0'>constshare explorer</h3>")
-        self.program_from = mk(w.ToggleButtons, "constshare-program-from", options=list(PROGRAM_FROM), description="program")
+        self.program_from = mk(
+            w.ToggleButtons, "constshare-program-from", options=list(PROGRAM_FROM), description="program"
+        )
         self.sample = mk(w.Dropdown, "constshare-sample", options=sample_names(), description="sample")
-        self.path = mk(w.Text, "constshare-path", description="path",
-                       placeholder="a program directory, a .pte or a .pt2 file", tooltip=PATH_HINT,
-                       layout=w.Layout(width="420px"))
+        self.path = mk(
+            w.Text,
+            "constshare-path",
+            description="path",
+            placeholder="a program directory, a .pte or a .pt2 file",
+            tooltip=PATH_HINT,
+            layout=w.Layout(width="420px"),
+        )
         self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), description="policy")
-        self.device = mk(w.Dropdown, "constshare-device", options=_device_options(s.device), value=s.device,
-                         description="device")
-        self.dry_run = mk(w.Checkbox, "constshare-dry-run", indent=False,
-                          description="dry run (analyze without loading)",
-                          tooltip="predict every decision from the program's metadata: no device, nothing run "
-                                  "(explore a CUDA .pte or .pt2 on a CPU)")
-        self.load_button = mk(w.Button, "constshare-load", description="Load", button_style="primary", icon="play",
-                              tooltip="build or open the program, load it under the policy, verify it")
-        self.compare_button = mk(w.Button, "constshare-compare", description="Compare all policies",
-                                 icon="balance-scale", tooltip="load under every policy (trade-off plots)",
-                                 layout=w.Layout(width="auto", align_self="flex-start"))
-        self.progress = mk(w.FloatProgress, "constshare-progress", value=0.0, min=0.0, max=1.0,
-                           layout=w.Layout(width="260px"))
+        self.device = mk(
+            w.Dropdown, "constshare-device", options=_device_options(s.device), value=s.device, description="device"
+        )
+        self.dry_run = mk(
+            w.Checkbox,
+            "constshare-dry-run",
+            indent=False,
+            description="dry run (analyze without loading)",
+            tooltip="predict every decision from the program's metadata: no device, nothing run "
+            "(explore a CUDA .pte or .pt2 on a CPU)",
+        )
+        self.load_button = mk(
+            w.Button,
+            "constshare-load",
+            description="Load",
+            button_style="primary",
+            icon="play",
+            tooltip="build or open the program, load it under the policy, verify it",
+        )
+        self.compare_button = mk(
+            w.Button,
+            "constshare-compare",
+            description="Compare all policies",
+            icon="balance-scale",
+            tooltip="load under every policy (trade-off plots)",
+            layout=w.Layout(width="auto", align_self="flex-start"),
+        )
+        self.progress = mk(
+            w.FloatProgress, "constshare-progress", value=0.0, min=0.0, max=1.0, layout=w.Layout(width="260px")
+        )
         # the panels the render methods fill; the collision matrix: plotly (hover a cell: its decision and
         # reason) in an Output widget, shown by plotly's JupyterLab renderer, the matplotlib one as a PNG download
-        (self.status, self.sample_info, self.policy_info, self.summary, self.verification, self.matrix_png,
-         self.decisions, self.constant_detail, self.comparison, self.export_result) = (
-            mk(w.HTML, f"constshare-{name}") for name in ("status", "sample-info", "policy-info", "summary",
-                                                           "verification", "matrix-png", "decisions",
-                                                           "constant-detail", "comparison", "export-result"))
-        self.error, self.stale_banner, self.dry_banner = (mk(w.HTML, f"constshare-{name}-box", layout=w.Layout(
-            display="none")) for name in ("error", "stale", "dry"))
+        (
+            self.status,
+            self.sample_info,
+            self.policy_info,
+            self.summary,
+            self.verification,
+            self.matrix_png,
+            self.decisions,
+            self.constant_detail,
+            self.comparison,
+            self.export_result,
+        ) = (
+            mk(w.HTML, f"constshare-{name}")
+            for name in (
+                "status",
+                "sample-info",
+                "policy-info",
+                "summary",
+                "verification",
+                "matrix-png",
+                "decisions",
+                "constant-detail",
+                "comparison",
+                "export-result",
+            )
+        )
+        self.error, self.stale_banner, self.dry_banner = (
+            mk(w.HTML, f"constshare-{name}-box", layout=w.Layout(display="none")) for name in ("error", "stale", "dry")
+        )
         # the matrix: a plotly FigureWidget (a click on a cell selects that constant), inside this box
         # (a long one, a row per name, scrolls inside MATRIX_HEIGHT)
-        self.matrix = mk(w.Box, "constshare-matrix", layout=w.Layout(display="none", max_width="100%",
-                                                                      max_height=MATRIX_HEIGHT, overflow="auto"))
+        self.matrix = mk(
+            w.Box,
+            "constshare-matrix",
+            layout=w.Layout(display="none", max_width="100%", max_height=MATRIX_HEIGHT, overflow="auto"),
+        )
         self.timeline, self.memory, self.tradeoff, self.memory_policies = (
             mk(w.Image, f"constshare-{name}", format="png", layout=picture())
-            for name in ("timeline", "memory", "tradeoff", "memory-policies"))
+            for name in ("timeline", "memory", "tradeoff", "memory-policies")
+        )
         self.filter_method, self.filter_decision, self.filter_reason = (
             mk(w.Dropdown, f"constshare-filter-{key}", options=[("all", ALL)], value=ALL, description=key)
-            for key in FILTERS)
-        self.culprits_only = mk(w.Checkbox, "constshare-culprits-only", value=False, indent=False,
-                                description="culprits only (the constants that run on other data)",
-                                layout=w.Layout(width="auto"))
-        self.export_rows_button = mk(w.Button, "constshare-export-rows", description="Export these rows (CSV)",
-                                     icon="download", tooltip="the rows the filters above leave, as CSV",
-                                     layout=w.Layout(width="auto"))
-        self.export_rows_excel_button = mk(w.Button, "constshare-export-rows-excel", description="Excel (.xlsx)",
-                                           icon="table", layout=w.Layout(width="auto"),
-                                           tooltip="the rows the filters above leave, as an Excel workbook (.xlsx)")
+            for key in FILTERS
+        )
+        self.culprits_only = mk(
+            w.Checkbox,
+            "constshare-culprits-only",
+            value=False,
+            indent=False,
+            description="culprits only (the constants that run on other data)",
+            layout=w.Layout(width="auto"),
+        )
+        self.export_rows_button = mk(
+            w.Button,
+            "constshare-export-rows",
+            description="Export these rows (CSV)",
+            icon="download",
+            tooltip="the rows the filters above leave, as CSV",
+            layout=w.Layout(width="auto"),
+        )
+        self.export_rows_excel_button = mk(
+            w.Button,
+            "constshare-export-rows-excel",
+            description="Excel (.xlsx)",
+            icon="table",
+            layout=w.Layout(width="auto"),
+            tooltip="the rows the filters above leave, as an Excel workbook (.xlsx)",
+        )
         self.export_rows_result = mk(w.HTML, "constshare-export-rows-result")
         ITable = _itable_class()
         self.grid = None
         if ITable is not None:
             self.grid = mk(ITable, "constshare-grid", df=grid_frame(s.rows), **self._grid_options())
             self.grid.observe(self._pick_row, names="selected_rows")
-        self.constant = mk(w.Dropdown, "constshare-constant", options=[], description="constant",
-                           layout=w.Layout(width="100%", max_width="460px"))
-        self.export_folder = mk(w.Text, "constshare-export-folder", value=str(s.export_dir), description="folder",
-                                layout=w.Layout(width="520px"))
-        self.export_path = mk(w.Text, "constshare-export-path", value="", description="file",
-                              placeholder="collision_report.csv", layout=w.Layout(width="520px"))
-        self.export_overwrite = mk(w.Checkbox, "constshare-export-overwrite", value=False,
-                                   description="replace an existing file", indent=False)
-        self.export_button = mk(w.Button, "constshare-export", description="Export CSV", icon="download",
-                                layout=w.Layout(width="auto"))
+        self.constant = mk(
+            w.Dropdown,
+            "constshare-constant",
+            options=[],
+            description="constant",
+            layout=w.Layout(width="100%", max_width="460px"),
+        )
+        self.export_folder = mk(
+            w.Text,
+            "constshare-export-folder",
+            value=str(s.export_dir),
+            description="folder",
+            layout=w.Layout(width="520px"),
+        )
+        self.export_path = mk(
+            w.Text,
+            "constshare-export-path",
+            value="",
+            description="file",
+            placeholder="collision_report.csv",
+            layout=w.Layout(width="520px"),
+        )
+        self.export_overwrite = mk(
+            w.Checkbox, "constshare-export-overwrite", value=False, description="replace an existing file", indent=False
+        )
+        self.export_button = mk(
+            w.Button, "constshare-export", description="Export CSV", icon="download", layout=w.Layout(width="auto")
+        )
 
-        overview = mk(w.HBox, children=[mk(w.VBox, children=[self.summary, self.verification]),
-                                        mk(w.VBox, children=[self.matrix, self.matrix_png],
-                                           layout=w.Layout(max_width="100%"))],
-                      layout=w.Layout(flex_flow="row wrap", align_items="flex-start", grid_gap="16px"))
-        left = mk(w.VBox, children=[self.decisions] + ([self.grid] if self.grid is not None else []),
-                  layout=w.Layout(flex="1 1 640px", min_width="0", max_width="100%"))
-        right = mk(w.VBox, "constshare-detail-panel", children=[self.constant, self.constant_detail],
-                   layout=w.Layout(flex="0 1 400px", min_width="320px", max_width="100%"))
-        decisions = mk(w.VBox, children=[
-            mk(w.HBox, children=[self.filter_method, self.filter_decision, self.filter_reason, self.culprits_only,
-                                 self.export_rows_button, self.export_rows_excel_button], layout=w.Layout(flex_flow="row wrap", align_items="center")),
-            self.export_rows_result,
-            mk(w.HBox, children=[left, right], layout=w.Layout(flex_flow="row wrap", align_items="flex-start",
-                                                               grid_gap="16px", width="100%"))])
+        overview = mk(
+            w.HBox,
+            children=[
+                mk(w.VBox, children=[self.summary, self.verification]),
+                mk(w.VBox, children=[self.matrix, self.matrix_png], layout=w.Layout(max_width="100%")),
+            ],
+            layout=w.Layout(flex_flow="row wrap", align_items="flex-start", grid_gap="16px"),
+        )
+        left = mk(
+            w.VBox,
+            children=[self.decisions] + ([self.grid] if self.grid is not None else []),
+            layout=w.Layout(flex="1 1 640px", min_width="0", max_width="100%"),
+        )
+        right = mk(
+            w.VBox,
+            "constshare-detail-panel",
+            children=[self.constant, self.constant_detail],
+            layout=w.Layout(flex="0 1 400px", min_width="320px", max_width="100%"),
+        )
+        decisions = mk(
+            w.VBox,
+            children=[
+                mk(
+                    w.HBox,
+                    children=[
+                        self.filter_method,
+                        self.filter_decision,
+                        self.filter_reason,
+                        self.culprits_only,
+                        self.export_rows_button,
+                        self.export_rows_excel_button,
+                    ],
+                    layout=w.Layout(flex_flow="row wrap", align_items="center"),
+                ),
+                self.export_rows_result,
+                mk(
+                    w.HBox,
+                    children=[left, right],
+                    layout=w.Layout(flex_flow="row wrap", align_items="flex-start", grid_gap="16px", width="100%"),
+                ),
+            ],
+        )
         timing = mk(w.VBox, children=[self.timeline, self.memory])
         policies = mk(w.VBox, children=[self.compare_button, self.tradeoff, self.memory_policies, self.comparison])
-        export = mk(w.VBox, children=[self.export_folder,
-                                      mk(w.HBox, children=[self.export_path, self.export_button]),
-                                      self.export_overwrite, self.export_result])
+        export = mk(
+            w.VBox,
+            children=[
+                self.export_folder,
+                mk(w.HBox, children=[self.export_path, self.export_button]),
+                self.export_overwrite,
+                self.export_result,
+            ],
+        )
         self.tabs = mk(w.Tab, "constshare-tabs", children=[overview, decisions, timing, policies, export])
         for i, t in enumerate(TAB_TITLES):
             self.tabs.set_title(i, t)
-        controls = mk(w.VBox, children=[
-            self.program_from, mk(w.HBox, children=[self.sample, self.path]), self.sample_info,
-            mk(w.HBox, children=[self.policy, self.device, self.dry_run]), self.policy_info,
-            mk(w.HBox, children=[self.load_button, self.progress, self.status], layout=w.Layout(width="auto")),
-            self.error,
-        ])
-        self.widget = mk(w.VBox, "constshare-explorer", children=[self.title, controls, self.stale_banner,
-                                                                     self.dry_banner, self.tabs])
+        controls = mk(
+            w.VBox,
+            children=[
+                self.program_from,
+                mk(w.HBox, children=[self.sample, self.path]),
+                self.sample_info,
+                mk(w.HBox, children=[self.policy, self.device, self.dry_run]),
+                self.policy_info,
+                mk(w.HBox, children=[self.load_button, self.progress, self.status], layout=w.Layout(width="auto")),
+                self.error,
+            ],
+        )
+        self.widget = mk(
+            w.VBox,
+            "constshare-explorer",
+            children=[self.title, controls, self.stale_banner, self.dry_banner, self.tabs],
+        )
 
         # the choices: each widget linked to its trait (validated there); the device by hand, a device
         # the menu lacks added to it first
         s.observe(self._device_choice, names="device")
         self.device.observe(lambda ch: self._guarded(setattr, s, "device", ch["new"]), names="value")
-        self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS
-                       if name != "device"]
+        self._links = [traitlets.link((s, name), (getattr(self, name), "value")) for name in INPUTS if name != "device"]
         self.culprits_only.observe(lambda ch: self._filter("culprits_only", ch["new"]), names="value")
         self.export_rows_button.on_click(lambda _b: self.state.export_rows())
         self.export_rows_excel_button.on_click(lambda _b: self._export_rows_excel())
@@ -1262,8 +1585,11 @@ class Explorer:
         self.export_folder.observe(self._export_folder, names="value")
         self.load_button.on_click(lambda _b: self._run(self.state.load))
         self.compare_button.on_click(lambda _b: self._run(self.state.compare))
-        self.export_button.on_click(lambda _b: self.state.export_csv(self.export_path.value.strip() or None,
-                                                                     overwrite=self.export_overwrite.value))
+        self.export_button.on_click(
+            lambda _b: self.state.export_csv(
+                self.export_path.value.strip() or None, overwrite=self.export_overwrite.value
+            )
+        )
         self._observers = [(self._shown(name), list(traits)) for name, traits in PANELS.items()]
         for handler, names in self._observers:
             s.observe(handler, names=names)
@@ -1274,17 +1600,30 @@ class Explorer:
         # No DataTables scrolling (it sizes its columns when first drawn, and the Decisions tab is
         # hidden then): the page of rows scrolls inside a box of GRID_HEIGHT (CSS above), header sticky.
         # The info line is the tab's one count: after the filters above and the grid's own search.
-        return dict(allow_html=True, maxBytes=0, showIndex=False, classes="display compact nowrap",
-                    text_in_header_can_be_selected=False, paging=True, pageLength=50,
-                    lengthMenu=[25, 50, 100, 500], order=[], select={"style": "single", "items": "row"},
-                    # search first, and always there (itables hides its default layout on short tables)
-                    layout={"topStart": "search", "topEnd": "pageLength", "bottomStart": "info",
-                            "bottomEnd": "paging"},
-                    style="width: 100%; margin: 0", autoWidth=False, drawCallback=_scroll_to_selection(),
-                    language={"search": "search:", "emptyTable": "no decision matches the filters",
-                              "info": "rows _START_-_END_ · " + count_text("_TOTAL_", total, filtered),
-                              "infoEmpty": count_text(0, total, filtered),
-                              "infoFiltered": "" if filtered else "(filtered)"})  # DataTables adds a space
+        return dict(
+            allow_html=True,
+            maxBytes=0,
+            showIndex=False,
+            classes="display compact nowrap",
+            text_in_header_can_be_selected=False,
+            paging=True,
+            pageLength=50,
+            lengthMenu=[25, 50, 100, 500],
+            order=[],
+            select={"style": "single", "items": "row"},
+            # search first, and always there (itables hides its default layout on short tables)
+            layout={"topStart": "search", "topEnd": "pageLength", "bottomStart": "info", "bottomEnd": "paging"},
+            style="width: 100%; margin: 0",
+            autoWidth=False,
+            drawCallback=_scroll_to_selection(),
+            language={
+                "search": "search:",
+                "emptyTable": "no decision matches the filters",
+                "info": "rows _START_-_END_ · " + count_text("_TOTAL_", total, filtered),
+                "infoEmpty": count_text(0, total, filtered),
+                "infoFiltered": "" if filtered else "(filtered)",
+            },
+        )  # DataTables adds a space
 
     # ------------------------------------------------------------------ display
     def _repr_mimebundle_(self, **kwargs):
@@ -1333,8 +1672,9 @@ class Explorer:
 
     def _export_rows_excel(self) -> None:
         """The Excel export of the rows shown: said first (a workbook of 10,000 rows takes seconds)."""
-        self.export_rows_result.value = _box("constshare-ok", f"writing {len(self.state.rows):,} rows as an Excel "
-                                                              f"workbook\u2026")
+        self.export_rows_result.value = _box(
+            "constshare-ok", f"writing {len(self.state.rows):,} rows as an Excel workbook\u2026"
+        )
         self.state.export_rows(excel=True)
 
     def _export_folder(self, ch) -> None:
@@ -1375,13 +1715,16 @@ class Explorer:
     # ------------------------------------------------------------------ state out
     def _shown(self, name: str) -> Callable[[Any], None]:
         """The observer that re-renders panel ``name``: rendering never leaves a traceback wall."""
+
         def handler(_change) -> None:
             try:
                 getattr(self, name)()
             except Exception as e:  # noqa: BLE001
-                self.error.value = _box("constshare-error", f"could not display {name[len('_render_'):]}: "
-                                                            f"{_one_line(e)}")
+                self.error.value = _box(
+                    "constshare-error", f"could not display {name[len('_render_') :]}: {_one_line(e)}"
+                )
                 self.error.layout.display = None
+
         return handler
 
     def _set(self, widget, **values) -> None:
@@ -1402,13 +1745,19 @@ class Explorer:
         s = self.state
         if not s.busy:
             self.load_button.description = "Dry run" if s.dry_run else "Load"
-        for widget, shown in ((self.sample, s.program_from == "sample"), (self.sample_info, s.program_from == "sample"),
-                              (self.path, s.program_from == "path")):
+        for widget, shown in (
+            (self.sample, s.program_from == "sample"),
+            (self.sample_info, s.program_from == "sample"),
+            (self.path, s.program_from == "path"),
+        ):
             widget.layout.display = None if shown else "none"
-        self.sample_info.value = (f"<div style='font-size: 12px; line-height: 1.45; max-width: 110ch'>"
-                                  f"{s.sample_description_html}</div>")
-        self.policy_info.value = (f"<div style='font-size: 11px; line-height: 1.45; max-width: 130ch'>"
-                                  f"{markdown_html(f'**{s.policy}**: {s.policy_summary}')}</div>")
+        self.sample_info.value = (
+            f"<div style='font-size: 12px; line-height: 1.45; max-width: 110ch'>{s.sample_description_html}</div>"
+        )
+        self.policy_info.value = (
+            f"<div style='font-size: 11px; line-height: 1.45; max-width: 130ch'>"
+            f"{markdown_html(f'**{s.policy}**: {s.policy_summary}')}</div>"
+        )
 
     def _render_stale(self) -> None:
         reason = self.state.stale_reason
@@ -1422,8 +1771,13 @@ class Explorer:
         failed = bool(s.error and s.error_scope not in EXPORT_SCOPES)
         style = "danger" if failed else ("info" if s.busy else BAR_STYLES.get(s.outcome, "info"))
         self.progress.bar_style = style
-        for b in (self.load_button, self.compare_button, self.export_button, self.export_rows_button,
-                  self.export_rows_excel_button):
+        for b in (
+            self.load_button,
+            self.compare_button,
+            self.export_button,
+            self.export_rows_button,
+            self.export_rows_excel_button,
+        ):
             b.disabled = s.busy
         self.load_button.description = "Working…" if s.busy else ("Dry run" if s.dry_run else "Load")
         clock = f" ({elapsed:.0f} s)" if s.busy and elapsed is not None and elapsed >= 1 else ""
@@ -1436,8 +1790,11 @@ class Explorer:
         if not s.error or s.error_scope in EXPORT_SCOPES:  # export errors are shown next to their button
             self.error.value, self.error.layout.display = "", "none"
             return
-        detail = (f"<details><summary>details</summary><pre>{html.escape(s.error_detail[-4000:])}</pre></details>"
-                  if s.error_detail else "")
+        detail = (
+            f"<details><summary>details</summary><pre>{html.escape(s.error_detail[-4000:])}</pre></details>"
+            if s.error_detail
+            else ""
+        )
         self.error.value = f"<div class='constshare-error'><b>{html.escape(s.error)}</b>{detail}</div>"
         self.error.layout.display = None
 
@@ -1448,11 +1805,14 @@ class Explorer:
         v = s.verdict
         self.dry_banner.value = _banner(s.banner)
         self.dry_banner.layout.display = None if s.banner else "none"
-        self.summary.value = (_box("constshare-verdict", v.headline(name=s.program_label))
-                              + _box("constshare-findings", findings_summary(v))
-                              + session_facts_html(s.session, predicted=v.predicted, name=s.program_label))
-        self.verification.value = (f"<b>{'prediction' if v.predicted else 'verification'}</b>"
-                                   + verification_html(s.verification, v, empty="no methods"))
+        self.summary.value = (
+            _box("constshare-verdict", v.headline(name=s.program_label))
+            + _box("constshare-findings", findings_summary(v))
+            + session_facts_html(s.session, predicted=v.predicted, name=s.program_label)
+        )
+        self.verification.value = f"<b>{'prediction' if v.predicted else 'verification'}</b>" + verification_html(
+            s.verification, v, empty="no methods"
+        )
         pngs = s.session_pngs()
         self._render_matrix(pngs["collision matrix"])
         self._show_png(self.timeline, pngs["timeline"])
@@ -1469,22 +1829,26 @@ class Explorer:
 
             from toolkit.plots import interactive_collision_matrix
 
-            fig = go.FigureWidget(interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods,
-                                                               name=s.program_label))
+            fig = go.FigureWidget(
+                interactive_collision_matrix(s.session, wrong_methods=s.verdict.wrong_methods, name=s.program_label)
+            )
         except ImportError:  # no plotly
             self._set_matrix(())
             self.matrix.layout.display = "none"
-            self.matrix_png.value = (f"<img class='constshare-plot' style='max-width: 100%' "
-                                     f"src='data:image/png;base64,{data}'>")
+            self.matrix_png.value = (
+                f"<img class='constshare-plot' style='max-width: 100%' src='data:image/png;base64,{data}'>"
+            )
             return
         if fig.data:
             fig.data[0].on_click(self._matrix_click)
         self._set_matrix((fig,))
         self.matrix.layout.display = None
-        self.matrix_png.value = (f"<div style='font-size: 12px'>hover a cell for its decision and reason, "
-                                 f"click it to see that constant in Decisions · "
-                                 f"<a download=\"{name}\" href=\"data:image/png;base64,{data}\">download as PNG</a>"
-                                 f"</div>")
+        self.matrix_png.value = (
+            f"<div style='font-size: 12px'>hover a cell for its decision and reason, "
+            f"click it to see that constant in Decisions · "
+            f'<a download="{name}" href="data:image/png;base64,{data}">download as PNG</a>'
+            f"</div>"
+        )
 
     def _set_matrix(self, children: tuple) -> None:
         old, self.matrix.children = self.matrix.children, children
@@ -1523,8 +1887,11 @@ class Explorer:
         s = self.state
         opts = s.filter_options()
         for key in FILTERS:
-            self._set(getattr(self, f"filter_{key}"), options=[("all", ALL)] + [(o, o) for o in opts[key]],
-                      value=getattr(s, f"filter_{key}"))
+            self._set(
+                getattr(self, f"filter_{key}"),
+                options=[("all", ALL)] + [(o, o) for o in opts[key]],
+                value=getattr(s, f"filter_{key}"),
+            )
         self._set(self.culprits_only, value=s.culprits_only)
         rows = s.rows
         keys = list(zip(rows["method"], rows["name"]))
@@ -1534,22 +1901,33 @@ class Explorer:
         frame, total, filtered = grid_frame(rows, s.verdict), s.total_decisions, s.filtered
         self.count = count_text(len(frame), total, filtered)
         if self.grid is not None:
-            self.decisions.value = _box("constshare-findings", " · ".join(
-                t for t in (head, "click a row to see that constant" if keys else "") if t))
+            self.decisions.value = _box(
+                "constshare-findings",
+                " · ".join(t for t in (head, "click a row to see that constant" if keys else "") if t),
+            )
             self._updating = True
             try:
                 # every option again: itables' update() forgets those not given (allow_html among them);
                 # the count is the grid's info line (its _TOTAL_: the frame's rows its own search leaves)
-                self.grid.update(frame, selected_rows=[keys.index(s.selected)] if s.selected in keys else [],
-                                 **self._grid_options(total, filtered))
+                self.grid.update(
+                    frame,
+                    selected_rows=[keys.index(s.selected)] if s.selected in keys else [],
+                    **self._grid_options(total, filtered),
+                )
             finally:
                 self._updating = False
         else:  # no itables: the renderer's table, scrolling inside a bounded box
-            self.decisions.value = (_box("constshare-findings", " · ".join(t for t in (self.count, head) if t))
+            self.decisions.value = (
+                _box("constshare-findings", " · ".join(t for t in (self.count, head) if t))
                 + f"<div style='max-height: {GRID_HEIGHT}; overflow: auto'>"
-                + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters") + "</div>")
-        self._set(self.constant, options=[(f"{m} / {n}", (m, n)) for m, n in keys],
-                  value=s.selected if s.selected in set(keys) else None)
+                + _table_html(rows, DECISION_TABLE_COLUMNS, "no decision matches the filters")
+                + "</div>"
+            )
+        self._set(
+            self.constant,
+            options=[(f"{m} / {n}", (m, n)) for m, n in keys],
+            value=s.selected if s.selected in set(keys) else None,
+        )
 
     def _render_selection(self) -> None:
         s = self.state
@@ -1566,11 +1944,17 @@ class Explorer:
         kind, sentence = s.content_verdict()
         f = s.selected_finding()
         same = d.get("same_content")
-        facts = [("decision", d["decision"]), ("reason", d["reason"]), ("lookup", d["lookup"] or "not looked up"),
-                 ("bytes", f"{format_bytes(d['nbytes'])} ({int(d['nbytes']):,})"),
-                 ("cached", d["cached_method"] or "no cache entry"), ("runs on", d.get("shared_from")),
-                 ("content digest", d["digest"]), ("cached digest", d["cached_digest"]),
-                 ("same content", "" if same is None or same is pd.NA else "yes" if same else "NO")]
+        facts = [
+            ("decision", d["decision"]),
+            ("reason", d["reason"]),
+            ("lookup", d["lookup"] or "not looked up"),
+            ("bytes", f"{format_bytes(d['nbytes'])} ({int(d['nbytes']):,})"),
+            ("cached", d["cached_method"] or "no cache entry"),
+            ("runs on", d.get("shared_from")),
+            ("content digest", d["digest"]),
+            ("cached digest", d["cached_digest"]),
+            ("same content", "" if same is None or same is pd.NA else "yes" if same else "NO"),
+        ]
         blame = "" if f is None else f"{f.blame.value}: {f.blame_note}" if f.blame_note else f.blame.value
         if f is not None:
             problem = f.problem.value if f.problem else "no known difference"
@@ -1578,16 +1962,25 @@ class Explorer:
         facts = pd.DataFrame([(k, v) for k, v in facts if cell_text(v)], columns=["fact", "value"])
         colour = FINDING_COLOURS.get(kind, "")
         marked = {cell_text(d["decision"]), blame} if colour else set()
-        head = html_table(facts, max_rows=len(facts), colours={
-            "value": lambda text: WRONG_COLOUR if text == "NO" else (colour if text in marked else "")})
+        head = html_table(
+            facts,
+            max_rows=len(facts),
+            colours={"value": lambda text: WRONG_COLOUR if text == "NO" else (colour if text in marked else "")},
+        )
         comp = s.selected_comparison()
-        body = html_table(comp.assign(equal=["yes" if e else "NO" for e in comp["equal"]]), max_rows=len(comp),
-                          empty="nothing was compared field by field for this constant (see the reason above)",
-                          colours={"equal": lambda text: WRONG_COLOUR if text == "NO" else ""})
-        self.constant_detail.value = (f"<b>{html.escape(d['method'])} / {html.escape(d['name'])}</b>"
-                                      + _box(f"constshare-verdict constshare-verdict-{kind.replace(' ', '-')}",
-                                             sentence)
-                                      + head + "<b>cached vs new</b>" + body)
+        body = html_table(
+            comp.assign(equal=["yes" if e else "NO" for e in comp["equal"]]),
+            max_rows=len(comp),
+            empty="nothing was compared field by field for this constant (see the reason above)",
+            colours={"equal": lambda text: WRONG_COLOUR if text == "NO" else ""},
+        )
+        self.constant_detail.value = (
+            f"<b>{html.escape(d['method'])} / {html.escape(d['name'])}</b>"
+            + _box(f"constshare-verdict constshare-verdict-{kind.replace(' ', '-')}", sentence)
+            + head
+            + "<b>cached vs new</b>"
+            + body
+        )
 
     def _render_comparison(self) -> None:
         from toolkit.plots import figure_png
@@ -1603,7 +1996,8 @@ class Explorer:
         self._show_png(self.memory_policies, figure_png(figs["memory by policy"]))
         # each row is the policy's verdict (compare.policy_row); lists shown comma-joined by the renderer
         self.comparison.value = _banner(s.comparison_banner) + _table_html(
-            comparison_display(s.comparison.frame), COMPARISON_COLUMNS, "no policies", colours=COMPARISON_COLOURS)
+            comparison_display(s.comparison.frame), COMPARISON_COLUMNS, "no policies", colours=COMPARISON_COLOURS
+        )
 
     def _render_export(self) -> None:
         s = self.state
@@ -1621,14 +2015,16 @@ class Explorer:
             self.export_result.value = (
                 f"<div class='constshare-ok'>wrote <code>{html.escape(str(target))}</code> "
                 f"({len(s.report.frame) if s.report is not None else 0:,} rows, {format_bytes(target.stat().st_size)})"
-                f"{_download_link(target)}</div>")
+                f"{_download_link(target)}</div>"
+            )
 
     def _render_rows_export(self) -> None:
         s = self.state
         if s.error and s.error_scope == "rows":
             self.export_rows_result.value = _box("constshare-error", s.error)
         elif s.rows_exported and s.rows_export_file is not None:
-            self.export_rows_result.value = (f"<div class='constshare-ok'>{html.escape(s.rows_exported)}"
-                                             f"{_download_link(s.rows_export_file)}</div>")
+            self.export_rows_result.value = (
+                f"<div class='constshare-ok'>{html.escape(s.rows_exported)}{_download_link(s.rows_export_file)}</div>"
+            )
         else:
             self.export_rows_result.value = _box("constshare-ok", s.rows_exported)

@@ -135,20 +135,23 @@ def _read_range(fd: int, view: memoryview, start: int, path: Path, h=None, *, ze
         while at < e:
             n = min(e - at, _CHUNK)
             if data:
-                n = os.preadv(fd, [view[at - start: at - start + n]], at)
+                n = os.preadv(fd, [view[at - start : at - start + n]], at)
                 if n == 0:
                     break
                 if h is not None:
-                    h.update(view[at - start: at - start + n])
+                    h.update(view[at - start : at - start + n])
             else:
                 if zero_holes:
-                    view[at - start: at - start + n] = _ZEROS[:n]
+                    view[at - start : at - start + n] = _ZEROS[:n]
                 if h is not None:
                     h.update(_ZEROS[:n])
             at += n
     if os.fstat(fd).st_size < start + len(view):
-        raise IntegrityError(f"file ended while it was read: it is shorter than the {start + len(view)} bytes "
-                             "expected (shrunk while loading?)", path=path)
+        raise IntegrityError(
+            f"file ended while it was read: it is shorter than the {start + len(view)} bytes "
+            "expected (shrunk while loading?)",
+            path=path,
+        )
 
 
 def _hash_range(fd: int, start: int, n: int, path: Path, h) -> None:
@@ -156,7 +159,7 @@ def _hash_range(fd: int, start: int, n: int, path: Path, h) -> None:
     small buffer."""
     view = memoryview(bytearray(min(max(n, 1), _CHUNK)))
     for at in range(start, start + n, len(view)):
-        _read_range(fd, view[:min(len(view), start + n - at)], at, path, h)
+        _read_range(fd, view[: min(len(view), start + n - at)], at, path, h)
 
 
 def _record_pieces(record: FileRecord, path: Path) -> list[tuple[int, int, str]]:
@@ -168,8 +171,9 @@ def _record_pieces(record: FileRecord, path: Path) -> list[tuple[int, int, str]]
         return [(0, size, record.sha256)]
     starts = range(0, size, record.chunk_bytes)
     if len(starts) != len(record.chunks):
-        raise IntegrityError(f"{len(record.chunks)} piece digests recorded for {size} bytes in pieces of "
-                             f"{record.chunk_bytes}", path=path)
+        raise IntegrityError(
+            f"{len(record.chunks)} piece digests recorded for {size} bytes in pieces of {record.chunk_bytes}", path=path
+        )
     return [(s, min(record.chunk_bytes, size - s), d) for s, d in zip(starts, record.chunks)]
 
 
@@ -196,8 +200,9 @@ class PiecePlan:
     copies: tuple[PieceCopy, ...]
 
 
-def plan_piece_copies(pieces: Sequence[tuple[int, int, str | None]],
-                      spans: Sequence[tuple[int, int]]) -> list[PiecePlan]:
+def plan_piece_copies(
+    pieces: Sequence[tuple[int, int, str | None]], spans: Sequence[tuple[int, int]]
+) -> list[PiecePlan]:
     """For byte ranges ``spans`` ((file offset, length) of each constant of a batch), the pieces
     (sorted, disjoint (start, length, digest) spans of the file) that cover them, each with the
     copies it feeds; pieces no range touches are left out.  ValueError for a byte of a range
@@ -228,14 +233,21 @@ def new_hasher(record: FileRecord):
     return (DIGESTS[record.chunk_digest] if record.chunks else hashlib.sha256)()
 
 
-def chunk_sha256s(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None,
-                  threads: int | None = None) -> tuple[str, ...]:
+def chunk_sha256s(
+    path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None, threads: int | None = None
+) -> tuple[str, ...]:
     """The sha256 of each ``chunk_bytes`` piece of ``path`` (program format 3's piece digests)."""
     return chunk_digests(path, chunk_bytes, size=size, threads=threads, digest="sha256")
 
 
-def chunk_digests(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | None = None,
-                  threads: int | None = None, digest: str = "blake3") -> tuple[str, ...]:
+def chunk_digests(
+    path: Path,
+    chunk_bytes: int = CHUNK_BYTES,
+    *,
+    size: int | None = None,
+    threads: int | None = None,
+    digest: str = "blake3",
+) -> tuple[str, ...]:
     """The ``digest`` (a :data:`DIGESTS` name) of each ``chunk_bytes`` piece of ``path`` (the
     last may be shorter), hashed by ``threads`` threads at once (default :func:`hash_threads`)."""
     if chunk_bytes <= 0:
@@ -250,8 +262,9 @@ def chunk_digests(path: Path, chunk_bytes: int = CHUNK_BYTES, *, size: int | Non
             _read_range(fd, memoryview(buf), start, path, h)
             return h.hexdigest()
 
-        with ThreadPoolExecutor(max(1, min(threads or hash_threads(), -(-size // chunk_bytes))),
-                                thread_name_prefix="constshare-hash") as pool:
+        with ThreadPoolExecutor(
+            max(1, min(threads or hash_threads(), -(-size // chunk_bytes))), thread_name_prefix="constshare-hash"
+        ) as pool:
             return tuple(pool.map(piece, range(0, size, chunk_bytes)))
     finally:
         os.close(fd)
@@ -266,8 +279,9 @@ def file_record(path: Path, chunk_bytes: int = CHUNK_BYTES, digest: str = "blake
         whole = one.submit(sha256_file, path)
         chunks = chunk_digests(path, chunk_bytes, digest=digest)
         sha = whole.result()
-    return FileRecord(sha256=sha, bytes=Path(path).stat().st_size, chunk_bytes=chunk_bytes, chunks=chunks,
-                      chunk_digest=digest)
+    return FileRecord(
+        sha256=sha, bytes=Path(path).stat().st_size, chunk_bytes=chunk_bytes, chunks=chunks, chunk_digest=digest
+    )
 
 
 def file_identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
@@ -310,8 +324,7 @@ class _Pending:
     expected digest), the program file's descriptor they are read from, and the copy's one
     writable mapping."""
 
-    def __init__(self, src_fd: int, record: FileRecord, threads: int, on_hashed, mm: mmap.mmap | None,
-                 path: Path):
+    def __init__(self, src_fd: int, record: FileRecord, threads: int, on_hashed, mm: mmap.mmap | None, path: Path):
         size = record.bytes
         # one digest for the whole file when it records no pieces: any byte read needs all of it
         self.step = record.chunk_bytes if record.chunks else max(size, 1)
@@ -355,8 +368,9 @@ class VerifiedCopy:
     in_place = False  # True: no copy; :attr:`path` is the program's file, its pieces hashed where they lie
 
     @classmethod
-    def lazy(cls, src_fd: int, source: Path, record: FileRecord, threads: int, on_hashed=None, *,
-             in_place: bool = False) -> "VerifiedCopy | None":
+    def lazy(
+        cls, src_fd: int, source: Path, record: FileRecord, threads: int, on_hashed=None, *, in_place: bool = False
+    ) -> "VerifiedCopy | None":
         """An empty copy of the file ``src_fd`` (whose record is ``record``) that :meth:`ensure`
         fills piece by piece, each piece hashed as it is read; None where the kernel cannot seal a
         copy while it is filled (no ``F_SEAL_FUTURE_WRITE``: before Linux 5.1).  ``in_place``: no
@@ -417,11 +431,17 @@ class VerifiedCopy:
                 except OSError:  # (before Linux 5.14: they fault one by one)
                     break
             if p.view is None:  # in place: hashed from the file through a small buffer
-                _run_pieces(None, lambda _, s, n, h: _hash_range(p.src, s, n, self.source, h), spans, hashers,
-                            p.threads)
+                _run_pieces(
+                    None, lambda _, s, n, h: _hash_range(p.src, s, n, self.source, h), spans, hashers, p.threads
+                )
             else:
-                _run_pieces(p.view, lambda view, s, n, h: _read_range(p.src, view[s: s + n], s, self.source, h),
-                            spans, hashers, p.threads)
+                _run_pieces(
+                    p.view,
+                    lambda view, s, n, h: _read_range(p.src, view[s : s + n], s, self.source, h),
+                    spans,
+                    hashers,
+                    p.threads,
+                )
             nbytes = sum(n for _, n in spans)
             if p.on_hashed is not None:
                 p.on_hashed(nbytes)
@@ -445,8 +465,17 @@ class VerifiedCopy:
             self._pending = None
 
     @classmethod
-    def read(cls, src_fd: int, source: Path, size: int, pieces: list[tuple[int, int]],
-             hashers: list, threads: int, *, base: int = 0) -> "VerifiedCopy":
+    def read(
+        cls,
+        src_fd: int,
+        source: Path,
+        size: int,
+        pieces: list[tuple[int, int]],
+        hashers: list,
+        threads: int,
+        *,
+        base: int = 0,
+    ) -> "VerifiedCopy":
         """Copy the ``size`` bytes of ``src_fd`` from byte ``base`` on into a new sealed copy, piece
         ``i`` (start, length in the copy) hashed into ``hashers[i]`` (None: not hashed), the pieces
         on ``threads`` threads at once."""
@@ -454,8 +483,14 @@ class VerifiedCopy:
         try:
             os.ftruncate(fd, size)
             if size:
-                _fill(fd, size, lambda view, s, n, h: _read_range(src_fd, view[s: s + n], base + s, source, h),
-                      pieces, hashers, threads)
+                _fill(
+                    fd,
+                    size,
+                    lambda view, s, n, h: _read_range(src_fd, view[s : s + n], base + s, source, h),
+                    pieces,
+                    hashers,
+                    threads,
+                )
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
         except BaseException:
             os.close(fd)
@@ -474,9 +509,12 @@ def _mismatch(record: FileRecord, piece: int | None, path: Path) -> IntegrityErr
     """The error for a piece (None: the whole file) whose digest differs from ``record``'s."""
     if piece is None or not record.chunks:
         return IntegrityError("sha256 does not match the program's record: the file was modified", path=path)
-    return IntegrityError(f"{DIGEST_NAMES[record.chunk_digest]} does not match the program's record (the "
-                          f"{record.chunk_bytes}-byte piece at byte {piece * record.chunk_bytes}): the file was "
-                          "modified", path=path)
+    return IntegrityError(
+        f"{DIGEST_NAMES[record.chunk_digest]} does not match the program's record (the "
+        f"{record.chunk_bytes}-byte piece at byte {piece * record.chunk_bytes}): the file was "
+        "modified",
+        path=path,
+    )
 
 
 _KEPT: dict[str, VerifiedCopy] = {}  # sha256 -> copy: .so files dlopen'ed, open for the process
@@ -520,8 +558,13 @@ class VerifiedFiles:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def copy(self, path: Path, record: FileRecord, options: LoadOptions = LoadOptions(),
-             ranges: Iterable[tuple[int, int]] | None = None) -> VerifiedCopy:
+    def copy(
+        self,
+        path: Path,
+        record: FileRecord,
+        options: LoadOptions = LoadOptions(),
+        ranges: Iterable[tuple[int, int]] | None = None,
+    ) -> VerifiedCopy:
         """The verified copy of ``path``: made now unless one of the file at its current identity
         exists; :class:`IntegrityError` unless the file has ``record``'s size and the bytes read
         match its digests (every piece's, when it records pieces).  ``ranges`` None: every byte is
@@ -535,8 +578,13 @@ class VerifiedFiles:
                 seen = self._seen.get(key) or self._still_held(key)
                 in_place = ranges is not None and not options.integrity_copy
                 # a sealed copy serves any reader; one in place only readers who accept that
-                if (seen is not None and seen[0] == identity and seen[1] == record.sha256 and not options.rehash
-                        and seen[2].in_place <= in_place):
+                if (
+                    seen is not None
+                    and seen[0] == identity
+                    and seen[1] == record.sha256
+                    and not options.rehash
+                    and seen[2].in_place <= in_place
+                ):
                     if key in self._seen:
                         self._seen.move_to_end(key)
                     copy = seen[2]
@@ -546,8 +594,11 @@ class VerifiedFiles:
                 self._ensure(copy, ranges)
                 return copy
             threads = options.hash_threads or hash_threads()
-            copy = None if ranges is None else VerifiedCopy.lazy(fd, path, record, threads, self.count_hashed,
-                                                                 in_place=in_place)
+            copy = (
+                None
+                if ranges is None
+                else VerifiedCopy.lazy(fd, path, record, threads, self.count_hashed, in_place=in_place)
+            )
             if copy is None:
                 copy = self._read(fd, path, record, options)
             else:
@@ -559,8 +610,13 @@ class VerifiedFiles:
         self._keep(key, identity, record.sha256, copy)
         return copy
 
-    def check(self, path: Path, record: FileRecord, options: LoadOptions = LoadOptions(),
-              ranges: Iterable[tuple[int, int]] | None = None) -> bool:
+    def check(
+        self,
+        path: Path,
+        record: FileRecord,
+        options: LoadOptions = LoadOptions(),
+        ranges: Iterable[tuple[int, int]] | None = None,
+    ) -> bool:
         """:meth:`copy`; True when bytes of the file were read and hashed now, False when its copy
         held them already."""
         before = self.hashes
@@ -635,16 +691,17 @@ def open_checked(path: Path, record: FileRecord) -> tuple[int, os.stat_result]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except OSError as e:
-        raise IntegrityError("file is missing" if isinstance(e, FileNotFoundError)
-                             else f"file cannot be read: {e.strerror or e}", path=path) from None
+        raise IntegrityError(
+            "file is missing" if isinstance(e, FileNotFoundError) else f"file cannot be read: {e.strerror or e}",
+            path=path,
+        ) from None
     try:
         st = os.fstat(fd)
         if not _is_regular(st):
             raise IntegrityError("not a regular file", path=path)
         if st.st_size != record.bytes:
             kind = "truncated" if st.st_size < record.bytes else "oversized"
-            raise IntegrityError(f"file is {kind}: {st.st_size} bytes, the program records {record.bytes}",
-                                 path=path)
+            raise IntegrityError(f"file is {kind}: {st.st_size} bytes, the program records {record.bytes}", path=path)
     except OSError as e:
         os.close(fd)
         raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=path) from None
@@ -673,8 +730,14 @@ def verified_files() -> VerifiedFiles:
     return _PROCESS["verified"] if "verified" in _PROCESS else _PROCESS.setdefault("verified", VerifiedFiles())
 
 
-def check_files(root: Path, records: dict[str, FileRecord], rels: Iterable[str],
-                options: LoadOptions = LoadOptions(), *, when_read: Iterable[str] = ()) -> dict[str, VerifiedCopy]:
+def check_files(
+    root: Path,
+    records: dict[str, FileRecord],
+    rels: Iterable[str],
+    options: LoadOptions = LoadOptions(),
+    *,
+    when_read: Iterable[str] = (),
+) -> dict[str, VerifiedCopy]:
     """Verify the named files of a program (relative to ``root``) against their records, one after
     another (each file's pieces on every core at once), as :meth:`VerifiedFiles.copy` does with
     ``options``, in :func:`verified_files`: their verified copies by name.  Those also named in
@@ -683,5 +746,7 @@ def check_files(root: Path, records: dict[str, FileRecord], rels: Iterable[str],
     files at once as well was slower on the H200's 16-core host (2026-12-01: 0.61 s against
     0.44 s for the 4.3 GB benchmark program), so it is not done."""
     lazy = set(when_read)
-    return {rel: verified_files().copy(root / rel, records[rel], options, () if rel in lazy else None)
-            for rel in dict.fromkeys(rels)}
+    return {
+        rel: verified_files().copy(root / rel, records[rel], options, () if rel in lazy else None)
+        for rel in dict.fromkeys(rels)
+    }

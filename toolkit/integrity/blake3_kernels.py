@@ -13,10 +13,16 @@ import triton.language as tl
 @triton.jit
 def _iv(BLOCK: tl.constexpr):
     """BLAKE3's eight IV words (SHA-256's), one per lane."""
-    return (tl.full([BLOCK], 0x6A09E667, tl.uint32), tl.full([BLOCK], 0xBB67AE85, tl.uint32),
-            tl.full([BLOCK], 0x3C6EF372, tl.uint32), tl.full([BLOCK], 0xA54FF53A, tl.uint32),
-            tl.full([BLOCK], 0x510E527F, tl.uint32), tl.full([BLOCK], 0x9B05688C, tl.uint32),
-            tl.full([BLOCK], 0x1F83D9AB, tl.uint32), tl.full([BLOCK], 0x5BE0CD19, tl.uint32))
+    return (
+        tl.full([BLOCK], 0x6A09E667, tl.uint32),
+        tl.full([BLOCK], 0xBB67AE85, tl.uint32),
+        tl.full([BLOCK], 0x3C6EF372, tl.uint32),
+        tl.full([BLOCK], 0xA54FF53A, tl.uint32),
+        tl.full([BLOCK], 0x510E527F, tl.uint32),
+        tl.full([BLOCK], 0x9B05688C, tl.uint32),
+        tl.full([BLOCK], 0x1F83D9AB, tl.uint32),
+        tl.full([BLOCK], 0x5BE0CD19, tl.uint32),
+    )
 
 
 @triton.jit
@@ -38,8 +44,37 @@ def _g(a, b, c, d, mx, my):
 
 
 @triton.jit
-def _compress(h0, h1, h2, h3, h4, h5, h6, h7, m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14,
-              m15, t0, t1, blen, flags, BLOCK: tl.constexpr):
+def _compress(
+    h0,
+    h1,
+    h2,
+    h3,
+    h4,
+    h5,
+    h6,
+    h7,
+    m0,
+    m1,
+    m2,
+    m3,
+    m4,
+    m5,
+    m6,
+    m7,
+    m8,
+    m9,
+    m10,
+    m11,
+    m12,
+    m13,
+    m14,
+    m15,
+    t0,
+    t1,
+    blen,
+    flags,
+    BLOCK: tl.constexpr,
+):
     v0, v1, v2, v3, v4, v5, v6, v7 = h0, h1, h2, h3, h4, h5, h6, h7
     v8, v9, v10, v11, _4, _5, _6, _7 = _iv(BLOCK)
     v12, v13, v14, v15 = t0, t1, blen, flags
@@ -52,8 +87,24 @@ def _compress(h0, h1, h2, h3, h4, h5, h6, h7, m0, m1, m2, m3, m4, m5, m6, m7, m8
         v1, v6, v11, v12 = _g(v1, v6, v11, v12, m10, m11)
         v2, v7, v8, v13 = _g(v2, v7, v8, v13, m12, m13)
         v3, v4, v9, v14 = _g(v3, v4, v9, v14, m14, m15)
-        m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15 = \
-            m2, m6, m3, m10, m7, m0, m4, m13, m1, m11, m12, m5, m9, m14, m15, m8
+        m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15 = (
+            m2,
+            m6,
+            m3,
+            m10,
+            m7,
+            m0,
+            m4,
+            m13,
+            m1,
+            m11,
+            m12,
+            m5,
+            m9,
+            m14,
+            m15,
+            m8,
+        )
     return v0 ^ v8, v1 ^ v9, v2 ^ v10, v3 ^ v11, v4 ^ v12, v5 ^ v13, v6 ^ v14, v7 ^ v15
 
 
@@ -79,12 +130,36 @@ def _chunks_kernel(words, n, nchunks, out, BLOCK: tl.constexpr):
         blen = tl.where(last, clen - 64 * b, 64).to(tl.uint32)
         flags = (tl.where(b == 0, 1, 0) | tl.where(last, 2, 0) | tl.where(last & (nchunks == 1), 8, 0)).to(tl.uint32)
         c0, c1, c2, c3, c4, c5, c6, c7 = _compress(
-            h0, h1, h2, h3, h4, h5, h6, h7,
-            _word(words, at + 0, ok), _word(words, at + 1, ok), _word(words, at + 2, ok), _word(words, at + 3, ok),
-            _word(words, at + 4, ok), _word(words, at + 5, ok), _word(words, at + 6, ok), _word(words, at + 7, ok),
-            _word(words, at + 8, ok), _word(words, at + 9, ok), _word(words, at + 10, ok), _word(words, at + 11, ok),
-            _word(words, at + 12, ok), _word(words, at + 13, ok), _word(words, at + 14, ok), _word(words, at + 15, ok),
-            t0, t1, blen, flags, BLOCK)
+            h0,
+            h1,
+            h2,
+            h3,
+            h4,
+            h5,
+            h6,
+            h7,
+            _word(words, at + 0, ok),
+            _word(words, at + 1, ok),
+            _word(words, at + 2, ok),
+            _word(words, at + 3, ok),
+            _word(words, at + 4, ok),
+            _word(words, at + 5, ok),
+            _word(words, at + 6, ok),
+            _word(words, at + 7, ok),
+            _word(words, at + 8, ok),
+            _word(words, at + 9, ok),
+            _word(words, at + 10, ok),
+            _word(words, at + 11, ok),
+            _word(words, at + 12, ok),
+            _word(words, at + 13, ok),
+            _word(words, at + 14, ok),
+            _word(words, at + 15, ok),
+            t0,
+            t1,
+            blen,
+            flags,
+            BLOCK,
+        )
         h0, h1, h2, h3 = tl.where(ok, c0, h0), tl.where(ok, c1, h1), tl.where(ok, c2, h2), tl.where(ok, c3, h3)
         h4, h5, h6, h7 = tl.where(ok, c4, h4), tl.where(ok, c5, h5), tl.where(ok, c6, h6), tl.where(ok, c7, h7)
     o = out + lane.to(tl.int64) * 8
@@ -114,8 +189,36 @@ def _parents_kernel(cvs, nodes, out, root, BLOCK: tl.constexpr):
     flags = tl.full([BLOCK], 4, tl.uint32) | tl.where(root != 0, 8, 0).to(tl.uint32)
     i0, i1, i2, i3, i4, i5, i6, i7 = _iv(BLOCK)
     c0, c1, c2, c3, c4, c5, c6, c7 = _compress(
-        i0, i1, i2, i3, i4, i5, i6, i7,
-        m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15, z, z, z + 64, flags, BLOCK)
+        i0,
+        i1,
+        i2,
+        i3,
+        i4,
+        i5,
+        i6,
+        i7,
+        m0,
+        m1,
+        m2,
+        m3,
+        m4,
+        m5,
+        m6,
+        m7,
+        m8,
+        m9,
+        m10,
+        m11,
+        m12,
+        m13,
+        m14,
+        m15,
+        z,
+        z,
+        z + 64,
+        flags,
+        BLOCK,
+    )
     o = out + lane.to(tl.int64) * 8
     tl.store(o + 0, tl.where(pair, c0, m0).to(tl.int32, bitcast=True), mask=live)
     tl.store(o + 1, tl.where(pair, c1, m1).to(tl.int32, bitcast=True), mask=live)

@@ -60,8 +60,7 @@ def worth_it(device: torch.device, nbytes: int, forced: bool | None) -> bool:
 def _whole_blocks(t: torch.Tensor, n: int) -> bool:
     """Whether the kernels can read the first ``n`` bytes of uint8 tensor ``t`` as whole 64-byte blocks
     of 32-bit words: contiguous, 4-byte aligned, a multiple of 64 bytes and at least 64, ``n`` of them."""
-    return (t.is_contiguous() and t.numel() % 64 == 0 and t.numel() >= max(64, n) and n >= 0
-            and t.data_ptr() % 4 == 0)
+    return t.is_contiguous() and t.numel() % 64 == 0 and t.numel() >= max(64, n) and n >= 0 and t.data_ptr() % 4 == 0
 
 
 def hashable_in_place(t: torch.Tensor, n: int) -> bool:
@@ -101,9 +100,11 @@ class DeviceDigests:
         at least 64, zeros past ``n`` (:func:`hashable_in_place` holds for ``n`` = its length)."""
         n = data.numel() if n is None else n
         if not _whole_blocks(data, n):
-            raise ValueError(f"{data.numel()} bytes at {data.data_ptr():#x} cannot be hashed as {n} bytes: "
-                             "expected contiguous, 4-byte aligned whole 64-byte blocks")
-        k, words, root = self.kernels, data.view(torch.int32), self.table[slot * 8: slot * 8 + 8]
+            raise ValueError(
+                f"{data.numel()} bytes at {data.data_ptr():#x} cannot be hashed as {n} bytes: "
+                "expected contiguous, 4-byte aligned whole 64-byte blocks"
+            )
+        k, words, root = self.kernels, data.view(torch.int32), self.table[slot * 8 : slot * 8 + 8]
         nchunks = max(1, -(-n // 1024))
         with _LOCK:
             cvs = root if nchunks == 1 else torch.empty(nchunks * 8, dtype=torch.int32, device=data.device)
@@ -120,4 +121,4 @@ class DeviceDigests:
         """Each hashed slot's digest, as ``blake3``'s hexdigest spells it (one copy to the host; the
         caller has waited for the kernels' stream)."""
         words = self.table.cpu().numpy().astype("<u4")
-        return {s: words[s * 8: s * 8 + 8].tobytes().hex() for s in sorted(self.used)}
+        return {s: words[s * 8 : s * 8 + 8].tobytes().hex() for s in sorted(self.used)}

@@ -24,24 +24,30 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from toolkit.core.vocab import Decision
 from toolkit.display.html import DECISION_COLOURS, cell_text, content_check, culprit_mask, format_bytes
 from toolkit.engine.frames import wrong_methods as _wrong_methods
-from toolkit.core.vocab import Decision
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from toolkit.engine.session import Session
     from toolkit.core.model import Program
+    from toolkit.engine.session import Session
 
 WRONG_COLOUR = "#cc0000"
 CULPRIT_FACE = "#ea9999"  # a cell whose method runs on other data (its data_problem)
 _DECISION_ORDER = [d.value for d in Decision]
 _DECISION_LETTER = {"loaded": "L", "shared": "S", "declined": "D", "private": "P", "refused": "R", "never filled": "N"}
 # Saturated variants of the table colours, for lines and markers (the table ones are pastel backgrounds).
-_STRONG = {"loaded": "#6aa84f", "shared": "#3d85c6", "declined": "#f1c232", "private": "#999999", "refused": "#cc0000",
-           "never filled": "#660000"}
+_STRONG = {
+    "loaded": "#6aa84f",
+    "shared": "#3d85c6",
+    "declined": "#f1c232",
+    "private": "#999999",
+    "refused": "#cc0000",
+    "never filled": "#660000",
+}
 # past this many constants, the collision matrix keeps only the names more than one method holds
 LARGE_MATRIX = 40
 # and at most this many columns: the culprits first, then the other collisions that were not an
@@ -95,13 +101,16 @@ def collision_matrix_data(decisions: pd.DataFrame, method_order: Sequence[str] |
     keys: dict[str, None] = {}
     cells: dict[tuple[str, str], str] = {}
     # columns as lists, not rows as dicts: 10,000 decisions take milliseconds, not seconds
-    for method, key, decision in zip(decisions["method"].tolist(), _keys(decisions),
-                                     decisions["decision"].tolist() if len(decisions) else []):
+    for method, key, decision in zip(
+        decisions["method"].tolist(), _keys(decisions), decisions["decision"].tolist() if len(decisions) else []
+    ):
         keys.setdefault(key, None)
         cells[(method, key)] = str(getattr(decision, "value", decision))
     data = [[cells.get((m, k), "") for k in keys] for m in method_order]
     keys = list(keys)
-    return pd.DataFrame(data, index=pd.Index(list(method_order), name="method"), columns=pd.Index(keys, name="constant"))
+    return pd.DataFrame(
+        data, index=pd.Index(list(method_order), name="method"), columns=pd.Index(keys, name="constant")
+    )
 
 
 def culprit_cells(decisions: pd.DataFrame) -> set[tuple[str, str]]:
@@ -126,9 +135,14 @@ class MatrixView:
     rows: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
-def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
-                          verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
-                          only_colliding: bool | None = None, name: str | None = None) -> MatrixView:
+def collision_matrix_view(
+    session_or_decisions: "Session | pd.DataFrame",
+    *,
+    verification: pd.DataFrame | None = None,
+    wrong_methods: Iterable[str] = (),
+    only_colliding: bool | None = None,
+    name: str | None = None,
+) -> MatrixView:
     """The selection both collision matrices draw: with more than :data:`LARGE_MATRIX` names
     (or ``only_colliding=True``) only the names more than one method holds; past
     :data:`MAX_MATRIX_COLUMNS` of those, the culprits first, then the collisions not shared as
@@ -162,8 +176,10 @@ def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
         rank = [0 if grid.columns[j] in bad_keys else (1 if o else 2) for j, o in zip(keep, other)]
         chosen = sorted(sorted(range(len(rank)), key=lambda i: rank[i])[:MAX_MATRIX_COLUMNS])
         keep = [keep[i] for i in chosen]
-        default_title += (f" ({len(keep):,} of {total:,} names: the culprits first, then the other "
-                          f"collisions not shared as equal; every decision is in session.decisions)")
+        default_title += (
+            f" ({len(keep):,} of {total:,} names: the culprits first, then the other "
+            f"collisions not shared as equal; every decision is in session.decisions)"
+        )
     elif len(keep) < total:
         default_title += f" ({len(keep)} of {total} names: those more than one method holds)"
     if len(keep) < total:
@@ -179,9 +195,16 @@ def collision_matrix_view(session_or_decisions: "Session | pd.DataFrame", *,
     return MatrixView(grid, culprits, wrong, default_title, total, rows)
 
 
-def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verification: pd.DataFrame | None = None,
-                     wrong_methods: Iterable[str] = (), only_colliding: bool | None = None,
-                     ax: "Axes | None" = None, title: str | None = None, name: str | None = None) -> "Figure":
+def collision_matrix(
+    session_or_decisions: "Session | pd.DataFrame",
+    *,
+    verification: pd.DataFrame | None = None,
+    wrong_methods: Iterable[str] = (),
+    only_colliding: bool | None = None,
+    ax: "Axes | None" = None,
+    title: str | None = None,
+    name: str | None = None,
+) -> "Figure":
     """Methods (rows, load order) x constant names (columns), each cell coloured by decision.
 
     A cell whose method **runs on other data** for that constant (the decisions'
@@ -196,8 +219,13 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
     """
     from matplotlib.patches import Rectangle
 
-    view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
-                                 only_colliding=only_colliding, name=name)
+    view = collision_matrix_view(
+        session_or_decisions,
+        verification=verification,
+        wrong_methods=wrong_methods,
+        only_colliding=only_colliding,
+        name=name,
+    )
     grid, culprits, wrong, default_title = view.grid, view.culprits, view.wrong, view.title
     n_rows, n_cols = grid.shape
     if n_cols > LONG_MATRIX:  # a row per name, grouped by layer, a column per method
@@ -214,21 +242,44 @@ def collision_matrix(session_or_decisions: "Session | pd.DataFrame", *, verifica
             d = grid.iat[i, j]
             bad = (m, k) in culprits
             face = CULPRIT_FACE if bad else DECISION_COLOURS.get(d, "white")
-            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=face, edgecolor=WRONG_COLOUR if bad else "#888888",
-                                   linewidth=1.6 if bad else 0.6, zorder=2 if bad else 1))
+            ax.add_patch(
+                Rectangle(
+                    (j, i),
+                    1,
+                    1,
+                    facecolor=face,
+                    edgecolor=WRONG_COLOUR if bad else "#888888",
+                    linewidth=1.6 if bad else 0.6,
+                    zorder=2 if bad else 1,
+                )
+            )
             if d and (label_cells or bad):
                 letter = _DECISION_LETTER.get(d, d[:1].upper())
-                ax.text(j + 0.5, i + 0.5, letter + ("\u2717" if bad else ""), ha="center", va="center",
-                        fontsize=9 if label_cells else 7, color="#7f0000" if bad else "#222222",
-                        fontweight="bold" if bad else "normal", zorder=3)
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    letter + ("\u2717" if bad else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=9 if label_cells else 7,
+                    color="#7f0000" if bad else "#222222",
+                    fontweight="bold" if bad else "normal",
+                    zorder=3,
+                )
         if m in wrong:
-            ax.add_patch(Rectangle((0, i), max(n_cols, 1), 1, fill=False, edgecolor=WRONG_COLOUR, linewidth=2.0,
-                                   zorder=4))
+            ax.add_patch(
+                Rectangle((0, i), max(n_cols, 1), 1, fill=False, edgecolor=WRONG_COLOUR, linewidth=2.0, zorder=4)
+            )
     ax.set_xlim(0, max(n_cols, 1))
     ax.set_ylim(max(n_rows, 1), 0)
     ax.set_xticks([j + 0.5 for j in range(n_cols)])
-    ax.set_xticklabels([plain_text(_short(k)) for k in grid.columns], rotation=90 if vertical else 45 if tilted else 0,
-                       ha="right" if tilted else "center", rotation_mode="anchor" if tilted else "default", fontsize=8)
+    ax.set_xticklabels(
+        [plain_text(_short(k)) for k in grid.columns],
+        rotation=90 if vertical else 45 if tilted else 0,
+        ha="right" if tilted else "center",
+        rotation_mode="anchor" if tilted else "default",
+        fontsize=8,
+    )
     ax.set_yticks([i + 0.5 for i in range(n_rows)])
     ax.set_yticklabels([plain_text(f"\u2717 {m} (wrong)" if m in wrong else m) for m in grid.index])
     for lbl, m in zip(ax.get_yticklabels(), grid.index):
@@ -258,11 +309,14 @@ def _matrix_legend(ax: "Axes", view: MatrixView, *, letters: bool) -> None:
         if m in rows and k in cols:
             bad[rows[m], cols[k]] = True
     present = [d for d in _DECISION_ORDER if ((cells == d) & ~bad).any()]
-    handles = [Patch(facecolor=DECISION_COLOURS[d], edgecolor="#888888",
-                     label=f"{_DECISION_LETTER[d]} {d}" if letters else d) for d in present]
+    handles = [
+        Patch(facecolor=DECISION_COLOURS[d], edgecolor="#888888", label=f"{_DECISION_LETTER[d]} {d}" if letters else d)
+        for d in present
+    ]
     if bad.any():
-        handles.append(Patch(facecolor=CULPRIT_FACE, edgecolor=WRONG_COLOUR, linewidth=1.6,
-                             label="\u2717 runs on other data"))
+        handles.append(
+            Patch(facecolor=CULPRIT_FACE, edgecolor=WRONG_COLOUR, linewidth=1.6, label="\u2717 runs on other data")
+        )
     if wrong:
         handles.append(Patch(facecolor="white", edgecolor=WRONG_COLOUR, linewidth=2, label="wrong output"))
     if handles:
@@ -290,13 +344,29 @@ def _long_matrix(view: MatrixView, ax: "Axes | None", title: str) -> "Figure":
             continue
         for i, m in enumerate(methods):
             d, bad = cells[i, j], (m, keys[j]) in culprits
-            ax.add_patch(Rectangle((i, r), 1, 1, facecolor=CULPRIT_FACE if bad else DECISION_COLOURS.get(d, "white"),
-                                   edgecolor=WRONG_COLOUR if bad else "#888888", linewidth=1.4 if bad else 0.5,
-                                   zorder=2 if bad else 1))
+            ax.add_patch(
+                Rectangle(
+                    (i, r),
+                    1,
+                    1,
+                    facecolor=CULPRIT_FACE if bad else DECISION_COLOURS.get(d, "white"),
+                    edgecolor=WRONG_COLOUR if bad else "#888888",
+                    linewidth=1.4 if bad else 0.5,
+                    zorder=2 if bad else 1,
+                )
+            )
             if d:
-                ax.text(i + 0.5, r + 0.5, _DECISION_LETTER.get(d, d[:1].upper()) + ("\u2717" if bad else ""),
-                        ha="center", va="center", fontsize=LONG_LABEL_PT - 1, color="#7f0000" if bad else "#222222",
-                        fontweight="bold" if bad else "normal", zorder=3)
+                ax.text(
+                    i + 0.5,
+                    r + 0.5,
+                    _DECISION_LETTER.get(d, d[:1].upper()) + ("\u2717" if bad else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=LONG_LABEL_PT - 1,
+                    color="#7f0000" if bad else "#222222",
+                    fontweight="bold" if bad else "normal",
+                    zorder=3,
+                )
     for i, m in enumerate(methods):
         if m in wrong:
             ax.add_patch(Rectangle((i, 0), 1, n_rows, fill=False, edgecolor=WRONG_COLOUR, linewidth=2.0, zorder=4))
@@ -323,7 +393,7 @@ def _long_matrix(view: MatrixView, ax: "Axes | None", title: str) -> "Figure":
 
 
 def _short(key: str, width: int = 48) -> str:
-    return key if len(key) <= width else "\u2026" + key[-(width - 1):]
+    return key if len(key) <= width else "\u2026" + key[-(width - 1) :]
 
 
 # ------------------------------------------------------------------ the interactive matrix (plotly)
@@ -362,9 +432,12 @@ def _cell_hover(method: str, key: str, row: Mapping[str, Any] | None, culprit: b
     name = cell_text(row.get("name"))
     if name and name != key:
         lines.append("internal name: " + plotly_text(name))
-    lines.append("decision: <b>" + plotly_text(decision) + "</b>"
-                 + (f" \u2717 <b>{plotly_text(cell_text(row.get('data_problem')))}</b>: runs on other data"
-                    if culprit else ""))
+    lines.append(
+        "decision: <b>"
+        + plotly_text(decision)
+        + "</b>"
+        + (f" \u2717 <b>{plotly_text(cell_text(row.get('data_problem')))}</b>: runs on other data" if culprit else "")
+    )
     code, reason = cell_text(row.get("reason_code")), cell_text(row.get("reason"))
     if code:
         lines.append("reason: <b>" + plotly_text(code) + "</b>")
@@ -468,10 +541,15 @@ def long_rows(keys: Sequence[str]) -> list[tuple[str, int | None]]:
     return rows
 
 
-def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame", *,
-                                 verification: pd.DataFrame | None = None, wrong_methods: Iterable[str] = (),
-                                 only_colliding: bool | None = None, title: str | None = None,
-                                 name: str | None = None):
+def interactive_collision_matrix(
+    session_or_decisions: "Session | pd.DataFrame",
+    *,
+    verification: pd.DataFrame | None = None,
+    wrong_methods: Iterable[str] = (),
+    only_colliding: bool | None = None,
+    title: str | None = None,
+    name: str | None = None,
+):
     """The collision matrix as a plotly figure: the same cells as :func:`collision_matrix`
     (same colours, culprits red with a cross, wrong methods labelled red, only the colliding
     names of a large program), and **hovering a cell shows its decision and reason** (with the
@@ -486,8 +564,13 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     """
     import plotly.graph_objects as go
 
-    view = collision_matrix_view(session_or_decisions, verification=verification, wrong_methods=wrong_methods,
-                                 only_colliding=only_colliding, name=name)
+    view = collision_matrix_view(
+        session_or_decisions,
+        verification=verification,
+        wrong_methods=wrong_methods,
+        only_colliding=only_colliding,
+        name=name,
+    )
     grid = view.grid
     methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
     if len(keys) > LONG_MATRIX:  # a row per name, grouped, a column per method
@@ -521,8 +604,11 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
             cat = _CULPRIT if bad else (d if d in index else _ABSENT)
             used.add(cat)
             zr.append(index[cat])
-            tr.append((_DECISION_LETTER.get(d, d[:1].upper()) + "\u2717" if bad else
-                       _DECISION_LETTER.get(d, d[:1].upper())) if d and (letters or (bad and marks)) else "")
+            tr.append(
+                (_DECISION_LETTER.get(d, d[:1].upper()) + "\u2717" if bad else _DECISION_LETTER.get(d, d[:1].upper()))
+                if d and (letters or (bad and marks))
+                else ""
+            )
             hr.append(_cell_hover(m, k, view.rows.get((m, k)), bad, m in view.wrong))
         z.append(zr), text.append(tr), hover.append(hr)
     n = len(_CATEGORIES)
@@ -530,19 +616,49 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     if n_cols:
         # meta: each cell's method and internal name (a click on a cell says which constant it is)
         names = [[cell_text((view.rows.get((m, k)) or {}).get("name")) for k in keys] for m in methods]
-        fig.add_trace(go.Heatmap(z=z, x=x_values, y=methods, text=text, texttemplate="%{text}",
-                                 meta={"methods": methods, "names": names},
-                                 textfont={"size": 11 if letters else 9, "color": "#222222"},
-                                 customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-                                 colorscale=_plotly_scale(), zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1,
-                                 ygap=1, hoverongaps=False, name="decisions", showlegend=False))
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=x_values,
+                y=methods,
+                text=text,
+                texttemplate="%{text}",
+                meta={"methods": methods, "names": names},
+                textfont={"size": 11 if letters else 9, "color": "#222222"},
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+                colorscale=_plotly_scale(),
+                zmin=-0.5,
+                zmax=n - 0.5,
+                showscale=False,
+                xgap=1,
+                ygap=1,
+                hoverongaps=False,
+                name="decisions",
+                showlegend=False,
+            )
+        )
     _plotly_legend(fig, used)
     for i, m in enumerate(methods):
         if m in view.wrong and n_cols:
-            fig.add_shape(type="rect", x0=-0.5, x1=n_cols - 0.5, y0=i - 0.5, y1=i + 0.5, xref="x", yref="y",
-                          line={"color": WRONG_COLOUR, "width": 2.5}, fillcolor="rgba(0,0,0,0)", layer="above")
-    ticktext = [f"<span style='color:{WRONG_COLOUR}'><b>\u2717 {plotly_text(m)} (wrong)</b></span>"
-                if m in view.wrong else plotly_text(m) for m in methods]
+            fig.add_shape(
+                type="rect",
+                x0=-0.5,
+                x1=n_cols - 0.5,
+                y0=i - 0.5,
+                y1=i + 0.5,
+                xref="x",
+                yref="y",
+                line={"color": WRONG_COLOUR, "width": 2.5},
+                fillcolor="rgba(0,0,0,0)",
+                layer="above",
+            )
+    ticktext = [
+        f"<span style='color:{WRONG_COLOUR}'><b>\u2717 {plotly_text(m)} (wrong)</b></span>"
+        if m in view.wrong
+        else plotly_text(m)
+        for m in methods
+    ]
     label_px = (min(longest, 48) * 6.2 + 10) if vertical else 24
     longest_method = max([len(m) + (10 if m in view.wrong else 0) for m in methods] or [1])
     cells_width = cell * max(n_cols, 1) + 7.5 * longest_method + 40
@@ -555,17 +671,34 @@ def interactive_collision_matrix(session_or_decisions: "Session | pd.DataFrame",
     height = int(top + 34 * max(n_rows, 1) + label_px + 20 + (24 if grouped is not None else 0))
     fig.update_layout(
         **_plotly_frame(title_text, width, height, {"l": 10, "r": 10 + room, "t": top, "b": 10}),
-        xaxis={"tickangle": -90 if vertical else 0, "automargin": True, "showgrid": False,
-               "ticks": "", "tickfont": {"size": 10 if cell >= 12 else 9}, "zeroline": False,
-               **({"type": "multicategory", "dividercolor": "#999999", "dividerwidth": 1} if grouped is not None
-                  else {"type": "category", "categoryorder": "array", "categoryarray": labels})},
-        yaxis={"type": "category", "autorange": "reversed", "automargin": True, "showgrid": False, "ticks": "",
-               "tickmode": "array", "tickvals": methods, "ticktext": ticktext, "tickfont": {"size": 12},
-               "zeroline": False},
+        xaxis={
+            "tickangle": -90 if vertical else 0,
+            "automargin": True,
+            "showgrid": False,
+            "ticks": "",
+            "tickfont": {"size": 10 if cell >= 12 else 9},
+            "zeroline": False,
+            **(
+                {"type": "multicategory", "dividercolor": "#999999", "dividerwidth": 1}
+                if grouped is not None
+                else {"type": "category", "categoryorder": "array", "categoryarray": labels}
+            ),
+        },
+        yaxis={
+            "type": "category",
+            "autorange": "reversed",
+            "automargin": True,
+            "showgrid": False,
+            "ticks": "",
+            "tickmode": "array",
+            "tickvals": methods,
+            "ticktext": ticktext,
+            "tickfont": {"size": 12},
+            "zeroline": False,
+        },
     )
     if not n_cols:
-        fig.add_annotation(text="no constants decided", x=0.5, y=0.5, xref="paper", yref="paper",
-                           showarrow=False)
+        fig.add_annotation(text="no constants decided", x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
     return fig
 
 
@@ -584,11 +717,25 @@ def _plotly_legend(fig, used: set[str]) -> None:
     legend = {_CULPRIT: "\u2717 runs on other data", _ABSENT: "no such constant"}
     for c in _CATEGORIES:
         if c in used and c != _ABSENT:
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", showlegend=True,
-                                     name=legend.get(c, f"{_DECISION_LETTER.get(c, '')} {c}".strip()),
-                                     marker={"symbol": "square", "size": 13, "color": _CATEGORY_FACE[c],
-                                             "line": {"color": WRONG_COLOUR if c == _CULPRIT else "#888888",
-                                                      "width": 1.5 if c == _CULPRIT else 0.8}}))
+            fig.add_trace(
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    mode="markers",
+                    hoverinfo="skip",
+                    showlegend=True,
+                    name=legend.get(c, f"{_DECISION_LETTER.get(c, '')} {c}".strip()),
+                    marker={
+                        "symbol": "square",
+                        "size": 13,
+                        "color": _CATEGORY_FACE[c],
+                        "line": {
+                            "color": WRONG_COLOUR if c == _CULPRIT else "#888888",
+                            "width": 1.5 if c == _CULPRIT else 0.8,
+                        },
+                    },
+                )
+            )
 
 
 def _plotly_title(title: str, width: int) -> tuple[str, int]:
@@ -601,11 +748,24 @@ def _plotly_title(title: str, width: int) -> tuple[str, int]:
 def _plotly_frame(title_text: str, width: int, height: int, margin: dict[str, int]) -> dict[str, Any]:
     """A matrix figure's layout but its axes: title, size, white background, legend on top, hover label."""
     return dict(
-        title={"text": title_text, "font": {"size": 13}, "x": 0.01, "xanchor": "left", "y": 1.0, "yanchor": "top",
-               "pad": {"t": 8}},
-        width=width, height=height, plot_bgcolor="#ffffff", paper_bgcolor="#ffffff", template="none", margin=margin,
+        title={
+            "text": title_text,
+            "font": {"size": 13},
+            "x": 0.01,
+            "xanchor": "left",
+            "y": 1.0,
+            "yanchor": "top",
+            "pad": {"t": 8},
+        },
+        width=width,
+        height=height,
+        plot_bgcolor="#ffffff",
+        paper_bgcolor="#ffffff",
+        template="none",
+        margin=margin,
         legend={"orientation": "h", "x": 0.0, "y": 1.0, "xanchor": "left", "yanchor": "bottom", "font": {"size": 11}},
-        hoverlabel={"bgcolor": "#ffffff", "font": {"size": 12, "color": "#222222"}, "align": "left"})
+        hoverlabel={"bgcolor": "#ffffff", "font": {"size": 12, "color": "#222222"}, "align": "left"},
+    )
 
 
 def _long_interactive(view: MatrixView, title: str):
@@ -637,21 +797,55 @@ def _long_interactive(view: MatrixView, title: str):
             hr.append(_cell_hover(m, keys[j], view.rows.get((m, keys[j])), bad, m in view.wrong))
         z.append(zr), text.append(tr), hover.append(hr)
     ticktext = [f"<b>{plotly_text(label)}</b>" if j is None else plotly_text(label) for label, j in rows]
-    columns = [f"<span style='color:{WRONG_COLOUR}'><b>\u2717 {plotly_text(m)} (wrong)</b></span>"
-               if m in view.wrong else plotly_text(m) for m in methods]
+    columns = [
+        f"<span style='color:{WRONG_COLOUR}'><b>\u2717 {plotly_text(m)} (wrong)</b></span>"
+        if m in view.wrong
+        else plotly_text(m)
+        for m in methods
+    ]
     names = [[cell_text((view.rows.get((m, k)) or {}).get("name")) for k in keys] for m in methods]
-    fig = go.Figure(go.Heatmap(z=z, x=methods, y=list(range(len(rows))), text=text, texttemplate="%{text}",
-                               meta={"long": True, "methods": methods, "names": names,
-                                     "rows": [-1 if j is None else j for _label, j in rows]},
-                               textfont={"size": 10, "color": "#222222"}, customdata=hover,
-                               hovertemplate="%{customdata}<extra></extra>", colorscale=_plotly_scale(),
-                               zmin=-0.5, zmax=len(_CATEGORIES) - 0.5, showscale=False, xgap=1, ygap=1,
-                               hoverongaps=False, name="decisions", showlegend=False))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=methods,
+            y=list(range(len(rows))),
+            text=text,
+            texttemplate="%{text}",
+            meta={
+                "long": True,
+                "methods": methods,
+                "names": names,
+                "rows": [-1 if j is None else j for _label, j in rows],
+            },
+            textfont={"size": 10, "color": "#222222"},
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            colorscale=_plotly_scale(),
+            zmin=-0.5,
+            zmax=len(_CATEGORIES) - 0.5,
+            showscale=False,
+            xgap=1,
+            ygap=1,
+            hoverongaps=False,
+            name="decisions",
+            showlegend=False,
+        )
+    )
     _plotly_legend(fig, used)
     for i, m in enumerate(methods):
         if m in view.wrong:
-            fig.add_shape(type="rect", x0=i - 0.5, x1=i + 0.5, y0=-0.5, y1=len(rows) - 0.5, xref="x", yref="y",
-                          line={"color": WRONG_COLOUR, "width": 2.5}, fillcolor="rgba(0,0,0,0)", layer="above")
+            fig.add_shape(
+                type="rect",
+                x0=i - 0.5,
+                x1=i + 0.5,
+                y0=-0.5,
+                y1=len(rows) - 0.5,
+                xref="x",
+                yref="y",
+                line={"color": WRONG_COLOUR, "width": 2.5},
+                fillcolor="rgba(0,0,0,0)",
+                layer="above",
+            )
     label_px = max(len(label) for label, _j in rows) * 6.2 + 16
     column_px = max(70, min(160, max(len(m) + (10 if m in view.wrong else 0) for m in methods) * 7.5 + 12))
     width = int(min(MAX_PLOTLY_WIDTH, max(460, label_px + column_px * len(methods) + HOVER_ROOM)))
@@ -659,13 +853,32 @@ def _long_interactive(view: MatrixView, title: str):
     title_text, top = _plotly_title(title, width)
     top += METHOD_LABEL_PX  # the method labels, on top, between the cells and the legend
     fig.update_layout(
-        **_plotly_frame(title_text, width, int(top + LONG_ROW_PX * len(rows) + 20),
-                        {"l": 10, "r": 10 + room, "t": top, "b": 10}),
-        xaxis={"type": "category", "side": "top", "showgrid": False, "ticks": "", "zeroline": False,
-               "automargin": True, "tickmode": "array", "tickvals": methods, "ticktext": columns,
-               "tickfont": {"size": 12}},
-        yaxis={"autorange": "reversed", "automargin": True, "showgrid": False, "ticks": "", "zeroline": False,
-               "tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": ticktext, "tickfont": {"size": 10}},
+        **_plotly_frame(
+            title_text, width, int(top + LONG_ROW_PX * len(rows) + 20), {"l": 10, "r": 10 + room, "t": top, "b": 10}
+        ),
+        xaxis={
+            "type": "category",
+            "side": "top",
+            "showgrid": False,
+            "ticks": "",
+            "zeroline": False,
+            "automargin": True,
+            "tickmode": "array",
+            "tickvals": methods,
+            "ticktext": columns,
+            "tickfont": {"size": 12},
+        },
+        yaxis={
+            "autorange": "reversed",
+            "automargin": True,
+            "showgrid": False,
+            "ticks": "",
+            "zeroline": False,
+            "tickmode": "array",
+            "tickvals": list(range(len(rows))),
+            "ticktext": ticktext,
+            "tickfont": {"size": 10},
+        },
     )
     fig.update_layout(legend={"y": 1.0 + METHOD_LABEL_PX / (LONG_ROW_PX * len(rows))})  # above the method labels
     return fig
@@ -705,8 +918,13 @@ def memory_frame(sessions: "Session | Mapping[str, Session] | Sequence[Session]"
     return memory_by_policy_frame(_as_sessions(sessions))
 
 
-def memory_by_policy(sessions: "Session | Mapping[str, Session] | Sequence[Session] | pd.DataFrame", *,
-                     ax: "Axes | None" = None, minimum: int | None = None, title: str | None = None) -> "Figure":
+def memory_by_policy(
+    sessions: "Session | Mapping[str, Session] | Sequence[Session] | pd.DataFrame",
+    *,
+    ax: "Axes | None" = None,
+    minimum: int | None = None,
+    title: str | None = None,
+) -> "Figure":
     """Stacked bars: constant bytes per method, one bar per policy, against the minimum a
     perfect loader would need (dashed line).
 
@@ -731,27 +949,49 @@ def memory_by_policy(sessions: "Session | Mapping[str, Session] | Sequence[Sessi
     bottoms = [0.0] * len(labels)
     for m in methods:
         vals = [float(frame[(frame["policy"] == p) & (frame["method"] == m)]["device_bytes"].sum()) for p in labels]
-        ax.bar(range(len(labels)), vals, bottom=bottoms, color=cmap[m], edgecolor="white", label=plain_text(m),
-               width=0.65)
+        ax.bar(
+            range(len(labels)), vals, bottom=bottoms, color=cmap[m], edgecolor="white", label=plain_text(m), width=0.65
+        )
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     for i, (p, total) in enumerate(zip(labels, bottoms)):
         st = status.get(p, "loaded")
         note = format_bytes(total) + ("" if st == "loaded" else f"\n({st})")
         # on a white ground: the dashed minimum line may pass right behind it
-        ax.text(i, total, note, ha="center", va="bottom", fontsize=8, zorder=5,
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85})
+        ax.text(
+            i,
+            total,
+            note,
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            zorder=5,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85},
+        )
     if floor is not None:
-        ax.axhline(floor, color="#444444", linestyle="--", linewidth=1.2,
-                   label=f"minimum (unique content): {format_bytes(floor)}")
+        ax.axhline(
+            floor,
+            color="#444444",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"minimum (unique content): {format_bytes(floor)}",
+        )
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels([plain_text(x) for x in labels], rotation=30 if len(labels) > 3 else 0,
-                       ha="right" if len(labels) > 3 else "center", fontsize=8)
+    ax.set_xticklabels(
+        [plain_text(x) for x in labels],
+        rotation=30 if len(labels) > 3 else 0,
+        ha="right" if len(labels) > 3 else "center",
+        fontsize=8,
+    )
     ax.set_ylabel("constant bytes on device")
     top = max(bottoms + [floor or 0]) or 1
     ax.set_ylim(0, top * 1.3)
     _bytes_axis(ax.yaxis, top * 1.3)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    default = f"{program_name}: device memory per method and policy" if program_name else "device memory per method and policy"
+    default = (
+        f"{program_name}: device memory per method and policy"
+        if program_name
+        else "device memory per method and policy"
+    )
     _title(ax, plain_text(title if title is not None else default))
     return fig
 
@@ -784,8 +1024,13 @@ _SPANS = {
 }
 
 
-def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | None" = None,
-                   title: str | None = None, predicted: bool | None = None) -> "Figure":
+def event_timeline(
+    session_or_events: "Session | pd.DataFrame",
+    *,
+    ax: "Axes | None" = None,
+    title: str | None = None,
+    predicted: bool | None = None,
+) -> "Figure":
     """Which method did which step when, and for how long.
 
     One row per method: a light bar spans the whole method load, coloured bars the timed
@@ -828,14 +1073,16 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
             starts[m] = t
         elif kind == "method_loaded" or kind == "load_failed":
             t0 = starts.get(m, t)
-            ax.broken_barh([(t0, max(t - t0, 1e-9))], (y[m] - 0.4, 0.8), facecolors="#eeeeee", edgecolor="#bbbbbb",
-                           zorder=1)
+            ax.broken_barh(
+                [(t0, max(t - t0, 1e-9))], (y[m] - 0.4, 0.8), facecolors="#eeeeee", edgecolor="#bbbbbb", zorder=1
+            )
             if kind == "load_failed":
                 ax.plot([t], [y[m]], marker="X", color=WRONG_COLOUR, markersize=10, linestyle="none", zorder=4)
         elif kind in _SPANS:
             secs = float(r.get("seconds") or 0.0) * scale
-            ax.broken_barh([(t - secs, max(secs, min_span, 1e-9))], (y[m] - 0.25, 0.5), facecolors=_SPANS[kind][1],
-                           zorder=2)
+            ax.broken_barh(
+                [(t - secs, max(secs, min_span, 1e-9))], (y[m] - 0.25, 0.5), facecolors=_SPANS[kind][1], zorder=2
+            )
         elif kind == "decided":
             d = str(r.get("decision"))
             xs, ys = ticks.setdefault(d, ([], []))
@@ -843,19 +1090,41 @@ def event_timeline(session_or_events: "Session | pd.DataFrame", *, ax: "Axes | N
             ys.append(y[m] + lane.get(d, 0.0))
     marker_pts = 72 * lane_height * (fig.get_figheight() - 1.6) / max(len(methods), 1) * 0.9
     for d, (xs, ys) in ticks.items():
-        ax.plot(xs, ys, marker="|", markersize=max(4.0, min(marker_pts, 12.0)), markeredgewidth=TICK_WIDTH,
-                linestyle="none", color=_STRONG.get(d, "black"), zorder=3)
+        ax.plot(
+            xs,
+            ys,
+            marker="|",
+            markersize=max(4.0, min(marker_pts, 12.0)),
+            markeredgewidth=TICK_WIDTH,
+            linestyle="none",
+            color=_STRONG.get(d, "black"),
+            zorder=3,
+        )
     ax.set_yticks(range(len(methods)))
     ax.set_yticklabels([plain_text(m) for m in methods])
     ax.set_ylim(len(methods) - 0.4 if methods else 1, -0.6)
-    ax.set_xlabel(f"time into the dry run's analysis ({unit}): a prediction, nothing was loaded or run"
-                  if predicted else f"time since the load began ({unit})")
+    ax.set_xlabel(
+        f"time into the dry run's analysis ({unit}): a prediction, nothing was loaded or run"
+        if predicted
+        else f"time since the load began ({unit})"
+    )
     ax.set_xlim(left=0)
     kinds_seen = set(ev["kind"]) if len(ev) else set()
     handles = [Patch(facecolor="#eeeeee", edgecolor="#bbbbbb", label="method load")]
     handles += [Patch(facecolor=c, label=lbl) for k, (lbl, c) in _SPANS.items() if k in kinds_seen]
-    handles += [Line2D([], [], marker="|", markersize=9, markeredgewidth=1.5, linestyle="none", color=_STRONG[d],
-                       label=f"decided: {d} ({len(ticks[d][0])})") for d in kinds]
+    handles += [
+        Line2D(
+            [],
+            [],
+            marker="|",
+            markersize=9,
+            markeredgewidth=1.5,
+            linestyle="none",
+            color=_STRONG[d],
+            label=f"decided: {d} ({len(ticks[d][0])})",
+        )
+        for d in kinds
+    ]
     if "load_failed" in kinds_seen:
         handles.append(Line2D([], [], marker="X", linestyle="none", color=WRONG_COLOUR, label="load failed"))
     ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -877,9 +1146,16 @@ def _count(v: Any) -> int:
 
 # label offsets (points) tried in turn: right, above/below right, left, above/below left,
 # straight above / below; then the same farther out
-_OFFSETS = [(8, 0, "left", "center"), (6, 7, "left", "bottom"), (6, -7, "left", "top"),
-            (-8, 0, "right", "center"), (-6, 7, "right", "bottom"), (-6, -7, "right", "top"),
-            (0, 9, "center", "bottom"), (0, -9, "center", "top")]
+_OFFSETS = [
+    (8, 0, "left", "center"),
+    (6, 7, "left", "bottom"),
+    (6, -7, "left", "top"),
+    (-8, 0, "right", "center"),
+    (-6, 7, "right", "bottom"),
+    (-6, -7, "right", "top"),
+    (0, 9, "center", "bottom"),
+    (0, -9, "center", "top"),
+]
 _CANDIDATES = [(dx * k, dy * k, ha, va) for k in (1, 2, 3, 4.5) for dx, dy, ha, va in _OFFSETS]
 
 
@@ -933,7 +1209,8 @@ def _label_placer():
                     _move(ann, dx, dy, ha, va)
                     box = ann.get_window_extent(renderer)
                     outside = (max(frame.x0 - box.x0, 0) + max(box.x1 - frame.x1, 0)) * box.height + (
-                        max(frame.y0 - box.y0, 0) + max(box.y1 - frame.y1, 0)) * box.width
+                        max(frame.y0 - box.y0, 0) + max(box.y1 - frame.y1, 0)
+                    ) * box.width
                     cost = outside * 4 + sum(_overlap(box, o) for o in placed + obstacles + markers)
                     if best_cost is None or cost < best_cost:
                         best, best_cost = (dx, dy, ha, va), cost
@@ -945,8 +1222,9 @@ def _label_placer():
     return LabelPlacer
 
 
-def policy_tradeoff(comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = None, minimum: int | None = None,
-                    title: str | None = None) -> "Figure":
+def policy_tradeoff(
+    comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = None, minimum: int | None = None, title: str | None = None
+) -> "Figure":
     """Correctness vs memory, one point per policy (:func:`toolkit.compare_policies`' result or its frame).
 
     x: constant bytes on the device; y: methods whose output is wrong or that cannot run.
@@ -967,17 +1245,39 @@ def policy_tradeoff(comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = Non
     marker_size = 90  # points^2
     for (x, bad, loaded), names in sorted(pts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         colour = "#3d85c6" if bad == 0 and loaded else (WRONG_COLOUR if bad else "#999999")
-        ax.scatter([x], [bad], s=marker_size, zorder=3, color=colour if loaded else "white", edgecolors=colour,
-                   linewidths=2)
+        ax.scatter(
+            [x], [bad], s=marker_size, zorder=3, color=colour if loaded else "white", edgecolors=colour, linewidths=2
+        )
         label = "\n".join(plain_text(n) for n in names) + ("" if loaded else "\n(load refused)")
-        labels.append(ax.annotate(label, (x, bad), textcoords="offset points", xytext=(8, 0), fontsize=8,
-                                  va="center", ha="left", zorder=4, annotation_clip=False))
+        labels.append(
+            ax.annotate(
+                label,
+                (x, bad),
+                textcoords="offset points",
+                xytext=(8, 0),
+                fontsize=8,
+                va="center",
+                ha="left",
+                zorder=4,
+                annotation_clip=False,
+            )
+        )
     fixed = []
     if minimum is not None:
         ax.axvline(minimum, color="#444444", linestyle="--", linewidth=1.0)
-        fixed.append(ax.annotate(f"minimum {format_bytes(minimum)}", (minimum, 1.0),
-                                 xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(4, -4),
-                                 ha="left", va="top", fontsize=8, color="#444444"))
+        fixed.append(
+            ax.annotate(
+                f"minimum {format_bytes(minimum)}",
+                (minimum, 1.0),
+                xycoords=("data", "axes fraction"),
+                textcoords="offset points",
+                xytext=(4, -4),
+                ha="left",
+                va="top",
+                fontsize=8,
+                color="#444444",
+            )
+        )
     ys = [k[1] for k in pts] or [0]
     ax.set_ylim(-0.9, max(ys) + 1.1)
     ax.set_yticks(range(0, max(ys) + 1))
@@ -989,8 +1289,13 @@ def policy_tradeoff(comparison: "pd.DataFrame | Any", *, ax: "Axes | None" = Non
     ax.set_ylabel("methods wrong or not runnable\n(lower is better)")
     ax.grid(True, alpha=0.3)
     _title(ax, plain_text(title if title is not None else "correctness vs memory, one point per policy"))
-    placer = _label_placer()(labels, [(k[0], k[1]) for k in pts], fixed,
-                             [minimum] if minimum is not None else [], math.sqrt(marker_size) / 2 + 1)
+    placer = _label_placer()(
+        labels,
+        [(k[0], k[1]) for k in pts],
+        fixed,
+        [minimum] if minimum is not None else [],
+        math.sqrt(marker_size) / 2 + 1,
+    )
     ax.add_artist(placer)
     return fig
 

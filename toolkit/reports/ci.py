@@ -24,8 +24,8 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from toolkit.display.html import findings_text, html_table, outcome_colour, verification_html
 from toolkit.core.verdict import BAD_OUTCOMES, EXIT_CODE_MEANINGS, BlameStatus, ExitCode, MethodOutcome, Verdict
+from toolkit.display.html import findings_text, html_table, outcome_colour, verification_html
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -68,15 +68,20 @@ exit code {{ exit_code }} ({{ exit_meaning }})</p>
 
 def _culprit_findings(v: Verdict) -> list:
     """The findings a surface lists: culprits, and problems that make a method wrong on their own."""
-    return [c for c in v.constants if c.problem is not None and (c.problem.standalone or c.blame is BlameStatus.CULPRIT)]
+    return [
+        c for c in v.constants if c.problem is not None and (c.problem.standalone or c.blame is BlameStatus.CULPRIT)
+    ]
 
 
 def failure_message(v: Verdict, method: str) -> str:
     """One line: a method's outcome, its reason, and the constants it runs on other data for."""
     m = v.method(method)
     found = findings_text(v, method)
-    return f"{method} {m.outcome.value} under {v.policy!r}" + (f": {m.reason}" if m.reason else "") + (
-        f"; runs on other data for {found}" if found else "")
+    return (
+        f"{method} {m.outcome.value} under {v.policy!r}"
+        + (f": {m.reason}" if m.reason else "")
+        + (f"; runs on other data for {found}" if found else "")
+    )
 
 
 def _labelled(verdicts: Sequence[Verdict], labels: Sequence[str] | None) -> list[tuple[str, Verdict]]:
@@ -86,20 +91,54 @@ def _labelled(verdicts: Sequence[Verdict], labels: Sequence[str] | None) -> list
 
 def verdicts_frame(verdicts: Sequence[Verdict], labels: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per program, policy and method: its outcome and the failure message."""
-    return pd.DataFrame([{"program": label, "policy": v.policy, "method": m.method, "outcome": m.outcome.value,
-                          "message": failure_message(v, m.method) if m.outcome in BAD_OUTCOMES else m.reason}
-                         for label, v in _labelled(verdicts, labels) for m in v.methods],
-                        columns=["program", "policy", "method", "outcome", "message"])
+    return pd.DataFrame(
+        [
+            {
+                "program": label,
+                "policy": v.policy,
+                "method": m.method,
+                "outcome": m.outcome.value,
+                "message": failure_message(v, m.method) if m.outcome in BAD_OUTCOMES else m.reason,
+            }
+            for label, v in _labelled(verdicts, labels)
+            for m in v.methods
+        ],
+        columns=["program", "policy", "method", "outcome", "message"],
+    )
 
 
 def culprits_frame(verdicts: Sequence[Verdict], labels: Sequence[str] | None = None) -> pd.DataFrame:
     """Every constant some method runs (would run) on other data for, across the verdicts."""
-    return pd.DataFrame([{"program": label, "policy": v.policy, "method": c.method, "name": c.name, "fqn": c.fqn,
-                          "data_problem": c.problem.value if c.problem else "", "evidence": c.evidence,
-                          "shared_from": c.shared_from, "blame": c.blame.value, "blame_note": c.blame_note}
-                         for label, v in _labelled(verdicts, labels) for c in _culprit_findings(v)],
-                        columns=["program", "policy", "method", "name", "fqn", "data_problem", "evidence",
-                                 "shared_from", "blame", "blame_note"])
+    return pd.DataFrame(
+        [
+            {
+                "program": label,
+                "policy": v.policy,
+                "method": c.method,
+                "name": c.name,
+                "fqn": c.fqn,
+                "data_problem": c.problem.value if c.problem else "",
+                "evidence": c.evidence,
+                "shared_from": c.shared_from,
+                "blame": c.blame.value,
+                "blame_note": c.blame_note,
+            }
+            for label, v in _labelled(verdicts, labels)
+            for c in _culprit_findings(v)
+        ],
+        columns=[
+            "program",
+            "policy",
+            "method",
+            "name",
+            "fqn",
+            "data_problem",
+            "evidence",
+            "shared_from",
+            "blame",
+            "blame_note",
+        ],
+    )
 
 
 def figure_svg(fig: "Figure") -> str:
@@ -107,16 +146,22 @@ def figure_svg(fig: "Figure") -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _exit_code(verdicts: Sequence[Verdict], unreadable: Mapping[str, str]) -> ExitCode:
     return ExitCode.worst([*(v.exit_code for v in verdicts), *([ExitCode.PROBLEM] if unreadable else [])])
 
 
-def html_report(verdicts: Sequence[Verdict], *, title: str, labels: Sequence[str] | None = None,
-                unreadable: Mapping[str, str] | None = None, tables: Iterable[tuple[str, str]] = (),
-                figures: Iterable[tuple[str, "Figure"]] = ()) -> str:
+def html_report(
+    verdicts: Sequence[Verdict],
+    *,
+    title: str,
+    labels: Sequence[str] | None = None,
+    unreadable: Mapping[str, str] | None = None,
+    tables: Iterable[tuple[str, str]] = (),
+    figures: Iterable[tuple[str, "Figure"]] = (),
+) -> str:
     """The whole report as one HTML document.  ``labels``: what names each verdict's program
     (its path in a scan; default its name); ``tables``: (heading, HTML) sections after the
     culprits, before the table of every method's outcome (already rendered, e.g. by :func:`~toolkit.display.html.html_table`); ``figures``:
@@ -129,27 +174,45 @@ def html_report(verdicts: Sequence[Verdict], *, title: str, labels: Sequence[str
     for label, v in _labelled(verdicts, labels):
         if v.exit_code is ExitCode.PROBLEM:
             alerts.append(("bad", (f"{label}: " if label != v.program else "") + v.headline()))
-            alerts += [("bad", (f"{label}: " if label != v.program else "") + failure_message(v, m.method))
-                       for m in v.methods if m.outcome in BAD_OUTCOMES]
+            alerts += [
+                ("bad", (f"{label}: " if label != v.program else "") + failure_message(v, m.method))
+                for m in v.methods
+                if m.outcome in BAD_OUTCOMES
+            ]
         elif v.exit_code is ExitCode.NOT_VERIFIED:
             alerts.append(("note", v.headline()))
-    counts = [("programs", len({label for label, _v in _labelled(verdicts, labels)}) + len(unreadable)),
-              ("policies", len({v.policy for v in verdicts})),
-              *((f"methods {o}", n) for o, n in sorted(outcomes.items(), key=lambda kv: _rank(kv[0])))]
+    counts = [
+        ("programs", len({label for label, _v in _labelled(verdicts, labels)}) + len(unreadable)),
+        ("policies", len({v.policy for v in verdicts})),
+        *((f"methods {o}", n) for o, n in sorted(outcomes.items(), key=lambda kv: _rank(kv[0]))),
+    ]
     culprits = culprits_frame(verdicts, labels)
     methods = verdicts_frame(verdicts, labels)
-    sections = [("Methods: the outcome of each (the verdict)",
-                 html_table(methods, max_rows=len(methods) or 1))]
+    sections = [("Methods: the outcome of each (the verdict)", html_table(methods, max_rows=len(methods) or 1))]
     if unreadable:
-        sections.append(("Programs that cannot be read", html_table(
-            pd.DataFrame({"path": list(unreadable), "error": list(unreadable.values())}), max_rows=len(unreadable))))
+        sections.append(
+            (
+                "Programs that cannot be read",
+                html_table(
+                    pd.DataFrame({"path": list(unreadable), "error": list(unreadable.values())}),
+                    max_rows=len(unreadable),
+                ),
+            )
+        )
     return _TEMPLATE.render(
-        title=title, outcome=worst, outcome_bg=outcome_colour(worst) or "#eeeeee", exit_code=int(code),
-        exit_meaning=EXIT_CODE_MEANINGS[code], counts=counts, alerts=alerts,
-        culprits=Markup(html_table(culprits, max_rows=len(culprits) or 1,
-                                   empty="none: no method runs on another constant's data")),
+        title=title,
+        outcome=worst,
+        outcome_bg=outcome_colour(worst) or "#eeeeee",
+        exit_code=int(code),
+        exit_meaning=EXIT_CODE_MEANINGS[code],
+        counts=counts,
+        alerts=alerts,
+        culprits=Markup(
+            html_table(culprits, max_rows=len(culprits) or 1, empty="none: no method runs on another constant's data")
+        ),
         tables=[(h, Markup(b)) for h, b in [*tables, *sections]],
-        figures=[(caption, Markup(figure_svg(fig))) for caption, fig in figures])
+        figures=[(caption, Markup(figure_svg(fig))) for caption, fig in figures],
+    )
 
 
 def session_html_report(session: "Session", verification: pd.DataFrame | None = None) -> str:
@@ -157,26 +220,50 @@ def session_html_report(session: "Session", verification: pd.DataFrame | None = 
     collision matrix (when matplotlib is installed)."""
     v = session.verdict()
     d = session.decisions
-    tables = [("Decisions", html_table(d, [c for c in ("method", "name", "fqn", "lookup", "decision", "reason",
-                                                        "data_problem") if c in d.columns], max_rows=max(len(d), 1)))]
+    tables = [
+        (
+            "Decisions",
+            html_table(
+                d,
+                [
+                    c
+                    for c in ("method", "name", "fqn", "lookup", "decision", "reason", "data_problem")
+                    if c in d.columns
+                ],
+                max_rows=max(len(d), 1),
+            ),
+        )
+    ]
     if verification is not None:
         tables.insert(0, ("Verification", verification_html(verification, v)))
     figures = []
     try:
         from toolkit.plots import collision_matrix
 
-        figures.append(("methods x constants, each cell coloured by decision; red with a cross: the method runs on "
-                        "other data for it", collision_matrix(session, verification=verification)))
+        figures.append(
+            (
+                "methods x constants, each cell coloured by decision; red with a cross: the method runs on "
+                "other data for it",
+                collision_matrix(session, verification=verification),
+            )
+        )
     except ImportError:  # matplotlib is the [plots] extra
-        tables.append(("Plots", "<p>not drawn: matplotlib is not installed (pip install 'constshare-toolkit[plots]')"
-                                "</p>"))
+        tables.append(
+            ("Plots", "<p>not drawn: matplotlib is not installed (pip install 'constshare-toolkit[plots]')</p>")
+        )
     kind = "dry run (a prediction)" if v.predicted else "load"
-    return html_report([v], title=f"constshare: {session.program.name} under {v.policy}, {kind}",
-                       tables=tables, figures=figures)
+    return html_report(
+        [v], title=f"constshare: {session.program.name} under {v.policy}, {kind}", tables=tables, figures=figures
+    )
 
 
-def junit_xml(verdicts: Sequence[Verdict], *, labels: Sequence[str] | None = None,
-              unreadable: Mapping[str, str] | None = None, name: str = "constshare") -> str:
+def junit_xml(
+    verdicts: Sequence[Verdict],
+    *,
+    labels: Sequence[str] | None = None,
+    unreadable: Mapping[str, str] | None = None,
+    name: str = "constshare",
+) -> str:
     """JUnit XML (the ``testsuites/testsuite/testcase`` shape CI systems read): see the module
     docstring; ``labels`` as :func:`html_report`'s."""
     root = ET.Element("testsuites", name=name)
@@ -218,11 +305,18 @@ def scan_summary(frame: pd.DataFrame, root: "str | Path | None" = None) -> pd.Da
         policies = list(dict.fromkeys(p for p in bad["policy"] if p))
         asked = list(dict.fromkeys(p for p in g["policy"] if p))
         errors = [e.removeprefix(f"{path}: ") for e in g["error"] if e]  # the path is in its own column
-        rows.append({"path": shown, "outcome": _worst(g["outcome"]),
-                     "failing methods": _short(", ".join(dict.fromkeys(m for m in bad["method"] if m))),
-                     "policies failing": f"{len(policies)} of {len(asked)}" + (
-                         f": {_short(', '.join(policies))}" if policies else "") if asked else "",
-                     "first error": _short(errors[0]) if errors else ""})
+        rows.append(
+            {
+                "path": shown,
+                "outcome": _worst(g["outcome"]),
+                "failing methods": _short(", ".join(dict.fromkeys(m for m in bad["method"] if m))),
+                "policies failing": f"{len(policies)} of {len(asked)}"
+                + (f": {_short(', '.join(policies))}" if policies else "")
+                if asked
+                else "",
+                "first error": _short(errors[0]) if errors else "",
+            }
+        )
     return pd.DataFrame(rows, columns=["path", "outcome", "failing methods", "policies failing", "first error"])
 
 
@@ -236,4 +330,4 @@ def _worst(outcomes: Iterable[str]) -> str:
 
 def _short(text: str, width: int = SHORT_TEXT) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 1] + "\u2026"
+    return text if len(text) <= width else text[: width - 1] + "\u2026"

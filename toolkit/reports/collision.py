@@ -33,9 +33,9 @@ import pandas as pd
 
 from toolkit.core.errors import OutputError, ReportError
 from toolkit.core.model import shown
-from toolkit.display.html import html_table
 from toolkit.core.verdict import DataProblem, MethodOutcome
 from toolkit.core.vocab import ProgramFormat
+from toolkit.display.html import html_table
 
 if TYPE_CHECKING:
     from toolkit.core.model import Program
@@ -45,13 +45,41 @@ PathOrHandle = Union[str, "os.PathLike[str]", IO[str]]
 
 # column -> kind; the dict's order IS the CSV's column order.
 REPORT_SCHEMA: dict[str, str] = {
-    "program": "str", "policy": "str", "load_order": "int", "method": "str", "name": "str", "fqn": "str",
-    "storage_key": "str", "constant_kind": "str", "mutated": "bool", "collision": "bool", "lookup": "str", "decision": "str",
-    "reason_code": "str", "reason": "str", "origin": "str", "shared_from": "str", "nbytes": "int",
-    "new_dtype": "str", "new_shape": "str", "new_strides": "str", "new_digest": "str",
-    "cached_method": "str", "cached_dtype": "str", "cached_shape": "str", "cached_strides": "str",
-    "cached_digest": "str", "same_metadata": "optional_bool", "same_content": "optional_bool",
-    "data_problem": "str", "method_outcome": "str", "oracle": "str", "method_ran": "bool", "method_ok": "optional_bool", "max_abs_err": "float", "verify_reason": "str",
+    "program": "str",
+    "policy": "str",
+    "load_order": "int",
+    "method": "str",
+    "name": "str",
+    "fqn": "str",
+    "storage_key": "str",
+    "constant_kind": "str",
+    "mutated": "bool",
+    "collision": "bool",
+    "lookup": "str",
+    "decision": "str",
+    "reason_code": "str",
+    "reason": "str",
+    "origin": "str",
+    "shared_from": "str",
+    "nbytes": "int",
+    "new_dtype": "str",
+    "new_shape": "str",
+    "new_strides": "str",
+    "new_digest": "str",
+    "cached_method": "str",
+    "cached_dtype": "str",
+    "cached_shape": "str",
+    "cached_strides": "str",
+    "cached_digest": "str",
+    "same_metadata": "optional_bool",
+    "same_content": "optional_bool",
+    "data_problem": "str",
+    "method_outcome": "str",
+    "oracle": "str",
+    "method_ran": "bool",
+    "method_ok": "optional_bool",
+    "max_abs_err": "float",
+    "verify_reason": "str",
     "culprit": "str",
 }
 REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
@@ -95,8 +123,11 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
     decisions = session.decisions
     decided = {(r["method"], r["name"]): r for r in decisions.to_dict("records")}
     program, policy = session.program.name, session.policy.name.value
-    not_reached = (f"not decided: the load failed in method {session.failed_method!r}"
-                   if session.failed_method else "not decided: the method was not loaded")
+    not_reached = (
+        f"not decided: the load failed in method {session.failed_method!r}"
+        if session.failed_method
+        else "not decided: the method was not loaded"
+    )
     rows = []
     for order, spec in enumerate(session.program.methods):
         v = ver.get(spec.name, {})
@@ -107,32 +138,69 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
         for c in spec.constants:
             d = decided.get((spec.name, c.name))
             row: dict[str, Any] = {
-                "program": program, "policy": policy, "load_order": order, "method": spec.name, "name": c.name,
-                "fqn": c.fqn, "constant_kind": _str(c.kind), "mutated": bool(c.mutated), "nbytes": int(c.nbytes),
-                "new_dtype": c.dtype, "new_shape": shown(c.shape), "new_strides": shown(c.strides),
+                "program": program,
+                "policy": policy,
+                "load_order": order,
+                "method": spec.name,
+                "name": c.name,
+                "fqn": c.fqn,
+                "constant_kind": _str(c.kind),
+                "mutated": bool(c.mutated),
+                "nbytes": int(c.nbytes),
+                "new_dtype": c.dtype,
+                "new_shape": shown(c.shape),
+                "new_strides": shown(c.strides),
                 "new_digest": c.digest,
-                "method_ran": ran, "method_ok": pd.NA if ok is pd.NA else bool(ok),
+                "method_ran": ran,
+                "method_ok": pd.NA if ok is pd.NA else bool(ok),
                 "max_abs_err": float(err) if ran and err is not None else math.nan,
-                "verify_reason": _str(v.get("reason", "")), "method_outcome": outcomes.get(spec.name, ""),
+                "verify_reason": _str(v.get("reason", "")),
+                "method_outcome": outcomes.get(spec.name, ""),
                 "oracle": oracles.get(spec.name, ""),
             }
             if d is None:
-                row.update(storage_key="", collision=False, lookup="", decision="", reason_code="", reason=not_reached,
-                           origin="",
-                           shared_from="", cached_method="", cached_dtype="", cached_shape="", cached_strides="",
-                           cached_digest="", same_metadata=pd.NA, same_content=pd.NA, data_problem="", culprit="")
+                row.update(
+                    storage_key="",
+                    collision=False,
+                    lookup="",
+                    decision="",
+                    reason_code="",
+                    reason=not_reached,
+                    origin="",
+                    shared_from="",
+                    cached_method="",
+                    cached_dtype="",
+                    cached_shape="",
+                    cached_strides="",
+                    cached_digest="",
+                    same_metadata=pd.NA,
+                    same_content=pd.NA,
+                    data_problem="",
+                    culprit="",
+                )
             else:
                 has_entry = bool(_str(d["cached_method"]))
                 row.update(
                     storage_key=_str(d.get("storage_key", "")),
-                    collision=_str(d["lookup"]) == "hit", lookup=_str(d["lookup"]), decision=_str(d["decision"]),
-                    reason_code=_str(d["reason_code"]), reason=_str(d["reason"]), origin=_str(d["origin"]),
-                    shared_from=_str(d["shared_from"]), cached_method=_str(d["cached_method"]),
-                    cached_dtype=_str(d["cached_dtype"]), cached_shape=_str(d["cached_shape"]),
-                    cached_strides=_str(d["cached_strides"]), cached_digest=_str(d["cached_digest"]),
-                    same_metadata=(_str(d["cached_dtype"]) == c.dtype
-                                   and _str(d["cached_shape"]) == row["new_shape"]
-                                   and _str(d["cached_strides"]) == row["new_strides"]) if has_entry else pd.NA,
+                    collision=_str(d["lookup"]) == "hit",
+                    lookup=_str(d["lookup"]),
+                    decision=_str(d["decision"]),
+                    reason_code=_str(d["reason_code"]),
+                    reason=_str(d["reason"]),
+                    origin=_str(d["origin"]),
+                    shared_from=_str(d["shared_from"]),
+                    cached_method=_str(d["cached_method"]),
+                    cached_dtype=_str(d["cached_dtype"]),
+                    cached_shape=_str(d["cached_shape"]),
+                    cached_strides=_str(d["cached_strides"]),
+                    cached_digest=_str(d["cached_digest"]),
+                    same_metadata=(
+                        _str(d["cached_dtype"]) == c.dtype
+                        and _str(d["cached_shape"]) == row["new_shape"]
+                        and _str(d["cached_strides"]) == row["new_strides"]
+                    )
+                    if has_entry
+                    else pd.NA,
                     same_content=(_str(d["cached_digest"]) == c.digest) if has_entry else pd.NA,
                     data_problem=_str(d["data_problem"]),
                     culprit=_str(d.get("culprit", "")),
@@ -202,8 +270,10 @@ class CollisionReport:
         silent = f[f["data_problem"] == DataProblem.CONTENT_DIFFERS.value]
         lines = [head + "; ".join(parts)]
         if len(silent):
-            lines.append(f"  {len(silent)} shared despite different content: "
-                         + ", ".join(f"{m}/{n}" for m, n in zip(silent["method"], silent["name"])))
+            lines.append(
+                f"  {len(silent)} shared despite different content: "
+                + ", ".join(f"{m}/{n}" for m, n in zip(silent["method"], silent["name"]))
+            )
         wrong = self.wrong_methods
         lines.append("  wrong outputs: " + (", ".join(wrong) if wrong else "none"))
         unverified = self.unverified_methods
@@ -240,12 +310,15 @@ def native_code_notice(program: "Program") -> str | None:
     from toolkit.build.samples import cache_root
 
     root = Path(program.root).resolve() if program.root is not None else None
-    if _NATIVE_CODE_NOTICED or (program.format is ProgramFormat.DIRECTORY and root is not None
-                                and root.is_relative_to(cache_root().resolve())):
+    if _NATIVE_CODE_NOTICED or (
+        program.format is ProgramFormat.DIRECTORY and root is not None and root.is_relative_to(cache_root().resolve())
+    ):
         return None
     _NATIVE_CODE_NOTICED.append(str(root))
-    return (f"loading {program.name!r} from {root} runs the native code compiled into it (its .so files) in this "
-            "process: load only programs you trust; a dry run runs none")
+    return (
+        f"loading {program.name!r} from {root} runs the native code compiled into it (its .so files) in this "
+        "process: load only programs you trust; a dry run runs none"
+    )
 
 
 # ------------------------------------------------------------------ CSV
@@ -257,8 +330,15 @@ def _missing(v: Any) -> bool:
 
 def _kind_of(v: Any) -> str:
     """A value's kind (as in :data:`REPORT_SCHEMA`) from its type: text for anything not a number."""
-    return ("bool" if isinstance(v, (bool, np.bool_)) else "int" if isinstance(v, numbers.Integral)
-            else "float" if isinstance(v, numbers.Real) else "str")
+    return (
+        "bool"
+        if isinstance(v, (bool, np.bool_))
+        else "int"
+        if isinstance(v, numbers.Integral)
+        else "float"
+        if isinstance(v, numbers.Real)
+        else "str"
+    )
 
 
 def _cell(kind: str | None, v: Any) -> str:
@@ -335,8 +415,9 @@ def write_xlsx(frame: pd.DataFrame, handle: IO[bytes]) -> None:
         from openpyxl import Workbook
         from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
     except ImportError:
-        raise ReportError("an Excel export needs openpyxl: pip install 'constshare-toolkit[notebook]' "
-                          "(or pip install openpyxl)") from None
+        raise ReportError(
+            "an Excel export needs openpyxl: pip install 'constshare-toolkit[notebook]' (or pip install openpyxl)"
+        ) from None
     frame = _report_columns(frame)
     book = Workbook(write_only=True)  # rows streamed: 10,000 rows in about a second
     sheet = book.create_sheet(XLSX_SHEET)
@@ -388,11 +469,17 @@ def write_text_atomically(path: "str | os.PathLike[str]", text: str) -> None:
         raise
 
 
-def to_csv(session_or_report: "Session | CollisionReport", path_or_handle: PathOrHandle,
-           verification: pd.DataFrame | None = None) -> "CollisionReport":
+def to_csv(
+    session_or_report: "Session | CollisionReport",
+    path_or_handle: PathOrHandle,
+    verification: pd.DataFrame | None = None,
+) -> "CollisionReport":
     """Write the collision report of a session (or an already built report); returns the report."""
-    report = (session_or_report if isinstance(session_or_report, CollisionReport)
-              else collision_report(session_or_report, verification))
+    report = (
+        session_or_report
+        if isinstance(session_or_report, CollisionReport)
+        else collision_report(session_or_report, verification)
+    )
     report.to_csv(path_or_handle)
     return report
 

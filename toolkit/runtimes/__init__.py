@@ -121,5 +121,12 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["CompiledConstant", "CompiledMethod", "Device", "MethodRuntime", "Runtime", "aligned_slot_bytes",
-           "parse_device"]
+__all__ = [
+    "CompiledConstant",
+    "CompiledMethod",
+    "Device",
+    "MethodRuntime",
+    "Runtime",
+    "aligned_slot_bytes",
+    "parse_device",
+]

@@ -30,10 +30,10 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from toolkit.core.errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
-from toolkit.integrity import VerifiedCopy, copy_region, hash_threads, keep_for_process, verified_files
 from toolkit.core.model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
 from toolkit.core.options import FirstLoad, LoadOptions, UploadMode
 from toolkit.core.vocab import ProgramFormat, UploadPath
+from toolkit.integrity import VerifiedCopy, copy_region, hash_threads, keep_for_process, verified_files
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import parse_device as _parse
 
@@ -59,15 +59,30 @@ def dtype_name(dtype: torch.dtype) -> str:
 def tensor_meta(t: torch.Tensor) -> TensorMeta:
     """What ExecuTorch compares, read off a live tensor."""
     return TensorMeta(
-        dtype=dtype_name(t.dtype), shape=tuple(t.shape), strides=tuple(t.stride()),
-        device_type=t.device.type, device_index=t.device.index if t.device.index is not None else -1,
+        dtype=dtype_name(t.dtype),
+        shape=tuple(t.shape),
+        strides=tuple(t.stride()),
+        device_type=t.device.type,
+        device_index=t.device.index if t.device.index is not None else -1,
     )
 
 
 # c10::ScalarType codes, as get_constant_names_to_dtypes() reports them.
 SCALAR_TYPE_NAMES = {
-    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
-    9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn",
+    0: "uint8",
+    1: "int8",
+    2: "int16",
+    3: "int32",
+    4: "int64",
+    5: "float16",
+    6: "float32",
+    7: "float64",
+    9: "complex64",
+    10: "complex128",
+    11: "bool",
+    15: "bfloat16",
+    23: "float8_e5m2",
+    24: "float8_e4m3fn",
 }
 
 
@@ -95,8 +110,10 @@ class AotiContainer:
 
     def constant_dtypes(self) -> dict[str, str]:
         """internal name -> dtype name, as compiled into the .so ("?N" for a code not in the table)."""
-        return {n: SCALAR_TYPE_NAMES.get(code, f"?{code}")
-                for n, code in dict(self._runner.get_constant_names_to_dtypes()).items()}
+        return {
+            n: SCALAR_TYPE_NAMES.get(code, f"?{code}")
+            for n, code in dict(self._runner.get_constant_names_to_dtypes()).items()
+        }
 
     def upload_blob(self, blob_path: Path) -> None:
         """One allocation for all the method's constants (stays resident even after user-managed swaps)."""
@@ -121,8 +138,9 @@ class AotiContainer:
         if tensors:
             # the runner's binding takes its flags positionally: named here
             use_inactive, validate_full_updates, user_managed = False, False, True
-            self._runner.update_constant_buffer({k: non_owning_alias(t) for k, t in tensors.items()},
-                                                use_inactive, validate_full_updates, user_managed)
+            self._runner.update_constant_buffer(
+                {k: non_owning_alias(t) for k, t in tensors.items()}, use_inactive, validate_full_updates, user_managed
+            )
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         return list(self._runner.run(inputs))
@@ -132,8 +150,14 @@ class _CudaArray:
     """The smallest object exposing ``__cuda_array_interface__`` (v3) for a device pointer."""
 
     def __init__(self, ptr: int, nbytes: int):
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
-                                         "strides": None, "version": 3, "stream": None}
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "strides": None,
+            "version": 3,
+            "stream": None,
+        }
 
 
 def non_owning_alias(t: torch.Tensor) -> torch.Tensor:
@@ -171,8 +195,10 @@ def cuda_in_use_bytes(device: torch.device) -> int:
 
 def torch_compatible(built: str, running: str) -> bool:
     """AOTI .so files are tied to the torch release they were compiled against (major.minor)."""
+
     def mm(v: str) -> tuple[str, ...]:
         return tuple(v.split("+")[0].split(".")[:2])
+
     return mm(built) == mm(running)
 
 
@@ -181,17 +207,26 @@ UNKNOWN_TORCH = ("unknown",)
 
 def check_compatible(program: Program, device_type: str, torch_version: str) -> None:
     # our program directories record this in manifest.json; other formats in the program's files
-    where = (program.path("manifest.json") if program.format is ProgramFormat.DIRECTORY else program.root) \
-        if program.root is not None else None
+    where = (
+        (program.path("manifest.json") if program.format is ProgramFormat.DIRECTORY else program.root)
+        if program.root is not None
+        else None
+    )
     if program.device != device_type:
         raise IncompatibleProgramError(
             f"program was built for {program.device!r} but is being loaded on {device_type!r}; "
-            f"rebuild it with device={device_type!r}", path=where, field="device")
+            f"rebuild it with device={device_type!r}",
+            path=where,
+            field="device",
+        )
     # a .pte or .pt2 does not record the torch it was built with ("unknown"): only the device kind is checked
     if program.torch_version not in UNKNOWN_TORCH and not torch_compatible(program.torch_version, torch_version):
         raise IncompatibleProgramError(
             f"program was built with torch {program.torch_version}, this process runs torch {torch_version}; "
-            "rebuild it", path=where, field="torch_version")
+            "rebuild it",
+            path=where,
+            field="torch_version",
+        )
 
 
 _GLOBAL_LOCK = threading.Lock()
@@ -212,8 +247,11 @@ def extract_so(path: Path, offset: int, nbytes: int) -> Path:
     except OSError as e:
         raise IntegrityError(f"the compiled model cannot be read: {e.strerror or e}", path=path) from None
     except IntegrityError:
-        raise IntegrityError(f"the compiled model at byte {offset} should have {nbytes} bytes, the file has "
-                             f"{max(0, os.path.getsize(path) - offset)} there", path=path) from None
+        raise IntegrityError(
+            f"the compiled model at byte {offset} should have {nbytes} bytes, the file has "
+            f"{max(0, os.path.getsize(path) - offset)} there",
+            path=path,
+        ) from None
     return keep_for_process(copy, digest).path
 
 
@@ -262,19 +300,26 @@ def method_outputs(outputs: list, order: "tuple[int, ...] | None") -> list:
         return list(outputs)
     bad = [k for k in order if not 0 <= k < len(outputs)]
     if bad:
-        raise LoadError(f"the method's outputs come from compiled outputs {list(order)}, but the compiled model "
-                        f"gave {len(outputs)}")
+        raise LoadError(
+            f"the method's outputs come from compiled outputs {list(order)}, but the compiled model gave {len(outputs)}"
+        )
     return [outputs[k] for k in order]
 
 
 CHECK_INPUTS_ENV = "AOTI_RUNTIME_CHECK_INPUTS"
 
 
-_QUERIES = ("AOTInductorModelContainerCreateWithDevice", "AOTInductorModelContainerDelete",
-            "AOTInductorModelContainerGetNumConstants", "AOTInductorModelContainerGetConstantName",
-            "AOTInductorModelContainerGetConstantOriginalFQN", "AOTInductorModelContainerGetConstantDtype",
-            "AOTInductorModelContainerGetConstantDataSize", "AOTInductorModelContainerGetConstantsBlobSize",
-            "AOTInductorModelContainerGetConstantFromFolded")
+_QUERIES = (
+    "AOTInductorModelContainerCreateWithDevice",
+    "AOTInductorModelContainerDelete",
+    "AOTInductorModelContainerGetNumConstants",
+    "AOTInductorModelContainerGetConstantName",
+    "AOTInductorModelContainerGetConstantOriginalFQN",
+    "AOTInductorModelContainerGetConstantDtype",
+    "AOTInductorModelContainerGetConstantDataSize",
+    "AOTInductorModelContainerGetConstantsBlobSize",
+    "AOTInductorModelContainerGetConstantFromFolded",
+)
 
 
 def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
@@ -334,8 +379,13 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
             if not folded.value:
                 at = offset
                 offset += nbytes.value
-            out[key] = CompiledConstant(key, (fqn.value or b"").decode("utf-8", "replace"),
-                                        SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"), nbytes.value, at)
+            out[key] = CompiledConstant(
+                key,
+                (fqn.value or b"").decode("utf-8", "replace"),
+                SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"),
+                nbytes.value,
+                at,
+            )
         return CompiledMethod(out, int(blob.value) if blob_known else None)
     finally:
         fns["AOTInductorModelContainerDelete"](handle)
@@ -375,16 +425,25 @@ class AotiMethod:
             # the .so's offsets are its blob's, the program's absolute: shifted, or none without a dense blob
             blob = self._spec.location.weights
             at = blob.offset if isinstance(blob, Region) else None
-            return CompiledMethod({n: replace(c, blob_offset=None if at is None or c.blob_offset is None
-                                              else c.blob_offset + at) for n, c in got.constants.items()},
-                                  None if at is None else got.blob_bytes)
+            return CompiledMethod(
+                {
+                    n: replace(c, blob_offset=None if at is None or c.blob_offset is None else c.blob_offset + at)
+                    for n, c in got.constants.items()
+                },
+                None if at is None else got.blob_bytes,
+            )
         if got is not None:
             if got.blob_bytes is not None:  # what upload_blob will make AOTI read
                 self._blob_bytes = max(self._blob_bytes or 0, got.blob_bytes)
             return got
         dtypes = self.container.constant_dtypes()
-        return CompiledMethod({n: CompiledConstant(n, fqn, dtypes.get(n, "?"), None, None)
-                               for n, fqn in self.container.constant_fqns().items()}, None)
+        return CompiledMethod(
+            {
+                n: CompiledConstant(n, fqn, dtypes.get(n, "?"), None, None)
+                for n, fqn in self.container.constant_fqns().items()
+            },
+            None,
+        )
 
     def upload_blob(self) -> None:
         if isinstance(self._spec.location, PackedLocation):
@@ -404,8 +463,9 @@ class AotiMethod:
         except OSError as e:
             raise IntegrityError(f"weights blob cannot be read: {e.strerror or e}", path=self._blob) from None
         if need is not None and have < need:
-            raise IntegrityError(f"weights blob is truncated: {have} bytes, the compiled model reads {need}",
-                                 path=self._blob)
+            raise IntegrityError(
+                f"weights blob is truncated: {have} bytes, the compiled model reads {need}", path=self._blob
+            )
         self.container.upload_blob(self._blob)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -447,8 +507,11 @@ class AotiMethod:
                     uploader.prefetch(path, [x for x in rest if self._path(x) == path])
                     mapped = path
                 tensor = upload_constant(path, c, self.device, uploader)
-                how = uploader.last_path if uploader else (UploadPath.HOST if self.device.type == "cpu"
-                                                           else UploadPath.PINNED_EACH)
+                how = (
+                    uploader.last_path
+                    if uploader
+                    else (UploadPath.HOST if self.device.type == "cpu" else UploadPath.PINNED_EACH)
+                )
                 yield c, tensor, how
         finally:
             if uploader is not None:
@@ -482,19 +545,25 @@ class AotiRuntime:
 
     def check_available(self, program: Program, device: Device) -> None:
         if program.root is None:
-            raise LoadError(f"program {program.name!r} exists only in memory (its files were never written): "
-                            "it can be analysed (toolkit.analyze), not loaded")
+            raise LoadError(
+                f"program {program.name!r} exists only in memory (its files were never written): "
+                "it can be analysed (toolkit.analyze), not loaded"
+            )
         check_compatible(program, device.type, torch.__version__)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise IncompatibleProgramError(
                 f"program was built for {program.device!r} but torch sees no CUDA device here: load it on a "
-                "machine with one, or dry-run it (toolkit.analyze)", path=program.root, field="device")
+                "machine with one, or dry-run it (toolkit.analyze)",
+                path=program.root,
+                field="device",
+            )
 
     def create(self, program: Program, method: MethodSpec, device: Device) -> AotiMethod:
         return AotiMethod(self, program, method, device)
 
-    def source(self, program: Program, rel: str, *, dlopen: bool = False,
-               ranges: list[tuple[int, int]] | None = None) -> Path:
+    def source(
+        self, program: Program, rel: str, *, dlopen: bool = False, ranges: list[tuple[int, int]] | None = None
+    ) -> Path:
         """The path this session reads program file ``rel`` from: with integrity checked, its
         verified copy (:meth:`~toolkit.integrity.VerifiedFiles.copy`), the same one for the whole
         session, holding (verified) the pieces covering ``ranges`` ((start, end) byte ranges; None:
@@ -510,8 +579,9 @@ class AotiRuntime:
         copy = self._copies[path]
         return (keep_for_process(copy, record.sha256) if dlopen else copy).path
 
-    def stage_constants(self, program: Program, rel: str, constants: list[ConstantSpec],
-                        device: torch.device) -> tuple[list[torch.Tensor], UploadPath] | None:
+    def stage_constants(
+        self, program: Program, rel: str, constants: list[ConstantSpec], device: torch.device
+    ) -> tuple[list[torch.Tensor], UploadPath] | None:
         """The raw bytes of ``constants`` (all read from program file ``rel``) on ``device``, and how
         they travelled, through the staging pipeline (:func:`~toolkit.upload.stage_pieces`) where it
         applies; None where they go the other way (the private copy, the uploader).
@@ -523,8 +593,14 @@ class AotiRuntime:
         ``first_load="pipelined"``, from where the other way would read (:meth:`source`)."""
         o, path, record = self.options, program.path(rel), program.files.get(rel)
         copy = self._copies.get(path)
-        if (o.check_integrity and record is not None and o.integrity_staging and o.integrity_copy
-                and not o.hash_all and not (copy is not None and copy.complete)):
+        if (
+            o.check_integrity
+            and record is not None
+            and o.integrity_staging
+            and o.integrity_copy
+            and not o.hash_all
+            and not (copy is not None and copy.complete)
+        ):
             read_from, how = path, UploadPath.VERIFIED_STAGED if device.type == "cuda" else UploadPath.VERIFIED_HOST
         elif device.type == "cuda" and o.upload is UploadMode.MAPPED and o.first_load is FirstLoad.PIPELINED:
             read_from, how = self.source(program, rel, ranges=[_span(c) for c in constants]), UploadPath.PIECES
@@ -533,9 +609,16 @@ class AotiRuntime:
             return None
         from toolkit.upload import stage_pieces
 
-        return stage_pieces(read_from, record, constants, device, threads=o.hash_threads or hash_threads(),
-                            chunk_bytes=o.staging_chunk_bytes, device_digest=o.device_digest,
-                            on_hashed=verified_files().count_hashed if record is not None else None), how
+        return stage_pieces(
+            read_from,
+            record,
+            constants,
+            device,
+            threads=o.hash_threads or hash_threads(),
+            chunk_bytes=o.staging_chunk_bytes,
+            device_digest=o.device_digest,
+            on_hashed=verified_files().count_hashed if record is not None else None,
+        ), how
 
     def uploader(self, device: torch.device):
         if device.type != "cuda":
@@ -561,9 +644,10 @@ class AotiRuntime:
         if words.numel() < 2048:
             return words.to(torch.int64)
         rows = words.numel() // 1024
-        grid = words[:rows * 1024].view(rows, 1024)
-        return torch.cat([grid.sum(0, dtype=torch.int64), grid.sum(1, dtype=torch.int64),
-                          words[rows * 1024:].to(torch.int64)])
+        grid = words[: rows * 1024].view(rows, 1024)
+        return torch.cat(
+            [grid.sum(0, dtype=torch.int64), grid.sum(1, dtype=torch.int64), words[rows * 1024 :].to(torch.int64)]
+        )
 
     def same_checksum(self, a: torch.Tensor, b: torch.Tensor) -> bool:
         return bool(torch.equal(a, b))

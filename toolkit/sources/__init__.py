@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from toolkit.core.errors import ProgramError
-from toolkit.integrity import verified_files
 from toolkit.core.model import Program
 from toolkit.core.vocab import ProgramFormat
-from toolkit.sources.directory import MANIFEST_FILE, open_directory, read_manifest_file
+from toolkit.integrity import verified_files
 from toolkit.sources.binary import claimed_file
+from toolkit.sources.directory import MANIFEST_FILE, open_directory, read_manifest_file
 from toolkit.sources.executorch import PTE_IDENTIFIER, open_pte
 from toolkit.sources.pt2 import ZIP_MAGIC, open_pt2
 
@@ -43,9 +43,15 @@ def _claim_pte(p: Path) -> Path | None:
 
 
 SOURCES = (
-    ProgramSource(ProgramFormat.PTE, _claim_pte, lambda p, **o: open_pte(p, verified=verified_files(), **o),
-                  ("data", "constant_table", "reader")),
-    ProgramSource(ProgramFormat.PT2, lambda p: claimed_file(p, ".pt2", ZIP_MAGIC), lambda p: open_pt2(p, verified_files())),
+    ProgramSource(
+        ProgramFormat.PTE,
+        _claim_pte,
+        lambda p, **o: open_pte(p, verified=verified_files(), **o),
+        ("data", "constant_table", "reader"),
+    ),
+    ProgramSource(
+        ProgramFormat.PT2, lambda p: claimed_file(p, ".pt2", ZIP_MAGIC), lambda p: open_pt2(p, verified_files())
+    ),
     ProgramSource(ProgramFormat.DIRECTORY, lambda p: p if p.is_dir() or not p.exists() else None, open_directory),
 )
 
@@ -72,14 +78,20 @@ def open_program(path: "str | Path | Program", **options) -> Program:
     if claimed is None:
         if p.suffix == ".ptd":
             raise ProgramError("an ExecuTorch .ptd holds only data: open its .pte (data= names the .ptd)", path=p)
-        raise ProgramError("not a program this toolkit can open (expected a program directory holding "
-                           f"{MANIFEST_FILE}, an ExecuTorch .pte or a torch .pt2 package)", path=p)
+        raise ProgramError(
+            "not a program this toolkit can open (expected a program directory holding "
+            f"{MANIFEST_FILE}, an ExecuTorch .pte or a torch .pt2 package)",
+            path=p,
+        )
     source, found = claimed
     for name in options:
         if name not in source.options:
             takers = " and ".join(s.format for s in SOURCES if name in s.options) or "no format"
-            raise ProgramError(f"option {name}= is not one {source.format} takes (it takes "
-                               f"{', '.join(source.options) or 'none'}); it belongs to {takers}", path=p)
+            raise ProgramError(
+                f"option {name}= is not one {source.format} takes (it takes "
+                f"{', '.join(source.options) or 'none'}); it belongs to {takers}",
+                path=p,
+            )
     return source.open(found, **options)
 
 

@@ -21,8 +21,8 @@ import struct
 from pathlib import Path
 
 from toolkit.core.errors import ProgramError
-from toolkit.integrity import VerifiedCopy, VerifiedFiles, file_identity
 from toolkit.core.model import FileRecord
+from toolkit.integrity import VerifiedCopy, VerifiedFiles, file_identity
 
 _U8, _U16, _U32, _I32, _U64, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q", "<q"))
 
@@ -46,8 +46,11 @@ class Bytes:
 
     def need(self, at: int, size: int, field: str | None) -> None:
         if at < 0 or size < 0 or at + size > len(self.data):
-            raise self.error(f"{size} bytes at offset {at} run past the end of the data ({len(self.data)} bytes)",
-                             field, at if 0 <= at <= len(self.data) else None)
+            raise self.error(
+                f"{size} bytes at offset {at} run past the end of the data ({len(self.data)} bytes)",
+                field,
+                at if 0 <= at <= len(self.data) else None,
+            )
 
     def unpack(self, st: struct.Struct, at: int, field: str | None) -> int:
         self.need(at, st.size, field)
@@ -73,7 +76,7 @@ class Bytes:
 
     def raw(self, at: int, size: int, field: str | None = None) -> bytes:
         self.need(at, size, field)
-        return bytes(self.data[at:at + size])
+        return bytes(self.data[at : at + size])
 
     def text(self, at: int, size: int, field: str | None) -> str:
         try:
@@ -144,8 +147,9 @@ class Table:
         if off == 0:
             return None
         if off + width > self._size:
-            raise self.b.error(f"field lies outside its table ({off}+{width} > {self._size})", self.path(name),
-                               self.pos)
+            raise self.b.error(
+                f"field lies outside its table ({off}+{width} > {self._size})", self.path(name), self.pos
+            )
         return self.pos + off
 
     def path(self, name: str) -> str:
@@ -279,7 +283,7 @@ class MappedFile:
 
     def sha256(self, offset: int, size: int) -> str:  # once per region: methods' constants share bytes
         if (offset, size) not in self._digests:
-            self._digests[(offset, size)] = hashlib.sha256(self.bytes.data[offset:offset + size]).hexdigest()
+            self._digests[(offset, size)] = hashlib.sha256(self.bytes.data[offset : offset + size]).hexdigest()
         return self._digests[(offset, size)]
 
     def close(self) -> None:

@@ -29,7 +29,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from toolkit.core.errors import ManifestError, ProgramError
 from toolkit.core.model import (
-    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, FileRecord, MethodSpec, Program, SequenceSpec, SequenceStep,
+    DTYPE_ITEMSIZE,
+    METHOD_NAME_RE,
+    ConstantSpec,
+    FileRecord,
+    MethodSpec,
+    Program,
+    SequenceSpec,
+    SequenceStep,
     required_nbytes,
 )
 from toolkit.core.vocab import ConstantKind, ProgramFormat
@@ -75,8 +82,9 @@ def _dtype(v: str) -> str:
 
 def _format_version(v: int) -> int:
     if v not in READ_VERSIONS:
-        raise ValueError(f"unknown format version {v}; this toolkit reads format version "
-                         + " or ".join(map(str, READ_VERSIONS)))
+        raise ValueError(
+            f"unknown format version {v}; this toolkit reads format version " + " or ".join(map(str, READ_VERSIONS))
+        )
     return v
 
 
@@ -178,7 +186,7 @@ def _field_path(loc: tuple) -> str:
 def _short(v: Any, limit: int = 60) -> str:
     """A value for an error message: its repr, cut in the middle when long (a 400-digit number)."""
     text = repr(v)
-    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(text)} characters)"
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 4 :]} ({len(text)} characters)"
 
 
 def _describe(err: dict) -> str:
@@ -226,8 +234,7 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             raise fail(fw, str(e)) from None
         if rec.sha256_chunks is not None and rec.blake3_chunks is not None:
             raise fail(f"{fw}.blake3_chunks", "sha256_chunks and blake3_chunks both given: a file records one kind")
-        kind, chunks = (("blake3", rec.blake3_chunks) if rec.blake3_chunks is not None
-                        else ("sha256", rec.sha256_chunks))
+        kind, chunks = ("blake3", rec.blake3_chunks) if rec.blake3_chunks is not None else ("sha256", rec.sha256_chunks)
         field = f"{fw}.{kind}_chunks"
         if (rec.chunk_bytes is None) != (chunks is None):
             raise fail(fw, "chunk_bytes and sha256_chunks (or blake3_chunks) come together: one is missing")
@@ -235,10 +242,18 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
         if chunks is not None and doc.format_version < need:
             raise fail(field, f"{kind} chunk digests need format version {need}, not {doc.format_version}")
         if chunks is not None and len(chunks) != -(-rec.bytes // rec.chunk_bytes):
-            raise fail(field, f"{len(chunks)} chunk digests for {rec.bytes} bytes in "
-                       f"chunks of {rec.chunk_bytes}: expected {-(-rec.bytes // rec.chunk_bytes)}")
-        files[rel] = FileRecord(sha256=rec.sha256, bytes=rec.bytes, chunk_bytes=rec.chunk_bytes or 0,
-                                chunks=tuple(chunks or ()), chunk_digest=kind)
+            raise fail(
+                field,
+                f"{len(chunks)} chunk digests for {rec.bytes} bytes in "
+                f"chunks of {rec.chunk_bytes}: expected {-(-rec.bytes // rec.chunk_bytes)}",
+            )
+        files[rel] = FileRecord(
+            sha256=rec.sha256,
+            bytes=rec.bytes,
+            chunk_bytes=rec.chunk_bytes or 0,
+            chunks=tuple(chunks or ()),
+            chunk_digest=kind,
+        )
 
     methods: list[MethodSpec] = []
     seen: set[str] = set()
@@ -253,8 +268,10 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             if rel not in files:
                 raise fail("files", f"no digest recorded for {rel!r} (method {m.name!r}, {key})")
         if files[m.blob_file].bytes != m.blob_bytes:
-            raise fail(f"methods[{m.name}].blob_bytes",
-                       f"{m.blob_bytes} differs from the file record's {files[m.blob_file].bytes}")
+            raise fail(
+                f"methods[{m.name}].blob_bytes",
+                f"{m.blob_bytes} differs from the file record's {files[m.blob_file].bytes}",
+            )
         so_sha = files[m.so_file].sha256  # lifted constants' so_key (see the module docstring)
         lifted_so_key = f"{so_sha}_so_blob" if so_sha != PLACEHOLDER_SHA256 else ""
         constants = []
@@ -273,16 +290,40 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
             if c.nbytes != need:
                 raise fail(f"{cw}.nbytes", f"{c.nbytes} does not match dtype/shape/strides, which need {need}")
             if c.offset + c.nbytes > m.blob_bytes:
-                raise fail(f"{cw}.offset",
-                           f"bytes [{c.offset}, {c.offset + c.nbytes}) fall outside the {m.blob_bytes}-byte blob")
-            constants.append(ConstantSpec(
-                name=c.name, fqn=c.fqn, kind=c.kind, mutated=c.mutated, dtype=c.dtype, shape=shape,
-                strides=strides, storage_offset=c.storage_offset, nbytes=c.nbytes, offset=c.offset,
-                digest=c.digest, file=m.blob_file, storage=c.storage,
-                so_key=lifted_so_key if c.fqn.startswith("_tensor_constant") else ""))
-        methods.append(MethodSpec(name=m.name, so_file=m.so_file, blob_file=m.blob_file,
-                                  reference_file=m.reference_file, blob_bytes=m.blob_bytes,
-                                  num_inputs=m.num_inputs, num_outputs=m.num_outputs, constants=tuple(constants)))
+                raise fail(
+                    f"{cw}.offset",
+                    f"bytes [{c.offset}, {c.offset + c.nbytes}) fall outside the {m.blob_bytes}-byte blob",
+                )
+            constants.append(
+                ConstantSpec(
+                    name=c.name,
+                    fqn=c.fqn,
+                    kind=c.kind,
+                    mutated=c.mutated,
+                    dtype=c.dtype,
+                    shape=shape,
+                    strides=strides,
+                    storage_offset=c.storage_offset,
+                    nbytes=c.nbytes,
+                    offset=c.offset,
+                    digest=c.digest,
+                    file=m.blob_file,
+                    storage=c.storage,
+                    so_key=lifted_so_key if c.fqn.startswith("_tensor_constant") else "",
+                )
+            )
+        methods.append(
+            MethodSpec(
+                name=m.name,
+                so_file=m.so_file,
+                blob_file=m.blob_file,
+                reference_file=m.reference_file,
+                blob_bytes=m.blob_bytes,
+                num_inputs=m.num_inputs,
+                num_outputs=m.num_outputs,
+                constants=tuple(constants),
+            )
+        )
     sequences = []
     names_seen: set[str] = set()
     for i, q in enumerate(doc.sequences):
@@ -298,9 +339,18 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
         if q.reference_file not in files:
             raise fail("files", f"no digest recorded for {q.reference_file!r} (sequence {q.name!r})")
         sequences.append(SequenceSpec(q.name, tuple(steps), q.reference_file))
-    return Program(name=doc.name, description=doc.description, device=doc.device, torch_version=doc.torch_version,
-                   created_utc=doc.created_utc, methods=tuple(methods), files=files, root=root,
-                   format=ProgramFormat.DIRECTORY, sequences=tuple(sequences))
+    return Program(
+        name=doc.name,
+        description=doc.description,
+        device=doc.device,
+        torch_version=doc.torch_version,
+        created_utc=doc.created_utc,
+        methods=tuple(methods),
+        files=files,
+        root=root,
+        format=ProgramFormat.DIRECTORY,
+        sequences=tuple(sequences),
+    )
 
 
 class _DuplicateKey(ValueError):
@@ -359,11 +409,11 @@ def open_directory(root: Path) -> Program:
         if not exists:
             raise ProgramError("file named in the manifest is missing", path=p)
         if not inside:
-            raise ProgramError(f"file named in the manifest leads out of the program directory (to {p.resolve()})",
-                               path=p)
+            raise ProgramError(
+                f"file named in the manifest leads out of the program directory (to {p.resolve()})", path=p
+            )
         if not regular:
-            raise ProgramError("file named in the manifest is not a regular file (a folder, FIFO or device)",
-                               path=p)
+            raise ProgramError("file named in the manifest is not a regular file (a folder, FIFO or device)", path=p)
     return program
 
 
@@ -371,9 +421,20 @@ def open_directory(root: Path) -> Program:
 
 
 def _constant_json(c: ConstantSpec) -> dict:
-    return {"name": c.name, "fqn": c.fqn, "kind": c.kind.value, "mutated": c.mutated, "dtype": c.dtype,
-            "shape": list(c.shape), "strides": list(c.strides), "storage_offset": c.storage_offset,
-            "nbytes": c.nbytes, "offset": c.offset, "digest": c.digest, "storage": c.storage}
+    return {
+        "name": c.name,
+        "fqn": c.fqn,
+        "kind": c.kind.value,
+        "mutated": c.mutated,
+        "dtype": c.dtype,
+        "shape": list(c.shape),
+        "strides": list(c.strides),
+        "storage_offset": c.storage_offset,
+        "nbytes": c.nbytes,
+        "offset": c.offset,
+        "digest": c.digest,
+        "storage": c.storage,
+    }
 
 
 def _file_json(record: FileRecord) -> dict:
@@ -391,19 +452,41 @@ def manifest_json(program: Program, *, indent: int | None = 2) -> str:
     for m in program.methods:
         for c in m.constants:
             if c.file and c.file != m.blob_file:
-                raise ValueError(f"method {m.name!r}: constant {c.name!r} lives in {c.file!r}, not in the "
-                                 f"method's blob {m.blob_file!r}; a program directory cannot express that")
+                raise ValueError(
+                    f"method {m.name!r}: constant {c.name!r} lives in {c.file!r}, not in the "
+                    f"method's blob {m.blob_file!r}; a program directory cannot express that"
+                )
     doc = {
-        "format": ProgramFormat.DIRECTORY.value, "format_version": FORMAT_VERSION,
-        "name": program.name, "description": program.description, "device": program.device,
-        "torch_version": program.torch_version, "created_utc": program.created_utc,
-        "methods": [{"name": m.name, "so_file": m.so_file, "blob_file": m.blob_file,
-                     "reference_file": m.reference_file, "blob_bytes": m.blob_bytes, "num_inputs": m.num_inputs,
-                     "num_outputs": m.num_outputs, "constants": [_constant_json(c) for c in m.constants]}
-                    for m in program.methods],
+        "format": ProgramFormat.DIRECTORY.value,
+        "format_version": FORMAT_VERSION,
+        "name": program.name,
+        "description": program.description,
+        "device": program.device,
+        "torch_version": program.torch_version,
+        "created_utc": program.created_utc,
+        "methods": [
+            {
+                "name": m.name,
+                "so_file": m.so_file,
+                "blob_file": m.blob_file,
+                "reference_file": m.reference_file,
+                "blob_bytes": m.blob_bytes,
+                "num_inputs": m.num_inputs,
+                "num_outputs": m.num_outputs,
+                "constants": [_constant_json(c) for c in m.constants],
+            }
+            for m in program.methods
+        ],
         "files": {k: _file_json(v) for k, v in program.files.items()},
-        "sequences": [{"name": q.name, "reference_file": q.reference_file,
-                       "steps": [{"method": st.method, "num_inputs": st.num_inputs, "num_outputs": st.num_outputs}
-                                 for st in q.steps]} for q in program.sequences],
+        "sequences": [
+            {
+                "name": q.name,
+                "reference_file": q.reference_file,
+                "steps": [
+                    {"method": st.method, "num_inputs": st.num_inputs, "num_outputs": st.num_outputs} for st in q.steps
+                ],
+            }
+            for q in program.sequences
+        ],
     }
     return json.dumps(doc, indent=indent, separators=None if indent else (",", ":"))

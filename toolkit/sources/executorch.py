@@ -26,12 +26,22 @@ from typing import Iterable, Mapping, Sequence
 from pydantic import TypeAdapter, ValidationError
 
 from toolkit.core.errors import ProgramError, ToolkitError
-from toolkit.integrity import VerifiedFiles
 from toolkit.core.model import (
-    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
-    SequenceSpec, SequenceStep, aligned_slot_bytes, required_nbytes,
+    DTYPE_ITEMSIZE,
+    METHOD_NAME_RE,
+    ConstantSpec,
+    MethodSpec,
+    PackedLocation,
+    PerConstantStorages,
+    Program,
+    Region,
+    SequenceSpec,
+    SequenceStep,
+    aligned_slot_bytes,
+    required_nbytes,
 )
 from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.integrity import VerifiedFiles
 from toolkit.sources.binary import Bytes, Cursor, MappedFile, Table, root
 from toolkit.sources.directory import StepDoc, validation_problem
 
@@ -46,8 +56,17 @@ MAX_VARIANTS = 256
 MAX_TRAILING_BYTES = 1 << 16  # padding after the last segment (ExecuTorch's files have none)
 
 # c10::ScalarType codes the 1.5.x runtime accepts (is_supported_cuda_fqn_dtype)
-SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
-                11: "bool", 15: "bfloat16"}
+SCALAR_TYPES = {
+    0: "uint8",
+    1: "int8",
+    2: "int16",
+    3: "int32",
+    4: "int64",
+    5: "float16",
+    6: "float32",
+    11: "bool",
+    15: "bfloat16",
+}
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 FQN_MAGICS = ("ETCUDAFQN3", "ETCUDAFQN4", "ETCUDAFQN5", "ETCUDAFQN0")
 _STEPS = TypeAdapter(list[StepDoc])
@@ -136,8 +155,9 @@ def _region(b: Bytes, rel: str, base: int, seg: Table, where: str, file_size: in
     off, size = seg.scalar(0, "offset", "u64"), seg.scalar(1, "size", "u64")
     start = base + off
     if start + size > file_size:
-        raise b.error(f"segment [{start}, {start + size}) runs past the end of the file ({file_size} bytes)",
-                      where, seg.pos)
+        raise b.error(
+            f"segment [{start}, {start + size}) runs past the end of the file ({file_size} bytes)", where, seg.pos
+        )
     return Region(rel, start, size)
 
 
@@ -218,14 +238,22 @@ def _read_pte(f: MappedFile) -> _Layout:
         program_size = b.u64(16, "extended_header.program_size")
         seg_base = b.u64(24, "extended_header.segment_base_offset")
         if not 8 < program_size <= len(b):
-            raise b.error(f"program size {program_size} does not fit the file ({len(b)} bytes)",
-                          "extended_header.program_size", 16)
+            raise b.error(
+                f"program size {program_size} does not fit the file ({len(b)} bytes)",
+                "extended_header.program_size",
+                16,
+            )
         if seg_base > len(b):
-            raise b.error(f"segment base offset {seg_base} is past the end of the file ({len(b)} bytes)",
-                          "extended_header.segment_base_offset", 24)
+            raise b.error(
+                f"segment base offset {seg_base} is past the end of the file ({len(b)} bytes)",
+                "extended_header.segment_base_offset",
+                24,
+            )
     fb = Bytes(b.data[:program_size], f.path)
     prog = root(fb, PTE_IDENTIFIER, "ExecuTorch program (.pte)")
-    segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(prog.tables(4, "segments"))]
+    segments = [
+        _region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(prog.tables(4, "segments"))
+    ]
     _no_trailing_bytes(b, segments, program_size)
     inline = prog.tables(3, "backend_delegate_data")
     layout = _Layout(named=_named_data(fb, prog, 7, segments, "named_data"))
@@ -259,8 +287,8 @@ def _read_pte(f: MappedFile) -> _Layout:
             delegates.append(_Delegate(di, d.string(0, "id") or "", specs, payload, dw))
         operators = [f"{o.string(0, 'name') or ''}" for o in ep.tables(6, "operators")]
         calls = []
-        for ci, ch in enumerate(ep.tables(5, "chains")):
-            for ii, ins in enumerate(ch.tables(2, "instructions")):
+        for ch in ep.tables(5, "chains"):
+            for ins in ch.tables(2, "instructions"):
                 tag, args = ins.union(0, "instr_args")
                 if tag == 1 and args is not None:  # KernelCall
                     calls.append(("kernel", args.scalar(0, "op_index", "i32"), args.ints(1, "args")))
@@ -282,13 +310,18 @@ def _read_ptd(f: MappedFile) -> _Layout:
     fb_off, fb_size = b.u64(16, "header.flatbuffer_offset"), b.u64(24, "header.flatbuffer_size")
     seg_base = b.u64(32, "header.segment_base_offset")
     if fb_off + fb_size > len(b):
-        raise b.error(f"FlatBuffer [{fb_off}, {fb_off + fb_size}) runs past the end of the file ({len(b)} bytes)",
-                      "header.flatbuffer_size", 24)
+        raise b.error(
+            f"FlatBuffer [{fb_off}, {fb_off + fb_size}) runs past the end of the file ({len(b)} bytes)",
+            "header.flatbuffer_size",
+            24,
+        )
     if seg_base > len(b):
         raise b.error(f"segment base offset {seg_base} is past the end of the file", "header.segment_base_offset", 32)
-    fb = Bytes(b.data[:fb_off + fb_size], f.path)
+    fb = Bytes(b.data[: fb_off + fb_size], f.path)
     ft = root(fb, PTD_IDENTIFIER, "ExecuTorch data file (.ptd)")
-    segments = [_region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(ft.tables(1, "segments"))]
+    segments = [
+        _region(fb, f.rel, seg_base, s, f"segments[{i}]", len(b)) for i, s in enumerate(ft.tables(1, "segments"))
+    ]
     _no_trailing_bytes(b, segments, fb_off + fb_size)
     return _Layout(named=_named_data(fb, ft, 2, segments, "named_data"))
 
@@ -304,12 +337,14 @@ def _executorch_modules():
         raise ToolkitError(
             f"reading with ExecuTorch's own reader needs the optional extra {EXTRA!r}: "
             f"pip install 'constshare-toolkit[{EXTRA}]' (then pip install --no-deps executorch==1.5.1); "
-            f"import failed: {e}") from None
+            f"import failed: {e}"
+        ) from None
     return et_program, et_flat
 
 
 def _upstream(read):
     """Run one of upstream's readers: whatever it raises becomes a ProgramError naming the file."""
+
     def run(f: MappedFile) -> _Layout:
         try:
             return read(f)
@@ -317,6 +352,7 @@ def _upstream(read):
             raise
         except Exception as e:  # upstream raises anything (IndexError, struct.error, ...)
             raise ProgramError(f"ExecuTorch's reader refuses it: {type(e).__name__}: {e}", path=f.path) from None
+
     return run
 
 
@@ -336,9 +372,16 @@ def _read_pte_executorch(f: MappedFile) -> _Layout:
                 payload = bytes(prog.backend_delegate_data[d.processed.index].data)
             else:
                 s = segments[d.processed.index]
-                payload = data[s.offset:s.offset + s.size]
-            delegates.append(_Delegate(di, d.id, {c.key: bytes(c.value) for c in d.compile_specs}, payload,
-                                       f"execution_plan[{pi}].delegates[{di}]"))
+                payload = data[s.offset : s.offset + s.size]
+            delegates.append(
+                _Delegate(
+                    di,
+                    d.id,
+                    {c.key: bytes(c.value) for c in d.compile_specs},
+                    payload,
+                    f"execution_plan[{pi}].delegates[{di}]",
+                )
+            )
         calls = []
         for ch in ep.chains:
             for ins in ch.instructions:
@@ -347,8 +390,17 @@ def _read_pte_executorch(f: MappedFile) -> _Layout:
                     calls.append(("kernel", a.op_index, list(a.args)))
                 elif type(a).__name__ == "DelegateCall":
                     calls.append(("delegate", a.delegate_index, list(a.args)))
-        layout.plans.append(_Plan(ep.name, list(ep.inputs), list(ep.outputs), delegates, calls,
-                                  [o.name for o in ep.operators], f"execution_plan[{pi}]"))
+        layout.plans.append(
+            _Plan(
+                ep.name,
+                list(ep.inputs),
+                list(ep.outputs),
+                delegates,
+                calls,
+                [o.name for o in ep.operators],
+                f"execution_plan[{pi}]",
+            )
+        )
     return layout
 
 
@@ -357,7 +409,7 @@ def _read_ptd_executorch(f: MappedFile) -> _Layout:
     _, et_flat = _executorch_modules()
     data = bytes(f.bytes.data)
     header = et_flat.FlatTensorHeader.from_bytes(data[8:])
-    ft = et_flat._deserialize_to_flat_tensor(data[:header.flatbuffer_offset + header.flatbuffer_size])
+    ft = et_flat._deserialize_to_flat_tensor(data[: header.flatbuffer_offset + header.flatbuffer_size])
     segments = [Region(f.rel, header.segment_base_offset + s.offset, s.size) for s in ft.segments]
     return _Layout(named={nd.key: segments[nd.segment_index] for nd in ft.named_data})
 
@@ -377,8 +429,9 @@ class _Payload:
 def _decode_entries(c: Cursor, where: str) -> list[dict]:
     n = c.u32(f"{where}.num_entries")
     if n > MAX_ENTRIES:
-        raise c.b.error(f"{n} weight entries (the runtime accepts at most {MAX_ENTRIES})", f"{where}.num_entries",
-                        c.at - 4)
+        raise c.b.error(
+            f"{n} weight entries (the runtime accepts at most {MAX_ENTRIES})", f"{where}.num_entries", c.at - 4
+        )
     entries = []
     for i in range(n):
         w = f"{where}.entries[{i}]"
@@ -393,15 +446,26 @@ def _decode_entries(c: Cursor, where: str) -> list[dict]:
         sizes = [c.i64(f"{w}.sizes") for _ in range(ndim)]
         strides = [c.i64(f"{w}.strides") for _ in range(ndim)]
         if offset < 0 or any(v < 0 for v in sizes + strides):
-            raise c.b.error(f"negative storage offset, size or stride (offset {offset}, sizes {sizes}, "
-                            f"strides {strides})", w, start)
+            raise c.b.error(
+                f"negative storage offset, size or stride (offset {offset}, sizes {sizes}, strides {strides})", w, start
+            )
         if dtype not in SCALAR_TYPES:
             raise c.b.error(f"ScalarType {dtype} is not one the CUDA runtime accepts", f"{w}.dtype", start)
         if dev not in DEVICE_TYPES:
             raise c.b.error(f"device type {dev} is neither 0 (cpu) nor 1 (cuda)", f"{w}.device_type", start)
-        entries.append({"fqn": fqn, "storage_key": key, "storage_nbytes": nbytes, "dtype": SCALAR_TYPES[dtype],
-                        "device": DEVICE_TYPES[dev], "storage_offset": offset, "sizes": tuple(sizes),
-                        "strides": tuple(strides), "where": w})
+        entries.append(
+            {
+                "fqn": fqn,
+                "storage_key": key,
+                "storage_nbytes": nbytes,
+                "dtype": SCALAR_TYPES[dtype],
+                "device": DEVICE_TYPES[dev],
+                "storage_offset": offset,
+                "sizes": tuple(sizes),
+                "strides": tuple(strides),
+                "where": w,
+            }
+        )
     return entries
 
 
@@ -411,13 +475,18 @@ def _decode_payload(d: _Delegate, method_name: str, path: Path) -> _Payload:
     b = Bytes(raw, path, what=f"CUDA delegate payload of method {method_name!r}")
     if not raw:
         base = method_name or ""
-        return _Payload(1, "method keys (before #20424)", [f"{base}_so_blob" if base else "so_blob"],
-                        f"{base}_weights_blob" if base else "weights_blob")
+        return _Payload(
+            1,
+            "method keys (before #20424)",
+            [f"{base}_so_blob" if base else "so_blob"],
+            f"{base}_weights_blob" if base else "weights_blob",
+        )
     if raw.startswith(b"ETCUDAFQN"):
         magic = raw[:10].decode("ascii", "replace")
         if magic not in FQN_MAGICS:
-            raise b.error(f"payload {magic!r} is not one this toolkit reads ({', '.join(FQN_MAGICS)})",
-                          f"{where}.magic", 0)
+            raise b.error(
+                f"payload {magic!r} is not one this toolkit reads ({', '.join(FQN_MAGICS)})", f"{where}.magic", 0
+            )
         c = Cursor(b, 10)
         variants = []
         if magic == "ETCUDAFQN3":
@@ -436,10 +505,14 @@ def _decode_payload(d: _Delegate, method_name: str, path: Path) -> _Payload:
                 flags = c.u32(f"{vw}.flags") if magic in ("ETCUDAFQN5", "ETCUDAFQN0") else 0
                 key = c.string(f"{vw}.so_blob_key")
                 fallback = bool(flags & 1)
-                bad = (not key or ptx > sm or flags & ~1 or (sm == 0 and (magic != "ETCUDAFQN0" or n != 1 or ptx
-                                                                          or fallback))
-                       or (fallback and (ptx == 0 or any(v[2] for v in variants)))
-                       or (not fallback and sm and any(v[0] == sm and not v[2] for v in variants)))
+                bad = (
+                    not key
+                    or ptx > sm
+                    or flags & ~1
+                    or (sm == 0 and (magic != "ETCUDAFQN0" or n != 1 or ptx or fallback))
+                    or (fallback and (ptx == 0 or any(v[2] for v in variants)))
+                    or (not fallback and sm and any(v[0] == sm and not v[2] for v in variants))
+                )
                 if bad:  # the checks of upstream's decoder (decode_cuda_aoti_metadata, CudaWeightCache::parse)
                     raise b.error(f"invalid variant (target sm {sm}, ptx {ptx}, flags {flags}, key {key!r})", vw, at)
                 variants.append((sm, ptx, fallback, key))
@@ -450,15 +523,24 @@ def _decode_payload(d: _Delegate, method_name: str, path: Path) -> _Payload:
             raise b.error(f"{c.remaining()} bytes after the last weight entry", where, c.at)
         chosen = [v for v in variants if not v[2]] or variants
         order = chosen[:1] + [v for v in variants if v is not chosen[0]]
-        label = magic if len(variants) == 1 and variants[0][0] == 0 else magic + " (" + ", ".join(
-            (f"sm{sm}" if sm else "any") + (f"+ptx{ptx}" if ptx else "") + (" fallback" if fb else "")
-            for sm, ptx, fb, _ in variants) + ")"
+        label = (
+            magic
+            if len(variants) == 1 and variants[0][0] == 0
+            else magic
+            + " ("
+            + ", ".join(
+                (f"sm{sm}" if sm else "any") + (f"+ptx{ptx}" if ptx else "") + (" fallback" if fb else "")
+                for sm, ptx, fb, _ in variants
+            )
+            + ")"
+        )
         return _Payload(3, label, [v[3] for v in order], "", entries)
     try:
         lines = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as e:
-        raise b.error("payload is neither empty, nor ETCUDAFQN*, nor the text '<so_key>\\n<weights_key>'",
-                      where, e.start) from None
+        raise b.error(
+            "payload is neither empty, nor ETCUDAFQN*, nor the text '<so_key>\\n<weights_key>'", where, e.start
+        ) from None
     if len(lines) != 2 or not all(lines):
         raise b.error(f"text payload has {len(lines)} line(s); expected '<so_key>\\n<weights_key>'", where, 0)
     return _Payload(2, "so and weights keys (#20424 to 1.4)", [lines[0]], lines[1])
@@ -540,16 +622,18 @@ class _Builder:
             f.close()
 
     def build(self) -> Program:
-        read_pte, read_ptd = ((_read_pte_executorch, _read_ptd_executorch) if self.reader == "executorch"
-                              else (_read_pte, _read_ptd))
+        read_pte, read_ptd = (
+            (_read_pte_executorch, _read_ptd_executorch) if self.reader == "executorch" else (_read_pte, _read_ptd)
+        )
         pte = read_pte(self.pte)
         named = dict(pte.named)
         for f in self.ptds:
             for key, reg in read_ptd(f).named.items():
                 if key in named:
                     other = named[key].file
-                    raise ProgramError(f"named data key {key!r} is also in {other!r}", path=f.path,
-                                       field=f"named_data[{key!r}]")
+                    raise ProgramError(
+                        f"named data key {key!r} is also in {other!r}", path=f.path, field=f"named_data[{key!r}]"
+                    )
                 named[key] = reg
         self.named = named
         methods, skipped, devices = [], [], set()
@@ -560,23 +644,34 @@ class _Builder:
                 skipped.append(plan.name)
                 continue
             if len(cuda) > 1:
-                raise ProgramError(f"method {plan.name!r} has {len(cuda)} {CUDA_BACKEND_ID} delegates; the program "
-                                   "model has one compiled container per method", path=self.pte.path,
-                                   field=f"{plan.where}.delegates")
+                raise ProgramError(
+                    f"method {plan.name!r} has {len(cuda)} {CUDA_BACKEND_ID} delegates; the program "
+                    "model has one compiled container per method",
+                    path=self.pte.path,
+                    field=f"{plan.where}.delegates",
+                )
             if not METHOD_NAME_RE.match(plan.name):
-                raise ProgramError(f"method name {plan.name!r} is not a plain identifier", path=self.pte.path,
-                                   field=f"{plan.where}.name")
+                raise ProgramError(
+                    f"method name {plan.name!r} is not a plain identifier",
+                    path=self.pte.path,
+                    field=f"{plan.where}.name",
+                )
             if plan.name in seen:
-                raise ProgramError(f"duplicate method name {plan.name!r}", path=self.pte.path,
-                                   field=f"{plan.where}.name")
+                raise ProgramError(
+                    f"duplicate method name {plan.name!r}", path=self.pte.path, field=f"{plan.where}.name"
+                )
             seen.add(plan.name)
             d = cuda[0]
             target = d.specs.get("target_device", b"cuda").decode("utf-8", "replace")
             devices.add(target.partition(":")[0] or "cuda")
             methods.append(self._method(plan, d))
         if not methods:
-            raise ProgramError(f"no execution plan has a {CUDA_BACKEND_ID} delegate: not a CUDA program "
-                               f"(plans: {[p.name for p in pte.plans]})", path=self.pte.path, field="execution_plan")
+            raise ProgramError(
+                f"no execution plan has a {CUDA_BACKEND_ID} delegate: not a CUDA program "
+                f"(plans: {[p.name for p in pte.plans]})",
+                path=self.pte.path,
+                field="execution_plan",
+            )
         device = "cuda" if devices <= {"cuda"} else "cpu"
         for m in methods:  # references: our fixtures' convention, not the format's
             if m.reference_file:
@@ -587,9 +682,19 @@ class _Builder:
         desc = f"ExecuTorch {CUDA_BACKEND_ID} program ({'; '.join(gens)})"
         if skipped:
             desc += f"; execution plans without a {CUDA_BACKEND_ID} delegate, not modelled: {', '.join(skipped)}"
-        return Program(name=self.pte_path.stem, description=desc, device=device, torch_version="unknown",
-                       created_utc="", methods=tuple(methods), files=files, root=self.root, format=ProgramFormat.PTE,
-                       sequences=sequences, records_mutation=False)
+        return Program(
+            name=self.pte_path.stem,
+            description=desc,
+            device=device,
+            torch_version="unknown",
+            created_utc="",
+            methods=tuple(methods),
+            files=files,
+            root=self.root,
+            format=ProgramFormat.PTE,
+            sequences=sequences,
+            records_mutation=False,
+        )
 
     def _sequences(self, methods: set[str]) -> tuple[SequenceSpec, ...]:
         """``sequence_<name>.safetensors`` beside the ``.pte`` whose header metadata ``steps`` lists
@@ -606,24 +711,35 @@ class _Builder:
                 header = json.loads(text)
                 raw = (header.get("__metadata__") or {}).get("steps")
             except (ValueError, AttributeError, RecursionError) as e:
-                raise ProgramError(f"safetensors header is not a JSON object: {str(e)[:300]}", path=path,
-                                   field="(header)") from None
+                raise ProgramError(
+                    f"safetensors header is not a JSON object: {str(e)[:300]}", path=path, field="(header)"
+                ) from None
             if raw is None:
                 self.files.pop(f.rel).close()
                 continue
             try:  # the manifest's own step schema: counts are integers >= 0 (not -1, 2.7, 1e400 or Infinity)
                 if not isinstance(raw, str):
-                    raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}} held "
-                                       f"in a string, not a {type(raw).__name__}", path=path, field=where)
-                steps = tuple(SequenceStep(st.method, st.num_inputs, st.num_outputs) for st in _STEPS.validate_json(raw))
+                    raise ProgramError(
+                        f"steps must be a JSON list of {{method, num_inputs, num_outputs}} held "
+                        f"in a string, not a {type(raw).__name__}",
+                        path=path,
+                        field=where,
+                    )
+                steps = tuple(
+                    SequenceStep(st.method, st.num_inputs, st.num_outputs) for st in _STEPS.validate_json(raw)
+                )
             except ValidationError as e:
                 message, at = validation_problem(e)
-                raise ProgramError(f"steps must be a JSON list of {{method, num_inputs, num_outputs}}: {message}",
-                                   path=path, field=where + at.removeprefix("(top level)")) from None
+                raise ProgramError(
+                    f"steps must be a JSON list of {{method, num_inputs, num_outputs}}: {message}",
+                    path=path,
+                    field=where + at.removeprefix("(top level)"),
+                ) from None
             unknown = sorted({st.method for st in steps} - methods)
             if not steps or unknown:
-                raise ProgramError(f"steps name no method or methods the .pte does not have: {unknown}",
-                                   path=path, field=where)
+                raise ProgramError(
+                    f"steps name no method or methods the .pte does not have: {unknown}", path=path, field=where
+                )
             out.append(SequenceSpec(path.stem.removeprefix("sequence_"), steps, f.rel))
         return tuple(out)
 
@@ -631,8 +747,11 @@ class _Builder:
         reg = self.named.get(key)
         if reg is None:
             where = ", ".join(f.rel for f in self.ptds) or "no .ptd was found or given"
-            raise ProgramError(f"named data {key!r} is in neither the .pte nor the data files ({where})",
-                               path=self.pte.path, field=field)
+            raise ProgramError(
+                f"named data {key!r} is in neither the .pte nor the data files ({where})",
+                path=self.pte.path,
+                field=field,
+            )
         return replace(reg, key=key)
 
     def _method(self, plan: _Plan, d: _Delegate) -> MethodSpec:
@@ -643,21 +762,36 @@ class _Builder:
         if payload.generation >= 2:
             got = self.files[so.file].sha256(so.offset, so.size) + "_so_blob"
             if got != payload.so_keys[0]:
-                raise ProgramError(f".so key {payload.so_keys[0]!r} does not match the sha256 of its bytes "
-                                   f"({got!r}): the .so was modified", path=self.files[so.file].path,
-                                   field=f"named_data[{payload.so_keys[0]!r}]")
+                raise ProgramError(
+                    f".so key {payload.so_keys[0]!r} does not match the sha256 of its bytes "
+                    f"({got!r}): the .so was modified",
+                    path=self.files[so.file].path,
+                    field=f"named_data[{payload.so_keys[0]!r}]",
+                )
         for k in payload.so_keys[1:]:
             self._find(k, f"{pw}.variants")
-        constants, blob_file, weights, blob_bytes = (self._fqn_constants(plan, payload) if payload.generation == 3
-                                                     else self._blob_constants(plan, d, payload, so, pw))
+        constants, blob_file, weights, blob_bytes = (
+            self._fqn_constants(plan, payload)
+            if payload.generation == 3
+            else self._blob_constants(plan, d, payload, so, pw)
+        )
         ref = f"reference_{plan.name}.safetensors"
         ref = ref if (self.root / ref).is_file() else ""
         label = payload.label + (f": {', '.join(payload.so_keys)}" if len(payload.so_keys) > 1 else "")
         input_order, output_order = _io_orders(plan, d.index)
         return MethodSpec(
-            name=plan.name, so_file=so.file, blob_file=blob_file, reference_file=ref, blob_bytes=blob_bytes,
-            num_inputs=len(plan.inputs), num_outputs=len(plan.outputs), constants=tuple(constants),
-            location=PteLocation(so, weights, label), input_order=input_order, output_order=output_order)
+            name=plan.name,
+            so_file=so.file,
+            blob_file=blob_file,
+            reference_file=ref,
+            blob_bytes=blob_bytes,
+            num_inputs=len(plan.inputs),
+            num_outputs=len(plan.outputs),
+            constants=tuple(constants),
+            location=PteLocation(so, weights, label),
+            input_order=input_order,
+            output_order=output_order,
+        )
 
     def _fqn_constants(self, plan: _Plan, payload: _Payload):
         names = aoti_internal_names(e["fqn"] for e in payload.entries)
@@ -667,25 +801,44 @@ class _Builder:
         for name, e in zip(names, payload.entries):
             w = e["where"]
             if e["fqn"] in seen:  # the runtime refuses it too ("appears more than once")
-                raise ProgramError(f"FQN {e['fqn']!r} appears more than once in the method's manifest",
-                                   path=self.pte.path, field=w)
+                raise ProgramError(
+                    f"FQN {e['fqn']!r} appears more than once in the method's manifest", path=self.pte.path, field=w
+                )
             seen.add(e["fqn"])
             reg = self._find(e["storage_key"], f"{w}.storage_key")
             if reg.size != e["storage_nbytes"]:
-                raise ProgramError(f"storage {e['storage_key']!r} has {reg.size} bytes, the manifest says "
-                                   f"{e['storage_nbytes']}", path=self.files[reg.file].path,
-                                   field=f"named_data[{e['storage_key']!r}]")
+                raise ProgramError(
+                    f"storage {e['storage_key']!r} has {reg.size} bytes, the manifest says {e['storage_nbytes']}",
+                    path=self.files[reg.file].path,
+                    field=f"named_data[{e['storage_key']!r}]",
+                )
             need = required_nbytes(e["dtype"], e["sizes"], e["strides"], e["storage_offset"])
             if need > reg.size:
-                raise ProgramError(f"the view of {e['fqn']!r} reads {need} bytes of a {reg.size}-byte storage",
-                                   path=self.pte.path, field=w)
+                raise ProgramError(
+                    f"the view of {e['fqn']!r} reads {need} bytes of a {reg.size}-byte storage",
+                    path=self.pte.path,
+                    field=w,
+                )
             blob_file = reg.file
             total += aligned_slot_bytes(reg.size, all_cuda=all_cuda)
-            constants.append(ConstantSpec(
-                name=name, fqn=e["fqn"], kind=_kind(e["fqn"]), mutated=False, dtype=e["dtype"], shape=e["sizes"],
-                strides=e["strides"], storage_offset=e["storage_offset"], nbytes=need, offset=reg.offset,
-                digest=self.files[reg.file].sha256(reg.offset, need), file=reg.file, storage_key=e["storage_key"],
-                so_key=payload.so_keys[0]))
+            constants.append(
+                ConstantSpec(
+                    name=name,
+                    fqn=e["fqn"],
+                    kind=_kind(e["fqn"]),
+                    mutated=False,
+                    dtype=e["dtype"],
+                    shape=e["sizes"],
+                    strides=e["strides"],
+                    storage_offset=e["storage_offset"],
+                    nbytes=need,
+                    offset=reg.offset,
+                    digest=self.files[reg.file].sha256(reg.offset, need),
+                    file=reg.file,
+                    storage_key=e["storage_key"],
+                    so_key=payload.so_keys[0],
+                )
+            )
         return constants, blob_file, PerConstantStorages(), total
 
     def _table(self, method: str, so: Region, field: str) -> list:
@@ -699,18 +852,24 @@ class _Builder:
                 f"method {method!r}: this payload generation keeps the constant table only inside the .so; "
                 "reading it needs the .so opened by a runtime: pass constant_table= (see AotiConstant; the CLI's "
                 f"--constant-table FILE), or put {DEFAULT_CONSTANT_TABLE_FILE} beside the .pte",
-                path=self.pte.path, field=field)
+                path=self.pte.path,
+                field=field,
+            )
         try:
             if callable(self.table):
                 rows = self.table(method, self.files[so.file].bytes.raw(so.offset, so.size))
             else:
                 rows = self.table[method]
         except KeyError:
-            raise ProgramError(f"constant_table has no entry for method {method!r}", path=self.table_file or self.pte.path,
-                               field=field) from None
+            raise ProgramError(
+                f"constant_table has no entry for method {method!r}", path=self.table_file or self.pte.path, field=field
+            ) from None
         if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
-            raise ProgramError(f"constant_table[{method!r}] is a {type(rows).__name__}, not a list of rows",
-                               path=self.table_file or self.pte.path, field=field)
+            raise ProgramError(
+                f"constant_table[{method!r}] is a {type(rows).__name__}, not a list of rows",
+                path=self.table_file or self.pte.path,
+                field=field,
+            )
         return list(rows)
 
     def _blob_constants(self, plan: _Plan, d: _Delegate, payload: _Payload, so: Region, pw: str):
@@ -718,9 +877,12 @@ class _Builder:
         if payload.generation == 2:
             got = self.files[blob.file].sha256(blob.offset, blob.size) + "_weights_blob"
             if got != payload.weights_key:
-                raise ProgramError(f"weights key {payload.weights_key!r} does not match the sha256 of its bytes "
-                                   f"({got!r}): the blob was modified", path=self.files[blob.file].path,
-                                   field=f"named_data[{payload.weights_key!r}]")
+                raise ProgramError(
+                    f"weights key {payload.weights_key!r} does not match the sha256 of its bytes "
+                    f"({got!r}): the blob was modified",
+                    path=self.files[blob.file].path,
+                    field=f"named_data[{payload.weights_key!r}]",
+                )
         rows = self._table(plan.name, so, f"{pw}.constant_table")
         all_cuda = d.specs.get("target_device", b"cuda").startswith(b"cuda")
         constants, at = [], 0
@@ -728,36 +890,70 @@ class _Builder:
             w = f"constant_table[{plan.name!r}][{i}]"
             if isinstance(r, Mapping):
                 try:
-                    r = AotiConstant(**{**r, "shape": tuple(r["shape"]), "strides": tuple(r["strides"]),
-                                        "kind": ConstantKind(r.get("kind", "parameter"))})
+                    r = AotiConstant(
+                        **{
+                            **r,
+                            "shape": tuple(r["shape"]),
+                            "strides": tuple(r["strides"]),
+                            "kind": ConstantKind(r.get("kind", "parameter")),
+                        }
+                    )
                 except (TypeError, KeyError, ValueError) as e:
-                    raise ProgramError(f"constant table row is not an AotiConstant: {e}", path=self.table_file or self.pte.path,
-                                       field=w) from None
+                    raise ProgramError(
+                        f"constant table row is not an AotiConstant: {e}",
+                        path=self.table_file or self.pte.path,
+                        field=w,
+                    ) from None
             elif not isinstance(r, (AotiConstant, ConstantSpec)):
-                raise ProgramError(f"constant table row is a {type(r).__name__}, not an AotiConstant or a mapping",
-                                   path=self.table_file or self.pte.path, field=w)
+                raise ProgramError(
+                    f"constant table row is a {type(r).__name__}, not an AotiConstant or a mapping",
+                    path=self.table_file or self.pte.path,
+                    field=w,
+                )
             shape, strides = tuple(r.shape), tuple(r.strides)
             if r.dtype not in DTYPE_ITEMSIZE or len(shape) != len(strides):
-                raise ProgramError(f"constant {r.name!r}: dtype {r.dtype!r}, shape {shape}, strides {strides} "
-                                   "is not a layout", path=self.pte.path, field=w)
+                raise ProgramError(
+                    f"constant {r.name!r}: dtype {r.dtype!r}, shape {shape}, strides {strides} is not a layout",
+                    path=self.pte.path,
+                    field=w,
+                )
             need = required_nbytes(r.dtype, shape, strides, r.storage_offset)
             size = getattr(r, "data_size", None)
             size = need if size is None else size
             off = getattr(r, "offset", None) if isinstance(r, AotiConstant) else None
             off = at if off is None else off
             if need > size or off + need > blob.size:
-                raise ProgramError(f"constant {r.name!r} reads [{off}, {off + need}) of a {blob.size}-byte blob "
-                                   f"(storage {size} bytes)", path=self.files[blob.file].path, field=w)
+                raise ProgramError(
+                    f"constant {r.name!r} reads [{off}, {off + need}) of a {blob.size}-byte blob "
+                    f"(storage {size} bytes)",
+                    path=self.files[blob.file].path,
+                    field=w,
+                )
             at = off + aligned_slot_bytes(size, all_cuda=all_cuda)
-            constants.append(ConstantSpec(
-                name=r.name, fqn=r.fqn, kind=ConstantKind(r.kind), mutated=bool(r.mutated), dtype=r.dtype,
-                shape=shape, strides=strides, storage_offset=r.storage_offset, nbytes=need,
-                offset=blob.offset + off, digest=self.files[blob.file].sha256(blob.offset + off, need), file=blob.file,
-                so_key=payload.so_keys[0]))
+            constants.append(
+                ConstantSpec(
+                    name=r.name,
+                    fqn=r.fqn,
+                    kind=ConstantKind(r.kind),
+                    mutated=bool(r.mutated),
+                    dtype=r.dtype,
+                    shape=shape,
+                    strides=strides,
+                    storage_offset=r.storage_offset,
+                    nbytes=need,
+                    offset=blob.offset + off,
+                    digest=self.files[blob.file].sha256(blob.offset + off, need),
+                    file=blob.file,
+                    so_key=payload.so_keys[0],
+                )
+            )
         if at != blob.size:
-            raise ProgramError(f"the constant table lays out {at} bytes, the weights blob has {blob.size}: the "
-                               "table is not this .so's", path=self.files[blob.file].path,
-                               field=f"named_data[{payload.weights_key!r}]")
+            raise ProgramError(
+                f"the constant table lays out {at} bytes, the weights blob has {blob.size}: the "
+                "table is not this .so's",
+                path=self.files[blob.file].path,
+                field=f"named_data[{payload.weights_key!r}]",
+            )
         return constants, blob.file, blob, blob.size
 
 
@@ -768,8 +964,9 @@ def _read_constant_table(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ProgramError(f"constant table cannot be read: {e}", path=path) from None
     if not isinstance(table, dict):
-        raise ProgramError(f"constant table is a JSON {type(table).__name__}, not an object of method -> rows",
-                           path=path)
+        raise ProgramError(
+            f"constant table is a JSON {type(table).__name__}, not an object of method -> rows", path=path
+        )
     return table
 
 
@@ -787,8 +984,14 @@ def _data_files(pte: Path, data) -> list[Path]:
     return out
 
 
-def open_pte(path: "str | Path", data: "str | Path | Sequence[str | Path] | None" = None, *,
-             constant_table=None, reader: str = "toolkit", verified: VerifiedFiles | None = None) -> Program:
+def open_pte(
+    path: "str | Path",
+    data: "str | Path | Sequence[str | Path] | None" = None,
+    *,
+    constant_table=None,
+    reader: str = "toolkit",
+    verified: VerifiedFiles | None = None,
+) -> Program:
     """The program model of an ExecuTorch CUDA ``.pte`` and its data file(s).
 
     ``data`` is the ``.ptd`` (or several); by default ``aoti_cuda_blob.ptd`` beside the

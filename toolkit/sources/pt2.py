@@ -24,12 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.core.errors import ProgramError
-from toolkit.integrity import VerifiedFiles
 from toolkit.core.model import (
-    DTYPE_ITEMSIZE, METHOD_NAME_RE, ConstantSpec, MethodSpec, PackedLocation, PerConstantStorages, Program, Region,
-    aligned_slot_bytes, required_nbytes,
+    DTYPE_ITEMSIZE,
+    METHOD_NAME_RE,
+    ConstantSpec,
+    MethodSpec,
+    PackedLocation,
+    PerConstantStorages,
+    Program,
+    Region,
+    aligned_slot_bytes,
+    required_nbytes,
 )
 from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.integrity import VerifiedFiles
 from toolkit.sources.binary import Bytes, MappedFile
 
 AOTI_DIR = "data/aotinductor/"
@@ -39,14 +47,26 @@ ZIP_MAGIC = b"PK\x03\x04"  # a zip's local file header (torch's packages are zip
 
 # legacy typed-storage classes torch.save pickles, -> dtype
 STORAGE_DTYPES = {
-    "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
-    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
-    "ByteStorage": "uint8", "BoolStorage": "bool", "ComplexFloatStorage": "complex64",
-    "ComplexDoubleStorage": "complex128", "Float8_e4m3fnStorage": "float8_e4m3fn",
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+    "Float8_e4m3fnStorage": "float8_e4m3fn",
     "Float8_e5m2Storage": "float8_e5m2",
 }
-CONSTANT_TYPES = {"Parameter": ConstantKind.PARAMETER, "Buffer": ConstantKind.BUFFER,
-                  "TensorConstant": ConstantKind.LIFTED_CONSTANT}
+CONSTANT_TYPES = {
+    "Parameter": ConstantKind.PARAMETER,
+    "Buffer": ConstantKind.BUFFER,
+    "TensorConstant": ConstantKind.LIFTED_CONSTANT,
+}
 # an assignment's head; its value runs to the ``;`` ending the line (matched per line: linear)
 _INFO = re.compile(r"constants_info_\[(\d{1,18})\]\.(\w+)[ \t]*=[ \t]*")
 MAX_COUNT = 1 << 20  # inputs, outputs, constants a model may declare
@@ -74,7 +94,7 @@ class _Window(io.RawIOBase):
         return self._pos
 
     def readinto(self, b) -> int:
-        chunk = self._data[self._pos:self._pos + len(b)]
+        chunk = self._data[self._pos : self._pos + len(b)]
         n = len(chunk)
         b[:n] = chunk
         self._pos += n
@@ -100,10 +120,21 @@ def _members(b: Bytes, data: memoryview, base: int, what: str) -> list[tuple[str
     try:
         with zipfile.ZipFile(_Window(data)) as z:
             infos = z.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, UnicodeDecodeError,
-            IndexError, KeyError, OverflowError, NotImplementedError) as e:
-        raise b.error(f"{what} is not a readable zip archive: {type(e).__name__}: {e}", "(zip directory)",
-                      base) from None
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        ValueError,
+        OSError,
+        EOFError,
+        UnicodeDecodeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+        NotImplementedError,
+    ) as e:
+        raise b.error(
+            f"{what} is not a readable zip archive: {type(e).__name__}: {e}", "(zip directory)", base
+        ) from None
     if len(infos) > MAX_MEMBERS:
         raise b.error(f"{what} lists {len(infos)} members", "(zip directory)", base)
     out = []
@@ -125,8 +156,9 @@ def _members(b: Bytes, data: memoryview, base: int, what: str) -> list[tuple[str
 
 def _need_stored(b: Bytes, m: _Member, field: str) -> _Member:
     if m.offset < 0:
-        raise b.error("member is compressed: its bytes have no offset in the file (torch stores members "
-                      "uncompressed)", field)
+        raise b.error(
+            "member is compressed: its bytes have no offset in the file (torch stores members uncompressed)", field
+        )
     return m
 
 
@@ -150,13 +182,16 @@ def _constant_table(src: str, b: Bytes, field: str) -> tuple[list[dict], int, in
         raise b.error("the generated wrapper has no AOTInductorModelBase(...) constructor call", field)
     # the length first: int() refuses 5,000 digits, and 10^12 constants is no table to wait for
     if any(len(x) > len(str(MAX_COUNT)) or int(x) > MAX_COUNT for x in base.groups()):
-        raise b.error(f"the model declares {', '.join(x[:20] for x in base.groups())} inputs, outputs, constants: "
-                      f"at most {MAX_COUNT} of each", field)
+        raise b.error(
+            f"the model declares {', '.join(x[:20] for x in base.groups())} inputs, outputs, constants: "
+            f"at most {MAX_COUNT} of each",
+            field,
+        )
     n_in, n_out, n_const = (int(x) for x in base.groups())
     rows: dict[int, dict] = {}
     for line in src.splitlines():
         m = _INFO.search(line) if "constants_info_[" in line else None
-        value = line[m.end():].rstrip() if m else ""
+        value = line[m.end() :].rstrip() if m else ""
         if not value.endswith(";"):
             continue
         i, key = int(m.group(1)), m.group(2)
@@ -174,10 +209,19 @@ def _constant_table(src: str, b: Bytes, field: str) -> tuple[list[dict], int, in
             device = r["device_type"].removeprefix("cached_torch_device_type_")
             shape, stride = _dims(r["shape"]), _dims(r["stride"])
             kind = re.search(r"ConstantType::(\w+)", r.get("type", ""))
-            row = {"name": name, "fqn": fqn, "dtype": dtype, "device": device, "shape": shape, "strides": stride,
-                   "storage_offset": int(r["offset"]), "data_size": int(r["data_size"]),
-                   "folded": r.get("from_folded", "false") == "true",
-                   "kind": kind.group(1) if kind else "", "where": w}
+            row = {
+                "name": name,
+                "fqn": fqn,
+                "dtype": dtype,
+                "device": device,
+                "shape": shape,
+                "strides": stride,
+                "storage_offset": int(r["offset"]),
+                "data_size": int(r["data_size"]),
+                "folded": r.get("from_folded", "false") == "true",
+                "kind": kind.group(1) if kind else "",
+                "where": w,
+            }
         except (KeyError, ValueError, UnicodeDecodeError) as e:
             raise b.error(f"constant table entry cannot be read ({type(e).__name__}: {e})", w) from None
         if not name or fqn is None or shape is None or stride is None or len(shape) != len(stride):
@@ -234,15 +278,15 @@ class _Reader:
         if len(roots) != 1 or not all("/" in name for name, _ in members):
             raise b.error(f"members lie under {len(roots)} root folders; a .pt2 has one", "(zip directory)")
         prefix = roots.pop() + "/"
-        self.m = {name[len(prefix):]: mem for name, mem in members}
+        self.m = {name[len(prefix) :]: mem for name, mem in members}
         fmt = self.m.get("archive_format")
         if fmt is None or b.raw(_need_stored(b, fmt, "archive_format").offset, fmt.size, "archive_format") != b"pt2":
             raise b.error("no archive_format member saying 'pt2'", "archive_format")
         models: list[str] = []
         for name, _ in members:
-            rest = name[len(prefix):]
+            rest = name[len(prefix) :]
             if rest.startswith(AOTI_DIR) and rest.count("/") >= 3:
-                model = rest[len(AOTI_DIR):].split("/", 1)[0]
+                model = rest[len(AOTI_DIR) :].split("/", 1)[0]
                 if model not in models:
                     models.append(model)
         if not models:
@@ -255,10 +299,18 @@ class _Reader:
         if len(devices) != 1:
             raise b.error(f"models compiled for different devices {sorted(devices)}", AOTI_DIR)
         formats = sorted({m.location.weights_format for m in methods})
-        return Program(name=self.path.stem, description=f"torch AOTInductor package ({', '.join(formats)})",
-                       device=devices.pop(), torch_version="unknown", created_utc="", methods=tuple(methods),
-                       files={self.rel: self.file.record()}, root=self.root, format=ProgramFormat.PT2,
-                       records_mutation=False)
+        return Program(
+            name=self.path.stem,
+            description=f"torch AOTInductor package ({', '.join(formats)})",
+            device=devices.pop(),
+            torch_version="unknown",
+            created_utc="",
+            methods=tuple(methods),
+            files={self.rel: self.file.record()},
+            root=self.root,
+            format=ProgramFormat.PT2,
+            records_mutation=False,
+        )
 
     def _text(self, mem: _Member, field: str) -> str:
         _need_stored(self.b, mem, field)
@@ -268,15 +320,18 @@ class _Reader:
         b, d = self.b, f"{AOTI_DIR}{model}/"
         if not METHOD_NAME_RE.match(model):
             raise b.error(f"model name {model!r} is not a plain identifier", d)
-        files = {k[len(d):]: v for k, v in self.m.items() if k.startswith(d) and "/" not in k[len(d):]}
+        files = {k[len(d) :]: v for k, v in self.m.items() if k.startswith(d) and "/" not in k[len(d) :]}
         so = [k for k in files if k.endswith(".wrapper.so")] or [k for k in files if k.endswith(".so")]
         cpp = [k for k in files if k.endswith(".wrapper.cpp")]
         if len(so) != 1:
             raise b.error(f"model {model!r} has {len(so)} wrapper .so files; one is needed", d)
         so_m = _need_stored(b, files[so[0]], d + so[0])
         if len(cpp) != 1:
-            raise b.error(f"model {model!r} has no generated wrapper source (.wrapper.cpp): its constant table is "
-                          "only inside the .so, which a source does not open", d)
+            raise b.error(
+                f"model {model!r} has no generated wrapper source (.wrapper.cpp): its constant table is "
+                "only inside the .so, which a source does not open",
+                d,
+            )
         table, n_in, n_out = _constant_table(self._text(files[cpp[0]], d + cpp[0]), b, d + cpp[0])
         so_key = self.file.sha256(so_m.offset, so_m.size) + "_so_blob"
         meta = [k for k in files if k.endswith(".wrapper_metadata.json")]
@@ -306,29 +361,53 @@ class _Reader:
         else:
             constants, weights, blob_bytes, label = [], PerConstantStorages(), 0, "no constants"
         location = Pt2Location(Region(self.rel, so_m.offset, so_m.size, so_m.name), weights, label)
-        spec = MethodSpec(name=model, so_file=self.rel, blob_file=self.rel, reference_file="", blob_bytes=blob_bytes,
-                          num_inputs=n_in, num_outputs=n_out, constants=tuple(constants), location=location)
+        spec = MethodSpec(
+            name=model,
+            so_file=self.rel,
+            blob_file=self.rel,
+            reference_file="",
+            blob_bytes=blob_bytes,
+            num_inputs=n_in,
+            num_outputs=n_out,
+            constants=tuple(constants),
+            location=location,
+        )
         return spec, device
 
     def _constant(self, r: dict, offset: int, so_key: str, storage_key: str = "", kind: ConstantKind | None = None):
         need = required_nbytes(r["dtype"], r["shape"], r["strides"], r["storage_offset"])
         if need > r["data_size"]:
             raise self.b.error(f"the view reads {need} bytes of a {r['data_size']}-byte storage", r["where"])
-        kind = kind or CONSTANT_TYPES.get(r["kind"]) or (ConstantKind.LIFTED_CONSTANT
-                                                        if r["fqn"].startswith("_tensor_constant")
-                                                        else ConstantKind.PARAMETER)
-        return ConstantSpec(name=r["name"], fqn=r["fqn"], kind=kind, mutated=False, dtype=r["dtype"],
-                            shape=r["shape"], strides=r["strides"], storage_offset=r["storage_offset"], nbytes=need,
-                            offset=offset, digest=self.file.sha256(offset, need), file=self.rel,
-                            storage_key=storage_key, so_key=so_key)
+        kind = (
+            kind
+            or CONSTANT_TYPES.get(r["kind"])
+            or (ConstantKind.LIFTED_CONSTANT if r["fqn"].startswith("_tensor_constant") else ConstantKind.PARAMETER)
+        )
+        return ConstantSpec(
+            name=r["name"],
+            fqn=r["fqn"],
+            kind=kind,
+            mutated=False,
+            dtype=r["dtype"],
+            shape=r["shape"],
+            strides=r["strides"],
+            storage_offset=r["storage_offset"],
+            nbytes=need,
+            offset=offset,
+            digest=self.file.sha256(offset, need),
+            file=self.rel,
+            storage_key=storage_key,
+            so_key=so_key,
+        )
 
     def _blob(self, live: list[dict], all_cuda: bool, mem: _Member, field: str, so_key: str):
         _need_stored(self.b, mem, field)
         out, at = [], 0
         for r in live:
             if at + r["data_size"] > mem.size:
-                raise self.b.error(f"constant {r['name']!r} at [{at}, {at + r['data_size']}) runs past the "
-                                   f"{mem.size}-byte blob", field)
+                raise self.b.error(
+                    f"constant {r['name']!r} at [{at}, {at + r['data_size']}) runs past the {mem.size}-byte blob", field
+                )
             out.append(self._constant(r, mem.offset + at, so_key))
             at += aligned_slot_bytes(r["data_size"], all_cuda=all_cuda)
         if at != mem.size:
@@ -345,21 +424,32 @@ class _Reader:
             raise b.error("not a JSON object", field)
         by_fqn = {r["fqn"]: r for r in live}
         if set(config) != set(by_fqn):
-            raise b.error(f"weights_config names {sorted(set(config) ^ set(by_fqn))[:5]} that the constant table "
-                          "does not (or the other way round)", field)
+            raise b.error(
+                f"weights_config names {sorted(set(config) ^ set(by_fqn))[:5]} that the constant table "
+                "does not (or the other way round)",
+                field,
+            )
         storages: dict[str, dict] = {}
         out, total = [], 0
         for r in live:
             w = f"{field}[{r['fqn']!r}]"
             entry = config[r["fqn"]]
-            if (not isinstance(entry, list) or len(entry) != 4 or not isinstance(entry[0], str)
-                    or not all(isinstance(x, list) and all(type(v) is int and v >= 0 for v in x) for x in entry[1:3])
-                    or type(entry[3]) is not int or entry[3] < 0):
+            if (
+                not isinstance(entry, list)
+                or len(entry) != 4
+                or not isinstance(entry[0], str)
+                or not all(isinstance(x, list) and all(type(v) is int and v >= 0 for v in x) for x in entry[1:3])
+                or type(entry[3]) is not int
+                or entry[3] < 0
+            ):
                 raise b.error(f"entry is not [file, shape, stride, offset]: {str(entry)[:200]}", w)
             fname, shape, stride, offset = entry
             if tuple(shape) != r["shape"] or tuple(stride) != r["strides"] or offset != r["storage_offset"]:
-                raise b.error(f"layout {shape}/{stride}/{offset} differs from the constant table's "
-                              f"{r['shape']}/{r['strides']}/{r['storage_offset']}", w)
+                raise b.error(
+                    f"layout {shape}/{stride}/{offset} differs from the constant table's "
+                    f"{r['shape']}/{r['strides']}/{r['storage_offset']}",
+                    w,
+                )
             if fname not in storages:
                 storages[fname] = self._storage(WEIGHTS_DIR + fname, w)
             st = storages[fname]
@@ -379,7 +469,7 @@ class _Reader:
         if mem is None:
             raise b.error(f"weights_config names {name!r}, which the archive does not hold", field)
         _need_stored(b, mem, name)
-        inner = _members(b, b.data[mem.offset:mem.offset + mem.size], mem.offset, name)
+        inner = _members(b, b.data[mem.offset : mem.offset + mem.size], mem.offset, name)
         pkl = [m for n, m in inner if n.endswith("/data.pkl") or n == "data.pkl"]
         if len(pkl) != 1:
             raise b.error("not a torch.save archive (no data.pkl)", name)
@@ -390,8 +480,11 @@ class _Reader:
             raise b.error(f"the pickle's storage {info['key']!r} is not in the weight archive", name)
         d = _need_stored(b, data[0], f"{name}/data/{info['key']}")
         if d.size != info["numel"] * DTYPE_ITEMSIZE[info["dtype"]]:
-            raise b.error(f"storage member has {d.size} bytes; {info['numel']} x {info['dtype']} needs "
-                          f"{info['numel'] * DTYPE_ITEMSIZE[info['dtype']]}", f"{name}/data/{info['key']}")
+            raise b.error(
+                f"storage member has {d.size} bytes; {info['numel']} x {info['dtype']} needs "
+                f"{info['numel'] * DTYPE_ITEMSIZE[info['dtype']]}",
+                f"{name}/data/{info['key']}",
+            )
         return {"offset": d.offset, "size": d.size, "dtype": info["dtype"], "parameter": info["parameter"]}
 
 
@@ -406,4 +499,3 @@ def open_pt2(path: "str | Path", verified: VerifiedFiles | None = None) -> Progr
         return r.read()
     finally:
         r.file.close()
-

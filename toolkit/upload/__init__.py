@@ -25,12 +25,20 @@ from typing import Any
 
 import torch
 
-from toolkit.integrity import device_digest as digest_on_device
 from toolkit.core.errors import IntegrityError
-from toolkit.integrity import PiecePlan, _mismatch, _read_range, new_hasher, open_checked, plan_piece_copies, record_piece_plan
 from toolkit.core.model import ConstantSpec, FileRecord
 from toolkit.core.options import FirstLoad, LoadOptions, UploadMode
 from toolkit.core.vocab import UploadPath, parse
+from toolkit.integrity import (
+    PiecePlan,
+    _mismatch,
+    _read_range,
+    new_hasher,
+    open_checked,
+    plan_piece_copies,
+    record_piece_plan,
+)
+from toolkit.integrity import device_digest as digest_on_device
 
 
 def dtype_from_name(name: str) -> torch.dtype:
@@ -44,8 +52,10 @@ def _blob_too_short(blob_path: Path, spec: ConstantSpec, detail: str) -> Integri
     """The error for a blob shorter than the manifest's constants: an IntegrityError (a
     ToolkitError), so a load with ``check_integrity=False`` fails as a recorded failed load,
     as the size check of an integrity-checked load would have made it, not with a bare EOFError."""
-    return IntegrityError(f"blob ends before constant {spec.name!r} does (offset {spec.offset}, "
-                          f"{spec.nbytes} bytes): {detail}", path=blob_path)
+    return IntegrityError(
+        f"blob ends before constant {spec.name!r} does (offset {spec.offset}, {spec.nbytes} bytes): {detail}",
+        path=blob_path,
+    )
 
 
 def _read_exactly(fd: int, view: memoryview, offset: int, blob_path: Path, spec: ConstantSpec) -> None:
@@ -101,8 +111,9 @@ class HostStager:
     fresh buffer per constant cost more than the copy.
     """
 
-    def __init__(self, device: torch.device, *, chunk_bytes: int = 64 << 20, slots: int = 3,
-                 read_threads: int | None = None):
+    def __init__(
+        self, device: torch.device, *, chunk_bytes: int = 64 << 20, slots: int = 3, read_threads: int | None = None
+    ):
         self.device = device
         self.chunk_bytes = int(chunk_bytes)
         self.slots = int(slots)
@@ -141,8 +152,10 @@ class HostStager:
             _read_exactly(fd, view, offset, blob_path, spec)
             return
         step = -(-n // parts)
-        futs = [self._pool.submit(_read_exactly, fd, view[i: i + step], offset + i, blob_path, spec)
-                for i in range(0, n, step)]
+        futs = [
+            self._pool.submit(_read_exactly, fd, view[i : i + step], offset + i, blob_path, spec)
+            for i in range(0, n, step)
+        ]
         for f in futs:
             f.result()
 
@@ -176,7 +189,7 @@ class HostStager:
                 buf = self._bufs[slot][:m]
                 self._read(fd, buf, file_offset + start, blob_path, spec)
                 with torch.cuda.device(self.device):
-                    dev[start: start + m].copy_(buf, non_blocking=True)
+                    dev[start : start + m].copy_(buf, non_blocking=True)
                     ev = torch.cuda.Event()
                     ev.record(stream)
                 self._events[slot] = ev
@@ -202,8 +215,9 @@ def page_spans(ranges: list[tuple[int, int]], page: int = mmap.PAGESIZE) -> list
 _END = float("inf")  # sorts after every region end: bisect (pos, _END) finds regions starting <= pos
 
 
-def regions_to_lock(ranges: list[tuple[int, int]], locked: list[tuple[int, int]], region_bytes: int,
-                    page: int = mmap.PAGESIZE) -> list[tuple[int, int]]:
+def regions_to_lock(
+    ranges: list[tuple[int, int]], locked: list[tuple[int, int]], region_bytes: int, page: int = mmap.PAGESIZE
+) -> list[tuple[int, int]]:
     """Disjoint page-aligned regions of at most ``region_bytes`` that cover every byte of
     ``ranges`` not already inside a ``locked`` region (sorted, disjoint, page-aligned).
 
@@ -241,14 +255,15 @@ def _lock_failed(f: Future) -> bool:
     return f.cancelled() or (f.done() and (f.exception() is not None or f.result() != 0))
 
 
-def _copy_locked(lm: "LockedMapping", regions: list[tuple[int, int]], dev: torch.Tensor, dev_at: int,
-                 start: int, end: int) -> None:
+def _copy_locked(
+    lm: "LockedMapping", regions: list[tuple[int, int]], dev: torch.Tensor, dev_at: int, start: int, end: int
+) -> None:
     """Queue the device copy of the file's bytes [start, end) out of ``lm``'s locked ``regions``
     (which cover them) into ``dev``, whose byte 0 is the file's byte ``dev_at``: one copy per
     region, since a copy may not span two registrations."""
     for s, e in regions:
         a, z = max(s, start), min(e, end)
-        dev[a - dev_at: z - dev_at].copy_(lm.mapped[a:z], non_blocking=True)
+        dev[a - dev_at : z - dev_at].copy_(lm.mapped[a:z], non_blocking=True)
 
 
 def _file_key(path: Path) -> tuple[int, int, int, int]:
@@ -491,8 +506,15 @@ class MappedBlobUploader:
     :attr:`disabled_reason` says why and this uploader stops trying: slower, never wrong.
     """
 
-    def __init__(self, device: torch.device, *, region_bytes: int = 256 << 20, locks: HostLockCache | None = None,
-                 first_load: FirstLoad | str = FirstLoad.LOCKED, piece_bytes: int = 64 << 20):
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        region_bytes: int = 256 << 20,
+        locks: HostLockCache | None = None,
+        first_load: FirstLoad | str = FirstLoad.LOCKED,
+        piece_bytes: int = 64 << 20,
+    ):
         for what, n in (("region_bytes", region_bytes), ("piece_bytes", piece_bytes)):
             if n <= 0 or n % mmap.PAGESIZE:
                 raise ValueError(f"{what} must be a positive multiple of the page size ({mmap.PAGESIZE})")
@@ -629,7 +651,7 @@ class MappedBlobUploader:
                 if not held:
                     failed.append(piece)
                     continue
-                dev[a - off: z - off].copy_(lm.mapped[a:z], non_blocking=True)
+                dev[a - off : z - off].copy_(lm.mapped[a:z], non_blocking=True)
                 done += z - a
             torch.cuda.current_stream(self.device).synchronize()
             return done
@@ -641,13 +663,13 @@ class MappedBlobUploader:
             if self.first_load is FirstLoad.HYBRID:
                 while (piece := take(False)) is not None:
                     a, z = part(piece)
-                    self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
+                    self.fallback.copy_range(fd, dev[a - off : z - off], a, blob_path, spec)
                     staged += z - a
             lock_thread.result()
             for piece in failed:  # a lock that failed: those bytes are staged instead
                 lm.forget(piece)
                 a, z = part(piece)
-                self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
+                self.fallback.copy_range(fd, dev[a - off : z - off], a, blob_path, spec)
             for a, z in rest:  # pages locked earlier: copied from them, or staged if their lock failed
                 regions = lm.covering(a, z)
                 with lm.guard:
@@ -656,7 +678,7 @@ class MappedBlobUploader:
                 if regions and all(f is not None and not _lock_failed(f) for f in futs):
                     _copy_locked(lm, regions, dev, off, a, z)
                 else:
-                    self.fallback.copy_range(fd, dev[a - off: z - off], a, blob_path, spec)
+                    self.fallback.copy_range(fd, dev[a - off : z - off], a, blob_path, spec)
             torch.cuda.current_stream(self.device).synchronize()
         finally:
             os.close(fd)
@@ -715,10 +737,13 @@ class _Slots:
 
     def worker_bufs(self, w: int) -> list[tuple[torch.Tensor, memoryview]]:
         if not self.bufs[w]:
-            block = _pinned_block(2 * self.nbytes) if self.device.type == "cuda" else \
-                torch.empty(2 * self.nbytes, dtype=torch.uint8)
+            block = (
+                _pinned_block(2 * self.nbytes)
+                if self.device.type == "cuda"
+                else torch.empty(2 * self.nbytes, dtype=torch.uint8)
+            )
             for i in range(2):
-                t = block[i * self.nbytes: (i + 1) * self.nbytes]
+                t = block[i * self.nbytes : (i + 1) * self.nbytes]
                 self.bufs[w].append((t, memoryview(t.numpy()).cast("B")))
         return self.bufs[w]
 
@@ -744,7 +769,7 @@ def _pinned_block(nbytes: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     whole = torch.frombuffer(mm, dtype=torch.uint8)
     skip = -whole.data_ptr() % _HUGE_PAGE
-    block = whole[skip: skip + nbytes]
+    block = whole[skip : skip + nbytes]
     if hasattr(mm, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         with contextlib.suppress(OSError):
             mm.madvise(mmap.MADV_HUGEPAGE, skip, nbytes)  # skip: a whole number of pages
@@ -787,9 +812,17 @@ def unhashed_pieces(specs: list[ConstantSpec], size: int, piece_bytes: int = 64 
     return [(s, min(e, size) - s, None) for s, e in regions]
 
 
-def stage_pieces(path: Path, record: FileRecord | None, specs: list[ConstantSpec], device: torch.device, *,
-                 threads: int, chunk_bytes: int = LoadOptions.staging_chunk_bytes, on_hashed=None,
-                 device_digest: bool | None = LoadOptions.device_digest) -> list[torch.Tensor]:
+def stage_pieces(
+    path: Path,
+    record: FileRecord | None,
+    specs: list[ConstantSpec],
+    device: torch.device,
+    *,
+    threads: int,
+    chunk_bytes: int = LoadOptions.staging_chunk_bytes,
+    on_hashed=None,
+    device_digest: bool | None = LoadOptions.device_digest,
+) -> list[torch.Tensor]:
     """The constants' bytes, as uint8 tensors on ``device`` (in ``specs``' order), read from
     ``path`` piece by piece: with ``record``, the record's pieces covering them (:func:`record_piece_plan`),
     each hashed as it is read and compared with its digest; without, their pages unhashed.
@@ -824,8 +857,11 @@ def stage_pieces(path: Path, record: FileRecord | None, specs: list[ConstantSpec
             if c.nbytes and (c.offset < 0 or c.offset + c.nbytes > size):
                 raise _blob_too_short(path, c, f"the file has {size} bytes")
         spans = [(c.offset, c.nbytes) for c in specs]
-        plan = record_piece_plan(record, path, spans) if record is not None else \
-            plan_piece_copies(unhashed_pieces(specs, size), spans)
+        plan = (
+            record_piece_plan(record, path, spans)
+            if record is not None
+            else plan_piece_copies(unhashed_pieces(specs, size), spans)
+        )
         outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
         if plan:
             on_device = _device_hashed(record, plan, outs, device, device_digest)
@@ -843,27 +879,44 @@ def _in_one_constant(p: PiecePlan, outs: list[torch.Tensor]) -> torch.Tensor | N
     cp = p.copies[0]
     if cp.in_piece != 0 or cp.nbytes != p.length:
         return None
-    view = outs[cp.constant][cp.in_constant: cp.in_constant + cp.nbytes]
+    view = outs[cp.constant][cp.in_constant : cp.in_constant + cp.nbytes]
     return view if digest_on_device.hashable_in_place(view, p.length) else None
 
 
-def _device_hashed(record: FileRecord | None, plan: list[PiecePlan], outs: list[torch.Tensor], device: torch.device,
-                   forced: bool | None) -> dict[int, torch.Tensor]:
+def _device_hashed(
+    record: FileRecord | None,
+    plan: list[PiecePlan],
+    outs: list[torch.Tensor],
+    device: torch.device,
+    forced: bool | None,
+) -> dict[int, torch.Tensor]:
     """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device hashes, each with the
     bytes it lands in: none without a BLAKE3 piece record, when ``forced`` is False, without Triton, or
     (``forced`` None) when the batch is too small to pay for it (:func:`~toolkit.integrity.device_digest.worth_it`)."""
     if record is None or not record.chunks or record.chunk_digest != "blake3":
         return {}
     where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
-    if not (where and digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced)
-            and digest_on_device.available(device)):  # last: on the CPU it loads the kernels to see
+    if not (
+        where
+        and digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced)
+        and digest_on_device.available(device)
+    ):  # last: on the CPU it loads the kernels to see
         return {}
     return where
 
 
-def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[PiecePlan], outs: list[torch.Tensor],
-                 device: torch.device, threads: int, chunk_bytes: int, on_hashed,
-                 on_device: dict[int, torch.Tensor]) -> None:
+def _run_staging(
+    fd: int,
+    path: Path,
+    record: FileRecord | None,
+    plan: list[PiecePlan],
+    outs: list[torch.Tensor],
+    device: torch.device,
+    threads: int,
+    chunk_bytes: int,
+    on_hashed,
+    on_device: dict[int, torch.Tensor],
+) -> None:
     """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece).
     The pieces of ``on_device`` (by position in ``plan``) are hashed where they landed instead."""
     cuda = device.type == "cuda"
@@ -900,7 +953,7 @@ def _run_staging(fd: int, path: Path, record: FileRecord | None, plan: list[Piec
                 a, z = max(u, fs), min(u + m, fs + cp.nbytes)
                 if a < z:
                     at = cp.in_constant + a - fs
-                    outs[cp.constant][at: at + z - a].copy_(buf[a - u: z - u], non_blocking=cuda)
+                    outs[cp.constant][at : at + z - a].copy_(buf[a - u : z - u], non_blocking=cuda)
             if cuda:
                 if events[slot] is None:
                     events[slot] = torch.cuda.Event()
@@ -966,8 +1019,12 @@ def make_uploader(device: torch.device, options: LoadOptions) -> "MappedBlobUplo
     return HostStager(device) if options.upload is UploadMode.STAGED else None
 
 
-def upload_constant(blob_path: Path, spec: ConstantSpec, device: torch.device,
-                    staging: "MappedBlobUploader | HostStager | torch.Tensor | None" = None) -> torch.Tensor:
+def upload_constant(
+    blob_path: Path,
+    spec: ConstantSpec,
+    device: torch.device,
+    staging: "MappedBlobUploader | HostStager | torch.Tensor | None" = None,
+) -> torch.Tensor:
     """Upload exactly one constant from the host blob into a tensor the toolkit owns.
 
     ``staging`` is the device's uploader (:class:`MappedBlobUploader` or :class:`HostStager`,

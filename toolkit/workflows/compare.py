@@ -12,21 +12,38 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
-from toolkit.engine.session import Session, load_program
 from toolkit.core.model import Program
 from toolkit.core.policies import POLICIES, get_policy
-from toolkit.sources import open_program
-from toolkit.engine.frames import decision_counts
 from toolkit.core.verdict import ExitCode, Verdict
 from toolkit.core.vocab import SessionStatus
+from toolkit.engine.frames import decision_counts
+from toolkit.engine.session import Session, load_program
+from toolkit.sources import open_program
 
 COMPARE_COLUMNS = [
-    "policy", "outcome", "loaded", "status", "stage", "error", "wrong_methods", "wrong_sequences", "no_reference",
-    "not_runnable", "shared", "declined", "loaded_constants", "private", "refused", "device_bytes", "load_seconds",
+    "policy",
+    "outcome",
+    "loaded",
+    "status",
+    "stage",
+    "error",
+    "wrong_methods",
+    "wrong_sequences",
+    "no_reference",
+    "not_runnable",
+    "shared",
+    "declined",
+    "loaded_constants",
+    "private",
+    "refused",
+    "device_bytes",
+    "load_seconds",
 ]
 # a dry run of every policy (predict_policies): nothing runs, so "wrong" is what the metadata shows
 PREDICT_COLUMNS = [c for c in COMPARE_COLUMNS if c not in ("wrong_sequences", "no_reference", "load_seconds")] + [
-    "floor_bytes", "x_floor"]
+    "floor_bytes",
+    "x_floor",
+]
 
 
 @dataclass
@@ -69,26 +86,43 @@ class PolicyComparison:
 def decision_columns(decisions: pd.DataFrame) -> dict[str, int]:
     """The decision counts a comparison row shows (``loaded_constants``: decisions "loaded")."""
     counts = decision_counts(decisions)
-    return {"shared": counts.get("shared", 0), "declined": counts.get("declined", 0),
-            "loaded_constants": counts.get("loaded", 0), "private": counts.get("private", 0),
-            "refused": counts.get("refused", 0)}
+    return {
+        "shared": counts.get("shared", 0),
+        "declined": counts.get("declined", 0),
+        "loaded_constants": counts.get("loaded", 0),
+        "private": counts.get("private", 0),
+        "refused": counts.get("refused", 0),
+    }
 
 
 def policy_row(s: Session, v: Verdict) -> dict:
     """One policy's row from its session and verdict (a real load's or a dry run's: the same columns)."""
     return {
-        "policy": s.policy.name.value, "outcome": v.outcome.value, "loaded": s.load_outcome is SessionStatus.LOADED,
-        "status": str(s.status), "stage": v.failed_stage.value if v.failed_stage else "", "error": v.error,
-        "wrong_methods": v.wrong_methods, "wrong_sequences": v.wrong_sequences, "no_reference": v.no_reference,
-        "not_runnable": v.not_runnable, **decision_columns(s.decisions), "device_bytes": s.device_bytes,
+        "policy": s.policy.name.value,
+        "outcome": v.outcome.value,
+        "loaded": s.load_outcome is SessionStatus.LOADED,
+        "status": str(s.status),
+        "stage": v.failed_stage.value if v.failed_stage else "",
+        "error": v.error,
+        "wrong_methods": v.wrong_methods,
+        "wrong_sequences": v.wrong_sequences,
+        "no_reference": v.no_reference,
+        "not_runnable": v.not_runnable,
+        **decision_columns(s.decisions),
+        "device_bytes": s.device_bytes,
         "load_seconds": round(s.load_seconds, 4),
     }
 
 
-def compare_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
-                     device: "str | Mapping[str, str] | None" = None, progress: bool = False,
-                     on_policy: Callable[[str, int, int], None] | None = None,
-                     references: "Mapping[str, Any] | None" = None) -> PolicyComparison:
+def compare_policies(
+    program: "Program | str",
+    policies: Iterable[str] | None = None,
+    *,
+    device: "str | Mapping[str, str] | None" = None,
+    progress: bool = False,
+    on_policy: Callable[[str, int, int], None] | None = None,
+    references: "Mapping[str, Any] | None" = None,
+) -> PolicyComparison:
     """Load and verify ``program`` once under each policy; one row per policy.
 
     The row reads each session's verdict (:meth:`Session.verdict`): ``outcome``, and
@@ -116,9 +150,13 @@ def compare_policies(program: "Program | str", policies: Iterable[str] | None = 
     return PolicyComparison(pd.DataFrame(rows, columns=COMPARE_COLUMNS), sessions)
 
 
-def predict_policies(program: "Program | str", policies: Iterable[str] | None = None, *,
-                     device: "str | Mapping[str, str] | None" = None,
-                     on_policy: Callable[[str, int, int], None] | None = None) -> PolicyComparison:
+def predict_policies(
+    program: "Program | str",
+    policies: Iterable[str] | None = None,
+    *,
+    device: "str | Mapping[str, str] | None" = None,
+    on_policy: Callable[[str, int, int], None] | None = None,
+) -> PolicyComparison:
     """Every policy's dry run of ``program`` (no GPU, nothing loaded or run): one row per policy.
 
     The columns of :func:`compare_policies` that a prediction has, read from each dry run's
@@ -128,8 +166,8 @@ def predict_policies(program: "Program | str", policies: Iterable[str] | None = 
     :attr:`PolicyComparison.sessions` holds the dry-run sessions (their tables); ``on_policy`` as
     for :func:`compare_policies`.
     """
-    from toolkit.workflows.dry_run import memory_floor, run_analysis
     from toolkit.sources import read_program_model
+    from toolkit.workflows.dry_run import memory_floor, run_analysis
 
     prog = read_program_model(program)
     names = [get_policy(p).name.value for p in (policies or POLICIES)]
@@ -141,7 +179,12 @@ def predict_policies(program: "Program | str", policies: Iterable[str] | None = 
         s = run_analysis(prog, name, device=device).session
         row = {k: v for k, v in policy_row(s, s.verdict()).items() if k in PREDICT_COLUMNS}
         loaded = s.status is SessionStatus.LOADED
-        rows.append({**row, "floor_bytes": floor,
-                     "x_floor": round(s.device_bytes / floor, 3) if loaded and floor else float("nan")})
+        rows.append(
+            {
+                **row,
+                "floor_bytes": floor,
+                "x_floor": round(s.device_bytes / floor, 3) if loaded and floor else float("nan"),
+            }
+        )
         sessions[name] = s
     return PolicyComparison(pd.DataFrame(rows, columns=PREDICT_COLUMNS), sessions)

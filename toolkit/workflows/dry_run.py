@@ -20,14 +20,14 @@ import pandas as pd
 
 from toolkit.core.model import Program
 from toolkit.core.policies import Policy, get_policy
+from toolkit.engine.frames import ANALYSIS_COLUMNS, analysis_frame
 from toolkit.runtimes.dry_run import DryRunRuntime
 from toolkit.sources import read_program_model
-from toolkit.engine.frames import ANALYSIS_COLUMNS, analysis_frame
 
 if TYPE_CHECKING:
+    from toolkit.core.verdict import Verdict
     from toolkit.engine.loader import MethodResult
     from toolkit.engine.session import Session
-    from toolkit.core.verdict import Verdict
 
 FLOOR_COLUMNS = ["device", "method", "name", "fqn", "nbytes", "role", "counted"]
 __all__ = ["ANALYSIS_COLUMNS", "Analysis", "MemoryFloor", "analyze", "collector_paused", "memory_floor", "run_analysis"]
@@ -57,9 +57,15 @@ class Analysis:
         return sum(m.device_bytes for m in self.methods)
 
 
-def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fingerprint", *,
-                 device: "str | Mapping[str, str] | None" = None, record: bool = True,
-                 progress: bool = False, on_progress: Callable[[int, int, str], None] | None = None) -> Analysis:
+def run_analysis(
+    program: "Program | str | Path",
+    policy: "str | Policy" = "fingerprint",
+    *,
+    device: "str | Mapping[str, str] | None" = None,
+    record: bool = True,
+    progress: bool = False,
+    on_progress: Callable[[int, int, str], None] | None = None,
+) -> Analysis:
     """Predict a load of ``program`` under ``policy``, method by method, in load order.
 
     A dry-run load: the same orchestrator as :func:`toolkit.load_program`, over the program
@@ -75,8 +81,9 @@ def run_analysis(program: "Program | str | Path", policy: "str | Policy" = "fing
     runtime = DryRunRuntime()
     devices = resolve_devices(model, device, runtime)
     with collector_paused():
-        s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load(progress=progress,
-                                                                                             on_progress=on_progress)
+        s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load(
+            progress=progress, on_progress=on_progress
+        )
         frame = analysis_frame(s.log, s.results.values(), policy=pol.name.value)
     return Analysis(pol.name.value, frame, list(s.results.values()), s)
 
@@ -108,8 +115,12 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def analyze(program: "Program | str | Path", policy: "str | Policy" = "fingerprint", *,
-            device: "str | Mapping[str, str] | None" = None) -> pd.DataFrame:
+def analyze(
+    program: "Program | str | Path",
+    policy: "str | Policy" = "fingerprint",
+    *,
+    device: "str | Mapping[str, str] | None" = None,
+) -> pd.DataFrame:
     """Every decision a load of ``program`` under ``policy`` would take, one row per constant.
 
     ``program`` is a :class:`Program` or a program directory / manifest path (its .so and
@@ -153,16 +164,17 @@ class MemoryFloor:
 
     def __repr__(self) -> str:
         gib = 1 << 30
-        lines = [f"memory floor M = {self.total_bytes:,} bytes ({self.total_bytes / gib:.3f} GiB)",
-                 f"  shareable, content-distinct: {self.shareable_bytes:,} bytes in {self.distinct_shareable} tensors",
-                 f"  state (each written buffer once; per method if provenance is unknown): {self.private_bytes:,} bytes",
-                 f"  nothing shared: {self.naive_bytes:,} bytes; largest constant: {self.largest_constant_bytes:,} bytes"]
+        lines = [
+            f"memory floor M = {self.total_bytes:,} bytes ({self.total_bytes / gib:.3f} GiB)",
+            f"  shareable, content-distinct: {self.shareable_bytes:,} bytes in {self.distinct_shareable} tensors",
+            f"  state (each written buffer once; per method if provenance is unknown): {self.private_bytes:,} bytes",
+            f"  nothing shared: {self.naive_bytes:,} bytes; largest constant: {self.largest_constant_bytes:,} bytes",
+        ]
         lines += [f"  {d}: {b:,} bytes" for d, b in sorted(self.by_device.items())]
         return "\n".join(lines)
 
 
-def memory_floor(program: "Program | str | Path", *,
-                 device: "str | Mapping[str, str] | None" = None) -> MemoryFloor:
+def memory_floor(program: "Program | str | Path", *, device: "str | Mapping[str, str] | None" = None) -> MemoryFloor:
     """The floor ``M`` for ``program`` placed on ``device`` (see :class:`MemoryFloor`).
 
     Physical accounting, independent of any policy: names do not matter, content does
@@ -208,6 +220,15 @@ def memory_floor(program: "Program | str | Path", *,
                 by_device[dev] += c.nbytes
             rows.append((dev, spec.name, c.name, c.fqn, c.nbytes, role, counted))
     table = pd.DataFrame.from_records(rows, columns=FLOOR_COLUMNS) if rows else pd.DataFrame(columns=FLOOR_COLUMNS)
-    return MemoryFloor(total_bytes=shareable + private, shareable_bytes=shareable, private_bytes=private,
-                       by_device=by_device, constants=count, distinct_shareable=len(seen), distinct_state=len(states),
-                       largest_constant_bytes=largest, naive_bytes=naive, table=table)
+    return MemoryFloor(
+        total_bytes=shareable + private,
+        shareable_bytes=shareable,
+        private_bytes=private,
+        by_device=by_device,
+        constants=count,
+        distinct_shareable=len(seen),
+        distinct_state=len(states),
+        largest_constant_bytes=largest,
+        naive_bytes=naive,
+        table=table,
+    )

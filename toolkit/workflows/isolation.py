@@ -32,9 +32,9 @@ import pandas as pd
 from toolkit.core import errors as _errors
 from toolkit.core.errors import ToolkitError, WorkerCrashedError
 from toolkit.core.model import Program
-from toolkit.engine.frames import decision_counts
 from toolkit.core.verdict import Verdict, verdict_from_dict
 from toolkit.core.vocab import ProgramFormat, SessionStatus
+from toolkit.engine.frames import decision_counts
 
 _STATUS_FAILED = SessionStatus.FAILED.value
 _VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason"]  # verification.VERIFY_COLUMNS
@@ -121,9 +121,15 @@ class IsolatedLoad:
         return self.summary()
 
 
-def load_isolated(program_or_path: "Program | str | Path", policy: str = "fingerprint",
-                  device: "str | Mapping[str, str] | None" = None, *, verify: bool = True,
-                  timeout_s: float = 600.0, check_integrity: bool = True) -> IsolatedLoad:
+def load_isolated(
+    program_or_path: "Program | str | Path",
+    policy: str = "fingerprint",
+    device: "str | Mapping[str, str] | None" = None,
+    *,
+    verify: bool = True,
+    timeout_s: float = 600.0,
+    check_integrity: bool = True,
+) -> IsolatedLoad:
     """Load (and by default verify) a program in a worker process; never crash the caller.
 
     Everything that reads the program's files happens in the worker, under ``timeout_s``:
@@ -136,8 +142,12 @@ def load_isolated(program_or_path: "Program | str | Path", policy: str = "finger
     """
     from toolkit.core.policies import get_policy
 
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
-            or timeout_s <= 0:
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, (int, float))
+        or not math.isfinite(timeout_s)
+        or timeout_s <= 0
+    ):
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     pol = get_policy(policy).name.value
     if isinstance(program_or_path, Program):
@@ -180,8 +190,14 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
     t0 = time.perf_counter()
     timed_out = False
     with open(tmp / "stdout.txt", "wb") as out, open(tmp / "stderr.txt", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "toolkit.workflows.isolation", str(tmp)], stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "toolkit.workflows.isolation", str(tmp)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -196,29 +212,52 @@ def _run_worker(tmp: Path, request: dict, program_name: str, policy: str, timeou
             result = json.loads((tmp / "result.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             result = None
-    base = dict(program=program_name, policy=policy, event_rows=events, returncode=proc.returncode, seconds=seconds,
-                worker_log=log)
+    base = dict(
+        program=program_name,
+        policy=policy,
+        event_rows=events,
+        returncode=proc.returncode,
+        seconds=seconds,
+        worker_log=log,
+    )
     if result is None:
-        where = (f" while {stage[0]} method {stage[1]!r}" if stage and stage[1] else
-                 f" while {stage[0]} the program" if stage else " before it loaded any method")
+        where = (
+            f" while {stage[0]} method {stage[1]!r}"
+            if stage and stage[1]
+            else f" while {stage[0]} the program"
+            if stage
+            else " before it loaded any method"
+        )
         if timed_out:
             why = f"the worker process did not finish within {timeout_s:g} s and was killed{where}"
         elif proc.returncode is not None and proc.returncode < 0:
             why = f"the worker process was killed by {_signal_name(-proc.returncode)}{where}"
         else:
             why = f"the worker process exited with code {proc.returncode} without a result{where}"
-        return IsolatedLoad(status=_STATUS_FAILED, error=why, error_type=WorkerCrashedError.__name__,
-                            failed_method=(stage[1] or None) if stage else None, **base)
+        return IsolatedLoad(
+            status=_STATUS_FAILED,
+            error=why,
+            error_type=WorkerCrashedError.__name__,
+            failed_method=(stage[1] or None) if stage else None,
+            **base,
+        )
     v = result.get("verification")
     verification = pd.DataFrame(v["data"], columns=v["columns"]) if v else pd.DataFrame(columns=_VERIFY_COLUMNS)
     if len(verification):
         verification["ok"] = verification["ok"].astype("boolean")  # null: no reference (pd.NA)
     base["program"] = result.get("program") or program_name
-    return IsolatedLoad(status=result["status"], error=result.get("error"), error_type=result.get("error_type"),
-                        error_path=result.get("error_path"), error_field=result.get("error_field"),
-                        failed_method=result.get("failed_method"), failed_stage=result.get("failed_stage"),
-                        verification=verification,
-                        verdict=verdict_from_dict(result["verdict"]) if result.get("verdict") else None, **base)
+    return IsolatedLoad(
+        status=result["status"],
+        error=result.get("error"),
+        error_type=result.get("error_type"),
+        error_path=result.get("error_path"),
+        error_field=result.get("error_field"),
+        failed_method=result.get("failed_method"),
+        failed_stage=result.get("failed_stage"),
+        verification=verification,
+        verdict=verdict_from_dict(result["verdict"]) if result.get("verdict") else None,
+        **base,
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -273,14 +312,15 @@ def _frame_json(df: pd.DataFrame) -> dict:
 
 
 def _worker(tmp: Path) -> int:
+    import torch
+
     from toolkit.core import events as ev
-    from toolkit.engine.loader import resolve_devices
-    from toolkit.engine.session import Session
     from toolkit.core.options import options_from_environment
     from toolkit.core.policies import get_policy
+    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.session import Session
     from toolkit.runtimes.aoti import AotiRuntime, check_compatible
     from toolkit.sources import open_program
-    import torch
 
     req = json.loads((tmp / "request.json").read_text(encoding="utf-8"))
     progress = open(tmp / "progress.jsonl", "a", encoding="utf-8")
@@ -322,16 +362,27 @@ def _worker(tmp: Path) -> int:
         except (ToolkitError, ValueError):
             result["failed_stage"] = _OPEN_STAGE
             raise
-        session = WorkerSession(program, get_policy(req["policy"]), devices,
-                                check_integrity=req["check_integrity"], runtime=runtime, options=options)
+        session = WorkerSession(
+            program,
+            get_policy(req["policy"]),
+            devices,
+            check_integrity=req["check_integrity"],
+            runtime=runtime,
+            options=options,
+        )
         session.log = StreamingLog()
         session.load()
-        result.update(status=session.status, error=session.error, failed_method=session.failed_method,
-                      failed_stage=session.failed_stage)
+        result.update(
+            status=session.status,
+            error=session.error,
+            failed_method=session.failed_method,
+            failed_stage=session.failed_stage,
+        )
         e = session.exception
         if session.status == _STATUS_FAILED and e is not None:
-            result.update(error_type=type(e).__name__, error_path=getattr(e, "path", None),
-                          error_field=getattr(e, "field", None))
+            result.update(
+                error_type=type(e).__name__, error_path=getattr(e, "path", None), error_field=getattr(e, "field", None)
+            )
         elif session.status == _STATUS_FAILED:
             result["error_type"] = _errors.LoadError.__name__
         if req["verify"]:
@@ -339,8 +390,13 @@ def _worker(tmp: Path) -> int:
             result["verdict"] = dataclasses.asdict(session.verdict())
         session.close()
     except ToolkitError as e:
-        result.update(status=_STATUS_FAILED, error=str(e), error_type=type(e).__name__,
-                      error_path=getattr(e, "path", None), error_field=getattr(e, "field", None))
+        result.update(
+            status=_STATUS_FAILED,
+            error=str(e),
+            error_type=type(e).__name__,
+            error_path=getattr(e, "path", None),
+            error_field=getattr(e, "field", None),
+        )
     except ValueError as e:
         error_type = ValueError.__name__ if result.get("failed_stage") == _OPEN_STAGE else "LoadError"
         result.update(status=_STATUS_FAILED, error=str(e), error_type=error_type)

@@ -23,12 +23,23 @@ from typing import ClassVar, Iterable, Mapping, Protocol, Sequence
 
 from toolkit.core.errors import UnknownPolicyError
 from toolkit.core.model import ConstantSpec, TensorMeta, quick_init, required_nbytes, shown
-from toolkit.core.vocab import (ConstantKind, Decision, Lookup, MetadataField, Members, PolicyName, Reason, Stage, TensorOrigin,
-                    parse)
+from toolkit.core.vocab import (
+    ConstantKind,
+    Decision,
+    Lookup,
+    Members,
+    MetadataField,
+    PolicyName,
+    Reason,
+    Stage,
+    TensorOrigin,
+    parse,
+)
 
 # the members per-constant code reads, as plain attributes (vocab.Members: 0.12 us each off the enum on 3.11)
-_ConstantKind, _Decision, _Lookup, _Reason, _TensorOrigin = (Members(e) for e in (ConstantKind, Decision, Lookup,
-                                                                                  Reason, TensorOrigin))
+_ConstantKind, _Decision, _Lookup, _Reason, _TensorOrigin = (
+    Members(e) for e in (ConstantKind, Decision, Lookup, Reason, TensorOrigin)
+)
 
 # ------------------------------------------------------------------ inputs
 
@@ -145,8 +156,9 @@ class ConstantDecision:
     def installed_user_managed(self) -> bool:
         """True when the container is pointed at a tensor not from its own blob, or (shared from another slot
         of this method, ``shared_from``) not from its own slot of it."""
-        return self.decision is _Decision.SHARED or (self.origin is not _TensorOrigin.WHOLE_BLOB
-                                                    and self.decision is not _Decision.REFUSED)
+        return self.decision is _Decision.SHARED or (
+            self.origin is not _TensorOrigin.WHOLE_BLOB and self.decision is not _Decision.REFUSED
+        )
 
 
 @dataclass(frozen=True)
@@ -198,16 +210,32 @@ class ExportRefusal:
             ds = []
             for c in m.constants:
                 if m.name == self.method and c.name == self.constant.name:
-                    ds.append(ConstantDecision(c, None, _Decision.REFUSED, _Reason.EXPORT_REFUSED,
-                                               f"export refuses the program: {self.message}", _TensorOrigin.OWN_UPLOAD,
-                                               self.first, digest_comparison=DigestComparison(self.first.digest,
-                                                                                              c.digest),
-                                               key=self.key))
+                    ds.append(
+                        ConstantDecision(
+                            c,
+                            None,
+                            _Decision.REFUSED,
+                            _Reason.EXPORT_REFUSED,
+                            f"export refuses the program: {self.message}",
+                            _TensorOrigin.OWN_UPLOAD,
+                            self.first,
+                            digest_comparison=DigestComparison(self.first.digest, c.digest),
+                            key=self.key,
+                        )
+                    )
                 else:
-                    ds.append(ConstantDecision(c, None, _Decision.REFUSED, _Reason.LOAD_REFUSED,
-                                               f"the exporter refuses the program ({self.method!r}, key "
-                                               f"{self.key!r}): nothing of it is loaded", _TensorOrigin.OWN_UPLOAD,
-                                               key=fqn_weight_key(c, m.name, m.device_type) if c.fqn else ""))
+                    ds.append(
+                        ConstantDecision(
+                            c,
+                            None,
+                            _Decision.REFUSED,
+                            _Reason.LOAD_REFUSED,
+                            f"the exporter refuses the program ({self.method!r}, key "
+                            f"{self.key!r}): nothing of it is loaded",
+                            _TensorOrigin.OWN_UPLOAD,
+                            key=fqn_weight_key(c, m.name, m.device_type) if c.fqn else "",
+                        )
+                    )
             out.append(Outcome(m.name, tuple(ds), self.message, stage=Stage.EXPORT))
         return tuple(out)
 
@@ -249,8 +277,9 @@ def device_label(device_type: str, device_index: int) -> str:
     return "cpu" if device_type == "cpu" else f"{device_type}:{device_index}"
 
 
-def slot_problem(have: TensorMeta, have_bytes: int, slot: ConstantSpec, device_type: str,
-                 device_index: int) -> str | None:
+def slot_problem(
+    have: TensorMeta, have_bytes: int, slot: ConstantSpec, device_type: str, device_index: int
+) -> str | None:
     """Why a tensor (``have``, with ``have_bytes`` readable bytes) cannot fill ``slot``, or None.
 
     AOTInductor checks nothing when a tensor is installed user-managed: a smaller tensor
@@ -258,8 +287,10 @@ def slot_problem(have: TensorMeta, have_bytes: int, slot: ConstantSpec, device_t
     refuses to run such a method; the dry-run analysis predicts the same.
     """
     if (have.device_type, have.device_index) != (device_type, device_index):
-        return (f"tensor on {device_label(have.device_type, have.device_index)} cannot fill a slot on "
-                f"{device_label(device_type, device_index)}")
+        return (
+            f"tensor on {device_label(have.device_type, have.device_index)} cannot fill a slot on "
+            f"{device_label(device_type, device_index)}"
+        )
     if have.dtype != slot.dtype:
         return f"dtype {have.dtype} cannot fill a {slot.dtype} slot"
     if have_bytes < slot.nbytes:
@@ -268,8 +299,17 @@ def slot_problem(have: TensorMeta, have_bytes: int, slot: ConstantSpec, device_t
 
 
 # SlimTensor's c10::ScalarType and DeviceType (backends/aoti/slim/c10/core at 922adad721), as upstream prints them
-_SLIM_SCALAR_TYPE = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6,
-                     "bool": 11, "bfloat16": 15}
+_SLIM_SCALAR_TYPE = {
+    "uint8": 0,
+    "int8": 1,
+    "int16": 2,
+    "int32": 3,
+    "int64": 4,
+    "float16": 5,
+    "float32": 6,
+    "bool": 11,
+    "bfloat16": 15,
+}
 _SLIM_DEVICE_TYPE = {"cpu": 0, "cuda": 1}
 
 
@@ -301,23 +341,36 @@ def refusal_message(fqn: str, method: str) -> str:
 
 def decline_message(fqn: str, method: str) -> str:
     """What e4b18fa9aa and 144ce1bc77 log after :func:`check_cached_constant_match`'s line, verbatim."""
-    return (f"Constant '{fqn}' in method '{method}' differs from the cached copy; "
-            "using this method's own copy instead of sharing")
+    return (
+        f"Constant '{fqn}' in method '{method}' differs from the cached copy; "
+        "using this method's own copy instead of sharing"
+    )
 
 
-def _refuse_rest(plan: Plan, decided: list[ConstantDecision], why: str, origin: TensorOrigin
-                 ) -> list[ConstantDecision]:
+def _refuse_rest(plan: Plan, decided: list[ConstantDecision], why: str, origin: TensorOrigin) -> list[ConstantDecision]:
     """A method's load refused: the refusing decision kept, every other constant, decided or not
     reached yet, refused with ``why`` (upstream returns at the refusal: nothing of it is used)."""
     done = {d.constant.name for d in decided}
-    out = [d if d.decision is _Decision.REFUSED else
-           ConstantDecision(d.constant, d.lookup, _Decision.REFUSED, _Reason.LOAD_REFUSED, why, origin, key=d.key)
-           for d in decided]
+    out = [
+        d
+        if d.decision is _Decision.REFUSED
+        else ConstantDecision(d.constant, d.lookup, _Decision.REFUSED, _Reason.LOAD_REFUSED, why, origin, key=d.key)
+        for d in decided
+    ]
     for c in plan.method.constants:
         if c.name not in done:
             lr = plan.lookup(c.name)
-            out.append(ConstantDecision(c, lr.result if lr else None, _Decision.REFUSED, _Reason.LOAD_REFUSED, why,
-                                        origin, key=lr.key if lr else ""))
+            out.append(
+                ConstantDecision(
+                    c,
+                    lr.result if lr else None,
+                    _Decision.REFUSED,
+                    _Reason.LOAD_REFUSED,
+                    why,
+                    origin,
+                    key=lr.key if lr else "",
+                )
+            )
     return out
 
 
@@ -338,25 +391,60 @@ def _unpointed(c: ConstantSpec, blob: bool, why: str) -> ConstantDecision:
     """A slot upstream's pairs do not name: its own copy from the blob, or never filled when the
     all-hit branch skipped the blob."""
     if blob:
-        return ConstantDecision(c, None, _Decision.PRIVATE, _Reason.EMPTY_FQN if not c.fqn else _Reason.SAME_KEY_IN_METHOD,
-                                f"{why}: its own copy from the method's blob", _TensorOrigin.WHOLE_BLOB)
-    return ConstantDecision(c, None, _Decision.NEVER_FILLED, _Reason.BLOB_SKIPPED,
-                            f"{why}, and every named constant hit: the blob is skipped, nothing fills this slot",
-                            _TensorOrigin.WHOLE_BLOB)
+        return ConstantDecision(
+            c,
+            None,
+            _Decision.PRIVATE,
+            _Reason.EMPTY_FQN if not c.fqn else _Reason.SAME_KEY_IN_METHOD,
+            f"{why}: its own copy from the method's blob",
+            _TensorOrigin.WHOLE_BLOB,
+        )
+    return ConstantDecision(
+        c,
+        None,
+        _Decision.NEVER_FILLED,
+        _Reason.BLOB_SKIPPED,
+        f"{why}, and every named constant hit: the blob is skipped, nothing fills this slot",
+        _TensorOrigin.WHOLE_BLOB,
+    )
 
 
 def _lookups(method: MethodView, cache: CacheView) -> tuple[LookupResult, ...]:
     """Every named constant looked up by its FQN."""
-    return tuple(LookupResult(c, _Lookup.MISS if (e := cache.get(c.fqn)) is None else _Lookup.HIT, e)
-                 for c in method.constants if c.fqn)
+    return tuple(
+        LookupResult(c, _Lookup.MISS if (e := cache.get(c.fqn)) is None else _Lookup.HIT, e)
+        for c in method.constants
+        if c.fqn
+    )
 
 
 _M64 = (1 << 64) - 1
 _HASH_MUL = 0xC6A4A7935BD1E995
 # The bucket counts a libstdc++ unordered_map grows through as keys are inserted one at a time (its
 # _Prime_rehash_policy: 13 at the first insert, then its listed prime >= twice the count), read from g++ 12.
-_LIBSTDCXX_BUCKETS = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933, 351061,
-                      712697, 1447153, 2938679, 5967347, 12117689, 24607243)
+_LIBSTDCXX_BUCKETS = (
+    13,
+    29,
+    59,
+    127,
+    257,
+    541,
+    1109,
+    2357,
+    5087,
+    10273,
+    20753,
+    42043,
+    85229,
+    172933,
+    351061,
+    712697,
+    1447153,
+    2938679,
+    5967347,
+    12117689,
+    24607243,
+)
 
 
 def libstdcxx_string_hash(key: str) -> int:
@@ -365,8 +453,9 @@ def libstdcxx_string_hash(key: str) -> int:
     n, whole = len(data), len(data) & ~7
     h = (0xC70F6907 ^ (n * _HASH_MUL)) & _M64
     for i in range(0, whole, 8):
-        h = ((h ^ (mix(int.from_bytes(data[i:i + 8], "little") * _HASH_MUL & _M64) * _HASH_MUL & _M64))
-             * _HASH_MUL) & _M64
+        h = (
+            (h ^ (mix(int.from_bytes(data[i : i + 8], "little") * _HASH_MUL & _M64) * _HASH_MUL & _M64)) * _HASH_MUL
+        ) & _M64
     if n & 7:
         h = ((h ^ int.from_bytes(data[whole:], "little")) * _HASH_MUL) & _M64
     return mix(mix(h) * _HASH_MUL & _M64)
@@ -459,9 +548,13 @@ class NoSharing(Policy):
     name = PolicyName.NO_SHARING
     summary = "every method uploads its own blob"
     reproduces = (
-        UpstreamRevision(18901, "922adad721", "2026-04-27", "runtime option weight_sharing_across_methods, off by default"),
+        UpstreamRevision(
+            18901, "922adad721", "2026-04-27", "runtime option weight_sharing_across_methods, off by default"
+        ),
         UpstreamRevision(21959, "e4b18fa9aa", "2026-08-20", "weight_sharing_across_methods still off by default"),
-        UpstreamRevision(18864, "875f7c8019", "2026-04-14", "compile spec share_kv_cache_across_methods, off by default"),
+        UpstreamRevision(
+            18864, "875f7c8019", "2026-04-14", "compile spec share_kv_cache_across_methods, off by default"
+        ),
         UpstreamRevision(18667, "266ff2d71d", "2026-04-10", "the first sharing: everything before it shares nothing"),
     )
 
@@ -469,11 +562,20 @@ class NoSharing(Policy):
         return Plan(method, (), True, "sharing is off: every method uploads its own blob")
 
     def decide(self, plan, new_meta, cache):
-        return Outcome(plan.method.name, tuple(
-            ConstantDecision(c, None, _Decision.PRIVATE, _Reason.SHARING_DISABLED,
-                             "sharing is disabled; the method uses its own blob", _TensorOrigin.WHOLE_BLOB)
-            for c in plan.method.constants
-        ))
+        return Outcome(
+            plan.method.name,
+            tuple(
+                ConstantDecision(
+                    c,
+                    None,
+                    _Decision.PRIVATE,
+                    _Reason.SHARING_DISABLED,
+                    "sharing is disabled; the method uses its own blob",
+                    _TensorOrigin.WHOLE_BLOB,
+                )
+                for c in plan.method.constants
+            ),
+        )
 
 
 class _ExecuTorchPolicy(Policy):
@@ -507,59 +609,132 @@ class _ExecuTorchPolicy(Policy):
                 decisions.append(_unpointed(c, plan.upload_whole_blob, "no original FQN: never looked up"))
                 continue
             if lr.result is _Lookup.MISS and first_of[c.fqn] is c:
-                decisions.append(ConstantDecision(c, _Lookup.MISS, _Decision.LOADED, _Reason.FIRST_SEEN,
-                                                  "first method with this FQN: loaded from its blob and cached",
-                                                  _TensorOrigin.WHOLE_BLOB, enters_cache=True))
+                decisions.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.MISS,
+                        _Decision.LOADED,
+                        _Reason.FIRST_SEEN,
+                        "first method with this FQN: loaded from its blob and cached",
+                        _TensorOrigin.WHOLE_BLOB,
+                        enters_cache=True,
+                    )
+                )
                 continue
             if lr.result is _Lookup.MISS and last_of[c.fqn] is c and any(x.result is _Lookup.HIT for x in plan.lookups):
                 # step 3 runs (a hit): the pair fqn_to_name[fqn] -> the cache's entry, just added from this blob
                 first = first_of[c.fqn]
-                decisions.append(ConstantDecision(
-                    c, _Lookup.MISS, _Decision.SHARED, _Reason.SAME_KEY_IN_METHOD,
-                    f"{first.name!r} of this method cached FQN {c.fqn!r} from its blob; the method has a hit, so "
-                    "upstream's pairs re-point this slot (the last name per FQN) at that tensor", _TensorOrigin.WHOLE_BLOB,
-                    StoredConstant(c.fqn, first.name, m.name, (new_meta or {}).get(first.name, m.meta(first)),
-                                   first.digest, first.mutated, first.storage, first.nbytes)))
+                decisions.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.MISS,
+                        _Decision.SHARED,
+                        _Reason.SAME_KEY_IN_METHOD,
+                        f"{first.name!r} of this method cached FQN {c.fqn!r} from its blob; the method has a hit, so "
+                        "upstream's pairs re-point this slot (the last name per FQN) at that tensor",
+                        _TensorOrigin.WHOLE_BLOB,
+                        StoredConstant(
+                            c.fqn,
+                            first.name,
+                            m.name,
+                            (new_meta or {}).get(first.name, m.meta(first)),
+                            first.digest,
+                            first.mutated,
+                            first.storage,
+                            first.nbytes,
+                        ),
+                    )
+                )
                 continue
             if last_of[c.fqn] is not c or lr.result is _Lookup.MISS:
-                decisions.append(replace(_unpointed(c, plan.upload_whole_blob, (
-                    f"{last_of[c.fqn].name!r} holds FQN {c.fqn!r} in upstream's FQN-to-name map (the last wins)"
-                    if last_of[c.fqn] is not c else f"{first_of[c.fqn].name!r} of this method cached FQN {c.fqn!r}"
-                )), lookup=lr.result))
+                decisions.append(
+                    replace(
+                        _unpointed(
+                            c,
+                            plan.upload_whole_blob,
+                            (
+                                f"{last_of[c.fqn].name!r} holds FQN {c.fqn!r} in upstream's FQN-to-name map (the last wins)"
+                                if last_of[c.fqn] is not c
+                                else f"{first_of[c.fqn].name!r} of this method cached FQN {c.fqn!r}"
+                            ),
+                        ),
+                        lookup=lr.result,
+                    )
+                )
                 continue
             entry = lr.entry
             assert entry is not None
             if not plan.upload_whole_blob:
-                why = ("all names hit; the blob and extraction are unavailable, so sharing rests on the name alone (#21706)"
-                       if self.verify_all_hit else
-                       "every FQN of this method hit the cache: shared on the name alone, nothing compared")
+                why = (
+                    "all names hit; the blob and extraction are unavailable, so sharing rests on the name alone (#21706)"
+                    if self.verify_all_hit
+                    else "every FQN of this method hit the cache: shared on the name alone, nothing compared"
+                )
                 code = _Reason.NO_BLOB_TO_COMPARE if self.verify_all_hit else _Reason.NAME_HIT_UNCHECKED
-                decisions.append(ConstantDecision(c, _Lookup.HIT, _Decision.SHARED, code, why, _TensorOrigin.CACHE, entry))
+                decisions.append(
+                    ConstantDecision(c, _Lookup.HIT, _Decision.SHARED, code, why, _TensorOrigin.CACHE, entry)
+                )
                 continue
             if not self.compare_on_miss_path:
-                decisions.append(ConstantDecision(c, _Lookup.HIT, _Decision.SHARED, _Reason.NAME_HIT,
-                                                  "name hit: shared without comparing", _TensorOrigin.CACHE, entry))
+                decisions.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.SHARED,
+                        _Reason.NAME_HIT,
+                        "name hit: shared without comparing",
+                        _TensorOrigin.CACHE,
+                        entry,
+                    )
+                )
                 continue
             extracted = first_of[c.fqn].name  # extract_constants_map's tensor for this FQN
             if new_meta is None or extracted not in new_meta:
                 raise ValueError(f"{self.name}: metadata of extracted constant {extracted!r} is required")
             comps = compare_metadata(entry.meta, new_meta[extracted])
             if comps.all_equal:
-                decisions.append(ConstantDecision(
-                    c, _Lookup.HIT, _Decision.SHARED, _Reason.METADATA_MATCH,
-                    "metadata equal to the cached tensor (data not compared)", _TensorOrigin.CACHE, entry, comps))
+                decisions.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.SHARED,
+                        _Reason.METADATA_MATCH,
+                        "metadata equal to the cached tensor (data not compared)",
+                        _TensorOrigin.CACHE,
+                        entry,
+                        comps,
+                    )
+                )
             elif self.refuse_on_mismatch:  # which mismatch upstream meets first: after the loop
                 mismatches.append(len(decisions))
-                decisions.append(ConstantDecision(c, _Lookup.HIT, _Decision.REFUSED, _Reason.METADATA_MISMATCH,
-                                                  check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted]),
-                                                  _TensorOrigin.WHOLE_BLOB, entry, comps))
+                decisions.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.REFUSED,
+                        _Reason.METADATA_MISMATCH,
+                        check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted]),
+                        _TensorOrigin.WHOLE_BLOB,
+                        entry,
+                        comps,
+                    )
+                )
             else:
                 # #21959: keep this method's own copy; the rejected name must also stay out of
                 # the user-managed pairs, or the container is pointed at a tensor it did not ask for.
-                decisions.append(ConstantDecision(
-                    c, _Lookup.HIT, _Decision.DECLINED, _Reason.METADATA_MISMATCH,
-                    f"{check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted])}; then: "
-                    f"{decline_message(c.fqn, m.name)}", _TensorOrigin.WHOLE_BLOB, entry, comps))
+                decisions.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.DECLINED,
+                        _Reason.METADATA_MISMATCH,
+                        f"{check_cached_constant_match(c.fqn, entry.meta, new_meta[extracted])}; then: "
+                        f"{decline_message(c.fqn, m.name)}",
+                        _TensorOrigin.WHOLE_BLOB,
+                        entry,
+                        comps,
+                    )
+                )
         if not mismatches:
             return Outcome(m.name, tuple(decisions))
         return self._refuse(plan, decisions, mismatches)
@@ -576,26 +751,47 @@ class _ExecuTorchPolicy(Policy):
         d = decisions[refused]
         failure = refusal_message(d.constant.fqn, m.name)
         unchecked = [decisions[i].constant.fqn for i in mismatches if i != refused]
-        decisions[refused] = replace(d, reason=f"{d.reason}; then: {failure}" + (
-            f" (upstream checks FQNs in its unordered_map's order: {d.constant.fqn!r} first; "
-            f"{', '.join(map(repr, unchecked))} mismatch too, never checked)" if unchecked else ""))
+        decisions[refused] = replace(
+            d,
+            reason=f"{d.reason}; then: {failure}"
+            + (
+                f" (upstream checks FQNs in its unordered_map's order: {d.constant.fqn!r} first; "
+                f"{', '.join(map(repr, unchecked))} mismatch too, never checked)"
+                if unchecked
+                else ""
+            ),
+        )
         for i in mismatches:
             if i != refused:
                 decisions[i] = replace(decisions[i], decision=_Decision.DECLINED)  # refused with the rest below
         at = order[d.constant.fqn]
         kept = {x.constant.name for x in decisions if x.enters_cache and order[x.constant.fqn] < at}
         out = _refuse_rest(plan, decisions, f"method load failed: {failure}", _TensorOrigin.WHOLE_BLOB)
-        out = [replace(x, upstream_keeps=True, reason=f"{x.reason}; upstream keeps it in its cache (added before "
-                       f"{d.constant.fqn!r} in its unordered_map's order), where the toolkit restores its cache")
-               if x.constant.name in kept else x for x in out]
+        out = [
+            replace(
+                x,
+                upstream_keeps=True,
+                reason=f"{x.reason}; upstream keeps it in its cache (added before "
+                f"{d.constant.fqn!r} in its unordered_map's order), where the toolkit restores its cache",
+            )
+            if x.constant.name in kept
+            else x
+            for x in out
+        ]
         return Outcome(m.name, tuple(out), failure)
 
 
 class NameOnly(_ExecuTorchPolicy):
     name = PolicyName.NAME_ONLY
     summary = "share on name alone, never compare"
-    reproduces = (UpstreamRevision(18901, "922adad721", "2026-04-27", "the unchecked core of "
-                                   "weight_sharing_across_methods: no revision shipped exactly this"),)
+    reproduces = (
+        UpstreamRevision(
+            18901,
+            "922adad721",
+            "2026-04-27",
+            "the unchecked core of weight_sharing_across_methods: no revision shipped exactly this",
+        ),
+    )
     compare_on_miss_path = False
 
 
@@ -612,7 +808,9 @@ class RefuseOnMismatch(_ExecuTorchPolicy):
 
 class DeclineOnMismatch(_ExecuTorchPolicy):
     name = PolicyName.DECLINE_ON_MISMATCH
-    summary = "compare metadata on the miss path; decline a mismatch (own copy, not in the pairs); all-hit shares on name"
+    summary = (
+        "compare metadata on the miss path; decline a mismatch (own copy, not in the pairs); all-hit shares on name"
+    )
     reproduces = (UpstreamRevision(21959, "e4b18fa9aa", "2026-08-20", "main's dense-blob path"),)
 
 
@@ -636,23 +834,56 @@ def _state_decision(c: ConstantSpec, lr: "LookupResult", meta: TensorMeta) -> "C
     if not c.mutated and not (entry is not None and entry.mutated):
         return None
     if lr is None:
-        return ConstantDecision(c, None, _Decision.PRIVATE, _Reason.EMPTY_FQN,
-                                "a mutated buffer with no original FQN: never looked up", _TensorOrigin.OWN_UPLOAD)
+        return ConstantDecision(
+            c,
+            None,
+            _Decision.PRIVATE,
+            _Reason.EMPTY_FQN,
+            "a mutated buffer with no original FQN: never looked up",
+            _TensorOrigin.OWN_UPLOAD,
+        )
     if entry is None:
-        return ConstantDecision(c, _Lookup.MISS, _Decision.LOADED, _Reason.FIRST_SEEN,
-                                "first method with this state: uploaded on its own and cached", _TensorOrigin.OWN_UPLOAD,
-                                enters_cache=True)
+        return ConstantDecision(
+            c,
+            _Lookup.MISS,
+            _Decision.LOADED,
+            _Reason.FIRST_SEEN,
+            "first method with this state: uploaded on its own and cached",
+            _TensorOrigin.OWN_UPLOAD,
+            enters_cache=True,
+        )
     comps = compare_metadata(entry.meta, meta)
     dig = DigestComparison(entry.digest, c.digest)
     if c.storage and c.storage == entry.storage and comps.all_equal and dig.equal:
-        return ConstantDecision(c, _Lookup.HIT, _Decision.SHARED, _Reason.SAME_STATE,
-                                "one buffer of the eager program (same storage at build time): shared as state",
-                                _TensorOrigin.CACHE, entry, comps, dig)
-    why = ("provenance unknown" if not c.storage or not entry.storage else
-           "another buffer of the eager program" if c.storage != entry.storage else "metadata or content differs")
-    return ConstantDecision(c, _Lookup.HIT, _Decision.DECLINED, _Reason.OTHER_STATE,
-                            f"state (a method writes it) and {why}: declined, own copy uploaded",
-                            _TensorOrigin.OWN_UPLOAD, entry, comps, dig)
+        return ConstantDecision(
+            c,
+            _Lookup.HIT,
+            _Decision.SHARED,
+            _Reason.SAME_STATE,
+            "one buffer of the eager program (same storage at build time): shared as state",
+            _TensorOrigin.CACHE,
+            entry,
+            comps,
+            dig,
+        )
+    why = (
+        "provenance unknown"
+        if not c.storage or not entry.storage
+        else "another buffer of the eager program"
+        if c.storage != entry.storage
+        else "metadata or content differs"
+    )
+    return ConstantDecision(
+        c,
+        _Lookup.HIT,
+        _Decision.DECLINED,
+        _Reason.OTHER_STATE,
+        f"state (a method writes it) and {why}: declined, own copy uploaded",
+        _TensorOrigin.OWN_UPLOAD,
+        entry,
+        comps,
+        dig,
+    )
 
 
 class Fingerprint(Policy):
@@ -685,8 +916,16 @@ class Fingerprint(Policy):
                 out.append(state)
                 continue
             if lr is None:
-                out.append(ConstantDecision(c, None, _Decision.PRIVATE, _Reason.EMPTY_FQN,
-                                            "no original FQN: never looked up", _TensorOrigin.OWN_UPLOAD))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        None,
+                        _Decision.PRIVATE,
+                        _Reason.EMPTY_FQN,
+                        "no original FQN: never looked up",
+                        _TensorOrigin.OWN_UPLOAD,
+                    )
+                )
                 continue
             comps: tuple[FieldComparison, ...] = ()
             dig: DigestComparison | None = None
@@ -696,37 +935,90 @@ class Fingerprint(Policy):
                 comps = compare_metadata(entry.meta, meta)
                 dig = DigestComparison(entry.digest, c.digest)
                 if comps.all_equal and dig.equal:
-                    out.append(ConstantDecision(c, _Lookup.HIT, _Decision.SHARED, _Reason.FINGERPRINT_MATCH,
-                                                "metadata and content digest equal to the cached tensor",
-                                                _TensorOrigin.CACHE, entry, comps, dig))
+                    out.append(
+                        ConstantDecision(
+                            c,
+                            _Lookup.HIT,
+                            _Decision.SHARED,
+                            _Reason.FINGERPRINT_MATCH,
+                            "metadata and content digest equal to the cached tensor",
+                            _TensorOrigin.CACHE,
+                            entry,
+                            comps,
+                            dig,
+                        )
+                    )
                     continue
             twin = cache.find_content(c.digest, meta) if self.match_content_across_names else None
             if twin is not None and twin.mutated:  # equal bytes of someone's state are not this constant
                 twin = None
             if twin is not None:
-                out.append(ConstantDecision(c, lr.result, _Decision.SHARED, _Reason.CONTENT_MATCH_OTHER_NAME,
-                                            f"identical content and metadata cached as {twin.fqn!r} by {twin.owner_method!r}",
-                                            _TensorOrigin.CACHE, twin, comps, dig))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        lr.result,
+                        _Decision.SHARED,
+                        _Reason.CONTENT_MATCH_OTHER_NAME,
+                        f"identical content and metadata cached as {twin.fqn!r} by {twin.owner_method!r}",
+                        _TensorOrigin.CACHE,
+                        twin,
+                        comps,
+                        dig,
+                    )
+                )
             elif lr.result is _Lookup.MISS:
-                out.append(ConstantDecision(c, _Lookup.MISS, _Decision.LOADED, _Reason.FIRST_SEEN,
-                                            "first method with this FQN: uploaded on its own and cached",
-                                            _TensorOrigin.OWN_UPLOAD, enters_cache=True))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.MISS,
+                        _Decision.LOADED,
+                        _Reason.FIRST_SEEN,
+                        "first method with this FQN: uploaded on its own and cached",
+                        _TensorOrigin.OWN_UPLOAD,
+                        enters_cache=True,
+                    )
+                )
             elif not comps.all_equal:
-                out.append(ConstantDecision(c, _Lookup.HIT, _Decision.DECLINED, _Reason.METADATA_MISMATCH,
-                                            f"{_mismatch_text(comps)}: declined, own copy uploaded",
-                                            _TensorOrigin.OWN_UPLOAD, lr.entry, comps, dig))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.DECLINED,
+                        _Reason.METADATA_MISMATCH,
+                        f"{_mismatch_text(comps)}: declined, own copy uploaded",
+                        _TensorOrigin.OWN_UPLOAD,
+                        lr.entry,
+                        comps,
+                        dig,
+                    )
+                )
             else:
-                out.append(ConstantDecision(c, _Lookup.HIT, _Decision.DECLINED, _Reason.CONTENT_MISMATCH,
-                                            "same name and metadata but different data (digest differs): declined",
-                                            _TensorOrigin.OWN_UPLOAD, lr.entry, comps, dig))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.DECLINED,
+                        _Reason.CONTENT_MISMATCH,
+                        "same name and metadata but different data (digest differs): declined",
+                        _TensorOrigin.OWN_UPLOAD,
+                        lr.entry,
+                        comps,
+                        dig,
+                    )
+                )
         entering: set[str] = set()  # an FQN twice in one method: the cache takes the first, the rest upload their own
         for i, d in enumerate(out):
             if not d.enters_cache:
                 continue
             if d.cache_key in entering:
-                out[i] = ConstantDecision(d.constant, d.lookup, _Decision.PRIVATE, _Reason.SAME_KEY_IN_METHOD,
-                                          "another constant of this method enters the cache under this FQN: own "
-                                          "copy uploaded", _TensorOrigin.OWN_UPLOAD)
+                out[i] = ConstantDecision(
+                    d.constant,
+                    d.lookup,
+                    _Decision.PRIVATE,
+                    _Reason.SAME_KEY_IN_METHOD,
+                    "another constant of this method enters the cache under this FQN: own copy uploaded",
+                    _TensorOrigin.OWN_UPLOAD,
+                )
             else:
                 entering.add(d.cache_key)
         return Outcome(m.name, tuple(out))
@@ -734,7 +1026,9 @@ class Fingerprint(Policy):
 
 class ContentDedup(Fingerprint):
     name = PolicyName.CONTENT_DEDUP
-    summary = "like fingerprint, and also share with any cached constant of identical content and metadata, whatever its name"
+    summary = (
+        "like fingerprint, and also share with any cached constant of identical content and metadata, whatever its name"
+    )
     match_content_across_names = True
 
 
@@ -751,8 +1045,12 @@ class BlindShare(Policy):
     summary = "every method uploads its own blob; each FQN the first method has is re-pointed at its tensor, unchecked"
     reproduces = (
         UpstreamRevision(18667, "266ff2d71d", "2026-04-10", "the first sharing, inline in init(), always on"),
-        UpstreamRevision(18864, "875f7c8019", "2026-04-14", "the same behind compile spec "
-                         "share_kv_cache_across_methods, set on every method"),
+        UpstreamRevision(
+            18864,
+            "875f7c8019",
+            "2026-04-14",
+            "the same behind compile spec share_kv_cache_across_methods, set on every method",
+        ),
     )
 
     def plan(self, method, cache):
@@ -768,23 +1066,63 @@ class BlindShare(Policy):
         for c in m.constants:
             lr = plan.lookup(c.name)
             if lr is None:
-                out.append(ConstantDecision(c, None, _Decision.PRIVATE, _Reason.EMPTY_FQN,
-                                            "no original FQN: never shared", _TensorOrigin.WHOLE_BLOB))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        None,
+                        _Decision.PRIVATE,
+                        _Reason.EMPTY_FQN,
+                        "no original FQN: never shared",
+                        _TensorOrigin.WHOLE_BLOB,
+                    )
+                )
             elif first and first_of[c.fqn] is c:
-                out.append(ConstantDecision(c, _Lookup.MISS, _Decision.LOADED, _Reason.FIRST_SEEN,
-                                            "first method: extracted from its blob, kept by FQN for the others",
-                                            _TensorOrigin.WHOLE_BLOB, enters_cache=True))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.MISS,
+                        _Decision.LOADED,
+                        _Reason.FIRST_SEEN,
+                        "first method: extracted from its blob, kept by FQN for the others",
+                        _TensorOrigin.WHOLE_BLOB,
+                        enters_cache=True,
+                    )
+                )
             elif first or (lr.result is _Lookup.HIT and last_of[c.fqn] is not c):
-                out.append(replace(_unpointed(c, True, f"{(first_of if first else last_of)[c.fqn].name!r} of this "
-                                              f"method holds FQN {c.fqn!r}"), lookup=lr.result))
+                out.append(
+                    replace(
+                        _unpointed(
+                            c,
+                            True,
+                            f"{(first_of if first else last_of)[c.fqn].name!r} of this method holds FQN {c.fqn!r}",
+                        ),
+                        lookup=lr.result,
+                    )
+                )
             elif lr.result is _Lookup.HIT:
-                out.append(ConstantDecision(c, _Lookup.HIT, _Decision.SHARED, _Reason.NAME_HIT,
-                                            f"the first method {lr.entry.owner_method!r} has this FQN: re-pointed at "
-                                            "its tensor, nothing compared (#18667)", _TensorOrigin.CACHE, lr.entry))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.SHARED,
+                        _Reason.NAME_HIT,
+                        f"the first method {lr.entry.owner_method!r} has this FQN: re-pointed at "
+                        "its tensor, nothing compared (#18667)",
+                        _TensorOrigin.CACHE,
+                        lr.entry,
+                    )
+                )
             else:
-                out.append(ConstantDecision(c, _Lookup.MISS, _Decision.PRIVATE, _Reason.NOT_IN_FIRST_METHOD,
-                                            "the first method has no constant with this FQN: own copy from the "
-                                            "method's blob, never shared", _TensorOrigin.WHOLE_BLOB))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.MISS,
+                        _Decision.PRIVATE,
+                        _Reason.NOT_IN_FIRST_METHOD,
+                        "the first method has no constant with this FQN: own copy from the method's blob, never shared",
+                        _TensorOrigin.WHOLE_BLOB,
+                    )
+                )
         return Outcome(m.name, tuple(out), first_container=first and bool(m.constants))
 
 
@@ -812,8 +1150,10 @@ def fqn_weight_key(c: ConstantSpec, method_name: str, device_type: str) -> str:
 
 def duplicate_key_message(key: str, existing_bytes: int, new_bytes: int) -> str:
     """ExecuTorch's exporter refusal (``NamedDataStore``, executorch 1.5.1), verbatim."""
-    return (f"Duplicate key {key} with different data. Existing data size: {existing_bytes} bytes. "
-            f"New data size: {new_bytes} bytes.")
+    return (
+        f"Duplicate key {key} with different data. Existing data size: {existing_bytes} bytes. "
+        f"New data size: {new_bytes} bytes."
+    )
 
 
 def _cached_bytes(entry: CachedView) -> int:
@@ -847,19 +1187,30 @@ class FqnWeightCache(Policy):
     """
 
     name = PolicyName.FQN_WEIGHT_CACHE
-    summary = ("per-FQN storages keyed at export (lifted constants namespaced by the .so); one key, one content "
-               "or export fails; the runtime reuses a key's storage per program and device")
-    reproduces = (UpstreamRevision(21823, "", "2026-08-21", "'share AOTI weights by FQN across methods', merged "
-                                   "after this date; payload ETCUDAFQN3 of the executorch 1.5.1 wheel",
-                                   version="1.5.x"),)
+    summary = (
+        "per-FQN storages keyed at export (lifted constants namespaced by the .so); one key, one content "
+        "or export fails; the runtime reuses a key's storage per program and device"
+    )
+    reproduces = (
+        UpstreamRevision(
+            21823,
+            "",
+            "2026-08-21",
+            "'share AOTI weights by FQN across methods', merged "
+            "after this date; payload ETCUDAFQN3 of the executorch 1.5.1 wheel",
+            version="1.5.x",
+        ),
+    )
     memory_optimal = True
 
     def _key(self, c: ConstantSpec, method: MethodView, cache: CacheView) -> tuple[str, str, CachedView | None]:
         """(storage key, cache key for this method's device, entry under that cache key)."""
         skey = fqn_weight_key(c, method.name, method.device_type)
         first = cache.get(skey)
-        if first is None or (first.meta.device_type, first.meta.device_index) == (method.device_type,
-                                                                                method.device_index):
+        if first is None or (first.meta.device_type, first.meta.device_index) == (
+            method.device_type,
+            method.device_index,
+        ):
             return skey, skey, first
         ckey = f"{skey}@{device_label(method.device_type, method.device_index)}"
         return skey, ckey, cache.get(ckey)
@@ -871,8 +1222,9 @@ class FqnWeightCache(Policy):
                 continue
             _, ckey, entry = self._key(c, method, cache)
             lookups.append(LookupResult(c, _Lookup.HIT if entry is not None else _Lookup.MISS, entry, key=ckey))
-        return Plan(method, tuple(lookups), False,
-                    "per-FQN storages: only storages not cached for this device are uploaded")
+        return Plan(
+            method, tuple(lookups), False, "per-FQN storages: only storages not cached for this device are uploaded"
+        )
 
     def export(self, methods: Sequence[MethodView]) -> "ExportRefusal | None":
         """The 1.5.x exporter over the whole program: every method's weights go into one store
@@ -887,16 +1239,21 @@ class FqnWeightCache(Policy):
                 if not c.fqn:
                     continue
                 key = fqn_weight_key(c, m.name, m.device_type)
-                content = ((c.file, c.offset) if c.storage_key.startswith(FQN_WEIGHT_PREFIX + ":")
-                           else (c.digest,))
+                content = (c.file, c.offset) if c.storage_key.startswith(FQN_WEIGHT_PREFIX + ":") else (c.digest,)
                 first = stored.get(key)
                 if first is None:
                     stored[key] = (content, c, m.name)
                 elif first[0] != content:
                     held, owner = first[1], first[2]
-                    return ExportRefusal(m.name, c, key, duplicate_key_message(key, held.nbytes, c.nbytes),
-                                         StoredConstant(key, held.name, owner, m.meta(held), held.digest,
-                                                        held.mutated, held.storage, held.nbytes))
+                    return ExportRefusal(
+                        m.name,
+                        c,
+                        key,
+                        duplicate_key_message(key, held.nbytes, c.nbytes),
+                        StoredConstant(
+                            key, held.name, owner, m.meta(held), held.digest, held.mutated, held.storage, held.nbytes
+                        ),
+                    )
         return None
 
     def decide(self, plan, new_meta, cache):
@@ -904,25 +1261,43 @@ class FqnWeightCache(Policy):
         bad = next((c for c in m.constants if c.fqn and c.dtype not in _SLIM_SCALAR_TYPE), None)
         unbound = next((c for c in m.constants if not c.fqn and c.kind is _ConstantKind.PARAMETER and c.nbytes), None)
         if bad is not None or unbound is not None:  # init fails: the manifest's parse, else the full-update bind
-            failure, c = (("Malformed CUDA FQN weight manifest", bad) if bad is not None else
-                          ("Failed to bind CUDA FQN weights", unbound))
-            why = (f"{c.name!r} is {c.dtype}, a dtype the manifest parser rejects" if bad is not None else
-                   f"{c.name!r} is a parameter with no original FQN: no manifest entry binds it, and the "
-                   f"full-update check raises 'Cannot find constants {c.name} in constants_map!'")
-            refusing = ConstantDecision(c, None, _Decision.REFUSED, _Reason.LOAD_REFUSED, f"{why}; then: {failure}",
-                                        _TensorOrigin.OWN_UPLOAD)
-            return Outcome(m.name, tuple(_refuse_rest(plan, [refusing], f"method load failed: {failure}",
-                                                      _TensorOrigin.OWN_UPLOAD)), failure)
+            failure, c = (
+                ("Malformed CUDA FQN weight manifest", bad)
+                if bad is not None
+                else ("Failed to bind CUDA FQN weights", unbound)
+            )
+            why = (
+                f"{c.name!r} is {c.dtype}, a dtype the manifest parser rejects"
+                if bad is not None
+                else f"{c.name!r} is a parameter with no original FQN: no manifest entry binds it, and the "
+                f"full-update check raises 'Cannot find constants {c.name} in constants_map!'"
+            )
+            refusing = ConstantDecision(
+                c, None, _Decision.REFUSED, _Reason.LOAD_REFUSED, f"{why}; then: {failure}", _TensorOrigin.OWN_UPLOAD
+            )
+            return Outcome(
+                m.name,
+                tuple(_refuse_rest(plan, [refusing], f"method load failed: {failure}", _TensorOrigin.OWN_UPLOAD)),
+                failure,
+            )
         out: list[ConstantDecision] = []
         loaded_here: dict[str, ConstantSpec] = {}  # cache key -> the constant of this method that loads it
         failure: str | None = None
         for c in m.constants:
             lr = plan.lookup(c.name)
             if lr is None:
-                out.append(ConstantDecision(c, None, _Decision.NEVER_FILLED, _Reason.EMPTY_FQN,
-                                            f"no original FQN: no manifest entry binds it; torch's full-update check "
-                                            f"skips a {c.kind.value if c.nbytes else 'empty parameter'}, and no blob "
-                                            "is loaded: nothing fills this slot", _TensorOrigin.WHOLE_BLOB))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        None,
+                        _Decision.NEVER_FILLED,
+                        _Reason.EMPTY_FQN,
+                        f"no original FQN: no manifest entry binds it; torch's full-update check "
+                        f"skips a {c.kind.value if c.nbytes else 'empty parameter'}, and no blob "
+                        "is loaded: nothing fills this slot",
+                        _TensorOrigin.WHOLE_BLOB,
+                    )
+                )
                 continue
             skey, ckey, entry = self._key(c, m, cache)
             holder = cache.get(skey)  # the first holder of this storage key (any device)
@@ -935,33 +1310,83 @@ class FqnWeightCache(Policy):
                 failure = duplicate_key_message(skey, other.nbytes, c.nbytes)
             if failure is not None:
                 dig = DigestComparison((holder or other).digest, c.digest)
-                out.append(ConstantDecision(c, lr.result, _Decision.REFUSED, _Reason.EXPORT_REFUSED,
-                                            f"export refuses the program: {failure}", _TensorOrigin.OWN_UPLOAD, holder,
-                                            digest_comparison=dig, key=ckey))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        lr.result,
+                        _Decision.REFUSED,
+                        _Reason.EXPORT_REFUSED,
+                        f"export refuses the program: {failure}",
+                        _TensorOrigin.OWN_UPLOAD,
+                        holder,
+                        digest_comparison=dig,
+                        key=ckey,
+                    )
+                )
                 break
             if entry is None and other is None:
                 loaded_here[ckey] = c
-                out.append(ConstantDecision(c, _Lookup.MISS, _Decision.LOADED, _Reason.FIRST_SEEN,
-                                            f"first method with storage key {skey!r} on this device: that storage "
-                                            "is uploaded and cached", _TensorOrigin.OWN_UPLOAD, enters_cache=True, key=ckey))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.MISS,
+                        _Decision.LOADED,
+                        _Reason.FIRST_SEEN,
+                        f"first method with storage key {skey!r} on this device: that storage is uploaded and cached",
+                        _TensorOrigin.OWN_UPLOAD,
+                        enters_cache=True,
+                        key=ckey,
+                    )
+                )
             elif entry is None:
-                out.append(ConstantDecision(c, _Lookup.MISS, _Decision.PRIVATE, _Reason.SAME_KEY_IN_METHOD,
-                                            f"another constant of this method loads storage key {skey!r}: own "
-                                            "upload (upstream binds both names to one storage)", _TensorOrigin.OWN_UPLOAD,
-                                            key=ckey))
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.MISS,
+                        _Decision.PRIVATE,
+                        _Reason.SAME_KEY_IN_METHOD,
+                        f"another constant of this method loads storage key {skey!r}: own "
+                        "upload (upstream binds both names to one storage)",
+                        _TensorOrigin.OWN_UPLOAD,
+                        key=ckey,
+                    )
+                )
             else:
                 comps = compare_metadata(entry.meta, m.meta(c))
                 dig = DigestComparison(entry.digest, c.digest)
                 if comps.all_equal:
-                    out.append(ConstantDecision(c, _Lookup.HIT, _Decision.SHARED, _Reason.STORAGE_KEY_HIT,
-                                                f"storage key {skey!r} cached for this device: its storage is "
-                                                "reused (one key, one content: the exporter checked)",
-                                                _TensorOrigin.CACHE, entry, comps, dig, key=ckey))
+                    out.append(
+                        ConstantDecision(
+                            c,
+                            _Lookup.HIT,
+                            _Decision.SHARED,
+                            _Reason.STORAGE_KEY_HIT,
+                            f"storage key {skey!r} cached for this device: its storage is "
+                            "reused (one key, one content: the exporter checked)",
+                            _TensorOrigin.CACHE,
+                            entry,
+                            comps,
+                            dig,
+                            key=ckey,
+                        )
+                    )
                 else:
-                    out.append(ConstantDecision(c, _Lookup.HIT, _Decision.DECLINED, _Reason.METADATA_MISMATCH,
-                                                f"{_mismatch_text(comps)}: the same storage viewed otherwise; "
-                                                "upstream builds a view on the shared storage, here it is "
-                                                "uploaded on its own", _TensorOrigin.OWN_UPLOAD, entry, comps, dig, key=ckey))
+                    out.append(
+                        ConstantDecision(
+                            c,
+                            _Lookup.HIT,
+                            _Decision.DECLINED,
+                            _Reason.METADATA_MISMATCH,
+                            f"{_mismatch_text(comps)}: the same storage viewed otherwise; "
+                            "upstream builds a view on the shared storage, here it is "
+                            "uploaded on its own",
+                            _TensorOrigin.OWN_UPLOAD,
+                            entry,
+                            comps,
+                            dig,
+                            key=ckey,
+                        )
+                    )
         if failure is None:
             return Outcome(m.name, tuple(out))
         out = _refuse_rest(plan, out, f"the exporter refuses the program: {failure}", _TensorOrigin.OWN_UPLOAD)
@@ -969,8 +1394,18 @@ class FqnWeightCache(Policy):
 
 
 POLICY_CLASSES: dict[PolicyName, type[Policy]] = {
-    cls.name: cls for cls in (NoSharing, NameOnly, RefuseOnMismatch, DeclineOnMismatch,
-                              VerifyAlways, Fingerprint, ContentDedup, BlindShare, FqnWeightCache)
+    cls.name: cls
+    for cls in (
+        NoSharing,
+        NameOnly,
+        RefuseOnMismatch,
+        DeclineOnMismatch,
+        VerifyAlways,
+        Fingerprint,
+        ContentDedup,
+        BlindShare,
+        FqnWeightCache,
+    )
 }
 POLICIES: tuple[str, ...] = tuple(p.value for p in PolicyName)
 
