@@ -2,7 +2,6 @@
 extract_constants_map returns them).  CPU, torch 2.13; results in
 benchmarks/results/2026-12-01/issue23/fqn_probe.md."""
 
-
 import torch
 import torch._inductor.config as ic
 

@@ -1,6 +1,5 @@
 """Accidental shared state: two module instances whose mutated buffers share an FQN (`kv`)."""
 
-
 from toolkit.build.samples import Expected
 
 from ._common import ProjectionWithCache, randn

@@ -1,6 +1,5 @@
 """Total collision: every constant name of the second method is already cached."""
 
-
 from toolkit.build.samples import Expected
 
 from ._common import MatmulConstant, randn

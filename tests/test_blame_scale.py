@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import toolkit
-from toolkit.core.verdict import BlameStatus
+from toolkit.core.vocab import BlameStatus
 from toolkit.engine import blame as blame_ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -12,7 +12,8 @@ import pytest
 from executorch_fixtures import unpacked
 
 from toolkit.cli import main
-from toolkit.core.verdict import BAD_OUTCOMES, MethodOutcome
+from toolkit.core.verdict import BAD_OUTCOMES
+from toolkit.core.vocab import MethodOutcome
 from toolkit.reports.ci import failure_message, junit_xml
 from toolkit.workflows.dry_run import run_analysis
 

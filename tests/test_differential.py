@@ -19,8 +19,7 @@ from executorch_fixtures import unpacked
 import toolkit
 from toolkit.build.samples import sample_names
 from toolkit.core.policies import POLICIES
-from toolkit.core.verdict import MethodOutcome
-from toolkit.core.vocab import ProgramFormat
+from toolkit.core.vocab import CheckedAgainst, MethodOutcome, ProgramFormat
 from toolkit.engine import inputs, verification
 
 SAMPLES = ("total_collision", "shared_state", "mutated_buffer")  # on the CPU (every sample on the GPU, below)
@@ -80,14 +79,14 @@ def test_verdict_names_its_oracle_per_method_and_the_generated_inputs(built_samp
     s = toolkit.load_program(built_sample("total_collision"), "name-only")
     try:
         eager = s.verify()
-        assert set(eager["oracle"]) == {verification.EAGER}
-        assert {m.checked_against for m in s.verdict().methods} == {verification.EAGER}
+        assert set(eager["oracle"]) == {CheckedAgainst.EAGER}
+        assert {m.checked_against for m in s.verdict().methods} == {CheckedAgainst.EAGER}
         frame = s.verify(oracle="generated", draws=4, seed=7).set_index("method")
         assert frame.loc["decode", "draws"] == "differs, differs, differs, differs", frame.to_string()
         assert frame.loc["prefill", "draws"] == "ok, ok, ok, ok"
         v = s.verdict()
         assert v.wrong_methods == ["decode"]
-        assert v.method("decode").checked_against == verification.UNSHARED_GENERATED
+        assert v.method("decode").checked_against == CheckedAgainst.UNSHARED_GENERATED
         assert "4 draws (seed 7) of float32[4, 64]" in v.method("decode").oracle_detail
         assert "bit-exact" in v.method("decode").oracle_detail
         again = s.verify(oracle="generated", draws=4, seed=8).set_index("method")
@@ -108,7 +107,7 @@ def test_a_sequence_is_checked_against_the_intended_shared_state(built_sample):
         s.verify(sequence="generate", oracle="unshared")
         v = s.verdict()
         (q,) = v.sequences
-        assert q.outcome is MethodOutcome.WRONG and q.checked_against == verification.UNSHARED_REFERENCE_INPUTS
+        assert q.outcome is MethodOutcome.WRONG and q.checked_against == CheckedAgainst.UNSHARED_REFERENCE_INPUTS
         assert "one tensor per storage of the eager program" in q.oracle_detail
         assert verdict_from_dict(dataclasses.asdict(v)) == v  # as an isolated worker sends it back
     finally:
@@ -206,7 +205,7 @@ def test_gpu_a_pte_without_references_verifies_differentially(tmp_path, name):
             assert {m.method: m.outcome for m in got.methods} == {m.method: m.outcome for m in want.methods}
             assert not got.no_reference
             assert {m.checked_against for m in got.methods if m.outcome in (MethodOutcome.OK, MethodOutcome.WRONG)} <= {
-                verification.UNSHARED_GENERATED
+                CheckedAgainst.UNSHARED_GENERATED
             }
         finally:
             s.close()

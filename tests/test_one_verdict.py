@@ -19,7 +19,8 @@ import pytest
 
 from toolkit.build.samples import sample_module, sample_names
 from toolkit.cli import main as cli_main
-from toolkit.core.verdict import BAD_OUTCOMES, ExitCode, MethodOutcome
+from toolkit.core.verdict import BAD_OUTCOMES
+from toolkit.core.vocab import ExitCode, MethodOutcome
 from toolkit.display.html import verification_html
 from toolkit.plots import collision_matrix_view
 from toolkit.reports.collision import collision_report, read_report
@@ -183,16 +184,8 @@ def test_no_import_circle_in_the_package():
 
 def test_blame_confirms_clears_or_leaves_open_each_finding():
     """The verdict's per-constant confirmation from blame's experiments (pure: no load)."""
-    from toolkit.core.verdict import (
-        BlameRow,
-        BlameStatus,
-        CheckRow,
-        DataProblem,
-        MethodFacts,
-        build_verdict,
-        find_problem,
-    )
-    from toolkit.core.vocab import Decision, MethodStatus
+    from toolkit.core.verdict import BlameRow, CheckRow, MethodFacts, build_verdict, find_problem
+    from toolkit.core.vocab import BlameStatus, DataProblem, Decision, MethodStatus
 
     def found(m, n):
         return find_problem(
@@ -247,7 +240,7 @@ def test_blame_confirms_clears_or_leaves_open_each_finding():
 @pytest.mark.slow
 def test_blame_of_a_sequence_names_the_state_kept_apart(built_sample):
     """shared_state under no-sharing: prefill's cache is kept from decode; blame's culprit enters the verdict."""
-    from toolkit.core.verdict import BlameStatus, DataProblem
+    from toolkit.core.vocab import BlameStatus, DataProblem
     from toolkit.engine.session import load_program
 
     s = load_program(built_sample("shared_state"), "no-sharing")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.core.options import FirstLoad, LoadOptions, UploadMode, cache_folder, options_from_environment
+from toolkit.core.options import LoadOptions, cache_folder, options_from_environment
+from toolkit.core.vocab import FirstLoad, UploadMode
 
 TOOLKIT = Path(__file__).resolve().parents[1] / "toolkit"
 
@@ -103,8 +104,8 @@ def test_a_load_keeps_its_options_and_check_integrity_overrides_them(built_sampl
 
 # the only places in toolkit/ that touch the process environment
 ALLOWED = {
-    ("options.py", "options_from_environment"),  # the one reader
-    ("isolation.py", "_run_worker"),  # the child process's environment: a copy handed on, not options
+    ("core/options.py", "options_from_environment"),  # the one reader
+    ("workflows/isolation.py", "_run_worker"),  # the child process's environment: a copy handed on, not options
     ("runtimes/aoti.py", "AotiRuntime.__init__"),  # AOTInductor's own switch, read by the .so with getenv
 }
 _ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

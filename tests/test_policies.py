@@ -638,7 +638,7 @@ def _program(*methods):
 
 @pytest.mark.parametrize("policy", ["name-only", "refuse-on-mismatch", "decline-on-mismatch"])
 def test_dry_run_says_a_never_filled_slot_is_not_runnable(policy):
-    from toolkit.core.verdict import DataProblem, MethodOutcome
+    from toolkit.core.vocab import DataProblem, MethodOutcome
     from toolkit.workflows.dry_run import run_analysis
 
     a = run_analysis(_program(("m0", [B16]), ("m1", [B32, X])), policy)
@@ -817,7 +817,7 @@ def test_fqn_weight_cache_an_unnamed_parameter_fails_the_bind_an_unnamed_buffer_
 
 
 def test_dry_run_of_fqn_weight_cache_says_an_unnamed_buffer_is_not_runnable():
-    from toolkit.core.verdict import MethodOutcome
+    from toolkit.core.vocab import MethodOutcome
     from toolkit.workflows.dry_run import run_analysis
 
     w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
@@ -969,7 +969,7 @@ def test_repeated_fqn_that_misses_beside_a_hit_re_points_the_last_slot_at_the_fi
 
 @pytest.mark.parametrize("policy", DENSE)
 def test_dry_run_of_the_re_pointed_twin_runs_on_the_first_slots_data(policy):
-    from toolkit.core.verdict import DataProblem, MethodOutcome
+    from toolkit.core.vocab import DataProblem, MethodOutcome
     from toolkit.workflows.dry_run import run_analysis
 
     a = run_analysis(_program(("m0", [B16]), ("m1", [B16, TWIN, BIAS])), policy)

@@ -24,7 +24,7 @@ import toolkit
 from toolkit.cli import main
 from toolkit.core.errors import ReferenceDataError
 from toolkit.core.policies import POLICIES
-from toolkit.core.verdict import ExitCode
+from toolkit.core.vocab import ExitCode
 from toolkit.engine.verification import NO_REFERENCE
 from toolkit.reports.collision import collision_report, read_report, to_csv
 from toolkit.workflows.compare import compare_policies

@@ -543,7 +543,8 @@ def test_verification_names_the_constants_that_run_on_other_data():
 
 
 def test_verification_says_blames_finding_once_for_the_constants_it_was_found_for():
-    from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem
+    from toolkit.core.verdict import ConstantFinding
+    from toolkit.core.vocab import BlameStatus, DataProblem
     from toolkit.display.html import findings_text
 
     note = "breaks standalone (only together with the 4 other swaps of this set)"

@@ -18,8 +18,8 @@ import torch
 from toolkit import upload
 from toolkit.core.errors import IntegrityError
 from toolkit.core.model import ConstantSpec
-from toolkit.core.options import FirstLoad, LoadOptions, UploadMode
-from toolkit.core.vocab import ConstantKind, UploadPath
+from toolkit.core.options import LoadOptions
+from toolkit.core.vocab import ConstantKind, FirstLoad, UploadMode, UploadPath
 
 PAGE = mmap.PAGESIZE
 

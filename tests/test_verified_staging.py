@@ -20,8 +20,8 @@ from test_upload import spec
 from toolkit import upload
 from toolkit.core.errors import IntegrityError
 from toolkit.core.model import FileRecord
-from toolkit.core.options import FirstLoad, LoadOptions, options_from_environment
-from toolkit.core.vocab import UploadPath
+from toolkit.core.options import LoadOptions, options_from_environment
+from toolkit.core.vocab import FirstLoad, UploadPath
 from toolkit.engine.session import load_program
 from toolkit.integrity import PieceCopy, file_record, plan_piece_copies, record_piece_plan, verified_files
 from toolkit.sources import open_program

@@ -828,7 +828,8 @@ def test_view_marks_blamed_rows_and_says_why(explorer):
 
 
 def _verdict_of_three_findings():
-    from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
+    from toolkit.core.verdict import ConstantFinding, MethodVerdict, Verdict
+    from toolkit.core.vocab import BlameStatus, DataProblem, MethodOutcome
 
     def finding(method, name, blame, note, broken=()):
         return ConstantFinding(
@@ -914,7 +915,8 @@ def test_view_matrix_hover_says_decision_and_reason(explorer):
 
 
 def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest():
-    from toolkit.core.verdict import BlameStatus, ConstantFinding, DataProblem, MethodOutcome, MethodVerdict, Verdict
+    from toolkit.core.verdict import ConstantFinding, MethodVerdict, Verdict
+    from toolkit.core.vocab import BlameStatus, DataProblem, MethodOutcome
     from toolkit.display.html import MAX_NAMED, verification_html
 
     v = pd.DataFrame(

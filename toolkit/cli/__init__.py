@@ -31,8 +31,8 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.verdict import EXIT_CODE_TABLE, ORACLES, BlameStatus, ExitCode, MethodOutcome
-from toolkit.core.vocab import Stage
+from toolkit.core.verdict import EXIT_CODE_TABLE
+from toolkit.core.vocab import BlameStatus, ExitCode, MethodOutcome, Oracle, Stage
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command a Ctrl-C stopped
 
@@ -632,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--oracle",
         default="auto",
-        choices=ORACLES,
+        choices=[o.value for o in Oracle],
         help="check each method against its reference and, without one, against its own unshared load "
         "on generated inputs (auto); references only; the unshared load for every method; "
         "the unshared load on generated inputs only",

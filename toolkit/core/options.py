@@ -3,32 +3,12 @@ the one place the toolkit reads its environment variables (``load_program`` call
 
 from __future__ import annotations
 
-import enum
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from toolkit.core.vocab import parse
-
-
-class UploadMode(enum.StrEnum):
-    """Which uploader a load's CUDA uploads go through (:mod:`toolkit.upload`)."""
-
-    MAPPED = "mapped"  # MappedBlobUploader: a reload copies straight from page-locked pages
-    STAGED = "staged"  # HostStager alone: nothing is ever page-locked
-    UNSTAGED = "unstaged"  # a fresh pinned buffer per constant (for measurements)
-
-
-class FirstLoad(enum.StrEnum):
-    """A blob's first load on the mapped path (:class:`toolkit.upload.MappedBlobUploader`)."""
-
-    STAGED = "staged"
-    LOCKED = "locked"
-    HYBRID = "hybrid"
-    # the staging pipeline of :func:`toolkit.upload.stage_pieces`, unhashed: for uploads not hashed as they are
-    # staged (integrity off, or integrity_staging=False); its pinned slots are reused, nothing is ever locked
-    PIPELINED = "pipelined"
+from toolkit.core.vocab import FirstLoad, UploadMode, parse
 
 
 @dataclass(frozen=True)

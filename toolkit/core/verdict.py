@@ -10,41 +10,22 @@ verdict and decides nothing again.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from toolkit.core.vocab import Decision, Members, MethodStatus, Stage
+from toolkit.core.vocab import (
+    BlameStatus,
+    CheckedAgainst,
+    DataProblem,
+    Decision,
+    ExitCode,
+    Members,
+    MethodOutcome,
+    MethodStatus,
+    Stage,
+)
 
 _Decision = Members(Decision)  # read per constant by find_problem (vocab.Members: 0.12 us each off the enum on 3.11)
-
-
-class MethodOutcome(enum.StrEnum):
-    """What became of one method (in a dry run: what would)."""
-
-    OK = "ok"  # ran and matched its reference (dry run: would run on its own data only)
-    WRONG = "wrong"  # ran and differs from its reference (dry run: would run on another constant's data)
-    NOT_RUNNABLE = "not runnable"  # the out-of-bounds guard keeps it from running (upstream reads out of bounds)
-    NO_REFERENCE = "no reference"  # loaded and runnable, nothing to compare against: neither ok nor wrong
-    FAILED = "failed"  # its load (or its run) failed: ``stage`` says where
-    REFUSED = "refused"  # the modelled exporter refuses the program: no method of it exists
-    NOT_REACHED = "not reached"  # an earlier method failed the load first
-
-
-# What a verification row was checked against (its ``oracle`` column, :attr:`MethodVerdict.checked_against`).
-EAGER, SUPPLIED = "eager reference", "supplied reference"
-UNSHARED_REFERENCE_INPUTS = "unshared load, reference inputs"  # the same method loaded alone, on its own bytes
-UNSHARED_SUPPLIED_INPUTS = "unshared load, supplied inputs"
-UNSHARED_GENERATED = "unshared load, generated inputs"
-# ``verify(oracle=...)``, ``report --oracle``: "auto" (a reference where there is one, else the unshared load
-# on generated inputs), "reference" (references only), "unshared" (the unshared load for every method, on the
-# reference's inputs where there is one), "generated" (the unshared load on generated inputs only)
-ORACLES = ("auto", "reference", "unshared", "generated")
-
-
-def check_oracle(oracle: str) -> None:
-    if oracle not in ORACLES:
-        raise ValueError(f"oracle must be one of {ORACLES}, got {oracle!r}")
 
 
 # outcomes that make a load's result a failure (exit code 1)
@@ -57,44 +38,6 @@ BAD_OUTCOMES = frozenset(
         MethodOutcome.NOT_REACHED,
     }
 )
-
-
-class DataProblem(enum.StrEnum):
-    """Why a method runs on other data than its own for one constant."""
-
-    SLOT_MISMATCH = "slot mismatch"  # the installed tensor cannot fill the slot (shape, dtype, bytes, device)
-    CONTENT_DIFFERS = "content differs"  # shared, and the cached content digest is not its own
-    STATE_LEAKED = "state leaked"  # shared state that is another buffer of the eager program
-    STATE_NOT_SHARED = "state not shared"  # one buffer of the eager program, kept apart by this load
-    SLOT_NEVER_FILLED = "slot never filled"  # upstream writes nothing into the slot (it reads garbage)
-
-    @property
-    def standalone(self) -> bool:
-        """Wrong even when the method runs alone from its initial state (state problems need a writer first)."""
-        return self in (DataProblem.SLOT_MISMATCH, DataProblem.CONTENT_DIFFERS, DataProblem.SLOT_NEVER_FILLED)
-
-
-class BlameStatus(enum.StrEnum):
-    CULPRIT = "culprit"  # undoing it (alone, or with its minimal set) made the verification pass
-    HARMLESS = "harmless"  # ``blame_note`` says why: the method verifies ok, or undoing it fixes nothing
-    INCONCLUSIVE = "inconclusive"  # tried, fixed nothing, and blame found no culprit of that verification
-    NOT_TESTED = "not tested"  # no experiment: a dry run, blame not run, or the method not verified
-
-
-class ExitCode(enum.IntEnum):
-    """The CLI's exit codes (``report``, ``compare``, ``scan``, dry run or not)."""
-
-    OK = 0
-    PROBLEM = 1
-    USAGE = 2
-    NOT_VERIFIED = 3
-
-    @staticmethod
-    def worst(codes: Iterable["ExitCode"]) -> "ExitCode":
-        """Several results as one code: PROBLEM over NOT_VERIFIED over OK."""
-        order = (ExitCode.PROBLEM, ExitCode.NOT_VERIFIED)
-        found = set(codes)
-        return next((c for c in order if c in found), ExitCode.OK)
 
 
 EXIT_CODE_MEANINGS = {
@@ -421,7 +364,7 @@ def build_verdict(
     blame: Sequence[BlameRow] = (),
     error: str = "",
     failed_stage: Stage | None = None,
-    oracle: str = EAGER,
+    oracle: str = CheckedAgainst.EAGER,
 ) -> Verdict:
     """The verdict of one load from its facts.  ``checks``: the standalone verification (None: not
     verified, or a dry run); ``sequences``: each verified sequence's steps; ``blame``: every

@@ -8,7 +8,7 @@ boundary with :func:`parse`.
 from __future__ import annotations
 
 import enum
-from typing import TypeVar
+from typing import Iterable, TypeVar
 
 
 class PolicyName(enum.StrEnum):
@@ -161,6 +161,94 @@ class MetadataField(enum.StrEnum):
     STRIDES = "strides"
     DEVICE_TYPE = "device_type"
     DEVICE_INDEX = "device_index"
+
+
+class MethodOutcome(enum.StrEnum):
+    """What became of one method (in a dry run: what would)."""
+
+    OK = "ok"  # ran and matched its reference (dry run: would run on its own data only)
+    WRONG = "wrong"  # ran and differs from its reference (dry run: would run on another constant's data)
+    NOT_RUNNABLE = "not runnable"  # the out-of-bounds guard keeps it from running (upstream reads out of bounds)
+    NO_REFERENCE = "no reference"  # loaded and runnable, nothing to compare against: neither ok nor wrong
+    FAILED = "failed"  # its load (or its run) failed: ``stage`` says where
+    REFUSED = "refused"  # the modelled exporter refuses the program: no method of it exists
+    NOT_REACHED = "not reached"  # an earlier method failed the load first
+
+
+class DataProblem(enum.StrEnum):
+    """Why a method runs on other data than its own for one constant."""
+
+    SLOT_MISMATCH = "slot mismatch"  # the installed tensor cannot fill the slot (shape, dtype, bytes, device)
+    CONTENT_DIFFERS = "content differs"  # shared, and the cached content digest is not its own
+    STATE_LEAKED = "state leaked"  # shared state that is another buffer of the eager program
+    STATE_NOT_SHARED = "state not shared"  # one buffer of the eager program, kept apart by this load
+    SLOT_NEVER_FILLED = "slot never filled"  # upstream writes nothing into the slot (it reads garbage)
+
+    @property
+    def standalone(self) -> bool:
+        """Wrong even when the method runs alone from its initial state (state problems need a writer first)."""
+        return self in (DataProblem.SLOT_MISMATCH, DataProblem.CONTENT_DIFFERS, DataProblem.SLOT_NEVER_FILLED)
+
+
+class BlameStatus(enum.StrEnum):
+    CULPRIT = "culprit"  # undoing it (alone, or with its minimal set) made the verification pass
+    HARMLESS = "harmless"  # ``blame_note`` says why: the method verifies ok, or undoing it fixes nothing
+    INCONCLUSIVE = "inconclusive"  # tried, fixed nothing, and blame found no culprit of that verification
+    NOT_TESTED = "not tested"  # no experiment: a dry run, blame not run, or the method not verified
+
+
+class ExitCode(enum.IntEnum):
+    """The CLI's exit codes (``report``, ``compare``, ``scan``, dry run or not)."""
+
+    OK = 0
+    PROBLEM = 1
+    USAGE = 2
+    NOT_VERIFIED = 3
+
+    @staticmethod
+    def worst(codes: Iterable["ExitCode"]) -> "ExitCode":
+        """Several results as one code: PROBLEM over NOT_VERIFIED over OK."""
+        order = (ExitCode.PROBLEM, ExitCode.NOT_VERIFIED)
+        found = set(codes)
+        return next((c for c in order if c in found), ExitCode.OK)
+
+
+class UploadMode(enum.StrEnum):
+    """Which uploader a load's CUDA uploads go through (:mod:`toolkit.upload`)."""
+
+    MAPPED = "mapped"  # MappedBlobUploader: a reload copies straight from page-locked pages
+    STAGED = "staged"  # HostStager alone: nothing is ever page-locked
+    UNSTAGED = "unstaged"  # a fresh pinned buffer per constant (for measurements)
+
+
+class FirstLoad(enum.StrEnum):
+    """A blob's first load on the mapped path (:class:`toolkit.upload.MappedBlobUploader`)."""
+
+    STAGED = "staged"
+    LOCKED = "locked"
+    HYBRID = "hybrid"
+    # the staging pipeline of :func:`toolkit.upload.stage_pieces`, unhashed: for uploads not hashed as they are
+    # staged (integrity off, or integrity_staging=False); its pinned slots are reused, nothing is ever locked
+    PIPELINED = "pipelined"
+
+
+class Oracle(enum.StrEnum):
+    """What a method is checked against (``verify(oracle=...)``, ``report --oracle``)."""
+
+    AUTO = "auto"  # its reference where there is one, else its own unshared load on generated inputs
+    REFERENCE = "reference"  # references only
+    UNSHARED = "unshared"  # its own unshared load for every method, on the reference's inputs where there is one
+    GENERATED = "generated"  # its own unshared load on generated inputs only
+
+
+class CheckedAgainst(enum.StrEnum):
+    """What one verification row was checked against (its ``oracle`` column)."""
+
+    EAGER = "eager reference"
+    SUPPLIED = "supplied reference"
+    UNSHARED_REFERENCE_INPUTS = "unshared load, reference inputs"  # the same method loaded alone, on its own bytes
+    UNSHARED_SUPPLIED_INPUTS = "unshared load, supplied inputs"
+    UNSHARED_GENERATED = "unshared load, generated inputs"
 
 
 E = TypeVar("E", bound=enum.StrEnum)

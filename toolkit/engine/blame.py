@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Iterator
 import pandas as pd
 
 from toolkit.core import events as ev
-from toolkit.core.verdict import STANDALONE, ConstantFinding, DataProblem, ran_wrong
-from toolkit.core.vocab import Decision
+from toolkit.core.verdict import STANDALONE, ConstantFinding, ran_wrong
+from toolkit.core.vocab import DataProblem, Decision
 from toolkit.engine.frames import check_rows, wrong_methods
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from toolkit.core.errors import LoadError
 from toolkit.core.model import Program
 from toolkit.core.options import LoadOptions, options_from_environment
 from toolkit.core.policies import Policy, get_policy
-from toolkit.core.verdict import BlameRow, DataProblem, MethodFacts, Verdict, build_verdict, check_oracle
-from toolkit.core.vocab import SessionStatus
+from toolkit.core.verdict import BlameRow, MethodFacts, Verdict, build_verdict
+from toolkit.core.vocab import DataProblem, Oracle, SessionStatus, parse
 from toolkit.engine.frames import check_rows
 from toolkit.engine.loader import ProgramLoad, default_runtime, resolve_devices
 from toolkit.runtimes import Runtime
@@ -82,7 +82,7 @@ class Session(ProgramLoad):
 
         if draws < 1:
             raise ValueError(f"draws must be at least 1, got {draws!r}")
-        check_oracle(oracle)  # before anything runs
+        parse(Oracle, oracle, what="oracle")  # before anything runs
         if sequence is not None:
             self.program.sequence(sequence)  # KeyError naming the sequences there are
             if references is not None:

@@ -23,15 +23,7 @@ import torch
 
 from toolkit.core.errors import ProgramError, ReferenceDataError, ToolkitError
 from toolkit.core.model import MethodSpec, Program
-from toolkit.core.verdict import (
-    EAGER,
-    SUPPLIED,
-    UNSHARED_GENERATED,
-    UNSHARED_REFERENCE_INPUTS,  # noqa: F401 (re-exported)
-    UNSHARED_SUPPLIED_INPUTS,
-    check_oracle,
-)
-from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.core.vocab import CheckedAgainst, ConstantKind, Oracle, ProgramFormat, parse
 from toolkit.engine.inputs import generate
 
 if TYPE_CHECKING:
@@ -366,7 +358,7 @@ def verify_session(
 
     ``ok`` is a nullable boolean: True (matches), False (differs, or its run failed), or
     ``pd.NA`` where nothing was compared (no reference, not loaded, not runnable: ``reason``
-    says which), neither ok nor wrong.  ``oracle`` (:data:`toolkit.core.verdict.ORACLES`) says what a method is
+    says which), neither ok nor wrong.  ``oracle`` (:class:`toolkit.core.vocab.Oracle`) says what a method is
     checked against, named per row (``oracle``, ``oracle_detail``): its reference (the
     program's or one in ``references``, see :func:`resolve_references`, checked before
     anything runs), or the same method loaded on its own bytes (:func:`differential_row`) on
@@ -376,7 +368,7 @@ def verify_session(
     than the method's, raises :class:`~toolkit.core.errors.ReferenceDataError`.  ``methods``: only
     these rows (blame's experiments verify the wrong method alone).
     """
-    check_oracle(oracle)
+    oracle = parse(Oracle, oracle, what="oracle")
     refs = resolve_references(session, references) if references or oracle == "unshared" else None
     rows = []
     for spec in (m for m in session.program.methods if methods is None or m.name in methods):
@@ -400,14 +392,18 @@ def verify_session(
                     session,
                     spec,
                     [list(ref.inputs)],
-                    UNSHARED_SUPPLIED_INPUTS if ref.supplied else UNSHARED_REFERENCE_INPUTS,
+                    CheckedAgainst.UNSHARED_SUPPLIED_INPUTS
+                    if ref.supplied
+                    else CheckedAgainst.UNSHARED_REFERENCE_INPUTS,
                     f"inputs: {ref.given_as}",
                 )
             )
         elif ref is None or oracle == "generated":
             generated = generate(session.program, spec, draws, seed) if oracle != "reference" else None
             if generated is not None:
-                row.update(differential_row(session, spec, generated[0], UNSHARED_GENERATED, generated[1]))
+                row.update(
+                    differential_row(session, spec, generated[0], CheckedAgainst.UNSHARED_GENERATED, generated[1])
+                )
             else:
                 row["ok"] = pd.NA
                 row["reason"] = (
@@ -416,7 +412,7 @@ def verify_session(
                     + "; pass verify(references={...})"
                 )
         else:
-            row["oracle"] = SUPPLIED if ref.supplied else EAGER
+            row["oracle"] = CheckedAgainst.SUPPLIED if ref.supplied else CheckedAgainst.EAGER
             try:
                 if ref.given_as:
                     inputs, expected = list(ref.inputs), list(ref.outputs)
@@ -693,7 +689,7 @@ def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> p
 
     Checked against the eager sequence the program stores, or (``oracle="unshared"``) against the
     same steps run on an unshared load holding the program's intended shared state."""
-    check_oracle(oracle)
+    oracle = parse(Oracle, oracle, what="oracle")
     rows = []
     try:
         steps = read_sequence_reference(session.program, name, check_integrity=session.check_integrity)
@@ -712,7 +708,7 @@ def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> p
             step=i,
             method=method,
             reason=broken,
-            oracle=UNSHARED_REFERENCE_INPUTS if unshared else EAGER,
+            oracle=CheckedAgainst.UNSHARED_REFERENCE_INPUTS if unshared else CheckedAgainst.EAGER,
             oracle_detail=detail,
         )
         if not broken:

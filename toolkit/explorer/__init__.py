@@ -33,8 +33,8 @@ import traitlets
 from toolkit.build.samples import DEFAULT_SAMPLE, build_sample, sample_names
 from toolkit.core.errors import IncompatibleProgramError, InvalidChoiceError, ToolkitError
 from toolkit.core.policies import POLICIES, get_policy
-from toolkit.core.verdict import BlameStatus, ConstantFinding, MethodOutcome, Verdict
-from toolkit.core.vocab import Lookup, PolicyName, parse
+from toolkit.core.verdict import ConstantFinding, Verdict
+from toolkit.core.vocab import BlameStatus, Lookup, MethodOutcome, PolicyName, parse
 from toolkit.display.html import (
     CAUGHT_COLOUR,
     DECISION_COLOURS,

@@ -24,7 +24,8 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from toolkit.core.verdict import BAD_OUTCOMES, EXIT_CODE_MEANINGS, BlameStatus, ExitCode, MethodOutcome, Verdict
+from toolkit.core.verdict import BAD_OUTCOMES, EXIT_CODE_MEANINGS, Verdict
+from toolkit.core.vocab import BlameStatus, ExitCode, MethodOutcome
 from toolkit.display.html import findings_text, html_table, outcome_colour, verification_html
 
 if TYPE_CHECKING:

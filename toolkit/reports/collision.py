@@ -33,8 +33,7 @@ import pandas as pd
 
 from toolkit.core.errors import OutputError, ReportError
 from toolkit.core.model import shown
-from toolkit.core.verdict import DataProblem, MethodOutcome
-from toolkit.core.vocab import ProgramFormat
+from toolkit.core.vocab import DataProblem, MethodOutcome, ProgramFormat
 from toolkit.display.html import html_table
 
 if TYPE_CHECKING:

@@ -31,8 +31,8 @@ import torch
 
 from toolkit.core.errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
 from toolkit.core.model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
-from toolkit.core.options import FirstLoad, LoadOptions, UploadMode
-from toolkit.core.vocab import ProgramFormat, UploadPath
+from toolkit.core.options import LoadOptions
+from toolkit.core.vocab import FirstLoad, ProgramFormat, UploadMode, UploadPath
 from toolkit.integrity import VerifiedCopy, copy_region, hash_threads, keep_for_process, verified_files
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import parse_device as _parse

@@ -27,8 +27,8 @@ import torch
 
 from toolkit.core.errors import IntegrityError
 from toolkit.core.model import ConstantSpec, FileRecord
-from toolkit.core.options import FirstLoad, LoadOptions, UploadMode
-from toolkit.core.vocab import UploadPath, parse
+from toolkit.core.options import LoadOptions
+from toolkit.core.vocab import FirstLoad, UploadMode, UploadPath, parse
 from toolkit.integrity import (
     PiecePlan,
     _mismatch,

@@ -14,8 +14,8 @@ import pandas as pd
 
 from toolkit.core.model import Program
 from toolkit.core.policies import POLICIES, get_policy
-from toolkit.core.verdict import ExitCode, Verdict
-from toolkit.core.vocab import SessionStatus
+from toolkit.core.verdict import Verdict
+from toolkit.core.vocab import ExitCode, SessionStatus
 from toolkit.engine.frames import decision_counts
 from toolkit.engine.session import Session, load_program
 from toolkit.sources import open_program
