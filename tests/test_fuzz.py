@@ -1118,7 +1118,7 @@ def test_a_side_file_that_is_not_a_regular_file_is_refused_by_name_never_opened(
     the .ptd, a reference, the .pte itself): refused by name, or left out where the file is
     optional; never opened (a FIFO would block, /dev/zero read without end).  Every tenth case
     also goes through ``scan``'s worker function, which must return its rows."""
-    from toolkit.cli import scan_program
+    from toolkit.workflows.scan import scan_program
 
     rng = random.Random(seed)
     folder = rng.choice(PTE_FIXTURES + [str(EXPORTS / "shared_state")] * 4)

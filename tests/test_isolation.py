@@ -157,13 +157,13 @@ def kill_on_crash(path: str, policies: list[str]) -> list[dict]:
     """scan's worker function, but the worker of a path holding 'crash' dies by SIGKILL."""
     if "crash" in path:
         os.kill(os.getpid(), signal.SIGKILL)
-    from toolkit.cli import scan_program
+    from toolkit.workflows.scan import scan_program
 
     return scan_program(path, policies)
 
 
 def test_scan_fails_the_row_of_a_program_whose_worker_dies_and_carries_on(tmp_path):
-    from toolkit.cli import scan_rows
+    from toolkit.workflows.scan import scan_rows
 
     paths = []
     for name in ("a", "crash", "b", "c"):
@@ -183,7 +183,8 @@ def test_scan_fails_the_row_of_a_program_whose_worker_dies_and_carries_on(tmp_pa
 def test_scan_reports_a_hostile_program_as_a_failed_row_with_csv_and_exit_code(tmp_path, monkeypatch, capsys):
     """A FIFO beside a .pte made scan hang; an unexpected exception in one program killed the run."""
     import toolkit.sources
-    from toolkit.cli import main, scan_program
+    from toolkit.cli import main
+    from toolkit.workflows.scan import scan_program
 
     _pte_with_fifo(tmp_path / "zoo" / "fifo")
     shutil.copytree(SHARED_OK, tmp_path / "zoo" / "good")

@@ -175,6 +175,9 @@ class MethodOutcome(enum.StrEnum):
     NOT_REACHED = "not reached"  # an earlier method failed the load first
 
 
+UNREADABLE = "unreadable"  # a scanned file that cannot be read: a scan row's outcome, no method's
+
+
 class DataProblem(enum.StrEnum):
     """Why a method runs on other data than its own for one constant."""
 

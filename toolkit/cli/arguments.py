@@ -1,0 +1,104 @@
+"""Arguments the commands share, checked before any work: programs, sources, devices, output files, references."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+from toolkit.cli.terminal import say
+from toolkit.core.errors import ToolkitError
+
+
+def load_source_module(source: str):
+    path = Path(source)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise ToolkitError(f"{path}: no such file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as e:  # the user's file: say which and why, in one line
+            raise ToolkitError(f"{path}: running it failed: {type(e).__name__}: {e}") from None
+    else:
+        try:
+            mod = importlib.import_module(source)
+        except ImportError as e:
+            raise ToolkitError(f"{source}: not a .py file and not an importable module ({e})") from None
+        except Exception as e:
+            raise ToolkitError(f"{source}: importing it failed: {type(e).__name__}: {e}") from None
+    if not callable(getattr(mod, "methods", None)):
+        raise ToolkitError(f"{source}: defines no methods() returning {{name: (module, example_args)}}")
+    return mod
+
+
+def program_from(ref: str, device: str | None, constant_table: str | None = None):
+    from toolkit.build.samples import build_sample, sample_names
+    from toolkit.sources import open_program
+
+    if Path(ref).exists():  # a program directory, or a file of another format (.pte, .pt2)
+        return open_program(ref, **({"constant_table": constant_table} if constant_table else {}))
+    if ref in sample_names():
+        kind = "cuda" if device and device.startswith("cuda") else "cpu"
+        return build_sample(ref, device=kind, progress=True)
+    raise ToolkitError(f"{ref}: neither a program (directory, .pte or .pt2) nor a sample ({', '.join(sample_names())})")
+
+
+def check_device(device: str | None) -> None:
+    from toolkit.runtimes import parse_device
+
+    if device is not None:
+        parse_device(device)  # ValueError naming the choices
+
+
+def check_output_option(path: str | None, force: bool, option: str = "--csv") -> None:
+    """Refuse an output file (``option``) before any work: empty, a folder, a device or FIFO, a
+    missing or unwritable folder, or (without --force) a file."""
+    from toolkit.reports.collision import check_output
+
+    if path is None:
+        return
+    if not path.strip():
+        raise ToolkitError(f"{option}: an empty path")
+    if Path(path).is_dir():
+        raise ToolkitError(f"{option} {path}: is a folder; give a file name inside it")
+    check_output(path)
+    if Path(path).exists() and not force:
+        raise ToolkitError(f"{option} {path}: exists already; pass --force to overwrite it")
+
+
+def check_reports(a) -> None:
+    """--html and --junit, checked as --csv is."""
+    check_output_option(a.html, a.force, "--html")
+    check_output_option(a.junit, a.force, "--junit")
+
+
+def write_reports(a, verdicts, html_of, labels=None, unreadable=None) -> None:
+    """The HTML report (``html_of()`` builds it) and the JUnit XML the options ask for."""
+    from toolkit.reports.ci import junit_xml
+    from toolkit.reports.collision import write_text_atomically
+
+    if a.html:
+        write_text_atomically(a.html, html_of())
+        say(f"HTML report written to {Path(a.html).resolve()}")
+    if a.junit:
+        write_text_atomically(a.junit, junit_xml(verdicts, labels=labels, unreadable=unreadable))
+        say(f"JUnit XML written to {Path(a.junit).resolve()}")
+
+
+def references_from(items: list[str] | None) -> dict[str, str] | None:
+    """``--reference METHOD=FILE`` (repeated) -> {method: file}; checked before any work."""
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        method, sep, path = item.partition("=")
+        if not sep or not method or not path:
+            raise ToolkitError(f"--reference {item!r}: give METHOD=FILE.safetensors")
+        if method in out:
+            raise ToolkitError(f"--reference: method {method!r} given twice")
+        if not Path(path).is_file():
+            raise ToolkitError(f"--reference {item}: {path!r} is not a file")
+        out[method] = path
+    return out

@@ -1,0 +1,125 @@
+"""Load multi-method AOTInductor programs with cross-method constant sharing, and check every method.
+
+  constshare build   SOURCE [--device cpu|cuda] [--out DIR]
+  constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
+                     [--reference M=FILE ...] [--constant-table FILE]
+  constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
+                     [--reference M=FILE ...] [--constant-table FILE]
+  constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--html FILE] [--junit FILE] [--jobs N]
+  constshare samples
+
+SOURCE is a sample name (see samples) or a Python file or module defining methods() as the
+sample programs do. PROGRAM is a program directory, an ExecuTorch .pte, a torch .pt2, or a
+sample name (built on demand into the build cache, CONSTSHARE_CACHE).
+
+Exit codes, the same for report, compare and scan, dry run or not (compare and scan: the worst
+over the policies and programs asked for; --dry-run: the prediction's):
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from toolkit.cli import commands
+from toolkit.cli.terminal import EXIT_INTERRUPTED, printable
+from toolkit.core.errors import ToolkitError
+from toolkit.core.verdict import EXIT_CODE_TABLE
+from toolkit.core.vocab import ExitCode, Oracle
+
+
+def main(argv: list[str] | None = None) -> int:
+    from toolkit.core.policies import POLICIES
+
+    p = argparse.ArgumentParser(
+        prog="constshare",
+        description=__doc__ + EXIT_CODE_TABLE + f"\n  {EXIT_INTERRUPTED}  "
+        "interrupted (Ctrl-C); scan writes what it scanned before",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="export and compile a program")
+    b.add_argument("source")
+    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    b.add_argument("--out")
+    b.add_argument("--rebuild", action="store_true", help="ignore a cached sample build")
+    b.set_defaults(fn=commands.cmd_build)
+
+    def report_args(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--html",
+            metavar="FILE",
+            help="write one self-contained HTML report (summary, alerts, culprits, tables, plots; opens offline)",
+        )
+        parser.add_argument(
+            "--junit",
+            metavar="FILE",
+            help="write JUnit XML: a test case per program and method, a wrong one a failure naming its culprit",
+        )
+
+    def load_args(parser: argparse.ArgumentParser, csv_help: str, dry_help: str) -> None:
+        """What report and compare both take: the program, a device, the CSV, a dry run, references."""
+        parser.add_argument("--device")
+        parser.add_argument("--csv", help=csv_help)
+        parser.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
+        parser.add_argument("--dry-run", action="store_true", help=dry_help)
+        parser.add_argument(
+            "--reference",
+            action="append",
+            metavar="METHOD=FILE",
+            help="a method's reference (safetensors: input.N, output.N); repeat per method",
+        )
+        report_args(parser)
+        parser.add_argument(
+            "--constant-table",
+            metavar="FILE",
+            help="an ExecuTorch .pte of payload generation "
+            "1 or 2: its constant table, JSON (default: constant_table.json beside the .pte)",
+        )
+
+    r = sub.add_parser("report", help="load under one policy: decision table and verification")
+    r.add_argument("program")
+    r.add_argument("--policy", default="fingerprint", choices=POLICIES)
+    load_args(
+        r,
+        "write the collision report CSV here",
+        "predict every decision from the program's metadata alone (no GPU; .pte, .pt2 too)",
+    )
+    r.add_argument(
+        "--oracle",
+        default="auto",
+        choices=[o.value for o in Oracle],
+        help="check each method against its reference and, without one, against its own unshared load "
+        "on generated inputs (auto); references only; the unshared load for every method; "
+        "the unshared load on generated inputs only",
+    )
+    r.add_argument("--draws", type=int, default=3, help="random input draws of a generated-input check (default 3)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    r.set_defaults(fn=commands.cmd_report)
+    c = sub.add_parser("compare", help="load under every policy and tabulate")
+    c.add_argument("program")
+    c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
+    load_args(
+        c, "write the comparison CSV here", "predict every policy's outcome and memory from the metadata alone (no GPU)"
+    )
+    c.set_defaults(fn=commands.cmd_compare)
+    sc = sub.add_parser("scan", help="dry-run every program under a folder; exit 1 if any would run on wrong data")
+    sc.add_argument("folder")
+    sc.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
+    sc.add_argument("--csv", help="one row per program, policy and method")
+    sc.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
+    report_args(sc)
+    sc.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
+    sc.set_defaults(fn=commands.cmd_scan)
+    s = sub.add_parser("samples", help="list the sample programs")
+    s.set_defaults(fn=commands.cmd_samples)
+    a = p.parse_args(argv)
+    try:
+        return a.fn(a)
+    except (ToolkitError, ValueError) as e:
+        print(f"constshare: error: {printable(e)}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except KeyboardInterrupt:
+        print("constshare: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

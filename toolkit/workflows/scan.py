@@ -1,0 +1,236 @@
+"""The scan: a dry run of every program under a folder, each in a worker process, under each policy.
+
+A gate for the CI of a model zoo.  A worker that dies on a hostile file costs that file its row,
+never the scan; an interrupt keeps what finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from toolkit.core.errors import ToolkitError
+from toolkit.core.verdict import BAD_OUTCOMES, Verdict
+from toolkit.core.vocab import UNREADABLE, ExitCode
+
+
+@dataclass
+class Scan:
+    """What :func:`scan_folder` found: one row per (program, policy, method), or one per unreadable program."""
+
+    root: Path
+    policies: list[str]
+    paths: list[str]  # every program found, in scan order
+    rows: list[dict] = field(default_factory=list)  # rows of SCAN_COLUMNS, each with its policy's ``verdict``
+    scanned: int = 0  # programs finished: fewer than ``len(paths)`` when interrupted
+
+    @property
+    def interrupted(self) -> bool:
+        return self.scanned < len(self.paths)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=SCAN_COLUMNS)
+
+    def label(self, path: str) -> str:
+        return str(Path(path).relative_to(self.root))
+
+    def verdicts(self) -> tuple[list[Verdict], list[str]]:
+        """One verdict per (program, policy) that could be read, and its label (the program's path under the root)."""
+        by_policy = {(r["path"], r["policy"]): r["verdict"] for r in self.rows if "verdict" in r}
+        return list(by_policy.values()), [self.label(p) for p, _policy in by_policy]
+
+    @property
+    def unreadable(self) -> dict[str, str]:
+        """Label -> error of each program that could not be read."""
+        return {self.label(r["path"]): r["error"] for r in self.rows if r["outcome"] == UNREADABLE}
+
+    @property
+    def failing(self) -> pd.DataFrame:
+        """The rows that fail the gate: a method that would run wrong, not run or not load, or an unreadable file."""
+        frame = self.frame
+        return frame[frame["outcome"].isin([*BAD_OUTCOMES, UNREADABLE])]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.PROBLEM if len(self.failing) else ExitCode.OK
+
+
+def scan_folder(
+    folder: str | Path,
+    policies: list[str],
+    *,
+    jobs: int = 2,
+    on_start: Callable[[int], None] | None = None,
+    on_done: Callable[[str], None] | None = None,
+) -> Scan:
+    """Dry-run every program under ``folder`` under each of ``policies``, ``jobs`` worker processes at a time.
+
+    ``on_start(n)`` is called once the ``n`` programs are found, ``on_done(path)`` as each finishes.  Ctrl-C stops the scan at once and returns
+    what finished (:attr:`Scan.interrupted`)."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise ToolkitError(f"{folder}: not a folder")
+    paths = [str(p) for p in find_programs(root)]
+    if not paths:
+        raise ToolkitError(f"{folder}: no program found (program directories, .pte or .pt2 files)")
+    if on_start is not None:
+        on_start(len(paths))
+    done: dict[str, list[dict]] = {}
+    try:
+        scan_rows(paths, policies, jobs, results=done, on_done=on_done)
+    except KeyboardInterrupt:
+        pass  # what finished is returned; the caller says it was interrupted
+    rows = [r for path in paths for r in done.get(path, [])]
+    return Scan(root, list(policies), paths, rows, scanned=len(done))
+
+
+SCAN_COLUMNS = ["program", "path", "policy", "status", "method", "outcome", "wrong_data", "error"]
+
+
+def find_programs(root: Path) -> list[Path]:
+    """Program directories (holding manifest.json), .pte and .pt2 files under ``root``, sorted."""
+    from toolkit.sources.directory import MANIFEST_FILE
+
+    found = {p.parent for p in root.rglob(MANIFEST_FILE)}
+    found |= {p for p in root.rglob("*") if p.suffix in (".pte", ".pt2") and p.is_file()}
+    return sorted(found)
+
+
+def failed_row(path: str, error: str) -> dict:
+    return {
+        "program": "",
+        "path": path,
+        "policy": "",
+        "status": UNREADABLE,
+        "method": "",
+        "outcome": UNREADABLE,
+        "wrong_data": False,
+        "error": error,
+    }  # (runs on no data; fails the gate)
+
+
+def scan_program(path: str, policies: list[str]) -> list[dict]:
+    """Dry-run one program under each policy (run in a worker process): rows of SCAN_COLUMNS.
+
+    ``outcome`` is the method's predicted outcome (its verdict), ``unreadable`` for a program that
+    cannot be opened; ``wrong_data`` marks an outcome that fails the gate (exit code 1) because it
+    would run wrong, not at all, or its load would fail (a program that cannot be read fails the gate
+    too, yet runs on no data).  Each row also carries its policy's ``verdict`` (not a CSV column)."""
+    from toolkit.core.verdict import BAD_OUTCOMES
+    from toolkit.sources import open_program
+    from toolkit.workflows.dry_run import run_analysis
+
+    try:
+        program = open_program(path)
+        rows = []
+        for policy in policies:
+            s = run_analysis(program, policy).session
+            verdict = s.verdict()
+            for m in verdict.methods:
+                rows.append(
+                    {
+                        "program": program.name,
+                        "path": path,
+                        "policy": policy,
+                        "status": str(s.status),
+                        "method": m.method,
+                        "outcome": m.outcome.value,
+                        "wrong_data": m.outcome in BAD_OUTCOMES,
+                        "error": m.reason if m.outcome in BAD_OUTCOMES else "",
+                        "verdict": verdict,
+                    }
+                )
+        return rows
+    except ToolkitError as e:
+        return [failed_row(path, str(e))]
+    except Exception as e:  # a toolkit bug on a hostile file: this program's row fails, the scan goes on
+        return [failed_row(path, f"{type(e).__name__}: {str(e)[:300]}")]
+
+
+def scan_rows(
+    paths: list[str],
+    policies: list[str],
+    jobs: int,
+    scan=scan_program,
+    results: dict[str, list[dict]] | None = None,
+    on_done=None,
+) -> list[dict]:
+    """``scan``'s rows of every program, in ``paths`` order, from worker processes.
+
+    ``results`` (path -> rows) fills as programs finish (``on_done(path)`` after each), so a
+    caller interrupted by Ctrl-C keeps what finished; the interrupt kills the workers at once.
+    A worker that dies (killed by a signal) breaks its pool and every program in flight there;
+    those run again, one worker at a time, so the program that kills it again is known: its row
+    fails and the scan carries on."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    results = {} if results is None else results
+
+    def run(batch: list[str], workers: int) -> list[str]:  # the programs the pool broke on, in batch order
+        broken = set()
+        # spawn, not fork: the calling process may hold torch's threads (a notebook, the test suite)
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=worker_setup
+        )
+        try:
+            with sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
+                futures = {pool.submit(scan, p, policies): p for p in batch}
+            for f in as_completed(futures):
+                try:
+                    results[futures[f]] = f.result()
+                except BrokenProcessPool:
+                    broken.add(futures[f])
+                    continue
+                if on_done is not None:
+                    on_done(futures[f])
+        except KeyboardInterrupt:  # stop at once: what is queued is cancelled, what runs is killed
+            workers_now = list((pool._processes or {}).values())  # Python < 3.14: no public terminate_workers()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for w in workers_now:
+                w.terminate()
+            for w in workers_now:
+                w.join()
+            raise
+        finally:
+            pool.shutdown(cancel_futures=True)
+        return [p for p in batch if p in broken]
+
+    again = run(paths, max(1, min(jobs, len(paths))))
+    while again:  # one worker: the programs before the first broken one finished, so that one killed it
+        broken = run(again, 1)
+        if broken:
+            results[broken[0]] = [failed_row(broken[0], "the worker process reading it died (killed by a signal)")]
+            if on_done is not None:
+                on_done(broken[0])
+        again = broken[1:]
+    return [r for p in paths for r in results[p]]
+
+
+def worker_setup() -> None:
+    """A scan worker's setup: its (disabled) progress bars take a thread lock, not tqdm's
+    default semaphore, which a worker stopped by Ctrl-C would leave to the resource tracker."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """SIGINT ignored in this process meanwhile (on the main thread): processes started then inherit it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
