@@ -57,3 +57,26 @@ def test_dry_run_loads_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", "a dry run imported torch"
+
+
+def _layer_folders() -> set[str]:
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    (layers,) = [
+        c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers" and "containers" not in c
+    ]
+    return {part.strip().removeprefix("toolkit.") for layer in layers["layers"] for part in layer.split("|")}
+
+
+def test_the_tree_is_the_layers():
+    """Every folder of toolkit/ is a layer of the contract and has its row in docs/architecture.md; no module
+    lies beside the folders but the package's own entry points."""
+    package = REPO / "toolkit"
+    folders = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders == _layer_folders()
+    loose = {p.name for p in package.glob("*.py")}
+    assert loose == {"__init__.py", "__main__.py"}, f"modules outside a layer folder: {loose}"
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [f for f in sorted(folders) if f"`{f}/`" not in page]
+    assert not missing, f"docs/architecture.md says nothing of {missing}"
