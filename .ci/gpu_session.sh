@@ -56,7 +56,7 @@ digest)
   timeout -k 5 "${T_TESTS:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
     tests/test_device_digest.py tests/test_verified_staging.py tests/test_upload.py > "$OUT/gpu_digest_tests.log" 2>&1
   echo "digest tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_digest_tests.log" | tail -15
-  timeout -k 5 60 python3 benchmarks/device_blake3_probe.py --out "$OUT" > "$OUT/device_blake3_probe.log" 2>&1
+  timeout -k 5 60 python3 benchmarks/probes/device_blake3_probe.py --out "$OUT" > "$OUT/device_blake3_probe.log" 2>&1
   echo "probe rc=$?"; tail -4 "$OUT/device_blake3_probe.log"
   timeout -k 5 "${T_DEFAULT:-330}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 \
     --settings default "default, host digest" "integrity off" --program-dir /tmp/bench_prefill_decode --out "$OUT" \
@@ -68,7 +68,7 @@ uploads)
     tests/test_upload.py tests/test_integrity_pieces.py tests/test_concurrent_writer.py ${UPLOAD_TESTS:-} \
     > "$OUT/gpu_upload_tests.log" 2>&1
   echo "upload tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_upload_tests.log" | tail -15
-  timeout -k 5 "${T_PROBE:-240}" python3 benchmarks/sequence_rounding_probe.py --layers 4 --compute float32 \
+  timeout -k 5 "${T_PROBE:-240}" python3 benchmarks/probes/sequence_rounding_probe.py --layers 4 --compute float32 \
     --program-dir /tmp/rounding_probe --out "$OUT" > "$OUT/sequence_rounding_probe.log" 2>&1
   echo "rounding probe rc=$?"; tail -15 "$OUT/sequence_rounding_probe.log"
   ;;

@@ -1,10 +1,17 @@
-"""Helpers shared by the benchmark scripts: machine description, CSV output, formatting."""
+"""Helpers shared by the benchmark scripts: the machine a figure was measured on, where its CSV goes, formatting.
+
+Every benchmark writes its rows with :func:`write_results` to ``results/<benchmark>/<YYYY-MM-DD>-<machine>.csv``:
+the file name says when and on what kind of machine (``h200``, ``2xh200``, ``cpu-2core``), never on which host,
+and every row carries the machine, the date and the torch version, so a CSV read on its own still says where its
+figures come from.  A later run on the same day and machine replaces the file; older runs live in git history.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 
@@ -17,36 +24,78 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 
-def machine() -> dict[str, str]:
-    """Where and when a figure was measured: goes into every CSV row."""
-    info = {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "host_cpus": str(os.cpu_count()),
-        "python": platform.python_version(),
-        "platform": platform.platform(terse=True),
-    }
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module reports."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> tuple[int, str]:
+    """(number of CUDA devices, the first one's name); (0, "none") without CUDA or torch."""
     try:
         import torch
 
-        info["torch"] = torch.__version__
         if torch.cuda.is_available():
-            info["gpu"] = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
-        else:
-            info["gpu"] = "none"
-    except Exception:  # the scaling benchmark needs no torch
-        info["torch"] = "n/a"
-        info["gpu"] = "n/a"
-    return info
+            return torch.cuda.device_count(), torch.cuda.get_device_name(0)
+    except Exception:  # a CPU-only benchmark may run where torch is absent
+        pass
+    return 0, "none"
 
 
-def write_csv(frame, name: str, out_dir: str | Path | None = None) -> Path:
-    """Write ``frame`` with the machine columns appended, columns in a fixed order."""
-    out = Path(out_dir) if out_dir else RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    frame = frame.copy()
+def machine_name() -> str:
+    """A short, host-independent name of this kind of machine: ``h200``, ``2xh200``, ``cpu-2core``."""
+    count, name = _gpus()
+    if count:
+        short = re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("nvidia ")).strip("-")
+        return short if count == 1 else f"{count}x{short}"
+    return f"cpu-{os.cpu_count()}core"
+
+
+def machine() -> dict[str, str]:
+    """Where and when a figure was measured: the columns appended to every CSV row."""
+    count, gpu = _gpus()
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except Exception:  # the dry-run benchmarks need no torch
+        torch_version = "n/a"
+    return {
+        "machine": machine_name(),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "cpu_model": cpu_model(),
+        "host_cpus": str(os.cpu_count()),
+        "gpu": f"{count}x {gpu}" if count else "none",
+        "torch": torch_version,
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+def result_path(benchmark: str, suffix: str = ".csv", out: str | Path | None = None, tag: str | None = None) -> Path:
+    """``<out>/<benchmark>/<YYYY-MM-DD>-<machine>[-<tag>]<suffix>`` (``out``: the results folder by default);
+    the folder is created."""
+    day = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    folder = Path(out) if out else RESULTS
+    folder = folder / benchmark
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{day}-{machine_name()}{f'-{tag}' if tag else ''}{suffix}"
+
+
+def write_results(benchmark: str, rows, out: str | Path | None = None, tag: str | None = None) -> Path:
+    """Write ``rows`` (a DataFrame or a list of dicts) with the :func:`machine` columns appended to
+    :func:`result_path`; return the path."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows).copy()
     for k, v in machine().items():
         frame[k] = v
-    path = out / name
+    path = result_path(benchmark, ".csv", out, tag)
     frame.to_csv(path, index=False)
     return path
 

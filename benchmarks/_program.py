@@ -140,9 +140,9 @@ def check_upload_path(device, choice: str) -> str:
 
     from toolkit import upload
 
-    # default_path.py --toolkit runs this with the toolkit from before toolkit/model.py too.  The
-    # old module first: under an editable install, a module the old folder lacks (model) would
-    # be found in this checkout instead and mix the two versions.
+    # default_path.py --toolkit may run this with an older toolkit that keeps ConstantSpec in
+    # toolkit/manifest.py.  That module first: under an editable install, a module the older folder
+    # lacks would be found in this checkout instead and mix the two versions.
     try:
         from toolkit.manifest import ConstantSpec
     except ImportError:
@@ -162,7 +162,7 @@ def check_upload_path(device, choice: str) -> str:
                 from toolkit.core.options import options_from_environment
 
                 uploader = upload.make_uploader(dev, options_from_environment())
-            except ImportError:  # a toolkit from before toolkit/options.py reads the environment itself
+            except ImportError:  # an older toolkit without toolkit/options.py reads the environment itself
                 uploader = upload.make_uploader(dev)
             warm = getattr(upload, "PATH_MAPPED_WARM", "page-locked mapping, already locked")  # UploadPath.MAPPED_WARM
             specs, off = [], 7

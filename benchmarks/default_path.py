@@ -1,28 +1,26 @@
 """The default load path: ``load_program(path, "fingerprint")``, integrity checking on, timed whole.
 
     python benchmarks/default_path.py [--program-dir DIR] [--gib 2.0] [--device cuda] [--runs 3]
-                                      [--toolkit PATH] [--label NAME] [--out DIR] [--settings ...]
+                                      [--toolkit PATH] [--label NAME] [--out DIR] [--settings ...] [--timeline]
 
 Builds (once) the prefill/decode program of benchmarks/_program.py (``--gib`` GiB of
 constants per method; 2.0 is the GPU benchmarks' hidden size 8192), then times ONE whole
 ``toolkit.load_program(program_dir, "fingerprint")`` call per fresh process: with default
 arguments (every .so and reference file verified first, a weights blob's pieces as they are
-read: BLAKE3 pieces for a program this branch builds, format 4; per-constant uploads through
-verified staging, each piece hashed in pinned slots and uploaded from there), and, for
-comparison, the same call with other options (:data:`SETTINGS`, ``--settings`` picks them):
-``default, host digest`` (``device_digest=False``: every piece hashed on the host, as before the
-device digest),
-``default, sealed copy`` (``integrity_staging=False``: the pieces read into the sealed private
-copy, whose pages are then locked: the default before verified staging), ``integrity off``
-(``check_integrity=False``, ``first_load=locked``) and ``integrity off, pipelined`` (the staging
-pipeline unhashed).  The program is passed by path, so opening it (reading and validating the
-manifest) is in the time wherever a version of the toolkit does it.
+read; per-constant uploads through verified staging, each piece hashed and uploaded from the
+pinned slots), and, for comparison, the same call with other options (:data:`SETTINGS`,
+``--settings`` picks them): ``default, host digest`` (``device_digest=False``: every piece hashed
+on the host), ``default, sealed copy`` (``integrity_staging=False``: the pieces read into the sealed
+private copy, whose pages are then locked), ``integrity off`` (``check_integrity=False``,
+``first_load=locked``) and ``integrity off, pipelined`` (the staging pipeline unhashed).  The
+program is passed by path, so opening it (reading and validating the manifest) is in the time
+wherever a version of the toolkit does it.
 
-In the same run, each in fresh processes too, the two rates the targets of issue 25 are taken
-against: ``pinned copy`` (every constant of both methods from pinned host memory to the device)
-and ``page locking`` (``cudaHostRegister`` of every constant's pages of a mapped blob, alone).
+In the same run, each in fresh processes too, the two rates the goals are taken against:
+``pinned copy`` (every constant of both methods from pinned host memory to the device) and
+``page locking`` (``cudaHostRegister`` of every constant's pages of a mapped blob, alone).
 Printed at the end: each integrity-on setting's rate (bytes it uploaded / seconds) / the pinned-copy
-rate (target 1: >= 0.5), and each integrity-off setting's rate / the page-locking rate (target 2: >= 0.9).
+rate (goal: >= 0.5), and each integrity-off setting's rate / the page-locking rate (goal: >= 0.9).
 
 One fresh process per load: a second load in one process would find the blob's pages
 still page-locked by the first (toolkit.upload.host_locks()) and .so files already mapped.
@@ -37,10 +35,10 @@ imported, and the run stops if one is not from PATH.  ``--device cpu`` runs it o
 (AOTInductor compiles the program for the CPU: keep ``--gib`` small, e.g. 0.05) to check
 the script.
 
-Writes default_path_<label>.csv (one row per run, machine columns appended),
-default_path_<label>.json (the same runs and the summary) and default_path_<label>_timeline.json
-(per setting, its first timed load's events but the per-constant ones, and per method the span of
-its constant uploads: where the time went).
+Writes results/default_path/<date>-<machine>[-<label>].csv (one row per run, machine columns
+appended); ``--timeline`` also writes ``...-timeline.json`` beside it (per setting, its first timed
+load's events but the per-constant ones, and per method the span of its constant uploads: where the
+time went).
 """
 
 from __future__ import annotations
@@ -64,8 +62,8 @@ POLICY = "fingerprint"
 # keyword, which every toolkit version takes)
 SETTINGS = {
     "default": {},  # verified staging: whole pieces hashed on the device, the rest in the pinned slots
-    "default, host digest": {"device_digest": False},  # every piece hashed in the pinned slots (before)
-    "default, sealed copy": {"integrity_staging": False},  # the private memfd copy, then locked (before)
+    "default, host digest": {"device_digest": False},  # every piece hashed in the pinned slots
+    "default, sealed copy": {"integrity_staging": False},  # the private memfd copy, then locked
     "integrity off": {"check_integrity": False},  # first_load=locked: the file's pages locked as copied
     "integrity off, pipelined": {"check_integrity": False, "first_load": "pipelined"},
 }  # staging, unhashed
@@ -298,9 +296,10 @@ def main(argv=None):
         help="a directory holding another toolkit/ package: first on sys.path and on the children's PYTHONPATH",
     )
     ap.add_argument(
-        "--label", default=None, help="names the output files (default: the --toolkit folder's name, else 'current')"
+        "--label", default=None, help="ends the output file's name (default: the --toolkit folder's name, else none)"
     )
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--timeline", action="store_true", help="also write where each setting's first load spent its time")
     ap.add_argument(
         "--settings",
         nargs="+",
@@ -322,7 +321,8 @@ def main(argv=None):
     import toolkit
 
     _check_toolkit(_toolkit_modules(), root)
-    label = args.label or (root.name if root else "current")
+    tag = args.label or (root.name if root else None)
+    label = tag or "current"
     hidden = hidden_for(args.gib)
     devtype = args.device.split(":")[0]
     args.program_dir = args.program_dir or str(_common.REPO / ".cache" / f"bench_prefill_decode-{devtype}-h{hidden}")
@@ -382,19 +382,15 @@ def main(argv=None):
                 flush=True,
             )
     df = pd.DataFrame(rows)
-    # where each setting's first timed load spent its time (the loader's events), for the runs' CSV's reader
-    tl_path = Path(args.out or _common.RESULTS) / f"default_path_{label}_timeline.json"
-    tl_path.parent.mkdir(parents=True, exist_ok=True)
-    tl_path.write_text(json.dumps(timelines, indent=1) + "\n")
     rate = {k: statistics.median(df[df.setting == k]["GBps"]) for k in (*settings, *RATES)}
     targets = {
-        f"{k} / pinned copy (target 1, >= 0.5)": rate[k] / rate["pinned copy"]
+        f"{k} / pinned copy (goal >= 0.5)": rate[k] / rate["pinned copy"]
         for k in settings
         if not k.startswith("integrity off")
     }
     targets.update(
         {
-            f"{k} / page locking (target 2, >= 0.9)": rate[k] / rate["page locking"]
+            f"{k} / page locking (goal >= 0.9)": rate[k] / rate["page locking"]
             for k in settings
             if k.startswith("integrity off")
         }
@@ -406,7 +402,7 @@ def main(argv=None):
     df["ratio_default_over_off"] = df["run"].map(dict(enumerate(pairs)))
     df["median_default_s"], df["median_off_s"], df["ratio_of_medians"] = med["default"], med["integrity off"], ratio
     _check_toolkit(_toolkit_modules(), root)  # the build and the upload-path check imported more
-    path = _common.write_csv(df, f"default_path_{label}.csv", args.out)
+    path = _common.write_results("default_path", df, args.out, tag)
     summary = {
         "label": label,
         "toolkit": str(Path(toolkit.__file__).parent),
@@ -428,8 +424,10 @@ def main(argv=None):
         "targets": targets,
         **_common.machine(),
     }
-    jpath = path.with_suffix(".json")
-    jpath.write_text(json.dumps(summary, indent=2) + "\n")
+    if args.timeline:  # where each setting's first timed load spent its time (the loader's events)
+        tl_path = _common.result_path("default_path", "-timeline.json", args.out, tag)
+        tl_path.write_text(json.dumps(timelines, indent=1) + "\n")
+        print(f"timeline: {tl_path}")
     print(
         f"median: default {med['default']:.3f}s, integrity off {med['integrity off']:.3f}s, "
         f"ratio {ratio:.3f}; per run {pairs}"
@@ -437,7 +435,7 @@ def main(argv=None):
     print("median GB/s: " + ", ".join(f"{k} {v:.2f}" for k, v in rate.items()))
     for k, v in targets.items():
         print(f"{k}: {v:.3f}")
-    print(f"written to {path} and {jpath.name}")
+    print(f"written to {path}")
     return summary
 
 

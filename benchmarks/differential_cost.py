@@ -1,18 +1,18 @@
-"""What the differential oracle costs (issue 24): one verification against the unshared load vs one
+"""What the differential oracle costs: one verification against the unshared load vs one
 against the eager references, at the 16 GiB-per-method scale of ``llm_scale.py``.
 
     python benchmarks/differential_cost.py [--program-dir DIR] [--policy fingerprint] [--reuse | --build-only]
                                            [--out DIR]
                                            [llm_scale.py's --layers/--hidden/--ffn/--vocab/--dtype]
 
-Builds llm_scale's Llama-8B-shaped prefill/decode program (16.5 GiB of bf16 constants per method,
-about 4.5 minutes on the H200), then in one fresh process per oracle: loads it under ``--policy``,
+Builds llm_scale's Llama-8B-shaped prefill/decode program (16.5 GiB of bf16 constants per method),
+then in one fresh process per oracle: loads it under ``--policy``,
 and times ``verify()`` (each method alone) and ``verify(sequence="generate")`` with
 ``oracle="reference"`` and with ``oracle="unshared"`` (each method also loaded on its own bytes,
 method by method, freed as it goes; the sequence's methods together, holding the intended
 shared state), with the peak device bytes in use (driver level, polled every millisecond) above
 what the loaded session held.  Prints the differential's time and peak as ratios of the reference
-verification's, and of one method's constants; writes differential_cost.csv.
+verification's, and of one method's constants; writes results/differential_cost/<date>-<machine>.csv.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main(argv=None):
     ap.add_argument("--policy", default="fingerprint")
     ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
     ap.add_argument("--build-only", action="store_true", help="build the program and stop (then run with --reuse)")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -113,7 +113,7 @@ def main(argv=None):
         for what in ("alone", "sequence"):
             for x in r[f"{what}_rows"]:
                 print(f"    {r['oracle']:>9} {what:>8} {x}", flush=True)
-    print(f"written to {_common.write_csv(df, 'differential_cost.csv', args.out)}")
+    print(f"written to {_common.write_results('differential_cost', df, args.out)}")
     return df
 
 

@@ -1,4 +1,4 @@
-"""Digest and copy rates for the integrity check (issue 25): sha256 against BLAKE3, and the sealed copy.
+"""Digest and copy rates for the integrity check: sha256 against BLAKE3, and the sealed copy.
 
     python benchmarks/digest_rates.py [--gib 1.0] [--threads N] [--repeats 3] [--out DIR] [--label NAME]
 
@@ -17,7 +17,7 @@ best of ``--repeats`` runs over the whole file:
 
 N is ``--threads`` (default every core: ``toolkit.integrity.hash_threads()``); each row is
 also timed on 1 thread where that differs.  Prints GB/s (1e9 bytes/s) per row and ratios to
-``sha256 1 stream``; writes ``digest_rates_<label>.csv`` with the machine columns.
+``sha256 1 stream``; writes results/digest_rates/<date>-<machine>[-<label>].csv.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="N (default: every core)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where the test file is written (default: under .cache)")
-    ap.add_argument("--label", default="current")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--label", default=None, help="ends the output file's name")
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = ap.parse_args(argv)
     threads = args.threads or hash_threads()
     size = int(args.gib * _common.GIB)
@@ -139,7 +139,7 @@ def main(argv=None):
     print(f"\nratios to sha256 1 stream ({ref:.2f} GB/s):")
     for r in df.itertuples():
         print(f"{r.case:>28} on {r.threads:>2}: {r.x_sha256_1_stream:6.2f} x")
-    path = _common.write_csv(df, f"digest_rates_{args.label}.csv", args.out)
+    path = _common.write_results("digest_rates", df, args.out, args.label)
     print(f"written to {path}")
     return df
 

@@ -1,37 +1,36 @@
 """Every real ExecuTorch program under every policy: the dry run's prediction beside a real load.
 
-    python3 benchmarks/executorch_programs.py [--root DIR ...] [--device cuda|cpu] [--out [DIR]]
+    python3 benchmarks/executorch_programs.py [--root DIR ...] [--device cuda|cpu] [--out [DIR]] [--tag NAME]
 
 For every folder under the roots (default: ``tests/fixtures/executorch-1.5.1-cuda``) that holds a
 ``prog.pte`` (exported) or a ``result.json`` saying the exporter refused it, and for every policy:
 
-* exported: the dry run (``run_analysis``) on the CPU, then, where the device is there, a real
+* exported: the dry run (``dry_run``) on the CPU, then, where the device is there, a real
   load through torch's AOTInductor runtime, each method verified alone against
   ``reference_<method>.safetensors`` and each sequence (``sequence_<name>.safetensors``, state
   carried) step by step, each in a fresh session; ``decisions_match`` says whether the load made
   exactly the decisions the dry run predicted;
 * refused: the exporter's own message (``refusal.txt``), for every policy, since no program exists.
 
-One row per (program, policy); ``--out`` writes ``executorch_programs.csv`` (machine columns
-appended) and ``executorch_programs.md`` (the table for a closing note) into DIR, by default
-``benchmarks/results/<UTC date>/``.  Exits 1 when a real load disagrees with its dry run.
+One row per (program, policy); ``--out`` writes ``executorch_programs/<date>-<machine>[-<tag>].csv``
+(machine columns appended) and the same table as markdown (``.md``) into DIR, by default
+``benchmarks/results``.  Exits 1 when a real load disagrees with its dry run.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
-from _common import REPO, RESULTS, write_csv
+from _common import REPO, result_path, write_results
 
 import toolkit
 from toolkit.engine.frames import wrong_methods
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 DEFAULT_ROOT = REPO / "tests" / "fixtures" / "executorch-1.5.1-cuda"
 COLUMNS = [
@@ -90,7 +89,7 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
     program = toolkit.open_program(pte, constant_table=json.loads(table.read_text()) if table.is_file() else None)
     cols = ["method", "name", "decision", "origin"]
     for policy in policies:
-        dry = run_analysis(program, policy)
+        dry = dry_run(program, policy)
         row = {
             "program": folder.name,
             "policy": policy,
@@ -170,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         help="load for real on this device (default: cuda when there is one, else dry runs only)",
     )
     ap.add_argument("--policies", default=",".join(toolkit.POLICIES))
-    ap.add_argument("--out", nargs="?", const="", default=None)
+    ap.add_argument("--out", nargs="?", const="", default=None, help="write the table (default benchmarks/results)")
+    ap.add_argument("--tag", default=None, help="ends the output files' name (e.g. the export set)")
     a = ap.parse_args(argv)
     policies = [p for p in a.policies.split(",") if p]
     found = folders(a.root or [DEFAULT_ROOT])
@@ -193,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.width", 250, "display.max_colwidth", 60, "display.max_rows", 500):
         print(frame.drop(columns=["error"]).to_string(index=False))
     if a.out is not None:
-        out = Path(a.out) if a.out else RESULTS / _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
-        path = write_csv(frame, "executorch_programs.csv", out)
-        (out / "executorch_programs.md").write_text(markdown(frame))
-        print(f"wrote {path} and {out / 'executorch_programs.md'}")
+        path = write_results("executorch_programs", frame, a.out or None, a.tag)
+        md = result_path("executorch_programs", ".md", a.out or None, a.tag)
+        md.write_text(markdown(frame))
+        print(f"wrote {path} and {md}")
     real = frame[frame["exporter"].eq("exported") & frame["status"].ne("")]
     loaded = real["status"].eq("loaded")  # (a failed load ran nothing: no wrong methods to compare)
     bad = real[

@@ -17,8 +17,8 @@ Prints one row per (policy, sequence): standalone ok, sequence ok, the sequence'
 steps, the tokens and whether they equal eager's, the median time of prefill and of one
 decode step (and the minimum), and what the load shared.  Exits 1 when a policy that shares
 the cache does not reproduce eager's tokens, or no-sharing does.  ``--out`` writes
-generation.csv (one row per policy and sequence, machine columns appended) into DIR, by
-default ``benchmarks/results/<UTC date>/``.
+``generation/<date>-<machine>.csv`` (one row per policy and sequence, machine columns appended) into DIR,
+by default ``benchmarks/results``.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const="",
         default=None,
-        help="write generation.csv here (no value: benchmarks/results/<UTC date>/)",
+        help="write the CSV into this results folder (no value: benchmarks/results)",
     )
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -242,8 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.width", 250, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
         print(shown.to_string(index=False))
     if args.out is not None:
-        out = args.out or _common.RESULTS / _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
-        print(f"wrote {_common.write_csv(frame, 'generation.csv', out)}")
+        print(f"wrote {_common.write_results('generation', frame, args.out or None)}")
     # exit 1 when a policy that shares the cache does not give eager's tokens (no-sharing must not)
     bad = sorted({r["policy"] for r in rows if (r["tokens_equal_eager"] is True) != (r["policy"] != "no-sharing")})
     if bad:

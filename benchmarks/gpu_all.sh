@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Every GPU benchmark in one go, for one lease of the device machine:
-#   OUT=<results dir> bash benchmarks/gpu_all.sh
+# Every GPU benchmark of the program in _program.py in one go, for one lease of the device machine:
+#   OUT=<results dir> LOG=<log file> bash benchmarks/gpu_all.sh
 # Builds the program once (into $PROG), then runs each script under its own time limit,
-# so a slow step cannot take the later ones with it; each writes its CSV into $OUT.
+# so a slow step cannot take the later ones with it; each writes $OUT/<benchmark>/<date>-<machine>.csv
+# (OUT defaults to benchmarks/results). The console goes to $LOG (default /tmp/gpu_all.log: a log is
+# not a result, keep it out of benchmarks/results).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results}
+LOG=${LOG:-/tmp/gpu_all.log}
 PROG=${PROG:-/tmp/bench_prefill_decode}
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUT"
@@ -22,4 +25,4 @@ mkdir -p "$OUT"
     echo "== placement skipped: one GPU"
   fi
   echo "== done $(date -u '+%H:%M:%S')"
-} 2>&1 | grep -v -e "Warning: " -e "warnings.warn" | tee "$OUT/gpu_log.txt"
+} 2>&1 | grep -v -e "Warning: " -e "warnings.warn" | tee "$LOG"

@@ -15,8 +15,9 @@ hidden 8192), then, per policy, in one process, one after another:
   never freed; see background.md) — each policy's baseline is measured afresh;
 * per method: bytes the method added, whether it uploaded its whole blob, own uploads.
 
-Writes gpu_memory.csv, gpu_memory_methods.csv and gpu_memory.png.  ``--device cpu`` runs
-the same code on the CPU (memory is then the loader's accounting), to check the script.
+Writes results/gpu_memory/<date>-<machine>.csv, its per-method table (``-methods.csv``) and plot
+(``.png``).  ``--device cpu`` runs the same code on the CPU (memory is then the loader's accounting),
+to check the script.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch
 from toolkit import POLICIES, load_program
 from toolkit.core.vocab import EventKind
 from toolkit.engine.frames import wrong_methods
-from toolkit.workflows.dry_run import memory_floor, run_analysis
+from toolkit.workflows.dry_run import dry_run, memory_floor
 
 GIB = _common.GIB
 
@@ -83,8 +84,8 @@ class DeviceMemory:
 
 
 def _method_rows(s, prog, policy: str, wrong: list[str]) -> list[dict]:
-    # A helper, so no LoadedMethod reference outlives it: one left in a local variable kept
-    # a container (and its whole blob) alive after close() in an earlier version.
+    # A helper, so no LoadedMethod reference outlives it: one left in a local variable would keep
+    # a container (and its whole blob) alive after close() and spoil the "not returned" figure.
     m = s.memory
     blob_methods = {e.method for e in s.log if e.kind is EventKind.BLOB_UPLOADED}
     rows = []
@@ -132,7 +133,7 @@ def measure_policy(prog, policy: str, dev: torch.device, floor, label: str | Non
     v = s.verify()
     wrong = wrong_methods(v)
     not_runnable = [k for k, lm in s.methods.items() if not lm.runnable]
-    pred = run_analysis(prog, policy, device=str(dev))
+    pred = dry_run(prog, policy, device=str(dev))
     label = label or policy
     methods = _method_rows(s, prog, label, wrong)
     decisions = s.decisions["decision"].value_counts().to_dict() if len(s.decisions) else {}
@@ -177,7 +178,7 @@ def child(args) -> None:
         torch.zeros(1, device=dev)
     label = args.child
     if args.no_alias:  # what torch <= 2.13 does to installed toolkit-owned tensors without the alias
-        import toolkit.runtimes.aoti as runtime_mod
+        import toolkit.runtimes.aoti_container as runtime_mod
 
         runtime_mod.non_owning_alias = lambda t: t
         label = f"{args.child} [no alias: torch leak]"
@@ -240,17 +241,16 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--child-timeout", type=float, default=120)
-    ap.add_argument("--plot-only", default=None, metavar="CSV", help="redraw gpu_memory.png from a gpu_memory.csv")
+    ap.add_argument("--plot-only", default=None, metavar="CSV", help="redraw the plot of a gpu_memory CSV (beside it)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-alias", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args)
     if args.plot_only:
-        out = Path(args.out) if args.out else _common.RESULTS
-        plot(pd.read_csv(args.plot_only)).savefig(out / "gpu_memory.png", dpi=120)
+        plot(pd.read_csv(args.plot_only)).savefig(Path(args.plot_only).with_suffix(".png"), dpi=120)
         return None
 
     dev, upload_path, prog, build_s, note = _program.prepare(args.device, args.program_dir, args.hidden)
@@ -298,11 +298,9 @@ def main(argv=None):
         )
     df = pd.DataFrame(rows)
     mdf = pd.DataFrame(mrows)
-    p1 = _common.write_csv(df, "gpu_memory.csv", args.out)
-    _common.write_csv(mdf, "gpu_memory_methods.csv", args.out)
-    fig = plot(df)
-    out = Path(args.out) if args.out else _common.RESULTS
-    fig.savefig(out / "gpu_memory.png", dpi=120)
+    p1 = _common.write_results("gpu_memory", df, args.out)
+    _common.write_results("gpu_memory", mdf, args.out, tag="methods")
+    plot(df).savefig(p1.with_suffix(".png"), dpi=120)
     print()
     print(
         mdf[
@@ -317,7 +315,7 @@ def main(argv=None):
             f"{r['peak_minus_M_bytes'] / (1 << 20):.1f} MiB (target <= largest constant "
             f"{r['largest_constant_bytes'] / (1 << 20):.0f} MiB), wrong [{r['wrong_methods']}]"
         )
-    print(f"written to {p1.parent}")
+    print(f"written to {p1} (and -methods.csv, .png)")
     return df, mdf
 
 

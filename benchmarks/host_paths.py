@@ -20,7 +20,7 @@ cache, as a blob does after it was built or hashed), then, median of ``--repeats
 * an uploader sweep: the loader's upload paths over 10 constants of the file, prefetch to
   release, against per-constant copies from pinned memory.
 
-GB/s = 1e9 bytes/s.  Writes host_paths.csv.
+GB/s = 1e9 bytes/s.  Writes results/host_paths/<date>-<machine>.csv.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
 
     cudart = torch.cuda.cudart()
     mm, t = fresh()
-    out["register_fresh_mapping"] = _time(lambda: upload._register(t.data_ptr(), n))
+    out["register_fresh_mapping"] = _time(lambda: upload.locking.register(t.data_ptr(), n))
     cudart.cudaHostUnregister(t.data_ptr())
     t = None
     mm.close()
@@ -100,7 +100,7 @@ def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
 
     def lock_timed():
         t0 = time.perf_counter()
-        upload._register(t.data_ptr(), n)
+        upload.locking.register(t.data_ptr(), n)
         timing["lock"] = time.perf_counter() - t0
 
     torch.cuda.synchronize()
@@ -121,7 +121,7 @@ def _fresh_mapping_steps(fd: int, n: int, threads: int) -> dict[str, float]:
     base = t.data_ptr()
     with ThreadPoolExecutor(threads) as pool:
         out[f"register_fresh_mapping_{threads}_threads_64MiB"] = _time(
-            lambda: list(pool.map(lambda s: upload._register(base + s, min(region, n - s)), range(0, n, region)))
+            lambda: list(pool.map(lambda s: upload.locking.register(base + s, min(region, n - s)), range(0, n, region)))
         )
     for s in range(0, n, region):
         cudart.cudaHostUnregister(base + s)
@@ -217,7 +217,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 2))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default="/tmp")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available()
@@ -294,7 +294,7 @@ def main(argv=None):
     if sweep:
         df = pd.concat([df, pd.DataFrame(sweep)], ignore_index=True)
     base = med.get("h2d_from_pinned")
-    out = _common.write_csv(df, "host_paths.csv", args.out)
+    out = _common.write_results("host_paths", df, args.out)
     print(f"{n / _common.GIB:.2f} GiB, {args.threads} threads, median of {args.repeats}:")
     for k, sec in med.sort_values().items():
         extra = f"  (time vs h2d_from_pinned {sec / base:.2f}x)" if base else ""

@@ -4,13 +4,13 @@
                                    [--vocab 128256] [--dtype bfloat16] [--compute weights|float32]
                                    [--device cuda] [--out DIR]
 
-The program: one ``Core`` module (token embedding, ``--layers`` blocks of q/k/v/o projections
-and a SwiGLU MLP with Llama-3-8B's shapes, a final norm and the LM head; 8.0e9 parameters at
-the defaults, 16.1 GiB in bf16), used by two methods of the same instance, ``prefill`` (16
-prompt tokens) and ``decode`` (one token); ``prefill`` also writes a small ``cache`` buffer
-that ``decode`` reads (state the two methods share, as a KV cache is).  The attention is left
-out: the graph stays trivial so AOTInductor compiles it in seconds, while every weight is
-used, so each method's ``.so`` declares all of them and each method's blob holds all of them.
+The program: one ``Core`` module (token embedding, ``--layers`` blocks of q/k/v/o projections and a
+SwiGLU MLP with Llama-3-8B's shapes at the defaults, a final norm and the LM head), used by two
+methods of the same instance, ``prefill`` (16 prompt tokens) and ``decode`` (one token); ``prefill``
+also writes a small ``cache`` buffer that ``decode`` reads (state the two methods share, as a KV
+cache is). The attention is left out: the graph stays trivial so AOTInductor compiles it in seconds,
+while every weight is used, so each method's ``.so`` declares all of them and each method's blob
+holds all of them.
 
 Measured, in one run:
 
@@ -23,7 +23,8 @@ Measured, in one run:
   the methods wrong alone and in the ``generate`` sequence;
 * the integrity check alone (every file of the program, fresh process): seconds and GB/s.
 
-Writes llm_scale.csv (one row per policy) and llm_scale_build.json.
+Writes results/llm_scale/<date>-<machine>[-<tag>].csv (one row per policy, the build's figures in every
+row) and the build's figures beside the program (``<program-dir>_build.json``, read back by ``--reuse``).
 """
 
 from __future__ import annotations
@@ -327,10 +328,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     program_arguments(ap, "/tmp/llm_scale")
     ap.add_argument("--policies", nargs="+", default=["fingerprint", *[p for p in POLICIES if p != "fingerprint"]])
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--child-timeout", type=float, default=300)
     ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
-    ap.add_argument("--csv-name", default="llm_scale.csv")
+    ap.add_argument("--tag", default=None, help="ends the CSV's name (e.g. a smaller shape's)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     common = program_argv(args)
@@ -338,8 +339,9 @@ def main(argv=None):
         fn = {"build": child_build, "integrity": child_integrity}.get(args.child, child_policy)
         print(json.dumps(fn(args)))
         return None
+    build_record = Path(f"{Path(args.program_dir).resolve()}_build.json")
     if args.reuse and (Path(args.program_dir) / "manifest.json").is_file():
-        built = json.loads((Path(args.out or _common.RESULTS) / "llm_scale_build.json").read_text())
+        built = json.loads(build_record.read_text())
     else:
         built = _common.run_child(__file__, ["build", *common], timeout=args.child_timeout * 3)
     per = max(built["method_constant_bytes"].values())
@@ -349,11 +351,8 @@ def main(argv=None):
         f"= {built['peak_host_rss_bytes'] / per:.2f} x one method's constants",
         flush=True,
     )
-    out = Path(args.out) if args.out else _common.RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "llm_scale_build.json").write_text(json.dumps(built, indent=1))
+    build_record.write_text(json.dumps(built, indent=1))
     integ = _common.run_child(__file__, ["integrity", *common], timeout=args.child_timeout)
-    (out / "llm_scale_build.json").write_text(json.dumps({**built, **integ}, indent=1))
     print(
         f"integrity alone: {integ['integrity_bytes'] / GIB:.2f} GiB in {integ['integrity_s']:.2f} s = "
         f"{integ['integrity_GBps']:.1f} GB/s ({integ['hash_threads']} threads)",
@@ -377,7 +376,7 @@ def main(argv=None):
         df = pd.DataFrame(rows)  # written after every policy: a run cut short keeps what it measured
         for k, v in {**built, **integ}.items():
             df[k] = json.dumps(v) if isinstance(v, dict) else v
-        path = _common.write_csv(df, args.csv_name, args.out)
+        path = _common.write_results("llm_scale", df, args.out, args.tag)
     print(f"written to {path}")
     return df
 

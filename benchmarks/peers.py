@@ -18,10 +18,10 @@ cache, as after a build or a first load), every figure from its own fresh proces
   off, under each first-load mode (``LoadOptions.first_load`` staged / locked / hybrid), and a
   reload in the same process; the load's phases from its events.
 
-Then the targets of issue 14 as ratios: first load of a blob / pinned copy (>= 0.8); the whole
+Then the goals as ratios: first load of a blob / pinned copy (>= 0.8); the whole
 load against 2 x (its uploaded bytes at the pinned rate) + its containers created alone;
 the default path against integrity off (<= 1.10) and the integrity check's GB/s (>= 10).
-Writes peers.csv and peers.png.
+Writes results/peers/<date>-<machine>.csv and the plot beside it (``.png``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def child(args) -> dict:
         _sync(dev)
         out.update(seconds=time.perf_counter() - t, bytes=sum(h.numel() for h in hosts))
     elif kind in ("raw AOTInductor", "containers alone"):
-        from toolkit.runtimes.aoti import AotiContainer, read_compiled
+        from toolkit.runtimes.aoti_container import AotiContainer, read_compiled
 
         made, ups, queries, held = 0.0, 0.0, 0.0, []
         t0 = time.perf_counter()
@@ -181,7 +181,7 @@ def write_safetensors(prog, path: Path) -> Path:
     return path
 
 
-def plot(df: pd.DataFrame, out: Path) -> Path:
+def plot(df: pd.DataFrame, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,7 +195,6 @@ def plot(df: pd.DataFrame, out: Path) -> Path:
     ax.set_xlabel("GB/s (1e9 bytes/s): bytes uploaded / seconds of the whole call")
     ax.set_title("Loading the 4.3 GB prefill/decode program, each in a fresh process")
     ax.set_xlim(0, med.max() * 1.15)
-    path = out / "peers.png"
     fig.savefig(path, dpi=120)
     return path
 
@@ -206,7 +205,7 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--modes", nargs="+", default=["staged", "locked", "hybrid"])
     ap.add_argument("--child-timeout", type=float, default=180)
     ap.add_argument("--safetensors", default=None, help=argparse.SUPPRESS)
@@ -239,8 +238,7 @@ def main(argv=None):
     sec = ok.groupby("kind")["seconds"].median()
     pinned = med.get("pinned copy")
     df["ratio_vs_pinned_copy"] = df["kind"].map(med / pinned) if pinned else None
-    out = Path(args.out) if args.out else _common.RESULTS
-    path = _common.write_csv(df, "peers.csv", out)
+    path = _common.write_results("peers", df, args.out)
     print(f"\nmedian of {args.repeats}, GB/s and ratio to the pinned copy ({pinned:.2f} GB/s):")
     for k, v in med.sort_values(ascending=False).items():
         print(f"  {k:>32}: {v:7.2f} GB/s  ratio {v / pinned:.3f}")
@@ -260,18 +258,18 @@ def main(argv=None):
         first_rate = statistics.median(r["first_first_method_GBps"])
         print(
             f"[{m}] first load of a blob (prefill's uploads): {first_rate:.2f} GB/s = {first_rate / pinned:.3f} "
-            f"of the pinned copy (target >= 0.8)"
+            f"of the pinned copy (goal >= 0.8)"
         )
         print(
             f"[{m}] whole load, integrity off: {sec[off]:.3f} s against 2 x {upload_bytes / GB:.2f} GB at the "
-            f"pinned rate + containers alone = {bound:.3f} s: ratio {sec[off] / bound:.3f} (target <= 1); "
+            f"pinned rate + containers alone = {bound:.3f} s: ratio {sec[off] / bound:.3f} (goal <= 1); "
             f"reload {statistics.median(r['reload_seconds']):.3f} s"
         )
         print(
             f"[{m}] default path (integrity on) {sec[on]:.3f} s / integrity off {sec[off]:.3f} s = "
-            f"{sec[on] / sec[off]:.3f} (target <= 1.10)"
+            f"{sec[on] / sec[off]:.3f} (goal <= 1.10)"
         )
-    print(f"plot: {plot(ok, out)}\nwritten to {path}")
+    print(f"plot: {plot(ok, path.with_suffix('.png'))}\nwritten to {path}")
     return df
 
 

@@ -7,7 +7,7 @@ a slot on cuda:1: ExecuTorch's metadata check compares device_index on the miss 
 (decline, or refuse before #21959); on the all-hit path nothing is compared, and the
 loader's out-of-bounds guard must stop the cross-device alias.  Per policy and device:
 bytes added (cudaMemGetInfo), the floor M for that device, decisions by reason for decode,
-wrong and not-runnable methods.  Writes placement.csv.
+wrong and not-runnable methods.  Writes results/placement/<date>-<machine>.csv.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 
 from toolkit import POLICIES, load_program
 from toolkit.engine.frames import wrong_methods
-from toolkit.workflows.dry_run import memory_floor, run_analysis
+from toolkit.workflows.dry_run import dry_run, memory_floor
 
 
 def _in_use(d) -> int:
@@ -50,7 +50,7 @@ def measure(prog, policy: str, devs, placement: dict[str, str], floor, upload_pa
     d = s.decisions
     second = d[d["method"] == names[1]]
     reasons = second.groupby(["decision", "reason_code"]).size()
-    pd_ = run_analysis(prog, policy, device=placement).decisions
+    pd_ = dry_run(prog, policy, device=placement).decisions
     cols = ["method", "name", "decision", "reason_code"]
     same = pd_[cols].astype(str).values.tolist() == d[cols].astype(str).values.tolist()
     status, error = s.status, s.error or ""
@@ -85,7 +85,7 @@ def main(argv=None):
     ap.add_argument("--program-dir", default=str(_common.REPO / ".cache" / "bench_prefill_decode"))
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if torch.cuda.device_count() < 2:
@@ -137,7 +137,7 @@ def main(argv=None):
             flush=True,
         )
     df = pd.DataFrame(rows)
-    path = _common.write_csv(df, "placement.csv", args.out)
+    path = _common.write_results("placement", df, args.out)
     print(f"written to {path}")
     return df
 

@@ -4,7 +4,7 @@
 
 Alternates the two settings (after one warm-up load of each), ``check_integrity=False`` so
 file hashing does not drown the difference; ratio = median(record on) / median(record off),
-target <= 1.03.  Writes recording_overhead.csv.
+goal <= 1.03.  Writes results/recording_overhead/<date>-<machine>.csv.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--policy", default="fingerprint")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = ap.parse_args(argv)
     dev, upload_path, prog, _, _ = _program.prepare(args.device, args.program_dir, args.hidden)
     rows = []
@@ -54,10 +54,10 @@ def main(argv=None):
     on = statistics.median(df[df.record]["load_seconds"])
     off = statistics.median(df[~df.record]["load_seconds"])
     df["median_on_s"], df["median_off_s"], df["ratio_on_off"] = on, off, round(on / off, 4)
-    path = _common.write_csv(df, "recording_overhead.csv", args.out)
+    path = _common.write_results("recording_overhead", df, args.out)
     print(df[["record", "repeat", "load_seconds", "events"]].to_string(index=False))
     print(
-        f"median load: record on {on:.4f}s, off {off:.4f}s, ratio {on / off:.4f} (target <= 1.03); "
+        f"median load: record on {on:.4f}s, off {off:.4f}s, ratio {on / off:.4f} (goal <= 1.03); "
         f"min ratio {df[df.record]['load_seconds'].min() / df[~df.record]['load_seconds'].min():.4f}"
     )
     print(f"written to {path}")

@@ -7,28 +7,28 @@ parent writes a synthetic program (``toolkit.build.synthetic``, 2 methods by def
 under /tmp, never the repository, and the child process measures, from that manifest:
 
 * reading and validating the manifest (pydantic), per decision (not part of the claim);
-* the dry run per decision, under fingerprint and decline-on-mismatch: ``run_analysis`` (what
-  ``toolkit.analyze`` runs: the load over the dry-run runtime and its analysis frame) and the
-  load alone (``Session.load`` over the dry-run runtime, the cyclic GC off as ``run_analysis``
+* the dry run per decision, under fingerprint and decline-on-mismatch: ``dry_run`` (what
+  ``toolkit.dry_run`` runs: the load over the dry-run runtime and its analysis frame) and the
+  load alone (``Session.load`` over the dry-run runtime, the cyclic GC off as ``dry_run``
   has it);
 * every frame of :mod:`toolkit.engine.frames` built from the fingerprint load's log, per row
   (decisions, lookups, comparisons, events, memory, analysis, method results);
-* the session's text and HTML display (``toolkit.display.html``), per decision, frames not
+* the session's text and HTML display (``toolkit.display.session``), per decision, frames not
   cached beforehand (measured only);
 * ``memory_floor`` per decision;
 * the event log's memory with ``tracemalloc``, in a second fingerprint load: the peak and the
   retained traced memory of the load, per decision, and the bytes held by the log alone (the
   traced memory freed when the session's log is dropped), per event;
-* peak RSS: after the first ``run_analysis`` (one ``toolkit.analyze`` call), after the dry runs
+* peak RSS: after the first ``dry_run`` (one ``toolkit.dry_run`` call), after the dry runs
   (a second policy's run while the first session is kept), after the frames and the display
   (before tracemalloc runs); and the growth over the RSS the process had with the manifest
   read, per decision.
 
 Prints every figure as a ratio to the smallest size (per decision or per row: ~1.0 when
-linear), then issue 25's target 4: the dry run's CPU microseconds per decision with every event
-recorded (``run_analysis``, what ``toolkit.analyze`` runs) at each size and its ratio to
-``--target-us`` (20; <= 1.0 meets it); and writes ``scaling.csv`` (long format, one row per size and metric, machine
-columns included) into ``--out`` (default ``benchmarks/results/<today>/``).
+linear), then the goal for the dry run: its CPU microseconds per decision with every event
+recorded (``dry_run``, what ``toolkit.dry_run`` runs) at each size and its ratio to
+``--target-us`` (20; <= 1.0 meets it); and writes results/scaling/<date>-<machine>[-<tag>].csv (long
+format, one row per size and metric, machine columns included).
 
 ``--base PATH``: an A/B in the same run: every size is also measured with the toolkit of another
 checkout (``PATH/toolkit``, e.g. the main branch), its child run just before this one's on the same
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import gc
 import json
 import os
@@ -58,18 +57,6 @@ import pandas as pd
 
 POLICIES = ("fingerprint", "decline-on-mismatch")
 FRAMES = ("decisions", "lookups", "comparisons", "events", "memory")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown"
 
 
 def ram_gib() -> str:
@@ -108,23 +95,27 @@ def _best(fn, repeats: int):
 
 
 def _dry_load(model, policy: str, record: bool = True):
-    """The load ``run_analysis`` runs, without its frame: Session.load over the dry-run runtime, the
-    collector paused as ``run_analysis`` pauses it (``toolkit.workflows.dry_run.collector_paused``, where it has one)."""
+    """The load ``dry_run`` runs, without its frame: Session.load over the dry-run runtime, the
+    collector paused as ``dry_run`` pauses it (``toolkit.workflows.dry_run.collector_paused``, where it
+    has one)."""
+    from toolkit.core.options import LoadOptions
     from toolkit.core.policies import get_policy
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
     from toolkit.runtimes.dry_run import DryRunRuntime
 
     rt = DryRunRuntime()
     devices = resolve_devices(model, None, rt)
     with _collector_paused():
-        return Session(model, get_policy(policy), devices, record=record, check_integrity=False, runtime=rt).load()
+        return Session(
+            model, get_policy(policy), devices, record=record, options=LoadOptions(integrity="off"), runtime=rt
+        ).load()
 
 
 @contextlib.contextmanager
 def _collector_paused():
     """``toolkit.workflows.dry_run.collector_paused``; in a toolkit without it (an older version measured with
-    ``--base``), the collector off and back on, as that version's ``run_analysis`` had it."""
+    ``--base``), the collector off and back on, as that version's ``dry_run`` had it."""
     try:
         from toolkit.workflows.dry_run import collector_paused
     except ImportError:
@@ -150,10 +141,10 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     so a ratio value / ref_value compares two sizes under the same load of the shared host.
     """
     from toolkit.build.synthetic import SyntheticSpec, generate
-    from toolkit.display.html import session_html, session_text
+    from toolkit.display.session import session_html, session_text
     from toolkit.engine import frames as tables
     from toolkit.sources import read_program_model
-    from toolkit.workflows.dry_run import memory_floor, run_analysis
+    from toolkit.workflows.dry_run import dry_run, memory_floor
 
     out: dict[str, list] = {}
 
@@ -176,7 +167,7 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
             len(res) if isinstance(res, pd.DataFrame) else units,
             (r1 + r2) / 2 / ref_units * scale,
         ]
-        if metric.startswith(("run_analysis", "dry_run_load")):
+        if metric.startswith(("dry_run", "dry_run_load")):
             out[metric + " wall"] = [wall / units * scale, unit + " (wall clock)", out[metric][2], None]
         return res
 
@@ -199,15 +190,15 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     keep = ref_keep = None
     for pol in POLICIES:
         a = paired(
-            f"run_analysis[{pol}]",
+            f"dry_run[{pol}]",
             "us/decision",
-            lambda: run_analysis(model, pol),
-            lambda: run_analysis(ref_model, pol),
+            lambda: dry_run(model, pol),
+            lambda: dry_run(ref_model, pol),
             lambda a: len(a.decisions),
         )
         assert a.status == "loaded" and len(a.decisions) == n, (pol, a.status, len(a.decisions))
         del a
-        if pol == POLICIES[0]:  # the process's peak so far is one toolkit.analyze call's (and the manifest's)
+        if pol == POLICIES[0]:  # the process's peak so far is one toolkit.dry_run call's (and the manifest's)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             out["peak_rss_one_analyze"] = [rss / 1e6, "MB", n, None]
             out["peak_rss_one_analyze_growth"] = [(rss - rss0) / n, "B/decision", n, None]
@@ -235,8 +226,8 @@ def child(program_dir: str, repeats: int, ref_dir: str) -> dict:
     paired(
         "frame[analysis]",
         "us/row",
-        lambda: tables.analysis_frame(s.log, s.results.values(), policy="fingerprint"),
-        lambda: tables.analysis_frame(ref_keep.log, ref_keep.results.values(), policy="fingerprint"),
+        lambda: tables.dry_run_frame(s.log, s.results.values(), policy="fingerprint"),
+        lambda: tables.dry_run_frame(ref_keep.log, ref_keep.results.values(), policy="fingerprint"),
         len,
     )
     paired(
@@ -331,10 +322,10 @@ def main(argv=None) -> pd.DataFrame:
         "--sizes", type=int, nargs="+", default=[2_000, 10_000, 50_000, 100_000, 200_000], help="constants per method"
     )
     ap.add_argument("--methods", type=int, default=2)
-    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/<today UTC>)")
-    ap.add_argument("--name", default="scaling.csv", help="CSV file name")
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--tag", default=None, help="ends the CSV's name")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per size")
-    ap.add_argument("--target-us", type=float, default=20.0, help="issue 25 target 4: dry-run us per decision")
+    ap.add_argument("--target-us", type=float, default=20.0, help="the goal: dry-run us per decision")
     ap.add_argument(
         "--base", default=None, help="another checkout (its toolkit/ folder) to measure beside this one: an A/B"
     )
@@ -359,7 +350,6 @@ def main(argv=None) -> pd.DataFrame:
     from toolkit.build.synthetic import SyntheticSpec, write_synthetic
 
     sizes = sorted(set(args.sizes))
-    out_dir = Path(args.out) if args.out else _common.RESULTS / dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     tmp = Path(tempfile.mkdtemp(prefix="constshare-scaling-", dir="/tmp"))
     rows: list[dict] = []
     base_rows: list[dict] = []  # --base: the other checkout's figures
@@ -385,7 +375,7 @@ def main(argv=None) -> pd.DataFrame:
                 res = run_size(Path(__file__).resolve(), d, ref_dir / "ref", repeats, args.timeout, root)
                 print(
                     f"  {which + ': ' if base is not None else ''}done in {time.perf_counter() - t:.0f}s: dry run "
-                    f"{res['run_analysis[fingerprint]'][0]:.1f} us/decision, {res['event_log_bytes_per_event'][0]:.0f} "
+                    f"{res['dry_run[fingerprint]'][0]:.1f} us/decision, {res['event_log_bytes_per_event'][0]:.0f} "
                     f"B/event, peak RSS {res['peak_rss'][0]:.0f} MB, load average {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
@@ -424,13 +414,12 @@ def main(argv=None) -> pd.DataFrame:
         round(v / r, 3) if pd.notna(r) and r else u
         for v, r, u in zip(df["value"], df["ref_value"], df["ratio_unpaired"])
     ]
-    target = df["metric"].str.startswith(("run_analysis[", "dry_run_load[")) & (df["unit"] == "us/decision")
+    target = df["metric"].str.startswith(("dry_run[", "dry_run_load[")) & (df["unit"] == "us/decision")
     df["ratio_to_target"] = [round(v / args.target_us, 3) if t else float("nan") for v, t in zip(df["value"], target)]
     df["toolkit_root"] = [str(base) if w == "base" else str(_common.REPO) for w in df["toolkit"]]
-    df["cpu_model"] = cpu_model()
     df["ram_gib"] = ram_gib()
     df["run_seconds"] = round(time.perf_counter() - t_run, 1)
-    path = _common.write_csv(df, args.name, out_dir)
+    path = _common.write_results("scaling", df, args.out, args.tag)
 
     mine = df[df.toolkit == "this"]
     table = mine.pivot(index="metric", columns="constants_per_method", values="ratio_to_smallest")
@@ -449,23 +438,23 @@ def main(argv=None) -> pd.DataFrame:
     print(
         f"\nratios: the figure at K / at K={base_k:,} (per decision, per row or per event: ~1.0 when linear; timed "
         f"steps against K={base_k:,} timed just before and after in the same process, CPU time); "
-        f"{args.methods} methods; {cpu_model()}, {os.cpu_count()} cores; written to {path}"
+        f"{args.methods} methods; {_common.cpu_model()}, {os.cpu_count()} cores; written to {path}"
     )
     print(
-        f"\nissue 25 target 4: the dry run with every event recorded, <= {args.target_us:g} us per decision "
+        f"\ngoal: the dry run with every event recorded, <= {args.target_us:g} us per decision "
         "(CPU time, best of the repeats)"
     )
     for pol in POLICIES:
-        got = mine[mine.metric == f"run_analysis[{pol}]"]
+        got = mine[mine.metric == f"dry_run[{pol}]"]
         print(
             f"  {pol}: "
             + "; ".join(
-                f"K={k:,}: {v:.1f} us = {r:.2f} x target"
+                f"K={k:,}: {v:.1f} us = {r:.2f} x goal"
                 for k, v, r in zip(got.constants_per_method, got.value, got.ratio_to_target)
             )
         )
         if base_rows:
-            was = df[(df.toolkit == "base") & (df.metric == f"run_analysis[{pol}]")].set_index("constants_per_method")
+            was = df[(df.toolkit == "base") & (df.metric == f"dry_run[{pol}]")].set_index("constants_per_method")
             print(
                 f"    base {base}: "
                 + "; ".join(

@@ -6,9 +6,9 @@ Writes ``--programs`` synthetic programs (``toolkit.build.synthetic``: ``--const
 methods each, drawn per program) into a folder under /tmp, then runs the CLI's ``scan`` on it
 exactly as ``python -m toolkit scan FOLDER`` does (its worker processes, ``--jobs`` of them),
 in a fresh process, and prints its wall-clock seconds, seconds per program and microseconds
-per decision (programs x policies x constants), and the host's load average (the 2-core
-host is shared: a load above 2 means the scan waited for the CPU).  Writes ``scan_folder.csv``
-(machine columns included).
+per decision (programs x policies x constants), and the host's load average (on a shared
+host, a load above its core count means the scan waited for the CPU).  Writes
+results/scan_folder/<date>-<machine>.csv.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def main(argv=None) -> pd.DataFrame:
             }
         ]
     )
-    path = _common.write_csv(df, "scan_folder.csv", args.out)
+    path = _common.write_results("scan_folder", df, args.out)
     r = df.iloc[0]
     print(
         f"scan of {args.programs} programs x {len(policies)} policies ({decisions:,} decisions, exit "

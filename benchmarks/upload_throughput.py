@@ -29,7 +29,7 @@ a program is loaded after it was built or integrity-checked.  ``--cold`` adds on
 each file path after ``drop_caches`` (needs root): those measure the disk.
 
 GB/s = 1e9 bytes per second; ratio = path / plain_pinned_copy (target >= 0.8).
-Writes upload_throughput.csv.
+Writes results/upload_throughput/<date>-<machine>.csv.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-sweep", action="store_true", help="skip the MappedBlobUploader settings sweep")
     ap.add_argument("--cold", action="store_true", help="also one pass per file path after dropping the page cache")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = ap.parse_args(argv)
     dev, upload_path, prog, _, _ = _program.prepare(args.device, args.program_dir, args.hidden)
     if dev.type != "cuda":
@@ -245,7 +245,7 @@ def main(argv=None):
     df["ratio_vs_plain_pinned_median"] = df["kind"].map(med / base).round(3)
     df["constants"] = sum(1 for c in spec.constants if c.nbytes)
     df["upload_path"] = upload_path
-    path = _common.write_csv(df, "upload_throughput.csv", args.out)
+    path = _common.write_results("upload_throughput", df, args.out)
     print(
         f"{df['bytes'].iloc[0] / _common.GIB:.3f} GiB in {df['constants'].iloc[0]} constants, median of {args.repeats}:"
     )

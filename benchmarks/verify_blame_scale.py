@@ -1,4 +1,4 @@
-"""Verification, blame and the state reset at language-model scale (issue 25, target 3).
+"""Verification, blame and the state reset at language-model scale.
 
     python benchmarks/verify_blame_scale.py [--program-dir DIR] [--layers 32 --hidden 4096 --ffn 14336
                                             --vocab 128256] [--culprit blocks.1.w2] [--device cuda]
@@ -22,7 +22,8 @@ Measured, in one run, each against its own reference:
   (verify, reset), ``total_collision`` (blame of the wrong method), ``shared_state`` (blame of the
   ``generate`` sequence under ``no-sharing``).
 
-Writes verify_blame_scale.csv (one row per figure) to ``--out``, else ``$OUT``, else the results folder.
+Writes results/verify_blame_scale/<date>-<machine>.csv (one row per figure) into ``--out``, else ``$OUT``, else
+benchmarks/results.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from pathlib import Path
 
 import _common
 import llm_scale
-import pandas as pd
 import torch
 
 rows: list[dict] = []
@@ -204,7 +204,9 @@ def main(argv=None):
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     llm_scale.program_arguments(ap, "/tmp/verify_blame_scale", compute="float32", culprit="blocks.1.w2")
-    ap.add_argument("--out", default=os.environ.get("OUT"))
+    ap.add_argument(
+        "--out", default=os.environ.get("OUT"), help="results folder (default $OUT, else benchmarks/results)"
+    )
     ap.add_argument("--reuse", action="store_true", help="keep a program already built in --program-dir")
     ap.add_argument("--no-pte", action="store_true", help="skip the ExecuTorch .pte programs")
     ap.add_argument("--build-timeout", type=float, default=420)
@@ -262,7 +264,7 @@ def main(argv=None):
         except Exception as e:  # keep the other measurements
             print(f"  {name}: {fn.__name__} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
             rows.append({"program": name, "what": f"{fn.__name__} failed", "error": str(e)[:300]})
-        path = _common.write_csv(pd.DataFrame(rows), "verify_blame_scale.csv", args.out)  # a cut-short run keeps it
+        path = _common.write_results("verify_blame_scale", rows, args.out)  # a cut-short run keeps it
     print(f"written to {path} ({time.perf_counter() - t0:.0f} s in all)")
 
 

@@ -2,7 +2,8 @@
 
 Written by ``fixtures/make_executorch_fixtures.py`` (run on the H200, see its docstring) into
 ``executorch-1.5.1-cuda/<name>/``, committed packed as ``fixtures/executorch-1.5.1-cuda-exports.tar.xz``
-and unpacked on first use into ``fixtures/.unpacked/`` (:func:`unpacked`): every attempt has a ``result.json``; an exported
+and unpacked on first use into ``fixtures/.unpacked/`` (:func:`unpacked`): every attempt has a
+``result.json``; an exported
 program has ``prog.pte`` + ``aoti_cuda_blob.ptd``; a refused one has ``refusal.txt`` (the
 exporter's message, verbatim).  ``MANIFEST`` lists the folders the script wrote.
 

@@ -1,7 +1,7 @@
 """Dry-run analysis predicts the real load, decision for decision; the memory floor holds.
 
 Every sample program is built once (conftest's ``built_sample``) and loaded for real on
-CPU under every policy; :func:`toolkit.workflows.dry_run.analyze` must give the same
+CPU under every policy; :func:`toolkit.workflows.dry_run.dry_run` must give the same
 (method, name, decision, reason_code) rows in the same order, the same load status and
 the same constant bytes.
 """
@@ -13,7 +13,7 @@ import pytest
 from toolkit import POLICIES, load_program, open_program
 from toolkit.build.samples import sample_module, sample_names
 from toolkit.core.vocab import EventKind
-from toolkit.workflows.dry_run import ANALYSIS_COLUMNS, analyze, memory_floor, run_analysis
+from toolkit.workflows.dry_run import DRY_RUN_COLUMNS, dry_run, memory_floor
 
 KEY = ["method", "name", "decision", "reason_code"]
 
@@ -33,7 +33,7 @@ def test_prediction_equals_real_load(built_sample, name):
     for policy in POLICIES:
         s = load_program(prog, policy)
         try:
-            predicted = run_analysis(prog, policy)
+            predicted = dry_run(prog, policy)
             assert _rows(predicted.decisions) == _rows(s.decisions), f"{name} / {policy}"
             assert predicted.status == s.status, f"{name} / {policy}"
             assert predicted.device_bytes == s.device_bytes, f"{name} / {policy}"
@@ -64,7 +64,7 @@ def test_memory_floor(built_sample, name):
     )
     assert f.table.loc[f.table["counted"], "nbytes"].sum() == f.total_bytes
     for policy in POLICIES:
-        a = run_analysis(prog, policy)
+        a = dry_run(prog, policy)
         exp = mod.EXPECTED[policy]
         if a.device_bytes < f.total_bytes:
             # below the floor, something was shared that must not be: the sample says so
@@ -72,7 +72,7 @@ def test_memory_floor(built_sample, name):
     # content-dedup reaches the floor, except for identical tensors inside one method (M counts
     # them once: slots could alias one tensor; the policy decides a method against the cache as
     # it was before that method, so it uploads each of them).  No empty FQNs in the samples.
-    dedup = run_analysis(prog, "content-dedup")
+    dedup = dry_run(prog, "content-dedup")
     if dedup.status == "loaded" and all(c.fqn for m in prog.methods for c in m.constants):
         assert dedup.device_bytes >= f.total_bytes
         state = {c.storage for m in prog.methods for c in m.constants if c.mutated and c.storage}
@@ -114,23 +114,23 @@ def test_cpu_memory_events_match_accounting(built_sample):
 @pytest.mark.slow
 def test_analysis_inputs_and_placement(built_sample, tmp_path):
     prog = built_sample("total_collision")
-    by_prog = analyze(prog, "fingerprint")
-    assert list(by_prog.columns) == ANALYSIS_COLUMNS
-    assert by_prog.equals(analyze(prog.root, "fingerprint"))
-    assert by_prog.equals(analyze(open_program(prog.root), "fingerprint"))
-    assert by_prog.equals(analyze(prog.root / "manifest.json", "fingerprint"))
+    by_prog = dry_run(prog, "fingerprint").decisions
+    assert list(by_prog.columns) == DRY_RUN_COLUMNS
+    assert by_prog.equals(dry_run(prog.root, "fingerprint").decisions)
+    assert by_prog.equals(dry_run(open_program(prog.root), "fingerprint").decisions)
+    assert by_prog.equals(dry_run(prog.root / "manifest.json", "fingerprint").decisions)
     # two devices: every hit of the second method mismatches on device_index
     first, second = prog.method_names[:2]
-    split = analyze(prog, "fingerprint", device={second: "cuda:1", first: "cuda:0"})
+    split = dry_run(prog, "fingerprint", device={second: "cuda:1", first: "cuda:0"}).decisions
     later = split[split["method"] == second]
     assert set(later["decision"]) <= {"loaded", "declined", "private"}
     assert "shared" not in set(later["decision"])
     f = memory_floor(prog, device={second: "cuda:1", first: "cuda:0"})
     assert set(f.by_device) == {"cuda:0", "cuda:1"} and f.total_bytes == f.naive_bytes
     with pytest.raises(ValueError):
-        analyze(prog, "fingerprint", device={"nope": "cpu"})
+        dry_run(prog, "fingerprint", device={"nope": "cpu"})
     with pytest.raises(ValueError):
-        analyze(prog, "no-such-policy")
+        dry_run(prog, "no-such-policy")
 
 
 @pytest.mark.slow
@@ -154,3 +154,14 @@ def test_unload_returns_toolkit_owned_memory(built_sample):
     del s
     gc.collect()
     assert all(r.expired() for r in refs)
+
+
+def test_the_earlier_names_of_the_dry_run_still_answer_with_a_warning(built_sample):
+    import toolkit
+
+    prog = built_sample("total_collision")
+    with pytest.warns(DeprecationWarning, match="toolkit.dry_run"):
+        decisions = toolkit.analyze(prog, "name-only")
+    assert decisions.equals(dry_run(prog, "name-only").decisions)
+    with pytest.warns(DeprecationWarning, match="toolkit.dry_run"):
+        assert toolkit.run_analysis(prog, "fingerprint").verdict == dry_run(prog, "fingerprint").verdict

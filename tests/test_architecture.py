@@ -48,10 +48,10 @@ def test_dry_run_loads_no_torch(tmp_path):
         "from toolkit.build.synthetic import SyntheticSpec, generate\n"
         "p = generate(SyntheticSpec(methods=3, constants=50))\n"
         "for pol in ('name-only', 'refuse-on-mismatch', 'fingerprint'):\n"
-        "    assert len(a.analyze(p, pol)) > 0\n"
+        "    assert len(a.dry_run(p, pol).decisions) > 0\n"
         "a.memory_floor(p)\n"
         "import toolkit\n"
-        "toolkit.analyze, toolkit.open_program, toolkit.Program\n"
+        "toolkit.dry_run, toolkit.open_program, toolkit.Program\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)

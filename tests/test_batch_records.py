@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from toolkit import POLICIES
 from toolkit.build.synthetic import SyntheticSpec, generate
 from toolkit.core import events as ev
+from toolkit.core.options import LoadOptions
 from toolkit.core.policies import get_policy
+from toolkit.core.vocab import Integrity
 from toolkit.engine import frames as tables
-from toolkit.engine.loader import resolve_devices
+from toolkit.engine.devices import resolve_devices
 from toolkit.engine.session import Session
 from toolkit.runtimes.dry_run import DryRunRuntime
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 
 class OneByOneLog(ev.EventLog):
@@ -40,7 +42,13 @@ class OneByOneLog(ev.EventLog):
 
 def _load(program, policy: str, log: ev.EventLog | None = None) -> Session:
     rt = DryRunRuntime()
-    s = Session(program, get_policy(policy), resolve_devices(program, None, rt), check_integrity=False, runtime=rt)
+    s = Session(
+        program,
+        get_policy(policy),
+        resolve_devices(program, None, rt),
+        options=LoadOptions(integrity=Integrity.OFF),
+        runtime=rt,
+    )
     if log is not None:
         s.log = log
     return s.load()
@@ -54,7 +62,7 @@ def _frames(s: Session) -> dict[str, pd.DataFrame]:
         "comparisons": tables.comparisons_frame(log),
         "decisions": tables.decisions_frame(log),
         "memory": tables.memory_frame(log).drop(columns="time_s"),
-        "analysis": tables.analysis_frame(log, s.results.values(), policy=s.policy.name.value),
+        "analysis": tables.dry_run_frame(log, s.results.values(), policy=s.policy.name.value),
     }
 
 
@@ -181,10 +189,10 @@ def test_run_analysis_frame_is_the_reference_frame():
     program = generate(
         SyntheticSpec(methods=2, constants=200, content_collision=0.05, metadata_collision=0.05, mutated=0.02, seed=5)
     )
-    a = run_analysis(program, "decline-on-mismatch")
+    a = dry_run(program, "decline-on-mismatch")
     ref = _load(program, "decline-on-mismatch", OneByOneLog())
     pd.testing.assert_frame_equal(
         a.decisions,
-        tables.analysis_frame(ref.log, ref.results.values(), policy="decline-on-mismatch"),
+        tables.dry_run_frame(ref.log, ref.results.values(), policy="decline-on-mismatch"),
         check_exact=True,
     )

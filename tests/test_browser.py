@@ -697,7 +697,8 @@ def test_explorer_in_jupyterlab(page, lab):
     tops = sorted(labels, key=lambda x: x[1])
     assert all(b[1] >= a[2] - 0.5 for a, b in zip(tops, tops[1:])), "matrix row labels overlap"
     assert min(h for *_x, h in labels) >= 10, labels[:3]
-    clear = pg.evaluate("""() => { const leg = document.querySelector('.constshare-matrix .legend').getBoundingClientRect();
+    clear = pg.evaluate("""() => {
+        const leg = document.querySelector('.constshare-matrix .legend').getBoundingClientRect();
         return [...document.querySelectorAll('.constshare-matrix .xaxislayer-above .xtick text')].map(t => {
             const b = t.getBoundingClientRect();
             return [t.textContent, b.top >= leg.bottom - 0.5 || b.bottom <= leg.top + 0.5 || b.left >= leg.right
@@ -823,7 +824,8 @@ def test_teaching_notebook_runs_all_in_jupyterlab(page, lab, notebook):
     pg.evaluate("""() => { const app = window.jupyterapp; app.shell.collapseLeft(); app.shell.collapseRight(); }""")
     pg.wait_for_timeout(500)
     # what a reader sees: no warning walls, no output area wider than the page
-    warned = pg.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+    warned = pg.evaluate("""() => [...document.querySelectorAll(
+            '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
         .map(el => el.textContent).filter(t => t.includes('Warning')).map(t => t.slice(0, 300))""")
     wide = pg.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
         .filter(el => el.scrollWidth > el.clientWidth + 1).map(el => el.scrollWidth + '>' + el.clientWidth)""")

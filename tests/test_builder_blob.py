@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import toolkit
-from toolkit.runtimes.aoti import AotiContainer, read_compiled
+from toolkit.runtimes.aoti_container import AotiContainer, read_compiled
 
 
 class _CounterAndWeight(torch.nn.Module):

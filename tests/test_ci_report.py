@@ -14,8 +14,9 @@ from executorch_fixtures import unpacked
 from toolkit.cli import main
 from toolkit.core.verdict import BAD_OUTCOMES
 from toolkit.core.vocab import MethodOutcome
-from toolkit.reports.ci import failure_message, junit_xml
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.reports.junit import junit_xml
+from toolkit.reports.summary import failure_message
+from toolkit.workflows.dry_run import dry_run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # shared_ok exported by executorch 1.2.0 (generation 1): under name-only prefill runs on decode's _tensor_constant0
@@ -85,7 +86,7 @@ def scanned(zoo, tmp_path_factory):
 
 def expected_verdicts(zoo):
     return {
-        (f"{d}/prog.pte", p): run_analysis(zoo / d / "prog.pte", p).session.verdict()
+        (f"{d}/prog.pte", p): dry_run(zoo / d / "prog.pte", p).session.verdict()
         for d in ("gen1", "identical")
         for p in POLICIES
     }
@@ -151,7 +152,7 @@ def test_report_writes_html_with_the_plot_and_junit_for_one_load(tmp_path, capsy
     rc = main(
         ["report", str(CULPRIT_PROGRAM), "--policy", "name-only", "--dry-run", "--html", str(html), "--junit", str(xml)]
     )
-    v = run_analysis(CULPRIT_PROGRAM, "name-only").session.verdict()
+    v = dry_run(CULPRIT_PROGRAM, "name-only").session.verdict()
     assert rc == int(v.exit_code) == 1
     root = ET.parse(xml).getroot()
     check_junit_shape(root)

@@ -80,7 +80,7 @@ def test_compare_dry_run_of_a_real_pte_predicts_every_policy(tmp_path, capsys):
     wrong = {p for p in f.index if f.loc[p, "wrong_methods"] != "[]"}
     assert wrong == {"name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share"}
     for p in f.index:  # the same numbers as a dry run of that policy alone
-        a = toolkit.run_analysis(PTE, p)
+        a = toolkit.dry_run(PTE, p)
         assert f.loc[p, "device_bytes"] == a.device_bytes, p
         assert f.loc[p, "x_floor"] == round(a.device_bytes / floor, 3), p
     assert f.loc["fingerprint", "x_floor"] == 1.0

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 from test_csv_safety import hostile_zoo
 
-import toolkit.reports.collision
+import toolkit.reports.native_code
+import toolkit.reports.output
 from toolkit.cli import EXIT_INTERRUPTED, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +100,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(prog, tmp_path,
     def fail(*a, **k):
         raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
 
-    monkeypatch.setattr(toolkit.reports.collision.os, "replace", fail)
+    monkeypatch.setattr(toolkit.reports.output.os, "replace", fail)
     assert main(_argv("report", prog, str(csv))) == 2
     _one_line_error(capsys, str(csv), os.strerror(getattr(errno, errno_name)))
     assert [p.name for p in csv.parent.iterdir()] == ["r.csv"] and csv.read_text() == "before\n"
@@ -157,7 +158,7 @@ def test_ctrl_c_elsewhere_is_exit_130_without_a_traceback(prog, monkeypatch, cap
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("toolkit.workflows.dry_run.run_analysis", interrupted)
+    monkeypatch.setattr("toolkit.workflows.dry_run.dry_run", interrupted)
     assert main(["report", str(prog), "--dry-run"]) == EXIT_INTERRUPTED
     assert capsys.readouterr().err.strip() == "constshare: interrupted"
 
@@ -193,7 +194,7 @@ def test_a_so_that_fails_to_load_leaves_the_so_cache(tmp_path):
 
 @pytest.fixture()
 def fresh_notice(monkeypatch):
-    monkeypatch.setattr(toolkit.reports.collision, "_NATIVE_CODE_NOTICED", [])
+    monkeypatch.setattr(toolkit.reports.native_code, "_NATIVE_CODE_NOTICED", [])
 
 
 def test_a_full_load_says_once_that_it_runs_native_code(fresh_notice, capsys):
@@ -209,11 +210,11 @@ def test_a_full_load_says_once_that_it_runs_native_code(fresh_notice, capsys):
 
 
 def test_no_notice_for_a_program_built_here_nor_for_a_dry_run(fresh_notice, built_sample, prog):
-    from toolkit.reports.collision import native_code_notice
+    from toolkit.reports.native_code import native_code_notice
     from toolkit.sources import open_program
 
     assert native_code_notice(built_sample("total_collision")) is None  # in the build cache: ours
-    assert main(["report", str(prog), "--dry-run"]) == 0 and toolkit.reports.collision._NATIVE_CODE_NOTICED == []
+    assert main(["report", str(prog), "--dry-run"]) == 0 and toolkit.reports.native_code._NATIVE_CODE_NOTICED == []
     assert "runs the native code" in native_code_notice(open_program(prog))
     assert native_code_notice(open_program(prog)) is None  # once per process
 

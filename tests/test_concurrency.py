@@ -17,7 +17,7 @@ import pytest
 
 from toolkit.core.errors import LoadError
 from toolkit.core.policies import get_policy
-from toolkit.engine.loader import resolve_devices
+from toolkit.engine.devices import resolve_devices
 from toolkit.engine.session import Session
 
 THREADS = 8

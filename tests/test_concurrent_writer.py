@@ -285,8 +285,11 @@ def test_whole_loads_under_a_swapper_and_after_a_tamper_by_mapping(built_sample,
     st = os.stat(blob)
     mm[at] ^= 0x40  # the tamper: no timestamp changes
     s = load_program(root, "fingerprint", options=copied)
-    tampered = dict(status=str(s.status), right=s.status == "loaded" and verdict(s),
-                    invisible=(st.st_mtime_ns, st.st_ctime_ns) == (os.stat(blob).st_mtime_ns, os.stat(blob).st_ctime_ns))
+    status = str(s.status)
+    tampered_right = s.status == "loaded" and verdict(s)
+    now = os.stat(blob)
+    invisible = (st.st_mtime_ns, st.st_ctime_ns) == (now.st_mtime_ns, now.st_ctime_ns)
+    tampered = dict(status=status, right=tampered_right, invisible=invisible)
     s.close()
     s = load_program(root, "fingerprint")  # the default, finding the complete verified copy: reads from it
     tampered["kept_copy_right"] = s.status == "loaded" and verdict(s)

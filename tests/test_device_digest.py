@@ -1,4 +1,4 @@
-"""Issue 25, target 1: verified staging's device digest.  A BLAKE3 piece that lands whole in one
+"""Verified staging's device digest.  A BLAKE3 piece that lands whole in one
 constant is hashed where it landed (toolkit.integrity.device_digest's Triton kernels), the others on the host,
 and every digest is compared before any tensor is handed out.
 
@@ -20,7 +20,7 @@ if not torch.cuda.is_available():  # before toolkit.integrity.blake3_kernels is 
 import blake3  # noqa: E402
 import pytest  # noqa: E402
 import test_verified_staging  # noqa: E402
-from test_integrity_pieces import _flip  # noqa: E402
+from test_integrity_pieces import flip_byte  # noqa: E402
 from test_upload import spec  # noqa: E402
 
 from toolkit import upload  # noqa: E402
@@ -157,7 +157,7 @@ def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spie
     """Piece 2 is hashed on the device, 5 (shared) and 7 (misaligned in c2) on the host."""
     path, data = blob
     rec = file_record(path, PIECE)
-    _flip(path, at)
+    flip_byte(path, at)
     with pytest.raises(
         IntegrityError,
         match=f"BLAKE3 does not match the program's record "
@@ -190,7 +190,7 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
     outs = upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
     assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     assert sorted(spied) == [0, 1, 2]  # a's three whole pieces; 3 and 4 are shared or misaligned, 5 short
-    _flip(path, 64 * mib + 99)
+    flip_byte(path, 64 * mib + 99)
     with pytest.raises(IntegrityError, match=f"piece at byte {64 * mib}"):
         upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
 
@@ -198,14 +198,14 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
 @pytest.mark.gpu
 def test_a_cuda_load_hashes_whole_pieces_on_the_device_and_uploads_the_files_bytes(built_sample, tmp_path, spied):
     from test_errors import clone
-    from test_integrity_pieces import _piece_size
+    from test_integrity_pieces import set_piece_size
 
     from toolkit.engine.session import load_program
     from toolkit.integrity import verified_files
     from toolkit.sources import open_program
 
     root = clone(built_sample("total_collision", device="cuda"), tmp_path / "p")
-    _piece_size(root, PIECE)  # 4 KiB pieces: each 16 KiB constant holds whole ones
+    set_piece_size(root, PIECE)  # 4 KiB pieces: each 16 KiB constant holds whole ones
     prog = open_program(root)
     verified_files().clear()
     s = load_program(prog, "fingerprint", device="cuda", options=LoadOptions(device_digest=True))

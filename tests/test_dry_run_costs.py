@@ -10,7 +10,7 @@ import pytest
 
 from toolkit.build.synthetic import SyntheticSpec, generate
 from toolkit.core import events as ev
-from toolkit.workflows.dry_run import collector_paused, run_analysis
+from toolkit.workflows.dry_run import collector_paused, dry_run
 
 
 def _columns_by_events(log: ev.EventLog, event_type: type[ev.Event], name: str) -> list:
@@ -90,7 +90,7 @@ def test_the_pass_leaves_no_young_generation_to_rescan(collector_state):
     gc.enable()
     gc.collect()
     program = generate(SyntheticSpec(methods=2, constants=300))
-    a = run_analysis(program, "fingerprint")
+    a = dry_run(program, "fingerprint")
     assert gc.isenabled() and gc.get_freeze_count() == 0
     young = {id(o) for o in gc.get_objects(generation=0)} | {id(o) for o in gc.get_objects(generation=1)}
     made = [a.session, a.session.log, a.session.cache, *a.session.log._records]
@@ -132,8 +132,9 @@ def test_the_collector_is_restored_when_the_pass_raises(collector_state):
 
 
 def _uploads_load(native: bool):
+    from toolkit.core.options import LoadOptions
     from toolkit.core.policies import get_policy
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
     from toolkit.runtimes.dry_run import DryRunRuntime
 
@@ -143,7 +144,11 @@ def _uploads_load(native: bool):
     program = generate(SyntheticSpec(methods=3, constants=120, seed=5))
     rt = Runtime()
     return Session(
-        program, get_policy("fingerprint"), resolve_devices(program, None, rt), check_integrity=False, runtime=rt
+        program,
+        get_policy("fingerprint"),
+        resolve_devices(program, None, rt),
+        options=LoadOptions(integrity="off"),
+        runtime=rt,
     ).load()
 
 

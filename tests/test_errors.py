@@ -26,7 +26,7 @@ from toolkit.core.errors import (
     ToolkitError,
 )
 from toolkit.core.policies import get_policy
-from toolkit.engine.loader import resolve_devices
+from toolkit.engine.devices import resolve_devices
 from toolkit.engine.session import Session, load_program
 from toolkit.integrity import check_files, file_record
 from toolkit.sources import open_program

@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 import toolkit
 from toolkit.core.policies import POLICIES
 from toolkit.core.vocab import Decision, ProgramFormat
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 
 def wrong_of(analysis) -> set[str]:
@@ -161,7 +161,7 @@ def test_an_exported_fixture_opens_and_agrees_with_what_the_exporter_stored(name
 def test_every_policys_dry_run_on_an_exported_fixture(name, policy):
     p = toolkit.open_program(ROOT / name)
     e = EXPECTED[name]
-    a = run_analysis(p, policy)
+    a = dry_run(p, policy)
     assert a.status == "loaded", (policy, a.session.error)
     got = decisions_by_fqn(a, p)
     for key, want in e.decisions(policy).items():
@@ -210,7 +210,7 @@ def test_fqn_weight_cache_predicts_the_exporters_refusal(name):
     keys = {m["method"]: m["so_key"] for m in r["exporter_record"]["methods"]}
     program = built_program(name, r["processed_order"])  # methods the exporter never reached left out
     assert program.method_names == r["processed_order"]
-    a = run_analysis(with_so_keys(program, keys), "fqn-weight-cache", device="cuda")
+    a = dry_run(with_so_keys(program, keys), "fqn-weight-cache", device="cuda")
     assert (a.status, a.session.failed_stage) == ("failed", "export"), a.session.error
     assert a.session.error == message, (a.session.error, message)
     assert a.session.failed_method == r["processed_order"][-1]
@@ -225,7 +225,7 @@ def test_fqn_weight_cache_predicts_that_the_exporter_accepts(name):
     r = result(name)
     keys = {m["method"]: m["so_key"] for m in r["exporter_record"]["methods"]}
     program = built_program(name, r["processed_order"])
-    a = run_analysis(with_so_keys(program, keys), "fqn-weight-cache", device="cuda")
+    a = dry_run(with_so_keys(program, keys), "fqn-weight-cache", device="cuda")
     assert a.status == "loaded", a.session.error
     if len(set(keys.values())) == 1 and name == "total_collision":  # one key would have been refused
         pytest.fail("total_collision's .so keys are equal: the exporter would have refused it")
@@ -238,7 +238,7 @@ def test_the_other_policies_on_a_refused_program(name):
     the program built from the same modules, all its methods)."""
     program = built_program(name)
     for policy in POLICY_NAMES:
-        a = run_analysis(program, policy, device="cuda")
+        a = dry_run(program, policy, device="cuda")
         if policy == "fqn-weight-cache":
             assert a.status == "failed" and a.session.error.startswith("Duplicate key cuda_fqn_weight:cuda:")
             continue
@@ -346,7 +346,8 @@ with rec.installed():
     assert rec.available, rec.note
     assert CudaBackend.__dict__["_preprocess_with_weight_collector"].__func__.__name__ == "pre"
     assert cuda_weight_collector.CudaWeightCollector._add_weight.__name__ == "add_weight"
-assert CudaBackend.__dict__["_preprocess_with_weight_collector"].__func__.__name__ == "_preprocess_with_weight_collector"
+preprocess = CudaBackend.__dict__["_preprocess_with_weight_collector"].__func__
+assert preprocess.__name__ == "_preprocess_with_weight_collector"
 print("OK")
 """
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
@@ -389,7 +390,8 @@ with rec.installed():
                 with open(path, "wb") as f:
                     f.write(data)
                 key = _storage_key(c["fqn"], 1)
-                entries.append(CudaWeightEntry(c["fqn"], key, len(data), 6, 1, 0, tuple(c["shape"]), tuple(c["strides"])))
+                shape, strides = tuple(c["shape"]), tuple(c["strides"])
+                entries.append(CudaWeightEntry(c["fqn"], key, len(data), 6, 1, 0, shape, strides))
                 storages[key] = FileBackedData(path)
             result = PreprocessResult(processed_bytes=(m["so_key"] + "\n" + "w_weights_blob").encode(),
                                       debug_handle_map={}, data_store_output=store.get_named_data_store_output())
@@ -452,7 +454,7 @@ def test_executorchs_own_collector_refuses_what_fqn_weight_cache_predicts(name):
     got = json.loads(run.stdout.strip().splitlines()[-1])
     if "import_error" in got:
         pytest.skip(f"executorch's CUDA backend does not import here: {got['import_error']}")
-    a = run_analysis(with_so_keys(program, so_keys), "fqn-weight-cache", device="cuda")
+    a = dry_run(with_so_keys(program, so_keys), "fqn-weight-cache", device="cuda")
     assert got["message"] is not None, got["record"]
     assert (a.status, a.session.failed_stage) == ("failed", "export")
     assert a.session.error == got["message"]

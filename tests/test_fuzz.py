@@ -744,7 +744,7 @@ def test_an_interrupt_at_any_event_leaves_a_consistent_session(bases, sample, po
     loaded before stay loaded, the cache holds only their entries (users included), the
     session stays "not loaded", and load() then resumes and gives the unmutated answers."""
     from toolkit.core.policies import get_policy
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
 
     base = bases[sample]
@@ -859,7 +859,7 @@ def _damage(rng: random.Random, raw: bytearray, lo: int, hi: int) -> str:
 def _open_damaged(family: str, path: Path, note: str, files: set[Path], **kw) -> None:
     """Open a damaged program: a ProgramError naming one of its files, or a self-consistent model
     whose dry run works under a policy drawn from the note."""
-    from toolkit.workflows.dry_run import memory_floor, run_analysis
+    from toolkit.workflows.dry_run import dry_run, memory_floor
 
     t0 = time.perf_counter()
     try:
@@ -877,7 +877,7 @@ def _open_damaged(family: str, path: Path, note: str, files: set[Path], **kw) ->
                     data = program.path(c.file).read_bytes()[c.offset : c.offset + c.nbytes]
                     assert len(data) == c.nbytes and _sha(data) == c.digest, (note, m.name, c.name)
             policy = POLICIES[sum(map(ord, note)) % len(POLICIES)]
-            a = run_analysis(program, policy)
+            a = dry_run(program, policy)
             memory_floor(program)
             outcome = f"opened, dry run {a.status}"
     except AssertionError:
@@ -925,10 +925,10 @@ def test_damaged_cuda_payload_is_refused_by_name_or_opens_consistently(workdir, 
     p = root / "prog.pte"
     raw = bytearray(p.read_bytes())
     from toolkit.sources.binary import MappedFile
-    from toolkit.sources.executorch import _read_pte
+    from toolkit.sources.executorch.layout import read_pte
 
     f = MappedFile(p, "prog.pte")
-    payloads = [d.payload for plan in _read_pte(f).plans for d in plan.delegates]
+    payloads = [d.payload for plan in read_pte(f).plans for d in plan.delegates]
     f.close()
     payload = rng.choice(payloads)
     start = raw.find(payload)
@@ -1236,7 +1236,7 @@ def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, 
     import re
 
     from toolkit.sources.executorch import aoti_internal_names
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     rng = random.Random(seed)
     kind = PATHOLOGICAL[i % len(PATHOLOGICAL)]
@@ -1310,7 +1310,7 @@ def test_pathological_sizes_take_time_linear_in_the_content(workdir, pt2_files, 
         size = _log_size(rng, 10, 8_000)
         program = _many_methods_program(size)
         t0 = time.perf_counter()
-        a = run_analysis(program, rng.choice(POLICIES))
+        a = dry_run(program, rng.choice(POLICIES))
         assert len(a.session.verdict().methods) == size
         OUTCOMES.setdefault("pathological-sizes", Counter())["many methods: dry run " + str(a.status)] += 1
     dt = elapsed if kind == "fqn collisions" else time.perf_counter() - t0

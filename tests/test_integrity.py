@@ -1,7 +1,7 @@
 """Integrity before execution: one flipped byte in any .so is refused before any .so is
 opened or any byte uploaded; one in a weights blob before any byte of it is uploaded (its
-method's .so may be open by then: a blob's pieces are verified as they are read, issue 25),
-and with ``LoadOptions(hash_all=True)`` before any .so is opened too.
+method's .so may be open by then: a blob's pieces are verified as they are read), and with
+``LoadOptions(integrity="files-first")`` before any .so is opened too.
 
 "Opened" is checked two ways: the runtime adapter's container factory is never called,
 and no file of the copied program appears in this process's memory maps.  The strongest
@@ -21,7 +21,7 @@ from toolkit import upload
 from toolkit.core.errors import IntegrityError
 from toolkit.core.options import LoadOptions
 from toolkit.core.policies import POLICIES, get_policy
-from toolkit.engine.loader import resolve_devices
+from toolkit.engine.devices import resolve_devices
 from toolkit.engine.session import Session, load_program
 from toolkit.runtimes import aoti as runtime
 from toolkit.sources import open_program
@@ -76,14 +76,14 @@ def flip_byte(path: Path, where: float = 0.5) -> int:
     return i
 
 
-@pytest.mark.parametrize("hash_all", [False, True], ids=["default", "hash_all"])
+@pytest.mark.parametrize("files_first", [False, True], ids=["default", "files-first"])
 @pytest.mark.parametrize("rel", FILES)
 @pytest.mark.parametrize("where", [0.0, 0.5, 1.0], ids=["first", "middle", "last"])
-def test_one_flipped_byte_is_refused_before_anything_runs(base, tmp_path, opened, rel, where, hash_all):
+def test_one_flipped_byte_is_refused_before_anything_runs(base, tmp_path, opened, rel, where, files_first):
     root = clone(base, tmp_path / "p")
     flip_byte(root / rel, where)
     program = open_program(root)  # reading the manifest opens nothing
-    s = load_program(program, "fingerprint", options=LoadOptions(hash_all=hash_all))
+    s = load_program(program, "fingerprint", options=LoadOptions(integrity="files-first" if files_first else "staged"))
     method = rel.split("/")[1]
     assert s.status == "failed"
     assert s.failed_method == method
@@ -92,7 +92,7 @@ def test_one_flipped_byte_is_refused_before_anything_runs(base, tmp_path, opened
     assert "does not match the program's record" in s.error and str(root / rel) in s.error
     assert str(root) not in mapped_files()
     assert method not in s.methods
-    if rel.endswith(".blob") and not hash_all:  # verified as read: before any byte of its method is uploaded
+    if rel.endswith(".blob") and not files_first:  # verified as read: before any byte of its method is uploaded
         at = max(i for i, c in enumerate(opened) if c.startswith("open "))  # the failing method's .so
         assert opened[at + 1 :] == [], "bytes of the method were uploaded before its blob was verified"
         assert len([c for c in opened if c.startswith("open ")]) == [m.name for m in program.methods].index(method) + 1
@@ -126,8 +126,10 @@ def test_load_method_alone_checks_its_files_first(base, tmp_path, opened, policy
         assert "decode" in s.methods
     # decode's .so may be open by then; nothing of the tampered blob was uploaded
     assert [c for c in opened if not c.startswith("open ")] == []
-    # with hash_all, every byte is checked before decode's .so is opened, whatever the policy reads
-    s = Session(program, get_policy(policy), resolve_devices(program, None), options=LoadOptions(hash_all=True))
+    # with files-first, every byte is checked before decode's .so is opened, whatever the policy reads
+    s = Session(
+        program, get_policy(policy), resolve_devices(program, None), options=LoadOptions(integrity="files-first")
+    )
     s.load_method("prefill")
     opened.clear()
     with pytest.raises(IntegrityError, match="does not match the program.s record"):
@@ -168,7 +170,7 @@ def test_intact_copy_loads_from_its_verified_copies(base, tmp_path, opened):
 
 
 def test_integrity_check_can_be_disabled_explicitly(base, tmp_path):
-    """check_integrity=False is an explicit opt-out: the flipped byte then goes unnoticed."""
+    """check_integrity=False (integrity "off") is an explicit opt-out: the flipped byte then goes unnoticed."""
     root = clone(base, tmp_path / "p")
     flip_byte(root / "methods/decode/weights.blob")
     s = load_program(root, "no-sharing", check_integrity=False)

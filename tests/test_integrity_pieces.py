@@ -1,4 +1,4 @@
-"""Issue 25: BLAKE3 piece digests (program format 4) and only the pieces a load reads hashed.
+"""BLAKE3 piece digests (program format 4) and only the pieces a load reads hashed.
 
 A weights blob's copy is filled piece by piece as readers ask for byte ranges: a piece is read,
 hashed and compared before anyone reads it; a piece no one asks for is never read or hashed.
@@ -33,7 +33,7 @@ def _file(tmp_path: Path, n: int = 10 * PIECE + 123) -> tuple[Path, bytes]:
     return p, data
 
 
-def _flip(path: Path, at: int) -> None:
+def flip_byte(path: Path, at: int) -> None:
     with open(path, "r+b") as f:
         f.seek(at)
         b = f.read(1)
@@ -124,7 +124,7 @@ def test_only_the_pieces_asked_for_are_read_and_hashed(tmp_path):
 def test_a_flipped_byte_in_a_piece_read_is_refused_naming_the_file(tmp_path):
     p, _ = _file(tmp_path)
     rec = file_record(p, PIECE)
-    _flip(p, 7 * PIECE + 3)
+    flip_byte(p, 7 * PIECE + 3)
     vf = VerifiedFiles()
     copy = vf.copy(p, rec, ranges=[(0, PIECE)])  # piece 0 is intact: no error, piece 7 not read
     assert vf.hashed_bytes == PIECE
@@ -149,7 +149,7 @@ def test_a_write_after_the_check_into_a_piece_not_yet_read_is_refused(tmp_path):
     rec = file_record(p, PIECE)
     vf = VerifiedFiles()
     copy = vf.copy(p, rec, ranges=())
-    _flip(p, 3 * PIECE)
+    flip_byte(p, 3 * PIECE)
     with pytest.raises(IntegrityError, match="piece at byte 12288"):
         vf.more(copy, [(3 * PIECE, 3 * PIECE + 8)])
 
@@ -194,7 +194,7 @@ def test_older_records_still_verify(tmp_path, digest):
     assert vf.hashed_bytes == (PIECE if digest else len(data))
     vf.more(copy)
     assert Path(copy.path).read_bytes() == data
-    _flip(p, len(data) - 1)
+    flip_byte(p, len(data) - 1)
     with pytest.raises(IntegrityError, match="sha256 does not match the program's record") as e:
         VerifiedFiles().copy(p, rec)
     assert e.value.path == str(p)
@@ -216,7 +216,7 @@ def _as_format(root: Path, version: int) -> None:
     write_json(root, data)
 
 
-def _piece_size(root: Path, piece: int) -> None:
+def set_piece_size(root: Path, piece: int) -> None:
     data = read_json(root)
     for rel, rec in data["files"].items():
         rec["chunk_bytes"], rec["blake3_chunks"] = piece, list(chunk_digests(root / rel, piece))
@@ -232,11 +232,11 @@ def fresh():
 
 def test_a_blob_no_constant_is_read_from_is_not_hashed(base, tmp_path, fresh):
     """name-only shares decode's one constant from prefill: decode's blob is never read, so a
-    flipped byte in it goes unnoticed; hash_all=True verifies every byte first and refuses it."""
+    flipped byte in it goes unnoticed; integrity="files-first" verifies every byte first and refuses it."""
     root = clone(base, tmp_path / "p")
-    _piece_size(root, PIECE)
+    set_piece_size(root, PIECE)
     blob = root / "methods/decode/weights.blob"
-    _flip(blob, 0)
+    flip_byte(blob, 0)
     before = fresh.hashed_bytes  # the process's counter: earlier tests count into it too
     prog = open_program(root)
     s = load_program(prog, "name-only")
@@ -245,17 +245,17 @@ def test_a_blob_no_constant_is_read_from_is_not_hashed(base, tmp_path, fresh):
     assert fresh.hashed_bytes - before == read  # every other file whole, nothing of decode's blob
     s.close()
     fresh.clear()
-    s = load_program(prog, "name-only", options=LoadOptions(hash_all=True))
+    s = load_program(prog, "name-only", options=LoadOptions(integrity="files-first"))
     assert s.status == "failed" and s.exception.path == str(blob)
     assert s.failed_method == "decode" and not s.methods  # before any .so was opened
 
 
 def test_a_flipped_byte_in_a_blob_read_fails_that_method_before_its_uploads(base, tmp_path, fresh):
     root = clone(base, tmp_path / "p")
-    _piece_size(root, PIECE)
+    set_piece_size(root, PIECE)
     blob = root / "methods/decode/weights.blob"
     c = next(c for m in open_program(root).methods if m.name == "decode" for c in m.constants)
-    _flip(blob, c.offset + c.nbytes - 1)
+    flip_byte(blob, c.offset + c.nbytes - 1)
     s = load_program(root, "fingerprint")  # declines the share: decode's constant is uploaded from its blob
     assert s.status == "failed" and s.failed_method == "decode"
     assert isinstance(s.exception, IntegrityError) and s.exception.path == str(blob)
@@ -275,23 +275,23 @@ def test_older_format_programs_still_load_and_verify(base, tmp_path, fresh, vers
     assert s.status == "loaded", s.error
     s.close()
     fresh.clear()
-    _flip(root / "methods/prefill/weights.blob", 5)
+    flip_byte(root / "methods/prefill/weights.blob", 5)
     s = load_program(prog, "fingerprint")
     assert s.status == "failed" and s.failed_method == "prefill"
     assert "sha256 does not match the program's record" in s.error
 
 
-# ----------------------------------------------------------------------------- integrity_copy=False
+# ----------------------------------------------------------------------------- integrity="in-place"
 
 
 def test_in_place_hashes_the_pieces_read_in_the_file_and_names_it(tmp_path):
     p, data = _file(tmp_path)
     rec = file_record(p, PIECE)
     vf = VerifiedFiles()
-    opts = LoadOptions(integrity_copy=False)
+    opts = LoadOptions(integrity="in-place")
     copy = vf.copy(p, rec, opts, ranges=[(0, 1)])
     assert copy.in_place and copy.path == p and vf.hashed_bytes == PIECE  # no copy: the file itself
-    _flip(p, 9 * PIECE)
+    flip_byte(p, 9 * PIECE)
     with pytest.raises(IntegrityError, match=rf"piece at byte {9 * PIECE}") as e:
         vf.more(copy, [(9 * PIECE, 9 * PIECE + 1)])
     assert e.value.path == str(p)
@@ -307,14 +307,14 @@ def test_in_place_loads_upload_from_the_program_files_and_open_so_copies(base, t
     from test_isolation import mapped_files
 
     root = clone(base, tmp_path / "p")
-    opts = LoadOptions(integrity_copy=False)
+    opts = LoadOptions(integrity="in-place")
     s = load_program(root, "fingerprint", options=opts)
     assert s.status == "loaded", s.error
     assert str(root / "methods/prefill/model.so") not in mapped_files()  # dlopen'ed from its sealed copy
     s.close()
     fresh.clear()
     blob = root / "methods/decode/weights.blob"
-    _flip(blob, 3)
+    flip_byte(blob, 3)
     s = load_program(root, "fingerprint", options=opts)
     assert s.status == "failed" and s.failed_method == "decode" and s.exception.path == str(blob)
     assert "decode" not in s.methods

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from toolkit.core.policies import POLICIES, get_policy
-from toolkit.engine.loader import resolve_devices
+from toolkit.engine.devices import resolve_devices
 from toolkit.engine.session import Session
 
 SHARING = [p for p in POLICIES if p != "no-sharing"]

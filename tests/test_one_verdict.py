@@ -21,10 +21,10 @@ from toolkit.build.samples import sample_module, sample_names
 from toolkit.cli import main as cli_main
 from toolkit.core.verdict import BAD_OUTCOMES
 from toolkit.core.vocab import ExitCode, MethodOutcome
-from toolkit.display.html import verification_html
+from toolkit.display.findings import verification_html
 from toolkit.plots import collision_matrix_view
 from toolkit.reports.collision import collision_report, read_report
-from toolkit.workflows.compare import compare_policies, predict_policies
+from toolkit.workflows.compare import compare_policies
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = [n for n in sample_names() if n != "llama_static_cache"]  # its real loads are test_llm_state's
@@ -49,7 +49,7 @@ def _findings(v) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_every_surface_tells_the_same_verdict(sample, built_sample, tmp_path, capsys):
     prog = built_sample(sample)
-    real, predicted = compare_policies(prog), predict_policies(prog)
+    real, predicted = compare_policies(prog), compare_policies(prog, dry_run=True)
     for policy, s in real.sessions.items():  # the truth each sample states, independently of the toolkit
         v, expected = s.verdict(), sample_module(sample).EXPECTED[policy]
         assert (set(v.wrong_methods), set(v.not_runnable), set(v.wrong_sequences), v.failed_stage is None) == (
@@ -116,7 +116,7 @@ def test_scan_reads_the_dry_run_verdict(built_sample, tmp_path):
     """scan's per-method outcome is the dry run's verdict; wrong_data marks exactly the failing outcomes."""
     import shutil
 
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     zoo = tmp_path / "zoo"
     for name in ("total_collision", "partial_collision_shape"):
@@ -127,7 +127,7 @@ def test_scan_reads_the_dry_run_verdict(built_sample, tmp_path):
     expected = set()
     for name in ("total_collision", "partial_collision_shape"):
         for policy in f["policy"].unique():
-            for m in run_analysis(zoo / name, policy).session.verdict().methods:
+            for m in dry_run(zoo / name, policy).session.verdict().methods:
                 expected.add((name, policy, m.method, m.outcome.value, m.outcome in BAD_OUTCOMES))
     assert set(zip(f["program"], f["policy"], f["method"], f["outcome"], f["wrong_data"])) == expected
     assert rc == (ExitCode.PROBLEM if f["wrong_data"].any() else ExitCode.OK) == ExitCode.PROBLEM

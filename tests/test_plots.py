@@ -17,7 +17,15 @@ from toolkit import (  # noqa: E402
     load_program,
     plots,  # noqa: E402
 )
-from toolkit.display.html import culprit_mask  # noqa: E402
+from toolkit.display.cells import format_bytes  # noqa: E402
+from toolkit.display.content import culprit_mask  # noqa: E402
+from toolkit.display.palette import CULPRIT_FACE, DECISION_COLOURS, WRONG_MARK  # noqa: E402
+from toolkit.engine.frames import memory_by_policy_frame  # noqa: E402
+from toolkit.plots.groups import layer_groups, long_rows, matrix_groups  # noqa: E402
+from toolkit.plots.interactive import HOVER_ROOM, LONG_ROW_PX, MAX_PLOTLY_WIDTH, MODEBAR_WIDTH  # noqa: E402
+from toolkit.plots.matrix import LONG_LABEL_PT  # noqa: E402
+from toolkit.plots.matrix_view import MAX_MATRIX_COLUMNS  # noqa: E402
+from toolkit.plots.timeline import MIN_SPAN_FRACTION, TICK_WIDTH  # noqa: E402
 
 
 def decisions(rows):
@@ -48,8 +56,8 @@ def test_collision_matrix_marks_wrong_methods():
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     labels = {t.get_text(): t.get_color() for t in ax.get_yticklabels()}
-    assert "\u2717 decode (wrong)" in labels and labels["\u2717 decode (wrong)"] == plots.WRONG_COLOUR
-    assert labels["prefill"] != plots.WRONG_COLOUR
+    assert "\u2717 decode (wrong)" in labels and labels["\u2717 decode (wrong)"] == WRONG_MARK
+    assert labels["prefill"] != WRONG_MARK
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "S shared" in legend and "D declined" in legend and "wrong output" in legend
     assert plots.figure_png(fig).startswith(b"\x89PNG")
@@ -106,10 +114,10 @@ def test_minimum_bytes_counts_content_once_and_mutated_buffers_per_method(built_
 
 
 def test_format_bytes():
-    assert plots.format_bytes(0) == "0 B"
-    assert plots.format_bytes(16384) == "16 KiB"
-    assert plots.format_bytes(1536) == "1.5 KiB"
-    assert plots.format_bytes(3 * 1024**3) == "3 GiB"
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(16384) == "16 KiB"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(3 * 1024**3) == "3 GiB"
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +138,7 @@ def test_memory_by_policy_stacks_methods_against_the_minimum(sessions):
     assert heights == [16384, 16384, 16384, 16384, 0, 16384]
     floor = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
     assert floor and floor[0].get_ydata()[0] == 32768  # two distinct 64x64 float32 tables
-    frame = plots.memory_frame(sessions)
+    frame = memory_by_policy_frame(sessions.values())
     assert list(frame.columns) == ["policy", "method", "device_bytes", "loaded"] and len(frame) == 6
     # the same plot from the plain frame
     ax2 = plots.memory_by_policy(frame, minimum=32768).axes[0]
@@ -175,7 +183,7 @@ def test_import_toolkit_needs_neither_matplotlib_nor_ipywidgets():
     assert out.stdout.strip() == "[]"
 
 
-# ------------------------------------------------------------------ issue 12: plots that read at real sizes
+# ------------------------------------------------------------------ plots that read at real sizes
 
 
 def _drawn(fig):
@@ -392,8 +400,8 @@ def test_collision_matrix_marks_shared_cells_of_other_content():
     faces = {(round(p.get_x()), round(p.get_y())): p.get_facecolor() for p in ax.patches if p.get_fill()}
     from matplotlib.colors import to_rgba
 
-    assert faces[(0, 1)] == to_rgba(plots.CULPRIT_FACE)  # probe: red
-    assert faces[(0, 2)] == to_rgba(plots.DECISION_COLOURS["shared"])  # again: an honest share, blue
+    assert faces[(0, 1)] == to_rgba(CULPRIT_FACE)  # probe: red
+    assert faces[(0, 2)] == to_rgba(DECISION_COLOURS["shared"])  # again: an honest share, blue
     texts = {(t.get_position()[1]): t.get_text() for t in ax.texts}
     assert texts[1.5] == "S\u2717" and texts[2.5] == "S"
     assert "\u2717 runs on other data" in [t.get_text() for t in ax.get_legend().get_texts()]
@@ -409,7 +417,7 @@ def test_event_timeline_decisions_are_thin_ticks_in_lanes(sessions):
     assert all(ln.get_markersize() <= 12 for ln in ticks)
 
 
-# ------------------------------------------------------------------ issue 13.6: names with $...$
+# ------------------------------------------------------------------ names with $...$
 
 EVIL = r"$\notacommand{x$"  # invalid mathtext: matplotlib raises when it parses it
 
@@ -496,12 +504,12 @@ def test_collision_matrix_of_thousands_of_names_is_capped_culprits_first():
     labels = [t.get_text() for t in ax.get_yticklabels()]  # a long matrix: a row per name (no groups here)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]  # a column per method
     culprits = [f"c{i}" for i in range(3000) if i % 97 == 5]
-    assert len(labels) == plots.MAX_MATRIX_COLUMNS and set(culprits) <= set(labels)
+    assert len(labels) == MAX_MATRIX_COLUMNS and set(culprits) <= set(labels)
     assert labels == sorted(labels, key=lambda k: int(k[1:]))  # load order kept
     assert "120 of 3,000 names: the culprits first" in ax.get_title()
 
 
-# ------------------------------------------------------------------ issue 12 item 6: the interactive matrix
+# ------------------------------------------------------------------ the interactive matrix
 
 
 def _plotly():
@@ -582,15 +590,15 @@ def test_interactive_matrix_marks_culprits_red_like_the_png():
     # the colour of a cell: its category's band of the discrete colour scale
     scale = [c for _pos, c in heat.colorscale]
     colour = [[scale[2 * int(v)] for v in row] for row in heat.z]
-    assert colour[1][1] == plots.CULPRIT_FACE and colour[1][0] == plots.DECISION_COLOURS["shared"]
-    assert colour[0][0] == plots.DECISION_COLOURS["loaded"] and colour[1][3] == "#ffffff"
+    assert colour[1][1] == CULPRIT_FACE and colour[1][0] == DECISION_COLOURS["shared"]
+    assert colour[0][0] == DECISION_COLOURS["loaded"] and colour[1][3] == "#ffffff"
     assert heat.text[1][1] == "S\u2717" and heat.text[1][0] == "S"
     # the PNG's culprits are the same cells
     assert plots.culprit_cells(d) == {("decoder", "layers.1.w")}
     assert "\u2717 runs on other data" in [t.name for t in fig.data[1:]]  # in the legend
     ticks = fig.layout.yaxis.ticktext
-    assert "wrong" in ticks[1] and plots.WRONG_COLOUR in ticks[1] and "wrong" not in ticks[0]
-    assert any(s.line.color == plots.WRONG_COLOUR for s in fig.layout.shapes)  # the wrong row outlined
+    assert "wrong" in ticks[1] and WRONG_MARK in ticks[1] and "wrong" not in ticks[0]
+    assert any(s.line.color == WRONG_MARK for s in fig.layout.shapes)  # the wrong row outlined
 
 
 def test_interactive_matrix_large_programs_show_only_the_colliding_names():
@@ -617,11 +625,11 @@ def test_interactive_matrix_of_thousands_of_names_is_capped_culprits_first():
     heat = fig.data[0]
     assert heat.meta["long"] and list(heat.x) == ["encoder", "decoder"]  # long: a column per method
     shown = [j for j in heat.meta["rows"] if j >= 0]
-    assert len(shown) == plots.MAX_MATRIX_COLUMNS
+    assert len(shown) == MAX_MATRIX_COLUMNS
     # a layer a name, one stem: nothing to group, each row its whole name
     assert len(fig.layout.yaxis.ticktext) == len(shown) and all(j >= 0 for j in heat.meta["rows"])
     assert {f"layers.{i}.w" for i in range(5000) if i % 97 == 1} <= set(fig.layout.yaxis.ticktext)
-    assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH <= 1000  # a notebook output area at 1440 px: 1008 px
+    assert fig.layout.width <= MAX_PLOTLY_WIDTH <= 1000  # fits a notebook's output area
     import json
 
     json.dumps(bundle)  # plain JSON: what the Output widget sends
@@ -647,7 +655,7 @@ def test_interactive_matrix_of_a_session(sessions):
     assert "reason: <b>name_hit_unchecked</b>" in fig.data[0].customdata[1][0]
 
 
-# ------------------------------------------------------------------ issue 22: readable matrices, honest timelines
+# ------------------------------------------------------------------ readable matrices, honest timelines
 
 
 def _layered_rows(
@@ -689,7 +697,7 @@ def test_interactive_matrix_groups_long_matrices_by_layer():
     # a click on a cell names its constant: the internal name of that (method, column)
     j = labels.index("mlp.up_proj.weight", 5 * 3)
     assert heat.meta["names"][1][j] == "model_layers_3_mlp_up_proj_weight" and heat.meta["methods"][1] == "decode"
-    assert plots.layer_groups([f"layers.{i}.w" for i in range(30)]) is None  # one name a layer: nothing to group
+    assert layer_groups([f"layers.{i}.w" for i in range(30)]) is None  # one name a layer: nothing to group
     small = plots.interactive_collision_matrix(_layered_rows(2), only_colliding=False)  # 10 names: no grouping
     assert small.layout.xaxis.type == "category"
 
@@ -698,12 +706,12 @@ def test_interactive_matrix_of_one_column_keeps_the_hover_beside_it_and_the_titl
     _plotly()
     one = decisions([("prefill", "_tensor_constant0", "", "loaded"), ("decode", "_tensor_constant0", "", "shared")])
     fig = plots.interactive_collision_matrix(one, title="a title long enough to run under the toolbar " * 4)
-    assert fig.layout.margin.r >= plots.HOVER_ROOM  # room for the hover label right of the one column
-    assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH
+    assert fig.layout.margin.r >= HOVER_ROOM  # room for the hover label right of the one column
+    assert fig.layout.width <= MAX_PLOTLY_WIDTH
     lines = fig.layout.title.text.split("<br>")
-    assert len(lines) > 1 and max(len(x) for x in lines) * 7 <= fig.layout.width - 40 - plots.MODEBAR_WIDTH
+    assert len(lines) > 1 and max(len(x) for x in lines) * 7 <= fig.layout.width - 40 - MODEBAR_WIDTH
     wide = plots.interactive_collision_matrix(_content_rows(60), only_colliding=False)  # 61 columns: wide
-    assert wide.layout.margin.r < plots.HOVER_ROOM  # a full-width matrix keeps its width for cells
+    assert wide.layout.margin.r < HOVER_ROOM  # a full-width matrix keeps its width for cells
 
 
 def _timeline_events(seconds: float) -> pd.DataFrame:
@@ -724,32 +732,32 @@ def test_event_timeline_draws_short_steps_visibly_and_says_when_it_is_a_predicti
     assert ax.get_xlabel() == "time since the load began (s)"
     blob = [c for c in ax.collections if isinstance(c, PolyCollection)][1]  # the method bar, then the upload
     x0, x1 = blob.get_paths()[0].vertices[:, 0].min(), blob.get_paths()[0].vertices[:, 0].max()
-    assert x1 - x0 >= 2.0 * plots.MIN_SPAN_FRACTION * 0.99  # 1 ms of 2 s: drawn wide enough to see
+    assert x1 - x0 >= 2.0 * MIN_SPAN_FRACTION * 0.99  # 1 ms of 2 s: drawn wide enough to see
     ticks = [ln for ln in ax.get_lines() if ln.get_marker() == "|"]
-    assert ticks and all(ln.get_markeredgewidth() >= plots.TICK_WIDTH for ln in ticks)
+    assert ticks and all(ln.get_markeredgewidth() >= TICK_WIDTH for ln in ticks)
     dry = plots.event_timeline(_timeline_events(0.001), predicted=True).axes[0]
     assert "dry run" in dry.get_xlabel() and "nothing was loaded" in dry.get_xlabel()
     assert "since the load began" not in dry.get_xlabel()
 
 
-# ------------------------------------------------------------------ issue 22 leftovers: long matrices grouped
+# ------------------------------------------------------------------ long matrices grouped
 
 
 def test_matrix_groups_fqns_by_layer_else_by_the_layers_stem():
     keys = [f"model.layers.{i}.{w}" for i in range(3) for w in ("mlp.up.weight", "self_attn.q_proj.weight")]
     keys += ["model.embed_tokens.weight", "lm_head.weight"]
-    order, groups, leaves = plots.matrix_groups(keys)
+    order, groups, leaves = matrix_groups(keys)
     assert list(dict.fromkeys(groups)) == ["model.layers.0", "model.layers.1", "model.layers.2", "other"]
     assert leaves[:2] == ["mlp.up.weight", "self_attn.q_proj.weight"] and sorted(order) == list(range(len(keys)))
     assert [keys[j] for j in order][-2:] == ["model.embed_tokens.weight", "lm_head.weight"]
     # a layer a name (or nearly): by layer would not group; by the stem, every layer together
     many = [f"model.layers.{i}.mlp.weight" for i in range(40)] + [f"_tensor_constant{i}" for i in range(5)]
-    assert plots.layer_groups(many) is None
-    order, groups, leaves = plots.matrix_groups(many)
+    assert layer_groups(many) is None
+    order, groups, leaves = matrix_groups(many)
     assert list(dict.fromkeys(groups)) == ["model.layers.<i>", "_tensor_constant<i>"]
     assert leaves[0] == "0.mlp.weight" and leaves[-1] == "_tensor_constant4"  # a name ending in its number: whole
-    assert plots.matrix_groups([f"w{i}" for i in range(30)]) is None  # one stem: nothing to group
-    rows = plots.long_rows(many)
+    assert matrix_groups([f"w{i}" for i in range(30)]) is None  # one stem: nothing to group
+    rows = long_rows(many)
     assert rows[0] == ("model.layers.<i>", None) and rows[1] == ("0.mlp.weight", 0)
     assert rows[41] == ("_tensor_constant<i>", None) and len(rows) == len(many) + 2
 
@@ -800,7 +808,7 @@ def test_a_long_matplotlib_matrix_is_a_row_per_name_grouped_with_labels_that_do_
         "post_attention_layernorm.weight",
     ]
     assert [t.get_fontweight() for t in ax.get_yticklabels()][:2] == ["bold", "normal"]
-    assert all(t.get_fontsize() >= plots.LONG_LABEL_PT for t in ax.get_yticklabels())
+    assert all(t.get_fontsize() >= LONG_LABEL_PT for t in ax.get_yticklabels())
     assert [t.get_text() for t in ax.get_xticklabels()] == ["prefill", "\u2717 decode (wrong)"]
     assert all("\u2026" not in t for t in rows)  # whole, not cut
     boxes = [(t.get_text(), t.get_window_extent(r)) for t in ax.get_yticklabels() + ax.get_xticklabels()]
@@ -812,7 +820,7 @@ def test_a_long_matplotlib_matrix_is_a_row_per_name_grouped_with_labels_that_do_
     # every cell keeps its letter; culprits marked
     letters = [t.get_text() for t in ax.texts]
     assert letters.count("L") == 120 and letters.count("S\u2717") == int(culprit_mask(d).sum())
-    # 12 layers (36 names, wide, under 64): by layer, one column each, as before
+    # 12 layers (36 names, wide, under 64): by layer, one column each
     assert len(plots.collision_matrix(_llm_rows(12)).axes[0].get_xticklabels()) == 36
 
 
@@ -824,10 +832,10 @@ def test_a_long_plotly_matrix_is_a_row_per_name_grouped_and_a_click_names_its_co
     assert heat.meta["long"] and list(heat.x) == ["prefill", "decode"]
     ticks = list(fig.layout.yaxis.ticktext)
     assert len(ticks) == len(heat.z) == 160 and ticks[:2] == ["<b>model.layers.0</b>", "self_attn.q_proj.weight"]
-    assert fig.layout.yaxis.tickfont.size >= 10 and fig.layout.height >= 160 * plots.LONG_ROW_PX
+    assert fig.layout.yaxis.tickfont.size >= 10 and fig.layout.height >= 160 * LONG_ROW_PX
     assert heat.z[0] == (None, None) or list(heat.z[0]) == [None, None]  # the header: a gap, no hover
     assert heat.meta["rows"][:5] == [-1, 0, 1, 2, -1]
     j = heat.meta["rows"][5]
     assert heat.meta["names"][1][j] == d[d["method"] == "decode"]["name"].tolist()[j]
     assert "\u2717 decode (wrong)" in fig.layout.xaxis.ticktext[1]
-    assert fig.layout.width <= plots.MAX_PLOTLY_WIDTH
+    assert fig.layout.width <= MAX_PLOTLY_WIDTH

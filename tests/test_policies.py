@@ -10,16 +10,10 @@ from pathlib import Path
 import pytest
 
 from toolkit.core.model import ConstantSpec, TensorMeta, required_nbytes
-from toolkit.core.policies import (
-    POLICIES,
-    Fingerprint,
-    MethodView,
-    VerifyAlways,
-    compare_metadata,
-    fqn_weight_key,
-    get_policy,
-    refusal_message,
-)
+from toolkit.core.policies import POLICIES, MethodView, fqn_weight_key, get_policy
+from toolkit.core.policies.checks import compare_metadata, refusal_message
+from toolkit.core.policies.executorch import VerifyAlways
+from toolkit.core.policies.ours import Fingerprint
 from toolkit.core.vocab import ConstantKind, Decision, Lookup, MetadataField, PolicyName, Reason, Stage, TensorOrigin
 
 REPO = Path(__file__).resolve().parents[1]
@@ -436,7 +430,7 @@ def test_refusal_names_the_fqn_after_the_first_mismatching_field_as_922_logs_the
 
 
 def test_mismatch_line_reports_only_the_first_field_in_upstream_order():
-    from toolkit.core.policies import check_cached_constant_match as line
+    from toolkit.core.policies.checks import check_cached_constant_match as line
 
     a = TensorMeta("float32", (4, 4), (4, 1), "cuda", 0)
     assert line("w", a, a) is None
@@ -492,7 +486,7 @@ LIBSTDCXX_ORDERS = [
 
 @pytest.mark.parametrize("keys,iterated", LIBSTDCXX_ORDERS)
 def test_unordered_map_order_is_libstdcxx_s(keys, iterated):
-    from toolkit.core.policies import libstdcxx_string_hash, unordered_map_order
+    from toolkit.core.policies.unordered_map import libstdcxx_string_hash, unordered_map_order
 
     assert libstdcxx_string_hash("layers.0.bias") == 12144026510823220176  # std::hash<std::string> of g++ 12
     assert unordered_map_order(keys + keys[:3]) == iterated  # a key met again is not re-inserted
@@ -503,7 +497,7 @@ def test_unordered_map_order_agrees_with_gxx_on_random_keys(tmp_path):
     import random
     import subprocess
 
-    from toolkit.core.policies import unordered_map_order
+    from toolkit.core.policies.unordered_map import unordered_map_order
 
     src = tmp_path / "order.cpp"
     src.write_text(
@@ -554,10 +548,10 @@ def test_922_failed_init_records_the_misses_upstream_keeps_in_its_cache():
 
 def test_dry_run_records_what_upstream_keeps_after_a_failed_init_and_restores_its_own_cache():
     from toolkit.core import events as ev
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     enc_w, enc_b, dec_w = (const(n.replace(".", "_"), fqn=n, data="m1") for n in ("enc.w", "enc.b", "dec.w"))
-    a = run_analysis(_program(("m0", [B16]), ("m1", [enc_w, B32, enc_b, dec_w]), ("m2", [enc_b])), "refuse-on-mismatch")
+    a = dry_run(_program(("m0", [B16]), ("m1", [enc_w, B32, enc_b, dec_w]), ("m2", [enc_b])), "refuse-on-mismatch")
     assert a.session.failed_method == "m1"
     a.session.load_method("m2")  # a caller who goes on loading
     rows = a.session.decisions.set_index(["method", "name"])
@@ -639,25 +633,25 @@ def _program(*methods):
 @pytest.mark.parametrize("policy", ["name-only", "refuse-on-mismatch", "decline-on-mismatch"])
 def test_dry_run_says_a_never_filled_slot_is_not_runnable(policy):
     from toolkit.core.vocab import DataProblem, MethodOutcome
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
-    a = run_analysis(_program(("m0", [B16]), ("m1", [B32, X])), policy)
+    a = dry_run(_program(("m0", [B16]), ("m1", [B32, X])), policy)
     assert a.status == "loaded"
     v = {m.method: m for m in a.verdict.methods}
     assert v["m1"].outcome is MethodOutcome.NOT_RUNNABLE and "never filled" in v["m1"].reason
     row = a.decisions.set_index(["method", "name"]).loc[("m1", "x")]
     assert row["decision"] == "never filled" and row["data_problem"] == DataProblem.SLOT_NEVER_FILLED.value
     # the repeated FQN loads (no KeyError from the cache) and the twin is never filled in m1
-    a = run_analysis(_program(("m0", [TWIN, BIAS]), ("m1", [TWIN, BIAS])), policy)
+    a = dry_run(_program(("m0", [TWIN, BIAS]), ("m1", [TWIN, BIAS])), policy)
     assert a.status == "loaded"
     assert {m.method: m.outcome for m in a.verdict.methods}["m1"] is MethodOutcome.NOT_RUNNABLE
 
 
 def test_dry_run_blind_share_shares_nothing_after_an_unnamed_first_method():
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     t1, t2 = (const("t0", fqn="_tensor_constant0", data=d) for d in ("m1", "m2"))
-    a = run_analysis(_program(("m0", [const("t0", fqn="", data="m0")]), ("m1", [t1]), ("m2", [t2])), "blind-share")
+    a = dry_run(_program(("m0", [const("t0", fqn="", data="m0")]), ("m1", [t1]), ("m2", [t2])), "blind-share")
     assert set(a.decisions["decision"]) == {"private"}
 
 
@@ -818,14 +812,12 @@ def test_fqn_weight_cache_an_unnamed_parameter_fails_the_bind_an_unnamed_buffer_
 
 def test_dry_run_of_fqn_weight_cache_says_an_unnamed_buffer_is_not_runnable():
     from toolkit.core.vocab import MethodOutcome
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     w = const("w", fqn="w", data="a", kind=ConstantKind.PARAMETER)
-    a = run_analysis(_program(("m0", [w, const("b", fqn="", data="b", kind=ConstantKind.BUFFER)])), "fqn-weight-cache")
+    a = dry_run(_program(("m0", [w, const("b", fqn="", data="b", kind=ConstantKind.BUFFER)])), "fqn-weight-cache")
     assert {m.method: m.outcome for m in a.verdict.methods} == {"m0": MethodOutcome.NOT_RUNNABLE}
-    a = run_analysis(
-        _program(("m0", [w, const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)])), "fqn-weight-cache"
-    )
+    a = dry_run(_program(("m0", [w, const("p", fqn="", data="p", kind=ConstantKind.PARAMETER)])), "fqn-weight-cache")
     assert a.session.failed_method == "m0" and a.session.error == "Failed to bind CUDA FQN weights"
 
 
@@ -869,7 +861,8 @@ def test_fqn_weight_cache_export_refuses_the_whole_program_before_any_load():
 
 
 def test_every_policy_says_what_it_reproduces():
-    from toolkit.core.policies import POLICY_CLASSES, UpstreamRevision
+    from toolkit.core.policies import POLICY_CLASSES
+    from toolkit.core.policies.base import UpstreamRevision
 
     for name, cls in POLICY_CLASSES.items():
         assert cls.summary and cls.reproduces_text(), name
@@ -924,7 +917,7 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
     record.  total_collision's two methods are one graph: AOTInductor compiles byte-identical
     .so files (compiled separately), so both lifted tables get one key with other data, and
     1.5.1's exporter refuses (docs/upstream.md, "the seed's case")."""
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     prog = built_sample("total_collision")
     so = {m.name: prog.files[m.so_file].sha256 for m in prog.methods}
@@ -934,7 +927,7 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
         return {m.name: {c.so_key for c in m.constants if c.fqn.startswith("_tensor_constant")} for m in p.methods}
 
     assert lifted_keys(prog) == {m.name: {f"{so[m.name]}_so_blob"} for m in prog.methods}
-    a = run_analysis(prog, "fqn-weight-cache")
+    a = dry_run(prog, "fqn-weight-cache")
     key = f"cuda_fqn_weight:cpu:{so['prefill']}_so_blob:_tensor_constant0"
     assert a.status == "failed" and a.session.failed_method == "decode"
     assert (
@@ -943,7 +936,7 @@ def test_fqn_weight_cache_on_our_samples_refuses_what_1_5_1_refuses(built_sample
     )
     other = built_sample("partial_collision_shape")  # two graphs, two .so files: two keys
     assert len(set().union(*lifted_keys(other).values())) == 2
-    assert run_analysis(other, "fqn-weight-cache").status == "loaded"
+    assert dry_run(other, "fqn-weight-cache").status == "loaded"
 
 
 @pytest.mark.parametrize("policy", DENSE)
@@ -970,9 +963,9 @@ def test_repeated_fqn_that_misses_beside_a_hit_re_points_the_last_slot_at_the_fi
 @pytest.mark.parametrize("policy", DENSE)
 def test_dry_run_of_the_re_pointed_twin_runs_on_the_first_slots_data(policy):
     from toolkit.core.vocab import DataProblem, MethodOutcome
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
-    a = run_analysis(_program(("m0", [B16]), ("m1", [B16, TWIN, BIAS])), policy)
+    a = dry_run(_program(("m0", [B16]), ("m1", [B16, TWIN, BIAS])), policy)
     assert a.status == "loaded"
     assert {m.method: m.outcome for m in a.verdict.methods}["m1"] is MethodOutcome.WRONG
     row = a.decisions.set_index(["method", "name"]).loc[("m1", "layers_0_bias")]

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from toolkit.build.synthetic import SyntheticSpec, write_synthetic
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 
 class Terminal(io.StringIO):
@@ -25,7 +25,7 @@ def program(tmp_path_factory):
 def test_a_dry_run_counts_constants_on_a_terminal(program, monkeypatch):
     term = Terminal()
     monkeypatch.setattr("sys.stderr", term)
-    a = run_analysis(program, "fingerprint", progress=True)
+    a = dry_run(program, "fingerprint", progress=True)
     text = term.getvalue()
     total = sum(len(m.constants) for m in a.session.program.methods)
     assert "dry run (fingerprint)" in text and f"{total}/{total}" in text
@@ -37,12 +37,12 @@ def test_a_dry_run_counts_constants_on_a_terminal(program, monkeypatch):
 def test_no_progress_when_not_a_tty_or_not_asked(program, monkeypatch, capsys):
     quiet = io.StringIO()  # a pipe, a CI log
     monkeypatch.setattr("sys.stderr", quiet)
-    run_analysis(program, "fingerprint", progress=True)
-    run_analysis(program, "fingerprint")
+    dry_run(program, "fingerprint", progress=True)
+    dry_run(program, "fingerprint")
     assert quiet.getvalue() == ""
     term = Terminal()
     monkeypatch.setattr("sys.stderr", term)
-    run_analysis(program, "fingerprint")  # progress=False: nothing, even on a terminal
+    dry_run(program, "fingerprint")  # progress=False: nothing, even on a terminal
     assert term.getvalue() == ""
 
 
@@ -62,9 +62,7 @@ def test_scan_shows_a_line_per_program_done_on_a_terminal(program, tmp_path, mon
 
 def test_on_progress_counts_every_constant_of_every_method_in_order(program):
     calls: list[tuple[int, int, str]] = []
-    a = run_analysis(
-        program, "fingerprint", on_progress=lambda done, total, method: calls.append((done, total, method))
-    )
+    a = dry_run(program, "fingerprint", on_progress=lambda done, total, method: calls.append((done, total, method)))
     methods = [m.name for m in a.session.program.methods]
     total = sum(len(m.constants) for m in a.session.program.methods)
     assert {t for _d, t, _m in calls} == {total}

@@ -15,7 +15,7 @@ from toolkit.cli import main as cli_main
 from toolkit.core import events as ev
 from toolkit.core.errors import IntegrityError, LoadError, ManifestError, ProgramError
 from toolkit.core.policies import POLICIES, get_policy
-from toolkit.engine.loader import resolve_devices
+from toolkit.engine.devices import resolve_devices
 from toolkit.engine.session import Session, load_program
 from toolkit.sources import open_program
 from toolkit.sources.directory import MANIFEST_FILE
@@ -274,7 +274,7 @@ def test_every_cuda_sample_declares_the_layout_its_manifest_records(built_sample
     import torch
 
     from toolkit.build.samples import sample_names
-    from toolkit.runtimes.aoti import AotiContainer, read_compiled
+    from toolkit.runtimes.aoti_container import AotiContainer, read_compiled
 
     for name in sample_names():
         p = built_sample(name, "cuda")

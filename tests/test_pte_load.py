@@ -4,7 +4,7 @@ runtime, no ExecuTorch C++ runtime (issue 10 item 4; ``docs/upstream.md``).
 The GPU tests load both real fixtures, and every program exported by
 ``fixtures/make_executorch_fixtures.py`` (``executorch_fixtures.py``: the folders present),
 under every policy and check the outcome against what the dry run
-(:func:`toolkit.workflows.dry_run.run_analysis`) predicts: the same status, and a method
+(:func:`toolkit.workflows.dry_run.dry_run`) predicts: the same status, and a method
 verifies wrong exactly when it runs on a shared constant whose content digest differs from its
 own.  The CPU tests cover what can run without a GPU: extracting the embedded ``.so``, the
 input reorder, the emulated whole-blob upload of a format without a dense blob, and the
@@ -26,8 +26,9 @@ from toolkit.core.model import PerConstantStorages, Region
 from toolkit.core.policies import POLICIES
 from toolkit.core.vocab import Decision, UploadPath
 from toolkit.runtimes import CompiledConstant, CompiledMethod, aoti
-from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, extract_so, method_outputs, so_inputs
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.runtimes.aoti import AotiMethod, AotiRuntime, method_outputs, so_inputs
+from toolkit.runtimes.aoti_container import extract_so
+from toolkit.workflows.dry_run import dry_run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "executorch-1.5.1-cuda"
 FOLDERS = ("shared_ok", "identical")
@@ -42,7 +43,7 @@ def pte(folder: str) -> Path:
 
 def predicted_wrong(folder: str, policy: str) -> set[str]:
     """Methods the dry run says run on another method's data: a shared constant whose digest differs."""
-    d = run_analysis(pte(folder), policy).decisions
+    d = dry_run(pte(folder), policy).decisions
     bad = d[(d["decision"] == Decision.SHARED) & (d["digest"] != d["cached_digest"])]
     return set(bad["method"])
 
@@ -54,7 +55,7 @@ def test_the_dry_run_predicts_the_expected_outcomes():
     """What the GPU tests rely on, checked here on the CPU."""
     for policy in POLICIES:
         for folder in FOLDERS:
-            assert run_analysis(pte(folder), policy).status == "loaded", (folder, policy)
+            assert dry_run(pte(folder), policy).status == "loaded", (folder, policy)
         assert predicted_wrong("identical", policy) == set(), policy
         want = {"prefill"} if policy in NAME_SHARING else set()
         assert predicted_wrong("shared_ok", policy) == want, policy
@@ -271,10 +272,11 @@ def test_an_execution_plan_with_swapped_outputs_maps_them():
     """A plan whose outputs are the delegate's in another order (and one copied on its way)."""
     from dataclasses import replace
 
-    from toolkit.sources.executorch import _io_orders, _Plan
+    from toolkit.sources.executorch.layout import Plan
+    from toolkit.sources.executorch.methods import io_orders
 
     def _output_order(plan, delegate):
-        return _io_orders(plan, delegate)[1]
+        return io_orders(plan, delegate)[1]
 
     ops = ["et_copy::_h2d_copy", "et_copy::_d2h_copy", "aten::add"]
     calls = [
@@ -283,9 +285,9 @@ def test_an_execution_plan_with_swapped_outputs_maps_them():
         ("delegate", 0, [10, 11, 20, 21, 22]),  # inputs 10, 11; the .so's outputs 20, 21, 22
         ("kernel", 1, [21, 31, 31]),
     ]
-    plan = _Plan("m", [0, 1], [22, 31, 20], [], calls, ops, "execution_plan[0]")
+    plan = Plan("m", [0, 1], [22, 31, 20], [], calls, ops, "execution_plan[0]")
     assert _output_order(plan, 0) == (2, 1, 0)
-    assert _io_orders(plan, 0)[0] == (0, 1)  # the .so's inputs 10, 11: copies of the method's inputs 0, 1
+    assert io_orders(plan, 0)[0] == (0, 1)  # the .so's inputs 10, 11: copies of the method's inputs 0, 1
     assert _output_order(replace(plan, outputs=[22, 99]), 0) is None  # 99 comes from no output of the .so
     assert _output_order(replace(plan, calls=calls[:2]), 0) is None  # no delegate call
     # a value that is not a copy of the delegate's output (another kernel computes it) is not traced
@@ -312,7 +314,7 @@ def test_run_gives_the_outputs_in_the_methods_order():
 def test_real_pte_loads_and_verifies_as_the_dry_run_predicts(folder, policy):
     s = toolkit.load_program(pte(folder), policy)
     try:
-        assert s.status == run_analysis(pte(folder), policy).status == "loaded", s.error
+        assert s.status == dry_run(pte(folder), policy).status == "loaded", s.error
         v = s.verify().set_index("method")
         assert bool(v["ran"].all()), v.to_string()
         wrong = set(v.index[~v["ok"].astype(bool)])
@@ -332,7 +334,7 @@ def test_real_pte_decisions_match_the_dry_run():
         try:
             cols = ["method", "name", "decision", "origin"]
             real = s.decisions[cols].reset_index(drop=True)
-            dry = run_analysis(pte("shared_ok"), policy).decisions[cols].reset_index(drop=True)
+            dry = dry_run(pte("shared_ok"), policy).decisions[cols].reset_index(drop=True)
             assert real.astype(str).equals(dry.astype(str)), (policy, real, dry)
         finally:
             s.close()
@@ -382,7 +384,7 @@ def test_exported_fixture_loads_and_verifies_as_stated(name, policy):
 def _loads_and_verifies_as_predicted(program, policy: str, name: str, *, same_decisions: bool) -> None:
     """Load ``program`` under ``policy``: it loads as the dry run predicts (the same decisions, when
     ``same_decisions``), every method runs, and exactly the stated methods are wrong."""
-    dry = run_analysis(program, policy)
+    dry = dry_run(program, policy)
     s = toolkit.load_program(program, policy)
     try:
         assert s.status == dry.status == "loaded", s.error

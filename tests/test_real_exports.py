@@ -8,7 +8,7 @@
   caches, T5 with its tied ``shared``, a Llama with ``lm_head`` tied, torchao int8 weights) exported
   by executorch 1.5.1 on the H200.
 
-``benchmarks/results/2026-12-01/issue26/executorch_programs_h200.csv`` is what loading each of them
+``benchmarks/results/executorch_programs/2026-12-01-h200-generations.csv`` is what loading each of them
 under every policy on the H200 measured (``tests/fixtures/export_generations_on_device.sh``); the
 CPU tests check that today's dry run predicts it, the GPU tests measure it again.
 """
@@ -30,7 +30,7 @@ from toolkit.core.policies import POLICIES
 REPO = Path(__file__).resolve().parents[1]
 GEN1 = et.unpacked("1.2.0")
 FAMILIES = et.unpacked("1.5.1", "families")
-MEASURED = REPO / "benchmarks" / "results" / "2026-12-01" / "issue26" / "executorch_programs_h200.csv"
+MEASURED = REPO / "benchmarks" / "results" / "executorch_programs" / "2026-12-01-h200-generations.csv"
 GEN1_PROGRAMS = (
     "bart_encoder_decoder",
     "llama_prefill_decode",
@@ -217,6 +217,6 @@ def test_every_export_loads_on_the_gpu_under_every_policy_as_its_dry_run_predict
 
 
 def test_the_readme_holds_the_table_of_the_h200_runs():
-    table = _benchmark("real_exports_table").table()
+    table = _benchmark("reports.real_exports_table").table()
     assert "`whisper_cached`" in table and "executorch 1.2.0 (generation 1)" in table
     assert table in (REPO / "README.md").read_text()

@@ -146,7 +146,7 @@ def test_a_failed_method_load_frees_its_container_without_waiting_for_gc(built_s
     import gc
     import weakref
 
-    from toolkit.runtimes.aoti import AotiContainer
+    from toolkit.runtimes.aoti_container import AotiContainer
 
     made = []
     real_create = AotiContainer.create.__func__

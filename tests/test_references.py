@@ -28,7 +28,7 @@ from toolkit.core.vocab import ExitCode
 from toolkit.engine.verification import NO_REFERENCE
 from toolkit.reports.collision import collision_report, read_report, to_csv
 from toolkit.workflows.compare import compare_policies
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 # the name-sharing policies: decode and prefill_again run on prefill's _tensor_constant0 (other data)
 NAME_SHARING = ("name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share")
@@ -116,7 +116,7 @@ def test_every_policy_on_a_cpu_pt2_loads_and_verifies_as_the_dry_run_predicts(pt
     verifies wrong exactly when the dry run says it runs on other data."""
     path = pt2[fmt]
     for policy in POLICIES:
-        dry = run_analysis(path, policy)
+        dry = dry_run(path, policy)
         s = toolkit.load_program(path, policy)
         try:
             assert (s.status, s.failed_stage, s.error) == (dry.status, dry.session.failed_stage, dry.session.error)
@@ -179,10 +179,10 @@ def test_a_module_reference_runs_a_copy(pt2):
             self.n.add_(1)
             return x + self.n
 
-    from toolkit.engine.verification import _from_module
+    from toolkit.engine.verification.references import from_module
 
     c = Counter()
-    r = _from_module("m", c, (torch.zeros(2),))
+    r = from_module("m", c, (torch.zeros(2),))
     assert torch.equal(r.outputs[0], torch.ones(2)) and float(c.n) == 0.0
 
 
@@ -275,7 +275,7 @@ def test_an_export_refusal_loads_nothing_and_the_dry_run_predicts_it_exactly(bui
     .so files, one key with two contents), so nothing is checked, opened or uploaded."""
     program = built_sample("total_collision")
     s = toolkit.load_program(program, "fqn-weight-cache")
-    dry = run_analysis(program, "fqn-weight-cache").session
+    dry = dry_run(program, "fqn-weight-cache").session
     so = program.files[program.methods[0].so_file].sha256
     key = f"cuda_fqn_weight:cpu:{so}_so_blob:_tensor_constant0"
     assert s.status == "failed" and s.failed_stage == "export" and s.failed_method == "decode"
@@ -300,7 +300,7 @@ def test_an_export_refusal_loads_nothing_and_the_dry_run_predicts_it_exactly(bui
     row = compare_policies(program, ["fqn-weight-cache"]).frame.iloc[0]
     assert (row["loaded"], row["refused"], row["loaded_constants"], row["device_bytes"]) == (False, 2, 0, 0)
     # loading one method on its own is refused too: the program does not exist
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
 
     one = Session(program, toolkit.get_policy("fqn-weight-cache"), resolve_devices(program, None))
@@ -323,7 +323,7 @@ def test_a_cuda_pt2_loads_and_verifies_under_every_policy_as_the_dry_run_predict
     program = toolkit.open_program(path)
     assert program.device == "cuda" and program.method_names == ["prefill", "decode"]
     for policy in POLICIES:
-        dry = run_analysis(path, policy)
+        dry = dry_run(path, policy)
         s = toolkit.load_program(path, policy)
         try:
             assert (s.status, s.failed_stage) == (dry.status, dry.session.failed_stage) == ("loaded", None), s.error

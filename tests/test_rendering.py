@@ -1,4 +1,4 @@
-"""toolkit.display.html: the one HTML table renderer (pandas Styler, escaping on)."""
+"""toolkit.display: the one HTML table renderer (pandas Styler, escaping on) and the views built on it."""
 
 from __future__ import annotations
 
@@ -11,18 +11,12 @@ import sys
 import pandas as pd
 import pytest
 
-from toolkit.display.html import (
-    CULPRIT_STYLE,
-    DECISION_COLOURS,
-    cell_text,
-    content_check,
-    culprit_mask,
-    html_table,
-    markdown_html,
-    short_digest,
-    table,
-    verification_html,
-)
+from toolkit.display.cells import cell_text, short_digest
+from toolkit.display.content import content_check, culprit_mask
+from toolkit.display.findings import verification_html
+from toolkit.display.palette import CULPRIT_STYLE, DECISION_COLOURS
+from toolkit.display.tables import html_table, table
+from toolkit.display.text import markdown_html
 
 HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>', "a & b", "it's", "&amp;", "$x$"]
 
@@ -315,60 +309,63 @@ def test_text_is_left_aligned():
     assert re.search(r"td\s*\{\s*text-align:\s*left", css)
 
 
-def test_module_imports_only_pandas_and_stdlib():
-    """Its own imports (``import toolkit`` itself pulls in the loader and torch): checked in
-    the source, and by loading the file on its own in a fresh interpreter."""
+def test_display_imports_only_pandas_the_stdlib_and_the_vocabulary():
+    """Each module's own imports, checked in the source, and what importing the package and
+    rendering a table loads, in a fresh interpreter: no torch, no plotting or widget library, and
+    of the toolkit only the display and the vocabulary."""
     import ast
+    from pathlib import Path
 
-    import toolkit.display.html as rendering
+    import toolkit.display as display
 
-    tree = ast.parse(open(rendering.__file__, encoding="utf-8").read())
-    top = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            top |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            top.add("." if node.level else node.module.split(".")[0])
-    assert top <= {"__future__", "enum", "hashlib", "html", "math", "re", "typing", "pandas"}, top
+    allowed = {"__future__", "enum", "hashlib", "html", "math", "re", "typing", "pandas"}
+    for path in sorted(Path(display.__file__).parent.glob("*.py")):
+        top = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                top |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                top.add(node.module if node.module.startswith("toolkit.") else node.module.split(".")[0])
+        inside = {m for m in top if m.startswith("toolkit.")}
+        assert top - inside <= allowed, (path.name, top - inside - allowed)
+        assert all(m.startswith("toolkit.display.") or m == "toolkit.core.vocab" for m in inside), (path.name, inside)
     code = (
-        "import importlib.util, sys; "
-        f"spec = importlib.util.spec_from_file_location('standalone_rendering', {rendering.__file__!r}); "
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-        "import pandas as pd; m.html_table(pd.DataFrame({'decision': ['shared']})); "
-        "print(sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'matplotlib', 'ipywidgets', 'toolkit'}))"
+        "import sys, toolkit.display as d, pandas as pd; d.html_table(pd.DataFrame({'decision': ['shared']})); "
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'matplotlib', 'ipywidgets'}), "
+        "sorted(n for n in sys.modules if n.startswith('toolkit.') and not n.startswith('toolkit.display')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout[:2000]
+    assert out.stdout.strip() == "[] ['toolkit.core', 'toolkit.core.vocab']", out.stdout[:2000]
 
 
 # ------------------------------------------------------------------ the callers
 
 
-def test_report_html_is_a_wrapper():
-    from toolkit.reports.collision import report_html
+def test_collision_table_html_is_a_wrapper():
+    from toolkit.reports.collision import collision_table_html
 
     frame = pd.DataFrame(
         {"method": ["m"], "name": ["<x>"], "decision": ["declined"], "method_ok": [False], "not_shown": ["secret"]}
     )
-    out = report_html(frame, "cap\nline")
+    out = collision_table_html(frame, "cap\nline")
     assert out.startswith("<div class='constshare-report'>") and "secret" not in out
     p = _Parsed(out)
     assert p.texts("th") == ["method", "name", "decision", "method_ok"]
     assert p.column(2) == [("declined", DECISION_COLOURS["declined"])]
     assert p.column(3) == [("False", "#f4cccc")]
     assert "cap<br>line" in out
-    assert "cap" in report_html(frame.iloc[:0], "cap")  # the caption survives an empty report
+    assert "cap" in collision_table_html(frame.iloc[:0], "cap")  # the caption survives an empty report
 
 
 def test_widget_helpers_use_the_renderer():
-    from toolkit.explorer import _table_html
+    from toolkit.explorer.markup import table_html
 
-    assert "<i>nothing</i>" in _table_html(pd.DataFrame(columns=["a"]), ["a"], "nothing")
-    out = _table_html(pd.DataFrame({"a": ["<b>"], "wrong_methods": [["decode", "x"]]}), ["a", "wrong_methods"], "e")
+    assert "<i>nothing</i>" in table_html(pd.DataFrame(columns=["a"]), ["a"], "nothing")
+    out = table_html(pd.DataFrame({"a": ["<b>"], "wrong_methods": [["decode", "x"]]}), ["a", "wrong_methods"], "e")
     assert "constshare-table" in out and "&lt;b&gt;" in out and ">decode, x<" in out
 
 
-# ------------------------------------------------------------------ issue 12: tables that read at real sizes
+# ------------------------------------------------------------------ tables that read at real sizes
 
 
 def _cell_css(p: _Parsed, attrs: dict) -> str:
@@ -545,7 +542,7 @@ def test_verification_names_the_constants_that_run_on_other_data():
 def test_verification_says_blames_finding_once_for_the_constants_it_was_found_for():
     from toolkit.core.verdict import ConstantFinding
     from toolkit.core.vocab import BlameStatus, DataProblem
-    from toolkit.display.html import findings_text
+    from toolkit.display.findings import findings_text
 
     note = "breaks standalone (only together with the 4 other swaps of this set)"
 
@@ -588,7 +585,7 @@ def test_verification_says_blames_finding_once_for_the_constants_it_was_found_fo
 def test_session_facts_are_a_table_in_binary_units():
     from types import SimpleNamespace
 
-    from toolkit.display.html import session_facts_html
+    from toolkit.display.session import session_facts_html
 
     decisions = pd.DataFrame({"method": ["prefill", "decode"], "name": ["w", "w"], "decision": ["loaded", "shared"]})
     methods = [

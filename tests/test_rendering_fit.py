@@ -1,9 +1,9 @@
-"""toolkit.display.html: the options that keep a table inside a notebook's width (issue 12).
+"""toolkit.display.tables: the options that keep a table inside a notebook's width.
 
 ``wrap`` (more prose columns), ``capped`` (one line at a capped width, the whole text on hover),
 ``decimals``, :func:`shorten_digests`, left captions; and the session view's "show all
 decisions" box: the reason on hover over its code, names and FQNs capped.  Whether the tables
-really fit at 1440 px is measured in the browser (``tests/test_browser.py``).
+really fit a notebook's width is measured in the browser (``tests/test_browser.py``).
 """
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ import pandas as pd
 from test_rendering import _Parsed
 from test_report import _decided_session
 
-from toolkit.display.html import (
-    CAPPED_EM,
-    DIGEST_SHOWN,
-    SESSION_ALL_CAPPED,
-    SESSION_CAPPED,
-    html_table,
-    session_html,
-    shorten_digests,
-    table,
-)
+from toolkit.display.cells import DIGEST_SHOWN, shorten_digests
+from toolkit.display.session import SESSION_ALL_CAPPED, SESSION_CAPPED, session_html
+from toolkit.display.tables import CAPPED_EM, html_table, table
 
 
 def _column_css(p: _Parsed, index: int) -> str:

@@ -13,19 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import load_program
+from toolkit.core.errors import ReportError
 from toolkit.reports.collision import (
-    FORMULA_TRIGGERS,
     REPORT_COLUMNS,
     REPORT_SCHEMA,
     CollisionReport,
-    ReportError,
-    _typed,
     collision_report,
-    neutralize,
     read_report,
     to_csv,
-    unneutralize,
+    typed_frame,
 )
+from toolkit.reports.tabular import FORMULA_TRIGGERS, neutralize, unneutralize
 
 _DEFAULTS = {"str": "x", "int": 0, "float": 0.5, "bool": False, "optional_bool": pd.NA}
 
@@ -33,7 +31,7 @@ _DEFAULTS = {"str": "x", "int": 0, "float": 0.5, "bool": False, "optional_bool":
 def synthetic(rows: list[dict]) -> CollisionReport:
     """A report built from plain rows (no program needed); unspecified cells get defaults."""
     full = [{c: r.get(c, _DEFAULTS[k]) for c, k in REPORT_SCHEMA.items()} for r in rows]
-    return CollisionReport(_typed(pd.DataFrame(full, columns=list(REPORT_COLUMNS))))
+    return CollisionReport(typed_frame(pd.DataFrame(full, columns=list(REPORT_COLUMNS))))
 
 
 def roundtrip(report: CollisionReport) -> tuple[str, CollisionReport]:
@@ -98,7 +96,7 @@ def test_csv_round_trip_through_pandas_and_read_report(name_only_report, tmp_pat
 @pytest.mark.slow
 def test_constants_of_methods_not_loaded_are_reported_undecided(built_sample):
     from toolkit.core.policies import get_policy
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
 
     prog = built_sample("total_collision")
@@ -190,6 +188,19 @@ def test_html_escapes_names_and_colours_decisions():
     assert "background-color" in h
 
 
+def test_toolkit_report_names_the_collision_report_module():
+    """``toolkit.report`` is the collision report's module, as users write it, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = "import toolkit; print(toolkit.report.to_csv.__module__, toolkit.report.read_report.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["toolkit.reports.collision"] * 2
+    import toolkit
+
+    assert toolkit.report.to_csv is to_csv and toolkit.report.read_report is read_report
+
+
 def test_report_module_does_not_import_presentation_libraries():
     import subprocess
     import sys
@@ -202,7 +213,7 @@ def test_report_module_does_not_import_presentation_libraries():
     assert out.stdout.strip() == "False"
 
 
-# ------------------------------------------------------------------ rich display of sessions (rendering.py)
+# ------------------------------------------------------------------ rich display of sessions (display/session.py)
 
 
 def _fake_session(name: str, status: str = "loaded", error: str | None = None):
@@ -260,7 +271,7 @@ def _fake_session(name: str, status: str = "loaded", error: str | None = None):
 
 
 def test_session_text_summary():
-    from toolkit.display.html import session_text
+    from toolkit.display.session import session_text
 
     text = session_text(_fake_session("w", status="failed", error="boom"))
     lines = text.splitlines()
@@ -272,7 +283,8 @@ def test_session_text_summary():
 
 
 def test_session_html_escapes_and_colours():
-    from toolkit.display.html import DECISION_COLOURS, session_html
+    from toolkit.display.palette import DECISION_COLOURS
+    from toolkit.display.session import session_html
 
     evil = "<img src=x onerror=alert(1)>"
     h = session_html(_fake_session(evil, status="failed", error=f"bad {evil}"))
@@ -360,7 +372,8 @@ def _decided_session(rows):
 
 def test_session_html_scales_and_points_at_the_culprits():
     """50 decisions: counts, the collisions with the culprits first, the rest one click away."""
-    from toolkit.display.html import CULPRIT_STYLE, session_html, session_text
+    from toolkit.display.palette import CULPRIT_STYLE
+    from toolkit.display.session import session_html, session_text
 
     a, b = "a" * 64, "b" * 64
     rows = [("enc", f"w{i}", "loaded", "miss", a, "") for i in range(30)]

@@ -74,11 +74,11 @@ def test_staged_blobs_are_hashed_by_every_load_and_kept_files_once(built_sample,
 
 
 def test_an_unchanged_file_is_not_hashed_again_in_this_process(built_sample, hashes, tmp_path):
-    """Through the sealed copies (``integrity_staging=False``): a copy verified once serves every later
+    """Through the sealed copies (``integrity="copy"``): a copy verified once serves every later
     load in the process while the file's identity is unchanged."""
     import shutil
 
-    copies = LoadOptions(integrity_staging=False)
+    copies = LoadOptions(integrity="copy")
     root = tmp_path / "p"
     shutil.copytree(built_sample("total_collision").root, root)
     load_program(root, "fingerprint", options=copies).close()
@@ -153,7 +153,7 @@ def test_keyboard_interrupt_leaves_the_cache_as_before(built_sample):
     """A BaseException raised after decode's cache insertions rolls them back like any failure."""
     from toolkit.core import events as ev
     from toolkit.core.policies import get_policy
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
 
     prog = built_sample("total_collision")
@@ -189,10 +189,10 @@ def test_plots_take_the_comparison_itself(built_sample):
 
 
 def test_a_program_that_exists_only_in_memory_is_analysed_not_loaded():
-    from toolkit import LoadError, analyze
+    from toolkit import LoadError, dry_run
     from toolkit.build.synthetic import SyntheticSpec, generate
 
     p = generate(SyntheticSpec(methods=2, constants=10, device="cpu"))
-    assert len(analyze(p, "fingerprint")) == 20
+    assert len(dry_run(p, "fingerprint").decisions) == 20
     with pytest.raises(LoadError, match="exists only in memory"):
         load_program(p, "fingerprint")

@@ -26,7 +26,7 @@ from toolkit.core.policies import POLICIES
 from toolkit.core.vocab import ConstantKind, ProgramFormat
 from toolkit.sources import open_program, read_program_model
 from toolkit.sources.executorch import AotiConstant, PteLocation, aoti_internal_names, open_pte
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL = ["executorch-1.5.1-cuda/shared_ok", "executorch-1.5.1-cuda/identical"]
@@ -268,7 +268,7 @@ def test_executorch_reader_without_the_extra_names_it(monkeypatch):
 
 
 def _decisions(p, policy):
-    a = run_analysis(p, policy)
+    a = dry_run(p, policy)
     return a, {(r.method, r.name): r.decision for r in a.decisions.itertuples()}
 
 
@@ -324,8 +324,8 @@ def test_policies_on_identical():
     # the memory-optimal policies reach the floor; the dense-blob ones keep a whole blob per method
     floor = toolkit.memory_floor(p).total_bytes
     assert floor == 33024
-    assert run_analysis(p, "fingerprint").device_bytes == floor
-    assert run_analysis(p, "blind-share").device_bytes == 2 * 33024
+    assert dry_run(p, "fingerprint").device_bytes == floor
+    assert dry_run(p, "blind-share").device_bytes == 2 * 33024
 
 
 def _copy_shared_ok(tmp_path: Path) -> Path:

@@ -20,7 +20,7 @@ from toolkit.core.policies import POLICIES
 from toolkit.core.vocab import ConstantKind, ProgramFormat
 from toolkit.sources import open_program, read_program_model
 from toolkit.sources.pt2 import Pt2Location
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 
 def sha(b: bytes) -> str:
@@ -101,7 +101,7 @@ def test_same_graph_same_so_key(pt2):
 def test_every_policy_on_a_package(pt2, fmt):
     p = pt2[fmt]
     for policy in POLICIES:
-        a = run_analysis(p, policy)
+        a = dry_run(p, policy)
         d = {(r.method, r.name): r.decision for r in a.decisions.itertuples()}
         if policy == "fqn-weight-cache":
             # decode's table has its own .so key; prefill_again's shares prefill's key with other bytes

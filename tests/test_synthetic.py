@@ -7,7 +7,7 @@ import pytest
 from toolkit.build.synthetic import SyntheticSpec, generate, write_synthetic
 from toolkit.sources import read_program_model
 from toolkit.sources.directory import manifest_json
-from toolkit.workflows.dry_run import analyze, memory_floor, run_analysis
+from toolkit.workflows.dry_run import dry_run, memory_floor
 
 
 def _roles(spec: SyntheticSpec):
@@ -38,7 +38,7 @@ def test_written_manifest_parses_and_analyzes(tmp_path):
     assert back == generate(spec)
     assert manifest_json(back, indent=None) == manifest_json(generate(spec), indent=None)  # deterministic
     for p in (path, tmp_path, back):
-        assert len(analyze(p, "fingerprint")) == 900
+        assert len(dry_run(p, "fingerprint").decisions) == 900
 
 
 def test_decisions_follow_roles():
@@ -58,7 +58,7 @@ def test_decisions_follow_roles():
         count.get(r, 0) > 0
         for r in ("shared", "content_collision", "metadata_collision", "lifted", "mutated", "unique")
     )
-    d = analyze(m, "fingerprint")
+    d = dry_run(m, "fingerprint").decisions
     later = d[d["method"] != "method_0"]
     n = spec.methods - 1
     by = later.groupby("reason_code").size().to_dict()
@@ -76,12 +76,12 @@ def test_decisions_follow_roles():
     assert by["other_state"] == n * count["mutated"]
     assert by["first_seen"] == n * count["unique"]
     # ExecuTorch's metadata check lets the same-shape collisions through, silently
-    e = analyze(m, "decline-on-mismatch")
+    e = dry_run(m, "decline-on-mismatch").decisions
     e_later = e[e["method"] != "method_0"]
     shared = e_later[e_later["decision"] == "shared"]
     assert len(shared) >= n * (count["shared"] + count["content_collision"] + count["lifted"] + count["mutated"])
     # before #21959 the first metadata mismatch fails the load at method_1
-    r = run_analysis(m, "refuse-on-mismatch")
+    r = dry_run(m, "refuse-on-mismatch")
     assert r.status == "failed" and [p.status for p in r.methods][:3] == ["loaded", "failed", "not reached"]
 
 
@@ -102,7 +102,7 @@ def test_floor_matches_roles():
     assert f.total_bytes == expected
     assert f.private_bytes == sum(c.nbytes for meth in m.methods for c in meth.constants if c.mutated)
     # content-dedup reaches the floor on synthetic programs (no identical tensors within a method)
-    assert run_analysis(m, "content-dedup").device_bytes == f.total_bytes
+    assert dry_run(m, "content-dedup").device_bytes == f.total_bytes
     assert first[0].offset == 0
 
 

@@ -21,7 +21,7 @@ from toolkit import POLICIES
 from toolkit.build.synthetic import SyntheticSpec, generate
 from toolkit.core import events as ev
 from toolkit.engine import frames as tables
-from toolkit.workflows.dry_run import run_analysis
+from toolkit.workflows.dry_run import dry_run
 
 
 def _events_by_rows(log: ev.EventLog) -> pd.DataFrame:
@@ -96,7 +96,7 @@ def test_dry_runs_under_every_policy(policy):
     prog = generate(
         SyntheticSpec(methods=3, constants=120, content_collision=0.1, metadata_collision=0.1, mutated=0.05, seed=3)
     )
-    s = run_analysis(prog, policy).session
+    s = dry_run(prog, policy).session
     assert len(s.log) > 360
     _same(tables.events_frame(s.log), _events_by_rows(s.log))
     _same(tables.comparisons_frame(s.log), _comparisons_by_rows(s.log))

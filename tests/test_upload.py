@@ -20,6 +20,7 @@ from toolkit.core.errors import IntegrityError
 from toolkit.core.model import ConstantSpec
 from toolkit.core.options import LoadOptions
 from toolkit.core.vocab import ConstantKind, FirstLoad, UploadMode, UploadPath
+from toolkit.upload import locking, mapped
 
 PAGE = mmap.PAGESIZE
 
@@ -110,7 +111,7 @@ def test_random_ranges_minus_locked_regions_lock_each_page_once():
 def test_covering_finds_exactly_the_regions_of_a_range(tmp_path):
     f = tmp_path / "b"
     f.write_bytes(b"x" * (10 * PAGE))
-    lm = upload.LockedMapping(f, upload._file_key(f))
+    lm = upload.LockedMapping(f, locking.file_key(f))
     lm.regions = [(0, 2 * PAGE), (2 * PAGE, 4 * PAGE), (8 * PAGE, 9 * PAGE)]
     assert lm.covering(5, 3 * PAGE) == [(0, 2 * PAGE), (2 * PAGE, 4 * PAGE)]
     assert lm.covering(8 * PAGE + 1, 8 * PAGE + 2) == [(8 * PAGE, 9 * PAGE)]
@@ -174,7 +175,7 @@ def _short_reads(monkeypatch, most: int = 7) -> list[int]:
         offsets.append(offset)
         return real(fd, [memoryview(view)[:most]], offset)
 
-    monkeypatch.setattr(upload.os, "preadv", preadv)
+    monkeypatch.setattr(os, "preadv", preadv)
     return offsets
 
 
@@ -349,7 +350,7 @@ def test_an_unknown_first_load_mode_is_named_in_the_error():
 def test_a_first_load_that_locks_as_it_copies_delivers_the_exact_bytes(blob, monkeypatch, mode, broken_lock):
     path, data, specs = blob
     if broken_lock:
-        monkeypatch.setattr(upload, "_register", lambda ptr, n: 1)  # cudaErrorInvalidValue
+        monkeypatch.setattr(locking, "register", lambda ptr, n: 1)  # cudaErrorInvalidValue
     locks = upload.HostLockCache(1 << 40)
     up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=locks, first_load=mode, piece_bytes=16 << 20)
     try:
@@ -408,7 +409,7 @@ def test_lone_uploads_without_prefetch_are_staged_then_warm(blob):
 @pytest.mark.gpu
 def test_a_failed_lock_falls_back_to_staging_with_the_same_bytes(blob, monkeypatch):
     path, data, specs = blob
-    monkeypatch.setattr(upload, "_register", lambda ptr, n: 1)  # cudaErrorInvalidValue
+    monkeypatch.setattr(locking, "register", lambda ptr, n: 1)  # cudaErrorInvalidValue
     locks = upload.HostLockCache(1 << 40)
     up = upload.MappedBlobUploader(torch.device("cuda", 0), locks=locks, first_load="staged")
     for _ in range(2):  # the first load stages and "locks"; the reload finds the locks failed
@@ -438,7 +439,7 @@ def _lock_whole_file_again(path: Path) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t = torch.frombuffer(mm, dtype=torch.uint8)
-    err = upload._register(t.data_ptr(), t.numel())
+    err = locking.register(t.data_ptr(), t.numel())
     if err == 0:
         torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
     del t
@@ -562,7 +563,7 @@ def test_a_cuda_load_locks_as_it_copies_and_its_reload_copies_from_locked_pages(
         paths = []
         for _ in range(2):
             # the mapped uploader's path (the default before verified staging, and integrity off's)
-            s = load_program(prog, "fingerprint", device="cuda", options=LoadOptions(integrity_staging=False))
+            s = load_program(prog, "fingerprint", device="cuda", options=LoadOptions(integrity="copy"))
             ups = [e for e in s.log if e.kind.value == "constant_uploaded"]
             assert ups
             paths.append({e.path for e in ups})
@@ -603,8 +604,8 @@ def cuda_stubbed(monkeypatch):
             return False
 
     registered: list[tuple[int, int]] = []
-    monkeypatch.setattr(upload, "_register", lambda ptr, n: registered.append((ptr, n)) or 0)
-    monkeypatch.setattr(upload, "_device_thread", lambda device, name: ThreadPoolExecutor(1))
+    monkeypatch.setattr(locking, "register", lambda ptr, n: registered.append((ptr, n)) or 0)
+    monkeypatch.setattr(mapped, "_device_thread", lambda device, name: ThreadPoolExecutor(1))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _Sync())
     monkeypatch.setattr(torch.cuda, "Event", _Sync)
     monkeypatch.setattr(torch.cuda, "device", _NoDevice)
@@ -620,7 +621,7 @@ def test_the_first_load_logic_delivers_every_byte(blob, cuda_stubbed, monkeypatc
     if fail_every:  # every third lock fails: those bytes are staged, and the uploader stops locking
         calls = []
         monkeypatch.setattr(
-            upload, "_register", lambda ptr, n: calls.append(n) or (1 if len(calls) % fail_every == 0 else 0)
+            locking, "register", lambda ptr, n: calls.append(n) or (1 if len(calls) % fail_every == 0 else 0)
         )
     locks = upload.HostLockCache(1 << 40)
     up = upload.MappedBlobUploader(torch.device("cpu"), locks=locks, first_load=mode, piece_bytes=16 << 20)

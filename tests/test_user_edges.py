@@ -28,10 +28,10 @@ TABLED = [
 
 
 def test_submodules_are_attributes_after_a_bare_import():
-    """``import toolkit`` then ``toolkit.reports.collision.to_csv`` (the README's way), in a fresh interpreter."""
+    """``import toolkit`` then ``toolkit.report.to_csv`` (the README's way), in a fresh interpreter."""
     code = (
         "import sys, toolkit; assert 'toolkit.plots' not in sys.modules; "
-        "print(toolkit.reports.collision.to_csv.__module__, toolkit.plots.__name__, 'report' in dir(toolkit) or 'x')"
+        "print(toolkit.report.to_csv.__module__, toolkit.plots.__name__, 'report' in dir(toolkit) or 'x')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.split()[:2] == ["toolkit.reports.collision", "toolkit.plots"]

@@ -1,4 +1,4 @@
-"""Issue 25, targets 1-2: verified staging.  A batch of per-constant uploads reads each piece of the
+"""Verified staging.  A batch of per-constant uploads reads each piece of the
 file's record once into the process's own staging slots, hashes it there and copies it from there
 (toolkit.upload.stage_pieces); no private copy of the file is filled.  The planning is pure
 (toolkit.integrity.plan_piece_copies); the CPU runs the same pipeline with plain slots, so every CPU
@@ -14,17 +14,19 @@ import random
 import pytest
 import torch
 from test_errors import SAMPLE, clone
-from test_integrity_pieces import _flip, _piece_size
+from test_integrity_pieces import flip_byte, set_piece_size
 from test_upload import spec
 
 from toolkit import upload
 from toolkit.core.errors import IntegrityError
 from toolkit.core.model import FileRecord
 from toolkit.core.options import LoadOptions, options_from_environment
-from toolkit.core.vocab import FirstLoad, UploadPath
+from toolkit.core.vocab import FirstLoad, Integrity, UploadPath
 from toolkit.engine.session import load_program
 from toolkit.integrity import PieceCopy, file_record, plan_piece_copies, record_piece_plan, verified_files
 from toolkit.sources import open_program
+from toolkit.upload import staging
+from toolkit.upload.slots import Slots, pinned_block, take_slots
 
 PIECE = 4096
 
@@ -139,7 +141,7 @@ def test_a_record_without_pieces_hashes_the_whole_file_once(blob):
     counted = []
     outs = _stage(path, rec, [spec("x", 100, 50)], chunk_bytes=1000, on_hashed=counted.append)
     assert outs[0].numpy().tobytes() == data[100:150] and counted == [len(data)]
-    _flip(path, len(data) - 1)  # a byte no constant reads: the whole-file digest still refuses it
+    flip_byte(path, len(data) - 1)  # a byte no constant reads: the whole-file digest still refuses it
     with pytest.raises(IntegrityError, match="sha256 does not match the program's record") as ei:
         _stage(path, rec, [spec("x", 100, 50)])
     assert ei.value.path == str(path)
@@ -148,11 +150,11 @@ def test_a_record_without_pieces_hashes_the_whole_file_once(blob):
 def test_a_tampered_piece_a_constant_reads_fails_naming_file_and_piece(blob):
     path, data = blob
     rec, specs = file_record(path, PIECE), _specs(len(data))
-    _flip(path, 4 * PIECE + 10)  # piece 4: no constant reads it
-    _flip(path, 9 * PIECE + 1)  # piece 9: no constant reads it either
+    flip_byte(path, 4 * PIECE + 10)  # piece 4: no constant reads it
+    flip_byte(path, 9 * PIECE + 1)  # piece 9: no constant reads it either
     outs = _stage(path, rec, specs)
     assert outs[4].numpy().tobytes() == data[specs[4].offset : specs[4].offset + specs[4].nbytes]
-    _flip(path, 7 * PIECE + 100)  # piece 7: constant c4 reads it
+    flip_byte(path, 7 * PIECE + 100)  # piece 7: constant c4 reads it
     counted = []
     with pytest.raises(IntegrityError) as ei:
         _stage(path, rec, specs, on_hashed=counted.append)
@@ -164,14 +166,14 @@ def test_a_tampered_piece_a_constant_reads_fails_naming_file_and_piece(blob):
 def test_a_file_shrunk_under_the_staging_is_a_clean_error(blob, monkeypatch):
     path, data = blob
     rec = file_record(path, PIECE)
-    real = upload.open_checked
+    real = staging.open_checked
 
     def open_then_shrink(p, record):  # the check passes, then the file loses its last pieces
         got = real(p, record)
         os.truncate(p, 5 * PIECE)
         return got
 
-    monkeypatch.setattr(upload, "open_checked", open_then_shrink)
+    monkeypatch.setattr(staging, "open_checked", open_then_shrink)
     with pytest.raises(IntegrityError, match="file ended while it was read") as ei:
         _stage(path, rec, _specs(len(data)))
     assert ei.value.path == str(path)
@@ -203,19 +205,19 @@ def test_unhashed_staging_delivers_the_bytes(blob):
 
 def test_staging_slots_are_reused_and_never_shared_by_two_batches_at_once():
     dev = torch.device("cpu")
-    with upload._take_slots(dev, 2, 1000) as a:
-        with upload._take_slots(dev, 2, 1000) as b:
+    with take_slots(dev, 2, 1000) as a:
+        with take_slots(dev, 2, 1000) as b:
             assert a is not b
-    with upload._take_slots(dev, 2, 1000) as c:
+    with take_slots(dev, 2, 1000) as c:
         assert c in (a, b)
 
 
 def test_the_options_select_staging_and_its_slot_size():
-    assert LoadOptions().integrity_staging and LoadOptions().staging_chunk_bytes == 4 << 20
+    assert LoadOptions().integrity is Integrity.STAGED and LoadOptions().staging_chunk_bytes == 4 << 20
     o = options_from_environment(
-        {"CONSTSHARE_INTEGRITY_STAGING": "0", "CONSTSHARE_STAGING_CHUNK_MIB": "4", "CONSTSHARE_FIRST_LOAD": "pipelined"}
+        {"CONSTSHARE_INTEGRITY": "copy", "CONSTSHARE_STAGING_CHUNK_MIB": "4", "CONSTSHARE_FIRST_LOAD": "pipelined"}
     )
-    assert (o.integrity_staging, o.staging_chunk_bytes, o.first_load) == (False, 4 << 20, FirstLoad.PIPELINED)
+    assert (o.integrity, o.staging_chunk_bytes, o.first_load) == (Integrity.COPY, 4 << 20, FirstLoad.PIPELINED)
     with pytest.raises(ValueError, match="CONSTSHARE_STAGING_CHUNK_MIB='0'"):
         options_from_environment({"CONSTSHARE_STAGING_CHUNK_MIB": "0"})
 
@@ -247,7 +249,7 @@ def _file_bytes(prog, c, blob_file) -> bytes:
 
 def test_a_default_cpu_load_stages_verified_and_uploads_the_files_bytes(base, tmp_path, fresh):
     root = clone(base, tmp_path / "p")
-    _piece_size(root, PIECE)
+    set_piece_size(root, PIECE)
     prog = open_program(root)
     before = fresh.hashed_bytes
     s = load_program(prog, "fingerprint", device="cpu")
@@ -279,12 +281,13 @@ def test_a_default_cpu_load_stages_verified_and_uploads_the_files_bytes(base, tm
 @pytest.mark.parametrize(
     "options,path",
     [
-        (LoadOptions(integrity_staging=False), UploadPath.HOST),
-        (LoadOptions(check_integrity=False), UploadPath.HOST),
-        (LoadOptions(hash_all=True), UploadPath.HOST),
+        (LoadOptions(integrity="copy"), UploadPath.HOST),
+        (LoadOptions(integrity="in-place"), UploadPath.HOST),
+        (LoadOptions(integrity="files-first"), UploadPath.HOST),
+        (LoadOptions(integrity="off"), UploadPath.HOST),
     ],
 )
-def test_the_old_paths_stay_selectable(base, fresh, options, path):
+def test_the_other_integrity_paths_upload_without_staging(base, fresh, options, path):
     s = load_program(base, "fingerprint", device="cpu", options=options)
     assert s.status == "loaded", s.error
     assert {e.path for e in _uploads(s)} == {path}
@@ -294,12 +297,12 @@ def test_the_old_paths_stay_selectable(base, fresh, options, path):
 
 def test_a_tampered_blob_fails_its_method_with_nothing_of_it_uploaded_or_loaded(base, tmp_path, fresh):
     root = clone(base, tmp_path / "p")
-    _piece_size(root, PIECE)
+    set_piece_size(root, PIECE)
     prog = open_program(root)
     decode = next(m for m in prog.methods if m.name == "decode")
     c = decode.constants[-1]
     blob = prog.path(decode.blob_file)
-    _flip(blob, c.offset + c.nbytes - 1)
+    flip_byte(blob, c.offset + c.nbytes - 1)
     s = load_program(root, "fingerprint", device="cpu")
     assert s.status == "failed" and s.failed_method == "decode"
     assert isinstance(s.exception, IntegrityError) and s.exception.path == str(blob)
@@ -346,7 +349,7 @@ def test_cuda_staging_delivers_the_exact_bytes_and_refuses_a_tampered_piece(tmp_
             )
     outs = upload.stage_pieces(path, None, specs, dev, threads=8)
     assert all(t.cpu().numpy().tobytes() == data[c.offset : c.offset + c.nbytes] for c, t in zip(specs, outs))
-    _flip(path, (64 << 20) + 5)  # piece 1: c2 reads it
+    flip_byte(path, (64 << 20) + 5)  # piece 1: c2 reads it
     with pytest.raises(IntegrityError, match=f"piece at byte {64 << 20}") as ei:
         upload.stage_pieces(path, rec, specs, dev, threads=8)
     assert ei.value.path == str(path)
@@ -360,7 +363,7 @@ def test_cuda_staging_delivers_the_exact_bytes_and_refuses_a_tampered_piece(tmp_
     "options,path",
     [
         (LoadOptions(), UploadPath.VERIFIED_STAGED),
-        (LoadOptions(check_integrity=False, first_load="pipelined"), UploadPath.PIECES),
+        (LoadOptions(integrity="off", first_load="pipelined"), UploadPath.PIECES),
     ],
 )
 def test_a_cuda_load_stages_and_uploads_the_files_bytes(built_sample, options, path, fresh):
@@ -384,17 +387,17 @@ def test_a_cuda_load_stages_and_uploads_the_files_bytes(built_sample, options, p
 
 @pytest.mark.gpu
 def test_staging_slots_are_pinned_huge_page_aligned_blocks_that_copy_asynchronously():
-    """The slots' memory (``upload._pinned_block``): page-locked (CUDA reports it pinned), 2 MiB
+    """The slots' memory (``toolkit.upload.slots.pinned_block``): page-locked (CUDA reports it pinned), 2 MiB
     aligned (so the kernel can back it with huge pages), two slots of one block per worker, and a
     non-blocking copy out of it delivers its bytes."""
-    block = upload._pinned_block(8 << 20)
+    block = pinned_block(8 << 20)
     assert block.is_pinned() and block.numel() == 8 << 20 and block.data_ptr() % (2 << 20) == 0
     block.copy_(torch.randint(0, 256, (8 << 20,), dtype=torch.uint8))
     dev = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
     dev.copy_(block, non_blocking=True)
     torch.cuda.synchronize()
     assert torch.equal(dev.cpu(), block)
-    slots = upload._Slots(torch.device("cuda", 0), 2, 4 << 20)
+    slots = Slots(torch.device("cuda", 0), 2, 4 << 20)
     a, b = slots.worker_bufs(1)
     assert a[0].is_pinned() and b[0].data_ptr() == a[0].data_ptr() + (4 << 20) and not slots.bufs[0]
     slots.pool.shutdown()

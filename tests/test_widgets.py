@@ -600,7 +600,7 @@ def test_view_sample_info_is_rendered_markdown(explorer):
     assert "<code>" in explorer.sample_info.value and "`" not in explorer.sample_info.value
 
 
-# ------------------------------------------------------------------ issue 12 item 7: analyze without loading
+# ------------------------------------------------------------------ a dry run without loading
 
 PTE = Path(__file__).parent / "fixtures" / "executorch-1.5.1-cuda" / "shared_ok" / "prog.pte"
 
@@ -793,7 +793,7 @@ def test_a_failed_blame_is_a_note_and_its_findings_stay_not_tested(state, monkey
 
 
 def test_verification_row_of_the_wrong_method_names_its_culprit_with_evidence(state):
-    from toolkit.display.html import verification_html
+    from toolkit.display.findings import verification_html
 
     assert state.load()
     out = verification_html(state.verification, state.verdict)
@@ -804,7 +804,7 @@ def test_verification_row_of_the_wrong_method_names_its_culprit_with_evidence(st
 
 
 def test_view_marks_blamed_rows_and_says_why(explorer):
-    from toolkit.display.html import FINDINGS_COLUMN
+    from toolkit.display.findings import FINDINGS_COLUMN
 
     ex = explorer
     ex.policy.value = "name-only"
@@ -917,7 +917,7 @@ def test_view_matrix_hover_says_decision_and_reason(explorer):
 def test_verification_of_a_huge_program_names_a_few_culprits_and_counts_the_rest():
     from toolkit.core.verdict import ConstantFinding, MethodVerdict, Verdict
     from toolkit.core.vocab import BlameStatus, DataProblem, MethodOutcome
-    from toolkit.display.html import MAX_NAMED, verification_html
+    from toolkit.display.findings import MAX_NAMED, verification_html
 
     v = pd.DataFrame(
         [
@@ -1059,13 +1059,12 @@ def test_view_culprits_only_toggle_and_rows_export(explorer, tmp_path):
 
 def test_device_is_validated_and_cuda_without_cuda_is_a_message(built_sample, monkeypatch):
     require("ipywidgets", extra="notebook")
-    import toolkit.explorer as widgets
     from toolkit.core.errors import ToolkitError
-    from toolkit.explorer import NO_CUDA, Explorer
+    from toolkit.explorer import NO_CUDA, Explorer, devices
 
     with pytest.raises(ToolkitError, match="unknown device 'tpu'"):
         ExplorerState(device="tpu")
-    monkeypatch.setattr(widgets, "_cuda_available", lambda: False)
+    monkeypatch.setattr(devices, "cuda_available", lambda: False)
     prog = built_sample("total_collision")
     ex = Explorer(build=lambda name, **kw: prog, device="cuda", background=False)  # no raw TraitError
     try:
@@ -1080,9 +1079,9 @@ def test_device_is_validated_and_cuda_without_cuda_is_a_message(built_sample, mo
 
 
 def test_cuda_pte_on_a_cpu_says_the_dry_run_first_and_no_rebuild(tmp_path, monkeypatch):
-    import toolkit.explorer as widgets
+    from toolkit.explorer import devices
 
-    monkeypatch.setattr(widgets, "_cuda_available", lambda: False)
+    monkeypatch.setattr(devices, "cuda_available", lambda: False)
     st = ExplorerState(program_from="path", path=str(PTE), export_dir=tmp_path)
     assert st.load() is False
     assert st.error.startswith("could not load the program: this program cannot be loaded here: tick “dry run”")
@@ -1120,9 +1119,9 @@ def test_comparison_errors_show_short_keys():
 
 
 def test_a_large_export_is_linked_by_path_not_embedded(explorer, tmp_path, monkeypatch):
-    import toolkit.explorer as widgets
+    from toolkit.explorer import markup
 
-    monkeypatch.setattr(widgets, "MAX_INLINE_EXPORT", 16)
+    monkeypatch.setattr(markup, "MAX_INLINE_EXPORT", 16)
     ex = explorer
     ex.load_button.click()
     ex.export_button.click()

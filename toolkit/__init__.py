@@ -1,8 +1,8 @@
 """constshare toolkit: load multi-method AOTInductor programs with cross-method constant
 sharing, record every decision, and verify every method against its eager reference.
 
-Public names and submodules (``toolkit.reports.collision``, ``toolkit.plots``) are imported on first use
-(PEP 562), so ``import toolkit.workflows.dry_run`` or a dry run never loads torch, and ``import toolkit``
+Public names and submodules (``toolkit.report``, ``toolkit.plots``) are imported on first use
+(PEP 562), so a dry run (``toolkit.dry_run``) never loads torch, and ``import toolkit``
 stays cheap.
 """
 
@@ -13,9 +13,9 @@ import importlib.util
 from typing import Any
 
 _EXPORTS = {
-    "analyze": "workflows.dry_run",
+    "dry_run": "workflows.dry_run",
+    "DryRun": "workflows.dry_run",
     "memory_floor": "workflows.dry_run",
-    "run_analysis": "workflows.dry_run",
     "build_program": "build.builder",
     "compare_policies": "workflows.compare",
     "PolicyComparison": "workflows.compare",
@@ -40,26 +40,36 @@ _EXPORTS = {
     "Policy": "core.policies",
     "get_policy": "core.policies",
     "open_program": "sources",
-    "BlameStatus": "core.verdict",
-    "DataProblem": "core.verdict",
-    "ExitCode": "core.verdict",
-    "MethodOutcome": "core.verdict",
+    "BlameStatus": "core.vocab",
+    "DataProblem": "core.vocab",
+    "ExitCode": "core.vocab",
+    "MethodOutcome": "core.vocab",
     "Verdict": "core.verdict",
     "Decision": "core.vocab",
+    "Integrity": "core.vocab",
+    "Oracle": "core.vocab",
     "Lookup": "core.vocab",
     "MethodStatus": "core.vocab",
     "PolicyName": "core.vocab",
     "ProgramFormat": "core.vocab",
     "SessionStatus": "core.vocab",
 }
+# names users know for a module -> the module: toolkit.report is the collision report
+_MODULES = {"report": "reports.collision"}
+# earlier names of the dry run, still answered with a DeprecationWarning: name -> what to use instead
+_RENAMED = {"analyze": "dry_run(...).decisions", "run_analysis": "dry_run"}
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
+    if name in _RENAMED:
+        return _renamed(name)
     if module is not None:
         value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif name in _MODULES:
+        value = importlib.import_module(f".{_MODULES[name]}", __name__)
     elif (
         "." not in name and importlib.util.find_spec(f"{__name__}.{name}") is not None
     ):  # a submodule: toolkit.reports.collision, toolkit.plots
@@ -68,6 +78,21 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'toolkit' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def _renamed(name: str) -> Any:
+    import functools
+    import warnings
+
+    from toolkit.workflows.dry_run import dry_run
+
+    @functools.wraps(dry_run)
+    def old(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn(f"toolkit.{name} is toolkit.{_RENAMED[name]} now", DeprecationWarning, stacklevel=2)
+        result = dry_run(*args, **kwargs)
+        return result.decisions if name == "analyze" else result
+
+    return old
 
 
 def __dir__() -> list[str]:

@@ -37,7 +37,8 @@ from toolkit.core.model import (
 )
 from toolkit.core.vocab import ConstantKind
 from toolkit.integrity import file_record, hash_threads
-from toolkit.runtimes.aoti import AotiContainer, dtype_name, parse_device, read_compiled
+from toolkit.runtimes.aoti import parse_device
+from toolkit.runtimes.aoti_container import AotiContainer, dtype_name, read_compiled
 from toolkit.sources.directory import MANIFEST_FILE, manifest_json
 
 MethodsSpec = Mapping[str, "tuple[torch.nn.Module, tuple]"]
@@ -51,8 +52,8 @@ AOTI_OPTIONS = {
 }
 AOTI_CUDA_OPTIONS = {"aot_inductor.embed_kernel_binary": True}
 
-# A compiler wrapper that links libstdc++ statically into the .so (as the H200 image's
-# CXX=/opt/gcc/bin/g++ does) gives the process two libstdc++ copies, and the .so then
+# A compiler wrapper that links libstdc++ statically into the .so (as a CXX pointing at a
+# separately installed gcc may) gives the process two libstdc++ copies, and the .so then
 # segfaults in std::regex/locale code when its container is created.  The system g++
 # matches the libstdc++ torch itself loaded.
 SYSTEM_CXX = "/usr/bin/g++"
@@ -115,7 +116,7 @@ def _aot_compile(module: torch.nn.Module, args: tuple, device: torch.device, wor
     so_out, blob_out = workdir / "model.so", workdir / "weights.blob"
     shutil.copyfile(so[0], so_out)
     if blob and os.path.getsize(blob[0]) >= MOVE_BLOB_BYTES:
-        # a large blob is moved, not copied: two copies of a 16 GiB blob would fill the disk.  AOTI
+        # a large blob is moved, not copied: two copies of a blob of many GiB could fill the disk.  AOTI
         # writes the blob anew on every compile (cache hit or not), and the constants are then
         # checked against the module's own tensors (_describe_constants), so nothing is lost.
         shutil.move(blob[0], blob_out)
@@ -132,12 +133,12 @@ def _describe_constants(
     """Read every constant's metadata and its byte offset inside the blob.
 
     A constant's offset in the file is where the .so's own whole-blob upload reads it
-    (:func:`~toolkit.runtimes.aoti.read_compiled`: each constant after the previous one's data
-    size).  Its pointer offset inside the uploaded allocation is not that: AOTI pads every slot
-    of the allocation to 64 bytes, while an all-CUDA blob file is unpadded (measured on the
-    H200, torch 2.11: after a 16-byte counter every constant lies 48 bytes further into the
-    allocation than into the file).  The pointer offset serves only where the .so cannot be
-    asked.  Either way every constant's bytes are checked in the file where it is said to be.
+    (:func:`~toolkit.runtimes.aoti_container.read_compiled`: each constant after the previous one's
+    data size).  Its pointer offset inside the uploaded allocation is not that: AOTI pads every slot
+    of the allocation to 64 bytes, while an all-CUDA blob file is unpadded (after a 16-byte
+    constant, every later one lies 48 bytes further into the allocation than into the file).  The
+    pointer offset serves only where the .so cannot be asked.  Either way every constant's bytes
+    are checked in the file where it is said to be.
     """
     container = AotiContainer.create(so, device)
     fqns = container.constant_fqns()
@@ -297,7 +298,7 @@ def mutated_buffers(ep: "torch.export.ExportedProgram") -> set[str]:
 
 
 def _warn_single_element_state(method: str, ep: "torch.export.ExportedProgram", mutated: set[str]) -> None:
-    """Warn about written buffers of one element: AOTInductor (torch 2.13, measured on CPU) compiles
+    """Warn about written buffers of one element: AOTInductor (torch 2.13, on CPU) compiles
     their reads as their initial value although the method writes them, so a counter held in one
     element never advances for the compiled method (eager's does); two elements are read as data."""
     for fqn in sorted(mutated):

@@ -76,9 +76,9 @@ def cache_root() -> Path:
 def _cache_key(mod, device: str) -> str:
     """What a built sample depends on: its own source and the shared sample code, the builder and
     what writes the program (manifest, file records, constant metadata), torch, the device."""
-    from toolkit import integrity
     from toolkit.build import builder
     from toolkit.core import model
+    from toolkit.integrity import reading, records
     from toolkit.sources import directory
 
     h = hashlib.sha256()
@@ -86,7 +86,7 @@ def _cache_key(mod, device: str) -> str:
     common = Path(inspect.getfile(mod)).with_name("_common.py")
     if common.is_file():
         h.update(common.read_bytes())
-    for dep in (builder, directory, integrity, model):
+    for dep in (builder, directory, records, reading, model):
         h.update(inspect.getsource(dep).encode())
     h.update(torch.__version__.encode())
     h.update(device.encode())

@@ -1,6 +1,6 @@
 """Synthetic programs: manifests of N methods x K constants, written without compiling anything.
 
-For dry-run analysis at scale (:func:`toolkit.workflows.dry_run.analyze` accepts them) and for the
+For dry-run analysis at scale (:func:`toolkit.workflows.dry_run.dry_run` accepts them) and for the
 scaling benchmark.  No .so, blob or reference file exists: the manifest's file records are
 placeholders, so such a program can be analysed but never loaded.
 

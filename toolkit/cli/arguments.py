@@ -55,7 +55,7 @@ def check_device(device: str | None) -> None:
 def check_output_option(path: str | None, force: bool, option: str = "--csv") -> None:
     """Refuse an output file (``option``) before any work: empty, a folder, a device or FIFO, a
     missing or unwritable folder, or (without --force) a file."""
-    from toolkit.reports.collision import check_output
+    from toolkit.reports.output import check_output
 
     if path is None:
         return
@@ -76,8 +76,8 @@ def check_reports(a) -> None:
 
 def write_reports(a, verdicts, html_of, labels=None, unreadable=None) -> None:
     """The HTML report (``html_of()`` builds it) and the JUnit XML the options ask for."""
-    from toolkit.reports.ci import junit_xml
-    from toolkit.reports.collision import write_text_atomically
+    from toolkit.reports.junit import junit_xml
+    from toolkit.reports.output import write_text_atomically
 
     if a.html:
         write_text_atomically(a.html, html_of())

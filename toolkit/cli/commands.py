@@ -70,7 +70,7 @@ def cmd_report(a) -> int:
     collision report CSV (the same columns for a dry run, ``method_outcome`` predicted)."""
     from toolkit.engine.session import load_program
     from toolkit.reports.collision import to_csv
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     check_device(a.device)
     check_output_option(a.csv, a.force)
@@ -80,7 +80,7 @@ def cmd_report(a) -> int:
         raise ToolkitError("--reference: a dry run runs nothing, so there is nothing to verify")
     prog = program_from(a.program, a.device, a.constant_table)
     if a.dry_run:
-        s = run_analysis(prog, a.policy, device=a.device, progress=True).session
+        s = dry_run(prog, a.policy, device=a.device, progress=True).session
         say(
             f"dry run of {prog.name!r} ({len(prog.methods)} methods, {prog.format}) under {a.policy!r}: "
             f"a prediction, nothing was loaded or run"
@@ -100,9 +100,9 @@ def cmd_report(a) -> int:
         to_csv(s, a.csv, verification=verification)  # verified once, above
         say(f"\ncollision report written to {Path(a.csv).resolve()}")
     if a.html or a.junit:
-        from toolkit.reports.ci import session_html_report
+        from toolkit.reports.html import html_report_of_session
 
-        write_reports(a, [verdict], lambda: session_html_report(s, verification))
+        write_reports(a, [verdict], lambda: html_report_of_session(s, verification))
     s.close()
     say()
     _say_verdict(verdict)
@@ -122,10 +122,11 @@ def cmd_scan(a) -> int:
     """Dry-run every program under a folder, in parallel worker processes; exit 1 if any method
     would run on wrong data under a policy asked for (a gate for the CI of a model zoo)."""
     from toolkit.core.policies import POLICIES, get_policy
-    from toolkit.display.html import html_table
     from toolkit.display.progress import progress_bar
-    from toolkit.reports.ci import html_report, scan_summary
-    from toolkit.reports.collision import write_table
+    from toolkit.display.tables import html_table
+    from toolkit.reports.html import html_report
+    from toolkit.reports.summary import scan_summary
+    from toolkit.reports.tabular import write_table
     from toolkit.workflows.scan import scan_folder
 
     check_output_option(a.csv, a.force)
@@ -223,7 +224,7 @@ def _show_comparison(comparison, a, what: str) -> int:
     df = comparison.frame
     print_frame(df.drop(columns=[c for c in ("error", "stage", "floor_bytes") if c in df.columns]))
     if a.csv:
-        from toolkit.reports.collision import write_table
+        from toolkit.reports.tabular import write_table
 
         write_table(df, a.csv)
         say(f"\n{what} written to {Path(a.csv).resolve()}")
@@ -232,8 +233,8 @@ def _show_comparison(comparison, a, what: str) -> int:
     for v in verdicts.values():
         _say_verdict(v)
     if a.html or a.junit:
-        from toolkit.display.html import html_table
-        from toolkit.reports.ci import html_report
+        from toolkit.display.tables import html_table
+        from toolkit.reports.html import html_report
 
         write_reports(
             a,
@@ -256,9 +257,9 @@ def _show_comparison(comparison, a, what: str) -> int:
 
 def _dry_compare(prog, policies, a) -> int:
     """Every policy's predicted outcome and memory against the floor, from metadata alone."""
-    from toolkit.workflows.compare import predict_policies
+    from toolkit.workflows.compare import compare_policies
 
-    comparison = predict_policies(prog, policies, device=a.device)
+    comparison = compare_policies(prog, policies, device=a.device, dry_run=True)
     df = comparison.frame
     floor = int(df["floor_bytes"].iloc[0]) if len(df) else 0
     say(

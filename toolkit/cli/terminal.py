@@ -32,7 +32,7 @@ def print_frame(df: pd.DataFrame) -> None:
 
 def say_native_code(program) -> None:
     """Before a full load: that it runs the program's native code (once per process, on stderr)."""
-    from toolkit.reports.collision import native_code_notice
+    from toolkit.reports.native_code import native_code_notice
 
     notice = native_code_notice(program)
     if notice:

@@ -61,7 +61,7 @@ class UnknownPolicyError(InvalidChoiceError):
 
 
 class ReportError(ToolkitError, ValueError):
-    """A CSV is not a collision report :func:`toolkit.reports.collision.read_report` can read (also a ValueError, as before)."""
+    """A CSV is not a collision report :func:`toolkit.reports.collision.read_report` can read (also a ValueError)."""
 
 
 class BuildError(ToolkitError):

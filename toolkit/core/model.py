@@ -1,7 +1,7 @@
 """The program model: what every source of programs turns its files into.
 
 Plain frozen data, no I/O and no torch.  A source (:mod:`toolkit.sources`) reads a program
-directory, and later an ExecuTorch ``.pte``/``.ptd`` or a torch ``.pt2``, into a
+directory, an ExecuTorch ``.pte``/``.ptd`` or a torch ``.pt2`` into a
 :class:`Program`; the load orchestrator, the dry run, the policies and the presentation see
 only this model, never a file format.
 
@@ -67,8 +67,8 @@ def _shown(v: object) -> str:
 def quick_init(cls: type) -> type:
     """A frozen dataclass made faster to construct: its ``__init__`` (same parameters and defaults)
     writes the instance's dict directly, where the generated one calls ``object.__setattr__`` once
-    per field (a 12-field policy decision took about 5 times as long to make; a dry run makes one per
-    constant).  Still frozen: assignment raises as before; equality, hash and repr are the dataclass's.
+    per field, a cost a dry run pays once per constant for its policy decision.  Still frozen:
+    assignment raises; equality, hash and repr are the dataclass's.
     For dataclasses without slots, ``__post_init__``, keyword-only fields or default factories."""
     fs = [f for f in fields(cls) if f.init]
     if (
@@ -125,7 +125,7 @@ AOTI_CONST_ALIGNMENT = 64  # of every slot of a blob's device allocation (aoti_r
 def aligned_slot_bytes(nbytes: int, *, all_cuda: bool = False) -> int:
     """The bytes a constant of ``nbytes`` takes in an AOTInductor blob: rounded up to AOTI_CONST_ALIGNMENT in
     the device allocation, and in a blob file holding any CPU constant (and in the sizes its .so reports);
-    ``all_cuda``: in a blob file of CUDA constants only, unpadded (measured on the H200: 16 bytes report 16)."""
+    ``all_cuda``: in a blob file of CUDA constants only, unpadded (a 16-byte constant takes 16)."""
     return nbytes if all_cuda else -(-nbytes // AOTI_CONST_ALIGNMENT) * AOTI_CONST_ALIGNMENT
 
 

@@ -1,49 +1,82 @@
 """How a load moves and checks bytes (:class:`LoadOptions`), and :func:`options_from_environment`,
-the one place the toolkit reads its environment variables (``load_program`` calls it when given no options)."""
+the one place the toolkit reads its environment variables (``load_program`` calls it when given no options).
+
+Each option is described once, in :data:`OPTIONS`: its field, its environment variable, how the
+variable's text is read, its default and one line of help.  The environment reader, its docstring
+and the README's table (:func:`options_markdown`) are all made from that table.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
-from toolkit.core.vocab import FirstLoad, UploadMode, parse
+from toolkit.core.vocab import FirstLoad, Integrity, UploadMode, parse
+
+# each integrity path as its four boolean aliases spell it
+_FLAGS_OF = {
+    Integrity.STAGED: (True, False, True, True),
+    Integrity.COPY: (True, False, True, False),
+    Integrity.IN_PLACE: (True, False, False, True),
+    Integrity.FILES_FIRST: (True, True, True, True),
+    Integrity.OFF: (False, False, True, True),
+}
+
+
+def integrity_from_flags(
+    check_integrity: bool = True, hash_all: bool = False, integrity_copy: bool = True, integrity_staging: bool = True
+) -> Integrity:
+    """The integrity path the four boolean aliases select; the first that applies wins: no check is
+    ``off``, ``hash_all`` is ``files-first``, no copy is ``in-place``, no staging is ``copy``."""
+    if not check_integrity:
+        return Integrity.OFF
+    if hash_all:
+        return Integrity.FILES_FIRST
+    if not integrity_copy:
+        return Integrity.IN_PLACE
+    return Integrity.STAGED if integrity_staging else Integrity.COPY
 
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How a load moves and checks bytes; ``LoadOptions()`` is the default load."""
+    """How a load moves and checks bytes; ``LoadOptions()`` is the default load.  Each field is
+    described in :data:`OPTIONS` (the README's table of options).
+
+    ``check_integrity``, ``hash_all``, ``integrity_copy`` and ``integrity_staging`` are accepted as
+    keyword arguments (also by :func:`dataclasses.replace`): booleans that set ``integrity``
+    (:func:`integrity_from_flags`), each given one replacing its part of the path ``integrity`` names.
+    Read ``integrity``: as attributes the aliases only hold None.
+    """
 
     upload: UploadMode = UploadMode.MAPPED
     first_load: FirstLoad = FirstLoad.LOCKED
-    host_lock_bytes: int | None = None  # blob pages kept page-locked between loads; None: a quarter of RAM
-    check_integrity: bool = True  # every file checked against its size and sha256 before it is used
-    rehash: bool = False  # hash every file again, also those verified unchanged earlier in this process
-    hash_threads: int | None = None  # threads hashing a file's pieces; None: every core, at most 32
-    # True: every byte of every file a load names verified before its first .so is opened (as before
-    # issue 25); False: .so files so, a weights blob's pieces as they are read, before that use
-    hash_all: bool = False
-    # False: a weights blob's pieces hashed from the file itself and its constants uploaded from it,
-    # no private copy: trusts that nothing writes or replaces the file between a piece's check and its upload
-    integrity_copy: bool = True
-    # True: a weights blob's per-constant uploads read each piece once into the process's own pinned staging
-    # slots, hash it there and upload from there (toolkit.upload.stage_pieces; no private copy of the file);
-    # False: through the sealed private copy (toolkit.integrity.VerifiedCopy), as before
-    integrity_staging: bool = True
-    # the staging pipeline's slot size (each worker has two): 4 MiB read at 45-55 GB/s on the H200 host, 16 MiB at
-    # 34-36, and pinning 16 workers' slots took ~40 ms at 4 MiB, ~200 at 16 (benchmarks/staging_profile.py, 2026-12-02)
+    host_lock_bytes: int | None = None
+    integrity: Integrity = Integrity.STAGED
+    rehash: bool = False
+    hash_threads: int | None = None
     staging_chunk_bytes: int = 4 << 20
-    # verified staging's BLAKE3 pieces that land whole in one constant hashed on the device, where they landed
-    # (toolkit.integrity.device_digest, Triton): True always, False never (the host hashes every piece), None (default)
-    # per batch on CUDA, when the kernels are loaded in this process (device_digest.warm_up) or the batch hashes
-    # at least device_digest.MIN_BYTES (16 GiB: a fresh process's first use costs ~0.55 s on the H200)
     device_digest: bool | None = None
-    cache_dir: Path | None = None  # the build cache (default ~/.cache/constshare): see cache_folder()
+    cache_dir: Path | None = None
+    check_integrity: InitVar[bool | None] = None
+    hash_all: InitVar[bool | None] = None
+    integrity_copy: InitVar[bool | None] = None
+    integrity_staging: InitVar[bool | None] = None
 
-    def __post_init__(self) -> None:
-        for name, kind in (("upload", UploadMode), ("first_load", FirstLoad)):
+    def __post_init__(
+        self,
+        check_integrity: bool | None,
+        hash_all: bool | None,
+        integrity_copy: bool | None,
+        integrity_staging: bool | None,
+    ) -> None:
+        for name, kind in (("upload", UploadMode), ("first_load", FirstLoad), ("integrity", Integrity)):
             object.__setattr__(self, name, parse(kind, getattr(self, name), what=f"LoadOptions.{name}"))
+        given = (check_integrity, hash_all, integrity_copy, integrity_staging)
+        if any(v is not None for v in given):
+            flags = [bool(v) if v is not None else was for v, was in zip(given, _FLAGS_OF[self.integrity])]
+            object.__setattr__(self, "integrity", integrity_from_flags(*flags))
         if self.hash_threads is not None and self.hash_threads < 1:
             raise ValueError(f"LoadOptions.hash_threads={self.hash_threads!r}: expected a positive integer or None")
         if self.staging_chunk_bytes < 1:
@@ -62,55 +95,157 @@ def cache_folder(options: LoadOptions | None = None, part: str = "programs") -> 
     return Path(options.cache_dir or DEFAULT_CACHE_DIR) / part
 
 
-_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-_VARIABLES = {  # variable: (LoadOptions field, how its text is read, what it must be)
-    "CONSTSHARE_UPLOAD": ("upload", str.lower, "one of " + ", ".join(UploadMode)),
-    "CONSTSHARE_FIRST_LOAD": ("first_load", str.lower, "one of " + ", ".join(FirstLoad)),
-    "CONSTSHARE_HOST_LOCK_GIB": ("host_lock_bytes", lambda s: max(0, int(float(s) * (1 << 30))), "a number of GiB"),
-    "CONSTSHARE_REHASH": ("rehash", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
-    "CONSTSHARE_HASH_THREADS": ("hash_threads", int, "a positive integer"),
-    "CONSTSHARE_HASH_ALL": ("hash_all", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
-    "CONSTSHARE_INTEGRITY_COPY": ("integrity_copy", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
-    "CONSTSHARE_INTEGRITY_STAGING": ("integrity_staging", lambda s: _FLAGS[s.lower()], ", ".join(_FLAGS)),
-    "CONSTSHARE_STAGING_CHUNK_MIB": ("staging_chunk_bytes", lambda s: int(float(s) * (1 << 20)), "a number of MiB"),
-    "CONSTSHARE_DEVICE_DIGEST": (
-        "device_digest",
-        lambda s: None if s.lower() == "auto" else _FLAGS[s.lower()],
-        "auto, " + ", ".join(_FLAGS),
+@dataclass(frozen=True)
+class Option:
+    """One option: the :class:`LoadOptions` keyword it sets, its environment variable, how the
+    variable's text is read (``read``) and what that text must be (``expected``, for errors), its
+    default as a value of the variable or in words, and one line of help (markdown)."""
+
+    field: str
+    variable: str
+    read: Callable[[str], Any]
+    expected: str
+    default: str
+    help: str
+
+
+_BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_FLAG_TEXTS = ", ".join(_BOOLEANS)
+
+
+def _flag(text: str) -> bool:
+    return _BOOLEANS[text.lower()]
+
+
+def _choices(kind: type) -> str:
+    return "one of " + ", ".join(kind)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "upload",
+        "CONSTSHARE_UPLOAD",
+        str.lower,
+        _choices(UploadMode),
+        "`mapped`",
+        "which uploader CUDA uploads go through: `mapped` (pages locked in place, kept locked for reloads), "
+        "`staged` (reusable pinned buffers, nothing locked) or `unstaged` (a fresh pinned buffer per constant)",
     ),
-    "CONSTSHARE_CACHE": ("cache_dir", Path, "a folder"),
-}
+    Option(
+        "first_load",
+        "CONSTSHARE_FIRST_LOAD",
+        str.lower,
+        _choices(FirstLoad),
+        "`locked`",
+        "a blob's first load on the mapped path: `locked` (its pages locked as they are copied), `staged` "
+        "(staged, then locked in the background), `hybrid` (both at once) or `pipelined` (the staging pipeline, "
+        "unhashed, on every integrity path but `staged`)",
+    ),
+    Option(
+        "host_lock_bytes",
+        "CONSTSHARE_HOST_LOCK_GIB",
+        lambda s: max(0, int(float(s) * (1 << 30))),
+        "a number of GiB",
+        "a quarter of RAM",
+        "blob pages kept page-locked between loads (the variable in GiB); `0` locks nothing",
+    ),
+    Option(
+        "integrity",
+        "CONSTSHARE_INTEGRITY",
+        str.lower,
+        _choices(Integrity),
+        "`staged`",
+        "how files are checked against their records: `staged` (a blob's pieces hashed "
+        "in the process's own staging slots as they are uploaded), `copy` (through the blob's sealed private "
+        "copy), `in-place` (hashed in the file itself, no copy), `files-first` (every byte of every file before "
+        "the first `.so` is opened) or `off`",
+    ),
+    Option(
+        "rehash",
+        "CONSTSHARE_REHASH",
+        _flag,
+        _FLAG_TEXTS,
+        "`0`",
+        "`1` hashes every file again, also those verified unchanged earlier in this process",
+    ),
+    Option(
+        "hash_threads",
+        "CONSTSHARE_HASH_THREADS",
+        int,
+        "a positive integer",
+        "every core, at most 32",
+        "threads hashing a file's pieces",
+    ),
+    Option(
+        "staging_chunk_bytes",
+        "CONSTSHARE_STAGING_CHUNK_MIB",
+        lambda s: int(float(s) * (1 << 20)),
+        "a number of MiB",
+        "`4`",
+        "size of each staging slot, two per hashing worker (the variable in MiB)",
+    ),
+    Option(
+        "device_digest",
+        "CONSTSHARE_DEVICE_DIGEST",
+        lambda s: None if s.lower() == "auto" else _flag(s),
+        "auto, " + _FLAG_TEXTS,
+        "`auto`",
+        "whether verified staging hashes BLAKE3 pieces on the device they landed on: `auto` (once its kernels "
+        "are loaded in the process, or for a batch of at least 16 GiB), `1` or `0`",
+    ),
+    Option(
+        "cache_dir",
+        "CONSTSHARE_CACHE",
+        Path,
+        "a folder",
+        "`~/.cache/constshare`",
+        "the one build cache the CLI, the tests and the notebooks use: built samples in its `programs/`, `.so` "
+        "files extracted from a `.pte` or `.pt2` in its `so/` (`cache_folder()`)",
+    ),
+)
+
+# the boolean aliases of ``integrity`` (keywords of LoadOptions, and variables): each sets the part of the path it names
+ALIASES: tuple[Option, ...] = (
+    Option("check_integrity", "", _flag, _FLAG_TEXTS, "`True`", "`False`: `integrity=off`"),
+    Option("hash_all", "CONSTSHARE_HASH_ALL", _flag, _FLAG_TEXTS, "`0`", "`1`: `integrity=files-first`"),
+    Option("integrity_copy", "CONSTSHARE_INTEGRITY_COPY", _flag, _FLAG_TEXTS, "`1`", "`0`: `integrity=in-place`"),
+    Option("integrity_staging", "CONSTSHARE_INTEGRITY_STAGING", _flag, _FLAG_TEXTS, "`1`", "`0`: `integrity=copy`"),
+)
 
 
 def options_from_environment(environ: Mapping[str, str] | None = None) -> LoadOptions:
+    env = os.environ if environ is None else environ
+    values = {}
+    for opt in (*OPTIONS, *ALIASES):
+        raw = env.get(opt.variable, "").strip() if opt.variable else ""
+        try:
+            if raw:
+                value = opt.read(raw)
+                LoadOptions(**{opt.field: value})  # checked as LoadOptions checks its field
+                values[opt.field] = value
+        except (ValueError, KeyError, OverflowError):
+            raise ValueError(f"{opt.variable}={raw!r}: expected {opt.expected}") from None
+    return LoadOptions(**values)
+
+
+options_from_environment.__doc__ = (
     """The :class:`LoadOptions` that ``environ`` (default ``os.environ``) sets; unset or empty
     variables keep the defaults, a value that cannot be read raises ValueError naming its variable.
 
-    * ``CONSTSHARE_UPLOAD``: ``mapped`` (default), ``staged`` or ``unstaged`` (``upload``);
-    * ``CONSTSHARE_FIRST_LOAD``: ``locked`` (default), ``staged``, ``hybrid`` or ``pipelined`` (``first_load``);
-    * ``CONSTSHARE_HOST_LOCK_GIB``: GiB of blob pages kept page-locked between loads, 0 locks
-      nothing (``host_lock_bytes``; default a quarter of physical memory);
-    * ``CONSTSHARE_REHASH``: ``1``/``true``/``yes`` hashes every file again (``rehash``);
-    * ``CONSTSHARE_HASH_THREADS``: threads hashing a file's pieces (``hash_threads``);
-    * ``CONSTSHARE_HASH_ALL``: ``1``/``true``/``yes`` verifies every byte before the first ``.so``
-      is opened (``hash_all``);
-    * ``CONSTSHARE_INTEGRITY_COPY``: ``0``/``false``/``no`` hashes a blob's pieces in the file and
-      uploads from it, no private copy (``integrity_copy``);
-    * ``CONSTSHARE_INTEGRITY_STAGING``: ``0``/``false``/``no`` uploads a blob's constants through the
-      sealed private copy of its verified pieces (as before 2026-12-02) instead of hashing each piece
-      in the process's own pinned staging slots and uploading from there (``integrity_staging``);
-    * ``CONSTSHARE_STAGING_CHUNK_MIB``: MiB of each staging slot (``staging_chunk_bytes``, default 4);
-    * ``CONSTSHARE_DEVICE_DIGEST``: ``auto`` (default), ``1``/``true``/``yes`` or ``0``/``false``/``no``:
-      whether verified staging hashes BLAKE3 pieces on the device (``device_digest``);
-    * ``CONSTSHARE_CACHE``: the build cache folder (``cache_dir``; :func:`cache_folder`).
-    """
-    env = os.environ if environ is None else environ
-    values = {}
-    for name, (field, read, expected) in _VARIABLES.items():
-        raw = env.get(name, "").strip()
-        try:
-            if raw:  # checked as LoadOptions checks its field
-                values[field] = getattr(LoadOptions(**{field: read(raw)}), field)
-        except (ValueError, KeyError, OverflowError):
-            raise ValueError(f"{name}={raw!r}: expected {expected}") from None
-    return LoadOptions(**values)
+"""
+    + "\n".join(f"    * ``{o.variable}`` (``{o.field}``, default {o.default}): {o.help};" for o in OPTIONS).rstrip(";")
+    + ".\n\n    The boolean aliases of ``integrity``, each setting the part of the path it names: "
+    + ", ".join(f"``{a.variable}`` ({a.help})" for a in ALIASES if a.variable)
+    + ".\n    "
+)
+
+
+def options_markdown() -> str:
+    """The README's table of options, made from :data:`OPTIONS` and :data:`ALIASES`."""
+    rows = ["| `LoadOptions` field | environment variable | default | what it sets |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{o.field}` | `{o.variable}` | {o.default} | {o.help} |" for o in OPTIONS]
+    aliases = "; ".join(f"`{a.field}` ({f'`{a.variable}`, ' if a.variable else ''}{a.help})" for a in ALIASES)
+    return "\n".join(rows) + (
+        "\n\nThe boolean aliases of `integrity` are accepted too, as `LoadOptions` keywords and variables, "
+        f"each setting the part of the path it names (the first that applies wins, in this order): {aliases}.\n"
+    )

@@ -25,7 +25,7 @@ from toolkit.core.vocab import (
     Stage,
 )
 
-_Decision = Members(Decision)  # read per constant by find_problem (vocab.Members: 0.12 us each off the enum on 3.11)
+_Decision = Members(Decision)  # read per constant by find_problem (vocab.Members says why)
 
 
 # outcomes that make a load's result a failure (exit code 1)

@@ -231,8 +231,47 @@ class FirstLoad(enum.StrEnum):
     LOCKED = "locked"
     HYBRID = "hybrid"
     # the staging pipeline of :func:`toolkit.upload.stage_pieces`, unhashed: for uploads not hashed as they are
-    # staged (integrity off, or integrity_staging=False); its pinned slots are reused, nothing is ever locked
+    # staged (any integrity path but "staged"); its pinned slots are reused, nothing is ever locked
     PIPELINED = "pipelined"
+
+
+class Integrity(enum.StrEnum):
+    """How a load checks the program's files against their records (``LoadOptions.integrity``).
+
+    Every path but ``off`` verifies each ``.so`` and reference file whole before the first ``.so``
+    is opened; they differ in when a weights blob's pieces are verified and where its constants'
+    uploads read them from.
+    """
+
+    # a blob's pieces verified as they are read; a per-constant upload's hashed in the process's own
+    # staging slots and uploaded from there (toolkit.upload.stage_pieces)
+    STAGED = "staged"
+    COPY = "copy"  # a blob's pieces verified as they are read, into its sealed private copy, uploads read from it
+    # a blob's pieces hashed in the program's file itself, uploads read from the file: no copy; trusts that
+    # nothing writes the file between a piece's check and its upload
+    IN_PLACE = "in-place"
+    FILES_FIRST = "files-first"  # every byte of every file verified, into sealed copies, before the first .so opens
+    OFF = "off"  # nothing checked: every file read in place (only for programs you edit yourself)
+
+    @property
+    def checks(self) -> bool:
+        """Whether files are checked against their records at all."""
+        return self is not Integrity.OFF
+
+    @property
+    def blobs_when_read(self) -> bool:
+        """Whether a weights blob's pieces are verified as they are read rather than all before the first .so."""
+        return self in (Integrity.STAGED, Integrity.COPY, Integrity.IN_PLACE)
+
+    @property
+    def in_place(self) -> bool:
+        """Whether a blob's pieces read as needed are hashed in the program's file, with no private copy."""
+        return self is Integrity.IN_PLACE
+
+    @property
+    def hashes_staging(self) -> bool:
+        """Whether per-constant uploads are hashed in the staging slots they are uploaded from."""
+        return self is Integrity.STAGED
 
 
 class Oracle(enum.StrEnum):
@@ -261,10 +300,9 @@ class Members:
     """An enum's members as plain attributes, for code that reads them once per constant:
     ``Members(Decision).SHARED is Decision.SHARED``.
 
-    On Python 3.11 reading a member off its enum class costs 0.12 us (``EnumType.__getattr__``
-    takes every attribute read of an enum class off the interpreter's fast path; 3.12 dropped it),
-    against 0.01 us here, and a dry run read about fifteen per decision (benchmarks/scaling.py:
-    2.5 of 19 us per decision at 20,000 constants per method).
+    On Python 3.11 ``EnumType.__getattr__`` takes every attribute read of an enum class off the
+    interpreter's fast path, and a dry run reads about fifteen members per decision; a plain
+    attribute read here stays on it.
     """
 
     def __init__(self, enum_type: type[enum.Enum]):

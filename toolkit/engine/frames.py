@@ -71,9 +71,9 @@ METHOD_RESULT_COLUMNS = [
     "problems",
     "error",
 ]
-# A dry run's decisions (toolkit.analyze): the decision table without its event sequence
+# A dry run's decisions (toolkit.dry_run): the decision table without its event sequence
 # number, plus the policy and what the method as a whole would do.
-ANALYSIS_COLUMNS = ["policy"] + DECISION_COLUMNS[1:] + ["whole_blob", "method_status"]
+DRY_RUN_COLUMNS = ["policy"] + DECISION_COLUMNS[1:] + ["whole_blob", "method_status"]
 
 
 def _plain(v: Any) -> Any:
@@ -95,8 +95,7 @@ def _columns(log: EventLog, event_type: type[Event], columns: list[str]) -> pd.D
     """A frame of one event type, built column by column (far less memory and time than a dict per row).
 
     Each column becomes its array before the next one is read, and the frame takes the
-    arrays without copying them: at most one column of Python values is alive at a time
-    (benchmarks/scaling.py: half the peak memory of handing pandas every list at once).
+    arrays without copying them: at most one column of Python values is alive at a time.
     """
     data = {}
     for c in columns:
@@ -155,8 +154,8 @@ def events_frame(log: EventLog) -> pd.DataFrame:
 
     The frame ``rows_frame([e.row() for e in log])`` gives (same columns, order, values and
     dtypes; NaN where an event has no such field), built column by column: no dict per
-    event and no two-dimensional object array, which at 3 million events (a dry run of
-    400,000 constants) was a third of the time and more than half of the peak memory.
+    event and no two-dimensional object array, which would dominate the time and peak memory
+    of a dry run of hundreds of thousands of constants.
     """
     events = list(log)
     if not events:
@@ -275,10 +274,10 @@ def method_results_frame(results: Iterable[Any], *, policy: str) -> pd.DataFrame
     return pd.DataFrame(rows, columns=METHOD_RESULT_COLUMNS)
 
 
-def analysis_frame(log: EventLog, results: Iterable[Any], *, policy: str) -> pd.DataFrame:
+def dry_run_frame(log: EventLog, results: Iterable[Any], *, policy: str) -> pd.DataFrame:
     """The decisions of a (dry-run) load with each row's policy, whole_blob and method status."""
     d = decisions_frame(log)
-    del d["seq"]  # in place: the other columns are not copied, and they are in ANALYSIS_COLUMNS' order
+    del d["seq"]  # in place: the other columns are not copied, and they are in DRY_RUN_COLUMNS' order
     per_method = {r.method: (r.whole_blob, _plain(r.status)) for r in results}
     methods = d["method"].tolist()
     d.insert(0, "policy", policy)

@@ -18,8 +18,9 @@ from toolkit.core.options import LoadOptions, options_from_environment
 from toolkit.core.policies import Policy, get_policy
 from toolkit.core.verdict import BlameRow, MethodFacts, Verdict, build_verdict
 from toolkit.core.vocab import DataProblem, Oracle, SessionStatus, parse
+from toolkit.engine.devices import default_runtime, resolve_devices
 from toolkit.engine.frames import check_rows
-from toolkit.engine.loader import ProgramLoad, default_runtime, resolve_devices
+from toolkit.engine.loader import ProgramLoad
 from toolkit.runtimes import Runtime
 from toolkit.sources import open_program
 
@@ -124,7 +125,7 @@ class Session(ProgramLoad):
         return self.verify(sequence=sequence)
 
     def repeatability(self, runs: int = 3) -> "pd.DataFrame":
-        """Which outputs change between repeated runs, and why (see :func:`toolkit.engine.verification.repeatability`)."""
+        """Which outputs change between repeated runs, and why (:func:`toolkit.engine.verification.repeatability`)."""
         from toolkit.engine import verification
 
         return verification.repeatability(self, runs)
@@ -198,7 +199,7 @@ class Session(ProgramLoad):
 
     # ------------------------------------------------------------------ display
     def summary(self) -> str:
-        from toolkit.display.html import session_text
+        from toolkit.display.session import session_text
 
         return session_text(self)
 
@@ -206,7 +207,7 @@ class Session(ProgramLoad):
         return self.summary()
 
     def _repr_html_(self) -> str:
-        from toolkit.display.html import session_html
+        from toolkit.display.session import session_html
 
         return session_html(self)
 
@@ -229,6 +230,8 @@ def load_program(
     not an exception, so the decisions up to the failure can be inspected.  ``options``: how
     bytes move and are checked (:class:`~toolkit.core.options.LoadOptions`); None reads them from
     the environment (:func:`~toolkit.core.options.options_from_environment`), here at the edge.
+    ``check_integrity``, when given, sets the options' integrity path as the ``LoadOptions`` alias
+    of that name does (False: ``integrity="off"``).
     ``on_progress(done, total, method)``: the constants loaded so far (:meth:`ProgramLoad.load`).
     """
     options = options if options is not None else options_from_environment()
@@ -240,6 +243,6 @@ def load_program(
     devices = resolve_devices(program, device, rt)
     for d in set(devices.values()):
         rt.check_available(program, d)
-    return Session(
-        program, pol, devices, record=record, check_integrity=check_integrity, runtime=rt, options=options
-    ).load(progress=progress, on_progress=on_progress)
+    return Session(program, pol, devices, record=record, runtime=rt, options=options).load(
+        progress=progress, on_progress=on_progress
+    )

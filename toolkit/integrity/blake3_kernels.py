@@ -114,7 +114,7 @@ def _word(p, at, ok):
 
 
 @triton.jit
-def _chunks_kernel(words, n, nchunks, out, BLOCK: tl.constexpr):
+def chunks_kernel(words, n, nchunks, out, BLOCK: tl.constexpr):
     """One lane per 1 KiB chunk: its chaining value (or, for a one-chunk input, the root)."""
     lane = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = lane < nchunks
@@ -174,7 +174,7 @@ def _chunks_kernel(words, n, nchunks, out, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _parents_kernel(cvs, nodes, out, root, BLOCK: tl.constexpr):
+def parents_kernel(cvs, nodes, out, root, BLOCK: tl.constexpr):
     """One lane per pair of nodes of a tree level: the parent's chaining value (the root's when
     ``root``); an odd level's last node is carried up unchanged."""
     lane = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -2,20 +2,18 @@
 device digest, :func:`toolkit.upload.stage_pieces`).
 
 Device memory is private to the process: a piece hashed where it landed is exactly what the load
-uses, so the host only reads and copies.  Measured on the H200 (``benchmarks/device_blake3_probe.py``,
-2026-12-02): 165-178 GB/s over 64 MiB pieces, against 25 GB/s for the ``blake3`` package on the
-host's 16 cores.  The kernels (:mod:`toolkit.integrity.blake3_kernels`) are Triton's, which PyTorch's CUDA
-wheels depend on: one lane per 1 KiB chunk (its chaining value), then one kernel per tree level
-pairing neighbours (an odd level's last node carried up: BLAKE3's left-complete tree).  Each piece's
-root goes into one device table (:class:`DeviceDigests`), read back once per batch and compared on
-the host.  Exact against the ``blake3`` package (``tests/test_device_digest.py``: the Triton
-interpreter on the CPU, the device on the H200).
+uses, so the host only reads and copies, and the device hashes far faster than the host's cores.
+The kernels (:mod:`toolkit.integrity.blake3_kernels`) are Triton's, which PyTorch's CUDA wheels
+depend on: one lane per 1 KiB chunk (its chaining value), then one kernel per tree level pairing
+neighbours (an odd level's last node carried up: BLAKE3's left-complete tree).  Each piece's root
+goes into one device table (:class:`DeviceDigests`), read back once per batch and compared on the
+host.  Exact against the ``blake3`` package (``tests/test_device_digest.py``: the Triton
+interpreter on the CPU, the device on a GPU).
 
-Triton is imported on first use: ``import triton`` and loading the kernels cost a fresh process a
-fixed ~0.55 s on the H200, so by default a batch hashes on the device only once that is paid or when
-the batch is large enough to win it back (:data:`MIN_BYTES`, :func:`worth_it`); :func:`warm_up` pays
-it ahead of a load.  Launches are serialised by one lock (they come from the staging
-workers' threads).
+Triton is imported on first use, and importing it and loading the kernels cost a fresh process a
+fixed delay, so by default a batch hashes on the device only once that is paid or when the batch is
+large enough to win it back (:data:`MIN_BYTES`, :func:`worth_it`); :func:`warm_up` pays it ahead of
+a load.  Launches are serialised by one lock (they come from the staging workers' threads).
 """
 
 from __future__ import annotations
@@ -29,11 +27,9 @@ import torch
 _BLOCK = 128  # lanes per Triton program
 _LOCK = threading.Lock()
 _kernels = None  # toolkit.integrity.blake3_kernels, once imported
-# by default a batch hashes on the device once the kernels are loaded or when it hashes at least this
-# many bytes.  Measured on the H200 (2026-12-02 21:00, benchmarks/default_path.py, fresh processes): the
-# first use in a process (import triton, the kernels from Triton's disk cache, its launcher) costs
-# ~0.55 s; after it a verified batch uploads at 16.6 GB/s against 10.1 with the host hashing (decode's
-# 0.28 GB: 16.7 ms against 27.4), about 0.035 s saved per GB: break-even near 16 GB
+# by default a batch hashes on the device once the kernels are loaded or when it hashes at least this many
+# bytes: where the time the device saves per byte pays for a fresh process's first use of Triton
+# (benchmarks/RESULTS.md, the device digest in the loader)
 MIN_BYTES = 16 << 30
 
 
@@ -45,7 +41,7 @@ def available(device: torch.device) -> bool:
         return False
     if device.type == "cuda":
         return True
-    return device.type == "cpu" and type(_loaded()._chunks_kernel).__name__ == "InterpretedFunction"
+    return device.type == "cpu" and type(_loaded().chunks_kernel).__name__ == "InterpretedFunction"
 
 
 def worth_it(device: torch.device, nbytes: int, forced: bool | None) -> bool:
@@ -108,12 +104,12 @@ class DeviceDigests:
         nchunks = max(1, -(-n // 1024))
         with _LOCK:
             cvs = root if nchunks == 1 else torch.empty(nchunks * 8, dtype=torch.int32, device=data.device)
-            k._chunks_kernel[(k.triton.cdiv(nchunks, _BLOCK),)](words, n, nchunks, cvs, BLOCK=_BLOCK)
+            k.chunks_kernel[(k.triton.cdiv(nchunks, _BLOCK),)](words, n, nchunks, cvs, BLOCK=_BLOCK)
             nodes = nchunks
             while nodes > 1:
                 up = (nodes + 1) // 2
                 nxt = root if up == 1 else torch.empty(up * 8, dtype=torch.int32, device=data.device)
-                k._parents_kernel[(k.triton.cdiv(up, _BLOCK),)](cvs, nodes, nxt, int(nodes == 2), BLOCK=_BLOCK)
+                k.parents_kernel[(k.triton.cdiv(up, _BLOCK),)](cvs, nodes, nxt, int(nodes == 2), BLOCK=_BLOCK)
                 cvs, nodes = nxt, up
         self.used.add(slot)
 

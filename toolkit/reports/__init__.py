@@ -1,1 +1,2 @@
-"""Reports read from a verdict: the collision report's CSV and Excel, the HTML report and JUnit XML."""
+"""Reports read from a verdict: the collision report (CSV, Excel), the HTML report page, JUnit XML,
+the summary frames they show, and the checked, atomic writing of their files."""

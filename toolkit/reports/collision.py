@@ -1,46 +1,32 @@
-"""CSV collision reports: one row per (method, constant) of one load.
+"""The collision report: one row per (method, constant) of one load, and its CSV round trip.
 
 A report says, for every constant of every method, what the policy decided and why, the
 metadata and content digest on both sides of the cache lookup, what the verdict says of the
 constant and its method, and how the method's verification went.  The columns, their types
 and meanings, in their fixed order (:data:`REPORT_COLUMNS`): ``docs/report_columns.md``.
 
-Spreadsheet safety: constant names come from the program, which may be untrusted.  A text
-cell beginning with ``=``, ``+``, ``-``, ``@``, tab or carriage return would be evaluated as
-a formula by spreadsheet applications, so it is written with a leading apostrophe (OWASP
-"CSV injection").  A text cell already beginning with an apostrophe gets one more, so
-:func:`read_report` can undo the escaping exactly: ``read_report(to_csv(...))`` gives back
-the frame :func:`collision_report` built.
+The CSV and Excel files are written by :mod:`toolkit.reports.tabular`, text cells neutralised
+against formula injection; :func:`read_report` undoes the escaping exactly, so
+``read_report(to_csv(...))`` gives back the frame :func:`collision_report` built.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import html
-import io
 import math
-import numbers
-import os
-import stat
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Mapping, Union
+from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
-from toolkit.core.errors import OutputError, ReportError
+from toolkit.core.errors import ReportError
 from toolkit.core.model import shown
-from toolkit.core.vocab import DataProblem, MethodOutcome, ProgramFormat
-from toolkit.display.html import html_table
+from toolkit.core.vocab import DataProblem, MethodOutcome
+from toolkit.display.tables import html_table
+from toolkit.reports.tabular import PathOrHandle, text_of, unneutralize, write_table, write_workbook
 
 if TYPE_CHECKING:
-    from toolkit.core.model import Program
     from toolkit.engine.session import Session
-
-PathOrHandle = Union[str, "os.PathLike[str]", IO[str]]
 
 # column -> kind; the dict's order IS the CSV's column order.
 REPORT_SCHEMA: dict[str, str] = {
@@ -83,29 +69,6 @@ REPORT_SCHEMA: dict[str, str] = {
 }
 REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
 
-# Leading characters that make a spreadsheet evaluate a cell (OWASP CSV injection), plus
-# the escape character itself so that escaping stays reversible.
-FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
-_ESCAPE = "'"
-
-
-def neutralize(value: str) -> str:
-    """``value`` made safe to open in a spreadsheet (see the module docstring)."""
-    if value.startswith(FORMULA_TRIGGERS) or value.startswith(_ESCAPE):
-        return _ESCAPE + value
-    return value
-
-
-def unneutralize(value: str) -> str:
-    """The inverse of :func:`neutralize`."""
-    return value[1:] if value.startswith(_ESCAPE) else value
-
-
-def _str(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return str(v.value) if hasattr(v, "value") and isinstance(v, str) else str(v)
-
 
 def collision_report(session: "Session", verification: pd.DataFrame | None = None) -> "CollisionReport":
     """The report of one load.
@@ -143,7 +106,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                 "method": spec.name,
                 "name": c.name,
                 "fqn": c.fqn,
-                "constant_kind": _str(c.kind),
+                "constant_kind": text_of(c.kind),
                 "mutated": bool(c.mutated),
                 "nbytes": int(c.nbytes),
                 "new_dtype": c.dtype,
@@ -153,7 +116,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                 "method_ran": ran,
                 "method_ok": pd.NA if ok is pd.NA else bool(ok),
                 "max_abs_err": float(err) if ran and err is not None else math.nan,
-                "verify_reason": _str(v.get("reason", "")),
+                "verify_reason": text_of(v.get("reason", "")),
                 "method_outcome": outcomes.get(spec.name, ""),
                 "oracle": oracles.get(spec.name, ""),
             }
@@ -178,43 +141,44 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                     culprit="",
                 )
             else:
-                has_entry = bool(_str(d["cached_method"]))
+                has_entry = bool(text_of(d["cached_method"]))
                 row.update(
-                    storage_key=_str(d.get("storage_key", "")),
-                    collision=_str(d["lookup"]) == "hit",
-                    lookup=_str(d["lookup"]),
-                    decision=_str(d["decision"]),
-                    reason_code=_str(d["reason_code"]),
-                    reason=_str(d["reason"]),
-                    origin=_str(d["origin"]),
-                    shared_from=_str(d["shared_from"]),
-                    cached_method=_str(d["cached_method"]),
-                    cached_dtype=_str(d["cached_dtype"]),
-                    cached_shape=_str(d["cached_shape"]),
-                    cached_strides=_str(d["cached_strides"]),
-                    cached_digest=_str(d["cached_digest"]),
+                    storage_key=text_of(d.get("storage_key", "")),
+                    collision=text_of(d["lookup"]) == "hit",
+                    lookup=text_of(d["lookup"]),
+                    decision=text_of(d["decision"]),
+                    reason_code=text_of(d["reason_code"]),
+                    reason=text_of(d["reason"]),
+                    origin=text_of(d["origin"]),
+                    shared_from=text_of(d["shared_from"]),
+                    cached_method=text_of(d["cached_method"]),
+                    cached_dtype=text_of(d["cached_dtype"]),
+                    cached_shape=text_of(d["cached_shape"]),
+                    cached_strides=text_of(d["cached_strides"]),
+                    cached_digest=text_of(d["cached_digest"]),
                     same_metadata=(
-                        _str(d["cached_dtype"]) == c.dtype
-                        and _str(d["cached_shape"]) == row["new_shape"]
-                        and _str(d["cached_strides"]) == row["new_strides"]
+                        text_of(d["cached_dtype"]) == c.dtype
+                        and text_of(d["cached_shape"]) == row["new_shape"]
+                        and text_of(d["cached_strides"]) == row["new_strides"]
                     )
                     if has_entry
                     else pd.NA,
-                    same_content=(_str(d["cached_digest"]) == c.digest) if has_entry else pd.NA,
-                    data_problem=_str(d["data_problem"]),
-                    culprit=_str(d.get("culprit", "")),
+                    same_content=(text_of(d["cached_digest"]) == c.digest) if has_entry else pd.NA,
+                    data_problem=text_of(d["data_problem"]),
+                    culprit=text_of(d.get("culprit", "")),
                 )
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(REPORT_COLUMNS))
-    return CollisionReport(_typed(frame))
+    return CollisionReport(typed_frame(frame))
 
 
-def _typed(frame: pd.DataFrame) -> pd.DataFrame:
-    """Column dtypes as the schema says (also for an empty frame)."""
+def typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (report rows) with the column dtypes :data:`REPORT_SCHEMA` says, sorted by load order and name
+    (also for an empty frame)."""
     out = frame.copy()
     for col, kind in REPORT_SCHEMA.items():
         if kind == "str":
-            out[col] = out[col].map(_str).astype(object)
+            out[col] = out[col].map(text_of).astype(object)
         elif kind == "int":
             out[col] = out[col].astype("int64")
         elif kind == "float":
@@ -284,79 +248,22 @@ class CollisionReport:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        return report_html(self.frame, self.summary())
+        return collision_table_html(self.frame, self.summary())
 
 
 HTML_COLUMNS = ("method", "name", "fqn", "lookup", "decision", "reason", "same_metadata", "same_content", "method_ok")
 
 
-def report_html(frame: pd.DataFrame, caption: str = "", columns=HTML_COLUMNS, max_rows: int = 500) -> str:
+def collision_table_html(frame: pd.DataFrame, caption: str = "", columns=HTML_COLUMNS, max_rows: int = 500) -> str:
     """An HTML table of report (or decision) rows, decision colour-coded, ``method_ok`` False
-    red; every cell and the caption escaped (:func:`toolkit.display.html.html_table`)."""
+    red; every cell and the caption escaped (:func:`toolkit.display.tables.html_table`)."""
     body = html_table(frame, columns, max_rows=max_rows, caption=caption, empty="no constants")
     if not len(frame) and caption:  # no table to hold the caption
         body = "<p>" + html.escape(caption).replace("\n", "<br>") + "</p>" + body
     return f"<div class='constshare-report'>{body}</div>"
 
 
-_NATIVE_CODE_NOTICED: list[str] = []  # the program it was given for, once per process
-
-
-def native_code_notice(program: "Program") -> str | None:
-    """What a full load does, said once per process before the first load of a program not
-    built here (built here: a program directory in the build cache, which our builder wrote);
-    None when it needs no saying."""
-    from toolkit.build.samples import cache_root
-
-    root = Path(program.root).resolve() if program.root is not None else None
-    if _NATIVE_CODE_NOTICED or (
-        program.format is ProgramFormat.DIRECTORY and root is not None and root.is_relative_to(cache_root().resolve())
-    ):
-        return None
-    _NATIVE_CODE_NOTICED.append(str(root))
-    return (
-        f"loading {program.name!r} from {root} runs the native code compiled into it (its .so files) in this "
-        "process: load only programs you trust; a dry run runs none"
-    )
-
-
-# ------------------------------------------------------------------ CSV
-
-
-def _missing(v: Any) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-
-
-def _kind_of(v: Any) -> str:
-    """A value's kind (as in :data:`REPORT_SCHEMA`) from its type: text for anything not a number."""
-    return (
-        "bool"
-        if isinstance(v, (bool, np.bool_))
-        else "int"
-        if isinstance(v, numbers.Integral)
-        else "float"
-        if isinstance(v, numbers.Real)
-        else "str"
-    )
-
-
-def _cell(kind: str | None, v: Any) -> str:
-    """One CSV cell; ``kind`` None: taken from the value's type (text for anything not a number)."""
-    if _missing(v):
-        return ""
-    kind = kind or _kind_of(v)
-    if kind in ("bool", "optional_bool"):
-        return "True" if bool(v) else "False"
-    if kind == "int":
-        return str(int(v))
-    if kind == "float":
-        return repr(float(v))
-    return neutralize(_str(v))
-
-
-def write_csv(frame: pd.DataFrame, path_or_handle: PathOrHandle) -> None:
-    """Write report rows (:data:`REPORT_COLUMNS`, typed by :data:`REPORT_SCHEMA`): :func:`write_table`."""
-    write_table(_report_columns(frame), path_or_handle, REPORT_SCHEMA)
+XLSX_SHEET = "decisions"
 
 
 def _report_columns(frame: pd.DataFrame) -> pd.DataFrame:
@@ -367,105 +274,17 @@ def _report_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[list(REPORT_COLUMNS)]
 
 
-def write_table(frame: pd.DataFrame, path_or_handle: PathOrHandle, kinds: Mapping[str, str] | None = None) -> None:
-    """Write any frame as CSV, the toolkit's one CSV writer: UTF-8, a header row, RFC 4180
-    quoting and CRLF, every text cell neutralised (the module docstring); ``kinds``: column ->
-    kind as in :data:`REPORT_SCHEMA` (default: each value's type).  A path is written
-    atomically (:func:`write_text_atomically`)."""
-    kinds = kinds or {}
-    buf = io.StringIO()
-    # CRLF as RFC 4180 says; it also makes the writer quote any cell holding a lone CR.
-    w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
-    columns = [str(c) for c in frame.columns]
-    w.writerow([neutralize(c) for c in columns])
-    for rec in frame.itertuples(index=False, name=None):
-        w.writerow([_cell(kinds.get(c), v) for c, v in zip(columns, rec)])
-    if hasattr(path_or_handle, "write"):
-        path_or_handle.write(buf.getvalue())  # type: ignore[union-attr]
-    else:
-        write_text_atomically(path_or_handle, buf.getvalue())  # type: ignore[arg-type]
-
-
-XLSX_SHEET = "decisions"
-XLSX_MIME = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-
-
-def _xlsx_cell(kind: str | None, v: Any, illegal: Any) -> Any:
-    """One Excel cell: a number or a boolean as itself, a missing value empty, text as
-    :func:`_cell` writes it (neutralised: a spreadsheet reads no formula in it), the control
-    characters Excel cannot hold (``illegal``, openpyxl's pattern) shown as U+FFFD."""
-    if _missing(v):
-        return None
-    kind = kind or _kind_of(v)
-    if kind in ("bool", "optional_bool"):
-        return bool(v)
-    if kind == "int":
-        return int(v)
-    if kind == "float":
-        return float(v)
-    return illegal.sub("\ufffd", _cell(kind, v))
+def write_csv(frame: pd.DataFrame, path_or_handle: PathOrHandle) -> None:
+    """Write report rows (:data:`REPORT_COLUMNS`, typed by :data:`REPORT_SCHEMA`):
+    :func:`~toolkit.reports.tabular.write_table`."""
+    write_table(_report_columns(frame), path_or_handle, REPORT_SCHEMA)
 
 
 def write_xlsx(frame: pd.DataFrame, handle: IO[bytes]) -> None:
     """Write report rows (:data:`REPORT_COLUMNS`) as an Excel workbook to a binary ``handle``: one
-    sheet (:data:`XLSX_SHEET`), a header row, cells typed by :data:`REPORT_SCHEMA`, text
-    neutralised as in the CSV (the module docstring).  Needs openpyxl (the notebook extra)."""
-    try:
-        from openpyxl import Workbook
-        from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
-    except ImportError:
-        raise ReportError(
-            "an Excel export needs openpyxl: pip install 'constshare-toolkit[notebook]' (or pip install openpyxl)"
-        ) from None
-    frame = _report_columns(frame)
-    book = Workbook(write_only=True)  # rows streamed: 10,000 rows in about a second
-    sheet = book.create_sheet(XLSX_SHEET)
-    sheet.append([neutralize(c) for c in REPORT_COLUMNS])
-    kinds = [REPORT_SCHEMA[c] for c in REPORT_COLUMNS]
-    for rec in frame.itertuples(index=False, name=None):
-        sheet.append([_xlsx_cell(k, v, ILLEGAL_CHARACTERS_RE) for k, v in zip(kinds, rec)])
-    book.save(handle)
-
-
-def check_output(path: "str | os.PathLike[str]") -> Path:
-    """The file ``path`` names (symlinks followed), once it can be written in place of what is
-    there: a regular file or nothing, in a folder this process may write; else
-    :class:`~toolkit.core.errors.OutputError` naming it."""
-    target = Path(os.path.realpath(path))
-    try:
-        st = target.stat()
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise OutputError(f"cannot be written: {e.strerror or e}", path=path) from None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise OutputError("is not a regular file (a folder, device, FIFO or socket): give a file path", path=path)
-    if not target.parent.is_dir():
-        raise OutputError(f"folder {str(target.parent)!r} does not exist", path=path)
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise OutputError(f"folder {str(target.parent)!r} is not writable (read-only or immutable)", path=path)
-    return target
-
-
-def write_text_atomically(path: "str | os.PathLike[str]", text: str) -> None:
-    """Write ``text`` (UTF-8, newlines as given) to ``path``: into a temporary file in the same
-    folder, then renamed over it, so a failed write (disk full, read-only folder) leaves the old
-    file or none, never half a file; the failure is an :class:`~toolkit.core.errors.OutputError`."""
-    target = check_output(path)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 is for secrets; a report is read by others
-        os.replace(tmp, target)
-    except BaseException as e:  # an interrupt too: no temporary file is left behind
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise OutputError(f"cannot be written: {e.strerror or e}", path=path) from None
-        raise
+    sheet (:data:`XLSX_SHEET`), cells typed by :data:`REPORT_SCHEMA`
+    (:func:`~toolkit.reports.tabular.write_workbook`).  Needs openpyxl (the notebook extra)."""
+    write_workbook(_report_columns(frame), handle, XLSX_SHEET, REPORT_SCHEMA)
 
 
 def to_csv(

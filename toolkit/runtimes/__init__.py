@@ -5,7 +5,7 @@ Two implementations of one small interface:
 * :class:`toolkit.runtimes.aoti.AotiRuntime`: PyTorch's AOTInductor runtime, one model
   container per method, uploads through :mod:`toolkit.upload` (the real load);
 * :class:`toolkit.runtimes.dry_run.DryRunRuntime`: the program model alone, no torch and no
-  device (the dry run behind :func:`toolkit.analyze`).
+  device (the dry run behind :func:`toolkit.dry_run`).
 
 The orchestrator takes every decision and records every event; a runtime only answers what
 a compiled method contains and moves bytes.  So a dry run and a real load run the same code,

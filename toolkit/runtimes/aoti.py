@@ -1,8 +1,9 @@
-"""The AOTInductor runtime: the one module that talks to PyTorch's ``torch._C._aoti``.
+"""The AOTInductor runtime: :class:`AotiRuntime`, the real implementation of :class:`toolkit.runtimes.Runtime`.
 
-Wraps ``AOTIModelContainerRunnerCpu/Cuda`` (one container per method) and its constants;
-:mod:`toolkit.upload` moves constant bytes from a host blob to the device.
-:class:`AotiRuntime` is the real implementation of :class:`toolkit.runtimes.Runtime`.
+One :class:`AotiMethod` per loaded method: its compiled model's container
+(:mod:`toolkit.runtimes.aoti_container`, the one module that talks to ``torch._C._aoti``) and the
+uploads into it; :mod:`toolkit.upload` moves constant bytes from a host blob to the device.  The
+runtime reads each program file from its verified copy when integrity is checked.
 
 An ExecuTorch ``.pte`` and a torch ``.pt2`` load here too, with no ExecuTorch C++ runtime: the
 ``.so`` is copied out once into a sealed private copy (torch's libraries made global first: ExecuTorch
@@ -19,25 +20,28 @@ environment when created, unless the caller set it (the toolkit's one write to i
 
 from __future__ import annotations
 
-import ctypes
-import logging
 import os
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
 
-from toolkit.core.errors import IncompatibleProgramError, IntegrityError, LoadError, ProgramError
+from toolkit.core.errors import IncompatibleProgramError, IntegrityError, LoadError
 from toolkit.core.model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
 from toolkit.core.options import LoadOptions
 from toolkit.core.vocab import FirstLoad, ProgramFormat, UploadMode, UploadPath
-from toolkit.integrity import VerifiedCopy, copy_region, hash_threads, keep_for_process, verified_files
+from toolkit.integrity import VerifiedCopy, hash_threads, keep_for_process, verified_files
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import parse_device as _parse
-
-log = logging.getLogger(__name__)
+from toolkit.runtimes.aoti_container import (
+    AotiContainer,
+    dtype_name,
+    extract_so,
+    make_torch_global,
+    read_compiled,
+    to_torch,
+)
 
 
 def parse_device(device: "str | torch.device | Device") -> torch.device:
@@ -46,14 +50,6 @@ def parse_device(device: "str | torch.device | Device") -> torch.device:
         return torch.device(device.type, device.index) if device.type == "cuda" else torch.device("cpu")
     current = torch.cuda.current_device() if torch.cuda.is_available() else 0
     return to_torch(_parse(device, default_cuda_index=current))
-
-
-def to_torch(d: Device) -> torch.device:
-    return torch.device("cuda", d.index) if d.type == "cuda" else torch.device("cpu")
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def tensor_meta(t: torch.Tensor) -> TensorMeta:
@@ -65,126 +61,6 @@ def tensor_meta(t: torch.Tensor) -> TensorMeta:
         device_type=t.device.type,
         device_index=t.device.index if t.device.index is not None else -1,
     )
-
-
-# c10::ScalarType codes, as get_constant_names_to_dtypes() reports them.
-SCALAR_TYPE_NAMES = {
-    0: "uint8",
-    1: "int8",
-    2: "int16",
-    3: "int32",
-    4: "int64",
-    5: "float16",
-    6: "float32",
-    7: "float64",
-    9: "complex64",
-    10: "complex128",
-    11: "bool",
-    15: "bfloat16",
-    23: "float8_e5m2",
-    24: "float8_e4m3fn",
-}
-
-
-class AotiContainer:
-    """One AOTInductor model container, created without constants."""
-
-    def __init__(self, runner: Any, so_path: Path, device: torch.device):
-        self._runner = runner
-        self.so_path = so_path
-        self.device = device
-
-    @classmethod
-    def create(cls, so_path: Path, device: torch.device) -> "AotiContainer":
-        device = to_torch(device) if isinstance(device, Device) else device
-        so = str(so_path)
-        if device.type == "cuda":
-            runner = torch._C._aoti.AOTIModelContainerRunnerCuda(so, 1, str(device))
-        else:
-            runner = torch._C._aoti.AOTIModelContainerRunnerCpu(so, 1)
-        return cls(runner, Path(so_path), device)
-
-    def constant_fqns(self) -> dict[str, str]:
-        """internal name -> original FQN."""
-        return dict(self._runner.get_constant_names_to_original_fqns())
-
-    def constant_dtypes(self) -> dict[str, str]:
-        """internal name -> dtype name, as compiled into the .so ("?N" for a code not in the table)."""
-        return {
-            n: SCALAR_TYPE_NAMES.get(code, f"?{code}")
-            for n, code in dict(self._runner.get_constant_names_to_dtypes()).items()
-        }
-
-    def upload_blob(self, blob_path: Path) -> None:
-        """One allocation for all the method's constants (stays resident even after user-managed swaps)."""
-        self._runner.update_constant_buffer_from_blob(str(blob_path))
-
-    def extract(self) -> dict[str, torch.Tensor]:
-        """internal name -> tensor aliasing this container's memory (owns nothing)."""
-        by_fqn = self._runner.extract_constants_map(False)
-        names = {fqn: name for name, fqn in self.constant_fqns().items()}
-        return {names.get(fqn, fqn): t for fqn, t in by_fqn.items()}
-
-    def install(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Point constants at the given tensors, zero-copy (user_managed=True).
-
-        AOTI checks nothing here: the loader must have checked dtype, device and size.
-        The container receives non-owning aliases (:func:`non_owning_alias`): torch <= 2.13
-        leaks one reference per tensor installed user-managed (fixed upstream in PR #194480),
-        and a leaked reference to a tensor that owns its storage would keep that memory
-        allocated for the life of the process.  The caller keeps the owners alive as long as
-        any container uses them (the shared cache does).
-        """
-        if tensors:
-            # the runner's binding takes its flags positionally: named here
-            use_inactive, validate_full_updates, user_managed = False, False, True
-            self._runner.update_constant_buffer(
-                {k: non_owning_alias(t) for k, t in tensors.items()}, use_inactive, validate_full_updates, user_managed
-            )
-
-    def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        return list(self._runner.run(inputs))
-
-
-class _CudaArray:
-    """The smallest object exposing ``__cuda_array_interface__`` (v3) for a device pointer."""
-
-    def __init__(self, ptr: int, nbytes: int):
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (ptr, False),
-            "strides": None,
-            "version": 3,
-            "stream": None,
-        }
-
-
-def non_owning_alias(t: torch.Tensor) -> torch.Tensor:
-    """A tensor over ``t``'s bytes, with ``t``'s dtype/shape/strides, whose storage owns nothing.
-
-    Its storage neither frees nor keeps alive the memory: whoever holds ``t`` owns it.  A
-    leaked reference to the alias then leaks a few hundred bytes of bookkeeping, not the
-    tensor.  Falls back to ``t`` itself if an alias cannot be made (the leak then stays).
-    """
-    try:
-        st = t.untyped_storage()
-        n, ptr = st.nbytes(), st.data_ptr()
-        if n == 0 or ptr == 0 or n % t.element_size():
-            return t
-        if t.device.type == "cuda":
-            raw = torch.as_tensor(_CudaArray(ptr, n), device=t.device)
-        elif t.device.type == "cpu":
-            import numpy as np
-
-            raw = torch.from_numpy(np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr)))
-        else:
-            return t
-        if raw.data_ptr() != ptr:
-            return t
-        return raw.view(t.dtype).as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
-    except Exception:  # never fail a load over an optimisation
-        return t
 
 
 def cuda_in_use_bytes(device: torch.device) -> int:
@@ -229,52 +105,9 @@ def check_compatible(program: Program, device_type: str, torch_version: str) -> 
         )
 
 
-_GLOBAL_LOCK = threading.Lock()
-
-
 def _span(c: ConstantSpec) -> tuple[int, int]:
     """The bytes of its file a constant's upload reads."""
     return c.offset, c.offset + c.nbytes
-
-
-def extract_so(path: Path, offset: int, nbytes: int) -> Path:
-    """The bytes ``[offset, offset + nbytes)`` of ``path`` (a ``.so`` kept inside a ``.pte`` or
-    ``.pt2``, read from its verified copy when integrity is checked) as a file of their own for
-    ``dlopen``: a sealed private copy (:func:`~toolkit.integrity.copy_region`), one per content
-    for the process (:func:`~toolkit.integrity.keep_for_process`), never written to disk."""
-    try:
-        copy, digest = copy_region(path, offset, nbytes)
-    except OSError as e:
-        raise IntegrityError(f"the compiled model cannot be read: {e.strerror or e}", path=path) from None
-    except IntegrityError:
-        raise IntegrityError(
-            f"the compiled model at byte {offset} should have {nbytes} bytes, the file has "
-            f"{max(0, os.path.getsize(path) - offset)} there",
-            path=path,
-        ) from None
-    return keep_for_process(copy, digest).path
-
-
-_TORCH_GLOBAL: list[str] = []  # the torch libraries made global in this process (done once)
-
-
-def make_torch_global() -> list[str]:
-    """Load torch's own libraries with RTLD_GLOBAL, once per process.
-
-    ExecuTorch builds its ``.so`` with ``link_libtorch=False``: without torch's symbols in
-    the global namespace ``dlopen`` fails (``undefined symbol: aoti_torch_layout_strided``).
-    """
-    with _GLOBAL_LOCK:
-        if not _TORCH_GLOBAL:
-            lib = Path(torch.__file__).resolve().parent / "lib"
-            for name in ("libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so"):
-                f = lib / name
-                if f.is_file():
-                    ctypes.CDLL(str(f), mode=ctypes.RTLD_GLOBAL)
-                    _TORCH_GLOBAL.append(str(f))
-            if not _TORCH_GLOBAL:
-                _TORCH_GLOBAL.append("")  # nothing found (not a Linux build): tried once
-        return [x for x in _TORCH_GLOBAL if x]
 
 
 def so_inputs(inputs: list, order: "tuple[int, ...] | None") -> list:
@@ -307,88 +140,6 @@ def method_outputs(outputs: list, order: "tuple[int, ...] | None") -> list:
 
 
 CHECK_INPUTS_ENV = "AOTI_RUNTIME_CHECK_INPUTS"
-
-
-_QUERIES = (
-    "AOTInductorModelContainerCreateWithDevice",
-    "AOTInductorModelContainerDelete",
-    "AOTInductorModelContainerGetNumConstants",
-    "AOTInductorModelContainerGetConstantName",
-    "AOTInductorModelContainerGetConstantOriginalFQN",
-    "AOTInductorModelContainerGetConstantDtype",
-    "AOTInductorModelContainerGetConstantDataSize",
-    "AOTInductorModelContainerGetConstantsBlobSize",
-    "AOTInductorModelContainerGetConstantFromFolded",
-)
-
-
-def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
-    """Every constant slot a compiled ``.so`` declares, through its own container C API.
-
-    The ``.so`` exports ``AOTInductorModelContainerGetNumConstants``, ``...GetConstantName``,
-    ``...GetConstantOriginalFQN``, ``...GetConstantDtype``, ``...GetConstantDataSize``,
-    ``...GetConstantsBlobSize`` and ``...GetConstantFromFolded`` (torch/csrc/inductor/
-    aoti_runtime/interface.h; in every .so built by torch 2.9-2.13, checked with nm on the
-    builds here).  The pybind runner exposes none of the sizes, so a second, constant-less
-    container is created for the query and deleted at once (no constant memory: the
-    weights are not in the .so).  A blob file's layout is derived as AOTI reads it
-    (``load_constants`` in aoti_runtime/model_base.h): constants in this order, folded ones
-    skipped, each read from where the previous one's data size ended (``bytes_read +=
-    data_size``).  Only the device allocation pads every slot to 64 bytes
-    (``compute_constant_blob``), so a constant's pointer offset is not its file offset when a
-    data size is not a multiple of 64.  The compiler pads the data sizes of a blob holding any
-    CPU constant itself (measured: 60 -> 64, 68 -> 128, 400 -> 448 bytes); an all-CUDA blob it
-    writes unpadded, with unpadded data sizes (a 16-byte counter reports 16, measured on the
-    H200 with torch 2.11).
-    Returns None when the .so lacks a query (then only the runner's names and dtypes are known).
-    """
-    try:
-        lib = ctypes.CDLL(str(so_path))  # already loaded by the runner: the same handle
-        fns = {n: getattr(lib, n) for n in _QUERIES}
-    except (OSError, AttributeError) as e:
-        log.warning("%s: cannot query its constants' sizes (%s); trusting the program's sizes", so_path, e)
-        return None
-    size_t, p = ctypes.c_size_t, ctypes.byref
-    handle = ctypes.c_void_p()
-    dev = (f"cuda:{device.index}" if device.index is not None else "cuda") if device.type == "cuda" else "cpu"
-
-    def call(name: str, *args) -> None:
-        if fns[name](*args) != 0:
-            raise ProgramError(f"the compiled model's {name} failed", path=so_path)
-
-    call("AOTInductorModelContainerCreateWithDevice", p(handle), size_t(1), dev.encode(), None)
-    try:
-        n = size_t()
-        call("AOTInductorModelContainerGetNumConstants", handle, p(n))
-        blob = ctypes.c_uint64()
-        # a .so built without mmap'd weights (ExecuTorch's: package_constants_on_disk) has no blob size:
-        # it answers an error ("constant blob size is only available for mmap'd weights"); then unknown
-        blob_known = fns["AOTInductorModelContainerGetConstantsBlobSize"](handle, p(blob)) == 0
-        out: dict[str, CompiledConstant] = {}
-        offset = 0
-        for i in range(n.value):
-            name, fqn = ctypes.c_char_p(), ctypes.c_char_p()
-            dtype, nbytes, folded = ctypes.c_int32(), size_t(), ctypes.c_bool()
-            call("AOTInductorModelContainerGetConstantName", handle, size_t(i), p(name))
-            call("AOTInductorModelContainerGetConstantOriginalFQN", handle, size_t(i), p(fqn))
-            call("AOTInductorModelContainerGetConstantDtype", handle, size_t(i), p(dtype))
-            call("AOTInductorModelContainerGetConstantDataSize", handle, size_t(i), p(nbytes))
-            call("AOTInductorModelContainerGetConstantFromFolded", handle, size_t(i), p(folded))
-            key = (name.value or b"").decode("utf-8", "replace")
-            at = None
-            if not folded.value:
-                at = offset
-                offset += nbytes.value
-            out[key] = CompiledConstant(
-                key,
-                (fqn.value or b"").decode("utf-8", "replace"),
-                SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"),
-                nbytes.value,
-                at,
-            )
-        return CompiledMethod(out, int(blob.value) if blob_known else None)
-    finally:
-        fns["AOTInductorModelContainerDelete"](handle)
 
 
 class AotiMethod:
@@ -547,13 +298,13 @@ class AotiRuntime:
         if program.root is None:
             raise LoadError(
                 f"program {program.name!r} exists only in memory (its files were never written): "
-                "it can be analysed (toolkit.analyze), not loaded"
+                "it can be analysed (toolkit.dry_run), not loaded"
             )
         check_compatible(program, device.type, torch.__version__)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise IncompatibleProgramError(
                 f"program was built for {program.device!r} but torch sees no CUDA device here: load it on a "
-                "machine with one, or dry-run it (toolkit.analyze)",
+                "machine with one, or dry-run it (toolkit.dry_run)",
                 path=program.root,
                 field="device",
             )
@@ -570,7 +321,7 @@ class AotiRuntime:
         every byte), which are all the caller may read of it; ``dlopen``: a copy kept for the
         process (a path ``dlopen`` saw must keep its bytes)."""
         path, record = program.path(rel), program.files.get(rel)
-        if not self.options.check_integrity or record is None:
+        if not self.options.integrity.checks or record is None:
             return path
         if path not in self._copies:
             self._copies[path] = verified_files().copy(path, record, self.options, ranges)
@@ -586,21 +337,14 @@ class AotiRuntime:
         they travelled, through the staging pipeline (:func:`~toolkit.upload.stage_pieces`) where it
         applies; None where they go the other way (the private copy, the uploader).
 
-        Hashed as staged: integrity checked, the file has a record, ``integrity_staging`` and
-        ``integrity_copy`` on, ``hash_all`` off, and this session holds no complete verified copy of
-        the file (one made for a whole-blob upload or a ``.so`` inside it: read from that).  Nothing
-        kept: a later batch reads and hashes its pieces again.  Unhashed: on CUDA under
-        ``first_load="pipelined"``, from where the other way would read (:meth:`source`)."""
+        Hashed as staged: ``integrity="staged"``, the file has a record, and this session holds no
+        complete verified copy of the file (one made for a whole-blob upload or a ``.so`` inside it:
+        read from that).  Nothing kept: a later batch reads and hashes its pieces again.  Unhashed: on
+        CUDA under ``upload="mapped"`` and ``first_load="pipelined"``, from where the other way would
+        read (:meth:`source`)."""
         o, path, record = self.options, program.path(rel), program.files.get(rel)
         copy = self._copies.get(path)
-        if (
-            o.check_integrity
-            and record is not None
-            and o.integrity_staging
-            and o.integrity_copy
-            and not o.hash_all
-            and not (copy is not None and copy.complete)
-        ):
+        if o.integrity.hashes_staging and record is not None and not (copy is not None and copy.complete):
             read_from, how = path, UploadPath.VERIFIED_STAGED if device.type == "cuda" else UploadPath.VERIFIED_HOST
         elif device.type == "cuda" and o.upload is UploadMode.MAPPED and o.first_load is FirstLoad.PIPELINED:
             read_from, how = self.source(program, rel, ranges=[_span(c) for c in constants]), UploadPath.PIECES

@@ -12,12 +12,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
+import toolkit.engine.session as session_module
 from toolkit.core.model import Program
 from toolkit.core.policies import POLICIES, get_policy
 from toolkit.core.verdict import Verdict
 from toolkit.core.vocab import ExitCode, SessionStatus
 from toolkit.engine.frames import decision_counts
-from toolkit.engine.session import Session, load_program
+from toolkit.engine.session import Session
 from toolkit.sources import open_program
 
 COMPARE_COLUMNS = [
@@ -39,8 +40,10 @@ COMPARE_COLUMNS = [
     "device_bytes",
     "load_seconds",
 ]
-# a dry run of every policy (predict_policies): nothing runs, so "wrong" is what the metadata shows
-PREDICT_COLUMNS = [c for c in COMPARE_COLUMNS if c not in ("wrong_sequences", "no_reference", "load_seconds")] + [
+# a dry run of every policy (compare_policies(dry_run=True)): nothing runs, so "wrong" is what the metadata shows
+DRY_RUN_COMPARE_COLUMNS = [
+    c for c in COMPARE_COLUMNS if c not in ("wrong_sequences", "no_reference", "load_seconds")
+] + [
     "floor_bytes",
     "x_floor",
 ]
@@ -65,7 +68,7 @@ class PolicyComparison:
 
     @property
     def exit_code(self) -> ExitCode:
-        """The comparison as the CLI's exit code: the worst of the policies' (:class:`toolkit.core.verdict.ExitCode`)."""
+        """The comparison as the CLI's exit code: the worst of the policies'."""
         return ExitCode.worst(v.exit_code for v in self.verdicts().values())
 
     def memory(self) -> pd.DataFrame:
@@ -78,7 +81,7 @@ class PolicyComparison:
         return self.frame.to_string(index=False)
 
     def _repr_html_(self) -> str:
-        from toolkit.display.html import html_table
+        from toolkit.display.tables import html_table
 
         return html_table(self.frame, max_rows=len(self.frame))
 
@@ -122,8 +125,15 @@ def compare_policies(
     progress: bool = False,
     on_policy: Callable[[str, int, int], None] | None = None,
     references: "Mapping[str, Any] | None" = None,
+    dry_run: bool = False,
 ) -> PolicyComparison:
     """Load and verify ``program`` once under each policy; one row per policy.
+
+    ``dry_run=True`` predicts each instead (:func:`toolkit.dry_run`: no GPU, nothing loaded or
+    run): the columns a prediction has, read from each dry run's verdict (``wrong_methods``:
+    methods that would run on a shared constant whose content differs), plus ``floor_bytes``,
+    the memory floor M (:func:`toolkit.memory_floor`), and ``x_floor``, ``device_bytes`` against
+    it (NaN when nothing loads).  ``references`` and ``progress`` do not apply to it.
 
     The row reads each session's verdict (:meth:`Session.verdict`): ``outcome``, and
     ``wrong_methods`` (ran and disagreed with the reference), ``wrong_sequences``,
@@ -133,13 +143,15 @@ def compare_policies(
     """
     from toolkit.display.progress import progress_bar
 
+    if dry_run:
+        return _dry_run_comparison(program, policies, device=device, on_policy=on_policy)
     prog = open_program(program)
     names = [get_policy(p).name.value for p in (policies or POLICIES)]
     rows, sessions = [], {}
     for i, name in enumerate(progress_bar(names, enabled=progress, desc="comparing policies", unit="policy")):
         if on_policy is not None:
             on_policy(name, i, len(names))
-        s = load_program(prog, name, device=device)
+        s = session_module.load_program(prog, name, device=device)  # looked up per call: tests patch it there
         try:
             if references is not None:
                 s.verify(references=references)
@@ -150,24 +162,15 @@ def compare_policies(
     return PolicyComparison(pd.DataFrame(rows, columns=COMPARE_COLUMNS), sessions)
 
 
-def predict_policies(
+def _dry_run_comparison(
     program: "Program | str",
-    policies: Iterable[str] | None = None,
+    policies: Iterable[str] | None,
     *,
-    device: "str | Mapping[str, str] | None" = None,
-    on_policy: Callable[[str, int, int], None] | None = None,
+    device: "str | Mapping[str, str] | None",
+    on_policy: Callable[[str, int, int], None] | None,
 ) -> PolicyComparison:
-    """Every policy's dry run of ``program`` (no GPU, nothing loaded or run): one row per policy.
-
-    The columns of :func:`compare_policies` that a prediction has, read from each dry run's
-    verdict (``wrong_methods``: methods that would run on a shared constant whose content
-    differs), plus ``floor_bytes``, the memory floor M (:func:`toolkit.memory_floor`), and
-    ``x_floor``, ``device_bytes`` against it (NaN when nothing loads).
-    :attr:`PolicyComparison.sessions` holds the dry-run sessions (their tables); ``on_policy`` as
-    for :func:`compare_policies`.
-    """
     from toolkit.sources import read_program_model
-    from toolkit.workflows.dry_run import memory_floor, run_analysis
+    from toolkit.workflows.dry_run import dry_run, memory_floor
 
     prog = read_program_model(program)
     names = [get_policy(p).name.value for p in (policies or POLICIES)]
@@ -176,8 +179,8 @@ def predict_policies(
     for i, name in enumerate(names):
         if on_policy is not None:
             on_policy(name, i, len(names))
-        s = run_analysis(prog, name, device=device).session
-        row = {k: v for k, v in policy_row(s, s.verdict()).items() if k in PREDICT_COLUMNS}
+        s = dry_run(prog, name, device=device).session
+        row = {k: v for k, v in policy_row(s, s.verdict()).items() if k in DRY_RUN_COMPARE_COLUMNS}
         loaded = s.status is SessionStatus.LOADED
         rows.append(
             {
@@ -187,4 +190,4 @@ def predict_policies(
             }
         )
         sessions[name] = s
-    return PolicyComparison(pd.DataFrame(rows, columns=PREDICT_COLUMNS), sessions)
+    return PolicyComparison(pd.DataFrame(rows, columns=DRY_RUN_COMPARE_COLUMNS), sessions)

@@ -1,11 +1,10 @@
-"""Dry-run analysis: every decision a load would take, and the memory floor, from the program model alone.
+"""The dry run: every decision a load would take, and the memory floor, from the program model alone.
 
-No device, no AOTInductor container, no torch: :func:`run_analysis` is a load by the one
+No device, no AOTInductor container, no torch: :func:`dry_run` is a load by the one
 orchestrator (:class:`toolkit.engine.loader.ProgramLoad`) over the dry-run runtime
 (:mod:`toolkit.runtimes.dry_run`), so its decisions, lookups, comparisons and events are
 produced by exactly the code a real load runs.
 
-Layering: policies (pure) <- loader (orchestrator) <- analysis (this module) <- presentation.
 """
 
 from __future__ import annotations
@@ -19,8 +18,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 import pandas as pd
 
 from toolkit.core.model import Program
+from toolkit.core.options import LoadOptions
 from toolkit.core.policies import Policy, get_policy
-from toolkit.engine.frames import ANALYSIS_COLUMNS, analysis_frame
+from toolkit.core.vocab import Integrity
+from toolkit.engine.frames import DRY_RUN_COLUMNS, dry_run_frame
 from toolkit.runtimes.dry_run import DryRunRuntime
 from toolkit.sources import read_program_model
 
@@ -30,12 +31,12 @@ if TYPE_CHECKING:
     from toolkit.engine.session import Session
 
 FLOOR_COLUMNS = ["device", "method", "name", "fqn", "nbytes", "role", "counted"]
-__all__ = ["ANALYSIS_COLUMNS", "Analysis", "MemoryFloor", "analyze", "collector_paused", "memory_floor", "run_analysis"]
+__all__ = ["DRY_RUN_COLUMNS", "DryRun", "MemoryFloor", "collector_paused", "dry_run", "memory_floor"]
 
 
 @dataclass
-class Analysis:
-    """Result of :func:`run_analysis`: the decisions table, per-method results, and the dry-run session."""
+class DryRun:
+    """Result of :func:`dry_run`: the decisions table, per-method results, and the dry-run session."""
 
     policy: str
     decisions: pd.DataFrame
@@ -57,7 +58,7 @@ class Analysis:
         return sum(m.device_bytes for m in self.methods)
 
 
-def run_analysis(
+def dry_run(
     program: "Program | str | Path",
     policy: "str | Policy" = "fingerprint",
     *,
@@ -65,15 +66,22 @@ def run_analysis(
     record: bool = True,
     progress: bool = False,
     on_progress: Callable[[int, int, str], None] | None = None,
-) -> Analysis:
+) -> DryRun:
     """Predict a load of ``program`` under ``policy``, method by method, in load order.
 
-    A dry-run load: the same orchestrator as :func:`toolkit.load_program`, over the program
-    model alone.  A failed method stops the load; later methods are "not reached".
-    ``progress``: a bar per constant (:func:`toolkit.display.progress.progress_bar`); ``on_progress(done,
-    total, method)``: the constants predicted so far (:meth:`toolkit.engine.loader.ProgramLoad.load`).
+    The same orchestrator as :func:`toolkit.load_program`, over the program model alone.
+    ``program`` is a :class:`Program` or a program path (its .so and blob files need not exist);
+    ``device`` places methods as :func:`toolkit.load_program` does (a device string, or
+    ``{method: device}``).  ``.decisions`` holds every decision, one row per constant: the
+    loader's decisions table (``slot_problem`` is what its out-of-bounds guard would say) without
+    ``seq``, plus ``policy``, ``whole_blob`` and ``method_status``.  A failed method stops the
+    load, as the loader does: later methods are "not reached" and have no rows.  A program the
+    modelled exporter refuses (``fqn-weight-cache``: one storage key with two contents) has every
+    constant refused and nothing loaded (``.session.failed_stage`` is "export").
+    ``progress``: a bar per constant (:func:`toolkit.display.progress.progress_bar`);
+    ``on_progress(done, total, method)``: the constants predicted so far.
     """
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
 
     model = read_program_model(program)
@@ -81,11 +89,11 @@ def run_analysis(
     runtime = DryRunRuntime()
     devices = resolve_devices(model, device, runtime)
     with collector_paused():
-        s = Session(model, pol, devices, record=record, check_integrity=False, runtime=runtime).load(
-            progress=progress, on_progress=on_progress
-        )
-        frame = analysis_frame(s.log, s.results.values(), policy=pol.name.value)
-    return Analysis(pol.name.value, frame, list(s.results.values()), s)
+        s = Session(
+            model, pol, devices, record=record, options=LoadOptions(integrity=Integrity.OFF), runtime=runtime
+        ).load(progress=progress, on_progress=on_progress)
+        frame = dry_run_frame(s.log, s.results.values(), policy=pol.name.value)
+    return DryRun(pol.name.value, frame, list(s.results.values()), s)
 
 
 @contextlib.contextmanager
@@ -113,28 +121,6 @@ def collector_paused() -> Iterator[None]:
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()
-
-
-def analyze(
-    program: "Program | str | Path",
-    policy: "str | Policy" = "fingerprint",
-    *,
-    device: "str | Mapping[str, str] | None" = None,
-) -> pd.DataFrame:
-    """Every decision a load of ``program`` under ``policy`` would take, one row per constant.
-
-    ``program`` is a :class:`Program` or a program directory / manifest path (its .so and
-    blob files need not exist).  ``device`` places methods as :func:`toolkit.load_program`
-    does (a device string, or ``{method: device}``).  Columns are the loader's decisions
-    table (``slot_problem`` is what its out-of-bounds guard would say) without ``seq``, plus
-    ``policy``, ``whole_blob`` (the method would upload its whole weights blob) and
-    ``method_status``.  A policy that fails a method's load stops there, as the loader does:
-    later methods have no rows.  A program the modelled exporter refuses (``fqn-weight-cache``:
-    one storage key with two contents) has every constant of every method refused, the
-    offending one with reason ``export_refused`` (``run_analysis(...).session.failed_stage``
-    is "export"), and nothing loaded.
-    """
-    return run_analysis(program, policy, device=device).decisions
 
 
 # ------------------------------------------------------------------ the floor
@@ -182,7 +168,7 @@ def memory_floor(program: "Program | str | Path", *, device: "str | Mapping[str,
     (dtype, shape, strides) and the device it lives on.  Constants with an empty FQN count
     as shareable by content too.  Allocator rounding and container overhead are not in it.
     """
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
 
     model = read_program_model(program)
     placement = resolve_devices(model, device, DryRunRuntime())

@@ -33,7 +33,7 @@ from toolkit.core import errors as _errors
 from toolkit.core.errors import ToolkitError, WorkerCrashedError
 from toolkit.core.model import Program
 from toolkit.core.verdict import Verdict, verdict_from_dict
-from toolkit.core.vocab import ProgramFormat, SessionStatus
+from toolkit.core.vocab import Integrity, ProgramFormat, SessionStatus
 from toolkit.engine.frames import decision_counts
 
 _STATUS_FAILED = SessionStatus.FAILED.value
@@ -317,7 +317,7 @@ def _worker(tmp: Path) -> int:
     from toolkit.core import events as ev
     from toolkit.core.options import options_from_environment
     from toolkit.core.policies import get_policy
-    from toolkit.engine.loader import resolve_devices
+    from toolkit.engine.devices import resolve_devices
     from toolkit.engine.session import Session
     from toolkit.runtimes.aoti import AotiRuntime, check_compatible
     from toolkit.sources import open_program
@@ -353,6 +353,8 @@ def _worker(tmp: Path) -> int:
             program = open_program(req["program"])
             result["program"] = program.name
             options = options_from_environment()  # the worker's edge: the environment it inherited
+            if not req["check_integrity"]:
+                options = dataclasses.replace(options, integrity=Integrity.OFF)
             runtime = AotiRuntime(options)
             devices = resolve_devices(program, req["device"], runtime)
             for kind in sorted({d.type for d in devices.values()}):
@@ -366,7 +368,6 @@ def _worker(tmp: Path) -> int:
             program,
             get_policy(req["policy"]),
             devices,
-            check_integrity=req["check_integrity"],
             runtime=runtime,
             options=options,
         )

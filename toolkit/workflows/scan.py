@@ -72,7 +72,8 @@ def scan_folder(
 ) -> Scan:
     """Dry-run every program under ``folder`` under each of ``policies``, ``jobs`` worker processes at a time.
 
-    ``on_start(n)`` is called once the ``n`` programs are found, ``on_done(path)`` as each finishes.  Ctrl-C stops the scan at once and returns
+    ``on_start(n)`` is called once the ``n`` programs are found, ``on_done(path)`` as each finishes.
+    Ctrl-C stops the scan at once and returns
     what finished (:attr:`Scan.interrupted`)."""
     root = Path(folder)
     if not root.is_dir():
@@ -125,13 +126,13 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
     too, yet runs on no data).  Each row also carries its policy's ``verdict`` (not a CSV column)."""
     from toolkit.core.verdict import BAD_OUTCOMES
     from toolkit.sources import open_program
-    from toolkit.workflows.dry_run import run_analysis
+    from toolkit.workflows.dry_run import dry_run
 
     try:
         program = open_program(path)
         rows = []
         for policy in policies:
-            s = run_analysis(program, policy).session
+            s = dry_run(program, policy).session
             verdict = s.verdict()
             for m in verdict.methods:
                 rows.append(

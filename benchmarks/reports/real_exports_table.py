@@ -1,0 +1,69 @@
+"""The README's table of real exported programs under every policy, from the H200 runs' CSVs.
+
+    python3 benchmarks/reports/real_exports_table.py        # prints the markdown table
+
+One row per exported program, one column per policy; a cell is what loading it on the H200
+measured (``benchmarks/executorch_programs.py``): ``ok``, the methods that ran wrong alone,
+``seq wrong`` (a sequence with state carried went wrong), ``failed`` or ``refused`` (at export).
+``tests/test_real_exports.py`` checks that README.md holds exactly this table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "executorch_programs"
+RUNS = {  # export set -> the H200 run that loaded it
+    "executorch 1.5.1": RESULTS / "2026-12-01-h200.csv",
+    "executorch 1.2.0 (generation 1)": RESULTS / "2026-12-01-h200-generations.csv",
+    "executorch 1.5.1, model families": RESULTS / "2026-12-01-h200-generations.csv",
+}
+SETS = {
+    "executorch 1.2.0 (generation 1)": "executorch-1.2.0-cuda",
+    "executorch 1.5.1, model families": "executorch-1.5.1-families",
+}
+POLICIES = [
+    "no-sharing",
+    "name-only",
+    "refuse-on-mismatch",
+    "decline-on-mismatch",
+    "verify-always",
+    "blind-share",
+    "fqn-weight-cache",
+    "fingerprint",
+    "content-dedup",
+]
+
+
+def cell(r) -> str:
+    if r["exporter"] == "refused" or r["status"] == "no program":
+        return "refused"
+    if r["status"] != "loaded":
+        return str(r["status"])
+    parts = [] if r["wrong_alone"] in ("", "-") else [f"**{r['wrong_alone']}**"]
+    if "wrong" in str(r["sequences"]):
+        parts.append("**seq wrong**")
+    return ", ".join(parts) or "ok"
+
+
+def table() -> str:
+    lines = [
+        "| export | program | " + " | ".join(f"`{p}`" for p in POLICIES) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in POLICIES) + " |",
+    ]
+    for label, csv in RUNS.items():
+        f = pd.read_csv(csv, keep_default_na=False)
+        if label in SETS:
+            f = f[f["export"] == SETS[label]]
+        for program, rows in f.groupby("program", sort=True):
+            by = {r["policy"]: cell(r) for r in rows.to_dict("records")}
+            if set(by.values()) == {"script error"}:
+                continue
+            lines.append(f"| {label} | `{program}` | " + " | ".join(by.get(p, "") for p in POLICIES) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())

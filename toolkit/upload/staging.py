@@ -1,0 +1,231 @@
+"""Verified staging: a batch of constants read piece by piece into the process's own staging slots,
+each piece hashed there (or, landed whole in one constant, on the device) and copied from there.
+
+The bytes uploaded are exactly the bytes hashed, in private memory no writer of the file can reach,
+and a batch hands out its tensors only once every piece matched its record.  Without a record the
+same pipeline runs unhashed (``first_load="pipelined"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from concurrent.futures import wait
+from pathlib import Path
+
+import torch
+
+from toolkit.core.errors import IntegrityError
+from toolkit.core.model import ConstantSpec, FileRecord
+from toolkit.core.options import LoadOptions
+from toolkit.integrity import device_digest as digest_on_device
+from toolkit.integrity.pieces import PiecePlan, plan_piece_copies, record_piece_plan
+from toolkit.integrity.reading import open_checked, read_range
+from toolkit.integrity.records import mismatch, new_hasher
+from toolkit.upload.locking import regions_to_lock
+from toolkit.upload.reading import blob_too_short
+from toolkit.upload.slots import Slots, take_slots
+
+
+def unhashed_pieces(specs: list[ConstantSpec], size: int, piece_bytes: int = 64 << 20) -> list[tuple[int, int, None]]:
+    """Pieces for an unhashed staging (no record to follow): the constants' pages, merged, cut into
+    ``piece_bytes`` regions, the last one ending at the file's end (``size``)."""
+    regions = regions_to_lock([(c.offset, c.offset + c.nbytes) for c in specs], [], piece_bytes)
+    return [(s, min(e, size) - s, None) for s, e in regions]
+
+
+def stage_pieces(
+    path: Path,
+    record: FileRecord | None,
+    specs: list[ConstantSpec],
+    device: torch.device,
+    *,
+    threads: int,
+    chunk_bytes: int = LoadOptions.staging_chunk_bytes,
+    on_hashed=None,
+    device_digest: bool | None = LoadOptions.device_digest,
+) -> list[torch.Tensor]:
+    """The constants' bytes, as uint8 tensors on ``device`` (in ``specs``' order), read from
+    ``path`` piece by piece: with ``record``, the record's pieces covering them (:func:`record_piece_plan`),
+    each hashed as it is read and compared with its digest; without, their pages unhashed.
+
+    ``threads`` workers each take whole pieces and read a piece in ``chunk_bytes`` sub-chunks
+    (:func:`~toolkit.integrity.reading.read_range`: holes read as zeros, a file that ends early is an
+    :class:`IntegrityError`) into the process's own staging slots (pinned on CUDA, two per worker,
+    reused: :func:`take_slots`), hashing each sub-chunk into the piece's hasher there and then
+    copying its parts into the constants' tensors (on CUDA asynchronously on the caller's current
+    stream: no side stream; a slot is refilled only once the copy out of it is done).  So the
+    bytes uploaded are exactly the bytes hashed, in private memory.  Returns once every piece is
+    hashed and matches and every copy is done; a piece that does not match is an IntegrityError
+    naming the file and the piece (:func:`~toolkit.integrity.records.mismatch`), and no tensor is returned.
+    ``on_hashed(nbytes)`` counts the bytes hashed (also those of a batch that failed).
+
+    **Device digest** (``device_digest``; :mod:`toolkit.integrity.device_digest`): a BLAKE3 piece that lands
+    whole in one constant (4-byte aligned, a multiple of 64 bytes) is not hashed on the host but
+    where it landed, on a stream of its own once its copies are done; the other pieces (shared by
+    constants, partly unread, sha256) are hashed on the host as above.  Every digest is compared
+    before this returns, so no tensor of a batch with a wrong piece is ever handed out.  ``None``
+    decides per batch (:func:`~toolkit.integrity.device_digest.worth_it`); it needs Triton (else the host).
+    """
+    path = Path(path)
+    if record is not None:
+        fd, st = open_checked(path, record)
+    else:
+        fd = os.open(path, os.O_RDONLY)
+        st = os.fstat(fd)
+    try:
+        size = st.st_size
+        for c in specs:
+            if c.nbytes and (c.offset < 0 or c.offset + c.nbytes > size):
+                raise blob_too_short(path, c, f"the file has {size} bytes")
+        spans = [(c.offset, c.nbytes) for c in specs]
+        plan = (
+            record_piece_plan(record, path, spans)
+            if record is not None
+            else plan_piece_copies(unhashed_pieces(specs, size), spans)
+        )
+        outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
+        if plan:
+            on_device = _device_hashed(record, plan, outs, device, device_digest)
+            _run_staging(fd, path, record, plan, outs, device, threads, chunk_bytes, on_hashed, on_device)
+        return outs
+    finally:
+        os.close(fd)
+
+
+def _in_one_constant(p: PiecePlan, outs: list[torch.Tensor]) -> torch.Tensor | None:
+    """The bytes of constant tensor that piece ``p`` fills whole, where the device can hash them in
+    place; None for a piece shared, partly unread or misaligned."""
+    if len(p.copies) != 1:
+        return None
+    cp = p.copies[0]
+    if cp.in_piece != 0 or cp.nbytes != p.length:
+        return None
+    view = outs[cp.constant][cp.in_constant : cp.in_constant + cp.nbytes]
+    return view if digest_on_device.hashable_in_place(view, p.length) else None
+
+
+def _device_hashed(
+    record: FileRecord | None,
+    plan: list[PiecePlan],
+    outs: list[torch.Tensor],
+    device: torch.device,
+    forced: bool | None,
+) -> dict[int, torch.Tensor]:
+    """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device hashes, each with the
+    bytes it lands in: none without a BLAKE3 piece record, when ``forced`` is False, without Triton, or
+    (``forced`` None) when the batch is too small to pay for it (:func:`~toolkit.integrity.device_digest.worth_it`)."""
+    if record is None or not record.chunks or record.chunk_digest != "blake3":
+        return {}
+    where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
+    if not (
+        where
+        and digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced)
+        and digest_on_device.available(device)
+    ):  # last: on the CPU it loads the kernels to see
+        return {}
+    return where
+
+
+def _run_staging(
+    fd: int,
+    path: Path,
+    record: FileRecord | None,
+    plan: list[PiecePlan],
+    outs: list[torch.Tensor],
+    device: torch.device,
+    threads: int,
+    chunk_bytes: int,
+    on_hashed,
+    on_device: dict[int, torch.Tensor],
+) -> None:
+    """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece).
+    The pieces of ``on_device`` (by position in ``plan``) are hashed where they landed instead."""
+    cuda = device.type == "cuda"
+    stream = torch.cuda.current_stream(device) if cuda else None
+    digests = digest_on_device.DeviceDigests(device, len(plan)) if on_device else None
+    hash_stream = torch.cuda.Stream(device) if cuda and on_device else None
+    if hash_stream is not None:
+        hash_stream.wait_stream(stream)  # the digest table's zeros are written before any root
+    workers, chunk = max(1, min(threads, len(plan))), chunk_bytes
+    todo = enumerate(plan)  # (position in plan, piece)
+    claim = threading.Lock()
+    stop = threading.Event()
+    bad: list[int] = []
+    hashed = [0]
+
+    def next_piece() -> tuple[int, PiecePlan] | None:
+        with claim:
+            return None if stop.is_set() else next(todo, None)
+
+    def piece(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan) -> None:
+        bufs, events = slots.worker_bufs(w), slots.events[w]
+        h = new_hasher(record) if p.digest is not None and pos not in on_device else None
+        end = p.start + p.length
+        for u in range(p.start, end, chunk):
+            m = min(chunk, end - u)
+            slot = k[0] % 2
+            k[0] += 1
+            if events[slot] is not None:
+                events[slot].synchronize()  # the copy out of this slot is done: it may be refilled
+            buf, view = bufs[slot]
+            read_range(fd, view[:m], u, path, h, zero_holes=True)  # a reused slot: holes written as zeros
+            for cp in p.copies:
+                fs = p.start + cp.in_piece  # the file's byte the copy starts at
+                a, z = max(u, fs), min(u + m, fs + cp.nbytes)
+                if a < z:
+                    at = cp.in_constant + a - fs
+                    outs[cp.constant][at : at + z - a].copy_(buf[a - u : z - u], non_blocking=cuda)
+            if cuda:
+                if events[slot] is None:
+                    events[slot] = torch.cuda.Event()
+                events[slot].record(stream)
+        if pos in on_device:  # hashed where it landed, once its copies are done
+            if cuda:
+                done = torch.cuda.Event()
+                done.record(stream)
+                hash_stream.wait_event(done)
+            with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
+                digests.hash(on_device[pos], pos)
+        if h is not None:
+            with claim:
+                hashed[0] += p.length
+                if h.hexdigest() != p.digest:
+                    bad.append(p.index)
+                    stop.set()  # the batch fails: the other workers take no new piece
+
+    def worker(slots: Slots, w: int) -> None:
+        k = [0]
+        try:
+            with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                while (job := next_piece()) is not None:
+                    piece(slots, w, k, *job)
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            for ev in slots.events[w]:
+                if ev is not None:
+                    ev.synchronize()  # no slot is handed on while a copy out of it may still run
+
+    with take_slots(device, max(1, threads), chunk) as slots:
+        futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
+        wait(futs)
+    if digests is not None:
+        if hash_stream is not None:
+            hash_stream.synchronize()  # every kernel done: the digests are final
+        for pos, hexdigest in digests.hexdigests().items():
+            hashed[0] += plan[pos].length
+            if hexdigest != plan[pos].digest:
+                bad.append(plan[pos].index)
+    if on_hashed is not None and hashed[0]:
+        on_hashed(hashed[0])
+    for f in futs:
+        e = f.exception()
+        if isinstance(e, OSError):
+            raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=path) from None
+        if e is not None:
+            raise e
+    if bad:
+        raise mismatch(record, min(bad), path)
