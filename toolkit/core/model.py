@@ -27,6 +27,23 @@ from toolkit.core.vocab import ConstantKind, ProgramFormat
 METHOD_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # dtype name -> bytes per element; names are torch's (str(torch.float32) without "torch.")
+# c10::ScalarType codes (ExecuTorch's ScalarType numbers them the same) -> torch dtype name
+SCALAR_TYPES = {
+    0: "uint8",
+    1: "int8",
+    2: "int16",
+    3: "int32",
+    4: "int64",
+    5: "float16",
+    6: "float32",
+    7: "float64",
+    9: "complex64",
+    10: "complex128",
+    11: "bool",
+    15: "bfloat16",
+    23: "float8_e5m2",
+    24: "float8_e4m3fn",
+}
 DTYPE_ITEMSIZE = {
     "float64": 8,
     "float32": 4,

@@ -16,24 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.core.errors import ProgramError
-from toolkit.core.model import MethodSpec, PackedLocation, Program
+from toolkit.core.model import SCALAR_TYPES, MethodSpec, PackedLocation, Program
 from toolkit.core.vocab import ProgramFormat
 from toolkit.sources.binary import Bytes, MappedFile, root
 
 SMALL_INT_RANGE = 4
-# ExecuTorch's ScalarType (runtime/core/portable_type/scalar_type.h) -> torch dtype name
-_SCALAR_TYPES = {
-    0: "uint8",
-    1: "int8",
-    2: "int16",
-    3: "int32",
-    4: "int64",
-    5: "float16",
-    6: "float32",
-    7: "float64",
-    11: "bool",
-    15: "bfloat16",
-}
+# the input dtypes the oracle generates, by ExecuTorch's ScalarType (runtime/core/portable_type/scalar_type.h)
+_SCALAR_TYPES = {c: SCALAR_TYPES[c] for c in (0, 1, 2, 3, 4, 5, 6, 7, 11, 15)}
 _TENSOR_TAG = 5  # KernelTypes union tag of Tensor (0 is NONE): schema/program.fbs
 
 

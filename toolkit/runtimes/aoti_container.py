@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from toolkit.core.errors import IntegrityError, ProgramError
+from toolkit.core.model import SCALAR_TYPES
 from toolkit.integrity import copy_region, keep_for_process
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 
@@ -31,25 +32,6 @@ def to_torch(d: Device) -> torch.device:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-# c10::ScalarType codes, as get_constant_names_to_dtypes() reports them.
-SCALAR_TYPE_NAMES = {
-    0: "uint8",
-    1: "int8",
-    2: "int16",
-    3: "int32",
-    4: "int64",
-    5: "float16",
-    6: "float32",
-    7: "float64",
-    9: "complex64",
-    10: "complex128",
-    11: "bool",
-    15: "bfloat16",
-    23: "float8_e5m2",
-    24: "float8_e4m3fn",
-}
 
 
 class AotiContainer:
@@ -77,7 +59,7 @@ class AotiContainer:
     def constant_dtypes(self) -> dict[str, str]:
         """internal name -> dtype name, as compiled into the .so ("?N" for a code not in the table)."""
         return {
-            n: SCALAR_TYPE_NAMES.get(code, f"?{code}")
+            n: SCALAR_TYPES.get(code, f"?{code}")
             for n, code in dict(self._runner.get_constant_names_to_dtypes()).items()
         }
 
@@ -267,7 +249,7 @@ def read_compiled(so_path: Path, device: torch.device) -> CompiledMethod | None:
             out[key] = CompiledConstant(
                 key,
                 (fqn.value or b"").decode("utf-8", "replace"),
-                SCALAR_TYPE_NAMES.get(dtype.value, f"?{dtype.value}"),
+                SCALAR_TYPES.get(dtype.value, f"?{dtype.value}"),
                 nbytes.value,
                 at,
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit.core.model import SCALAR_TYPES
 from toolkit.sources.binary import Bytes, Cursor
 from toolkit.sources.executorch.layout import Delegate
 
@@ -21,17 +22,7 @@ MAX_ENTRIES = 1 << 20  # the runtime's own bound (kMaxManifestEntries)
 MAX_VARIANTS = 256
 
 # c10::ScalarType codes the 1.5.x runtime accepts (is_supported_cuda_fqn_dtype)
-SCALAR_TYPES = {
-    0: "uint8",
-    1: "int8",
-    2: "int16",
-    3: "int32",
-    4: "int64",
-    5: "float16",
-    6: "float32",
-    11: "bool",
-    15: "bfloat16",
-}
+CUDA_FQN_SCALAR_TYPES = {c: SCALAR_TYPES[c] for c in (0, 1, 2, 3, 4, 5, 6, 11, 15)}
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 FQN_MAGICS = ("ETCUDAFQN3", "ETCUDAFQN4", "ETCUDAFQN5", "ETCUDAFQN0")
 
@@ -70,7 +61,7 @@ def _decode_entries(c: Cursor, where: str) -> list[dict]:
             raise c.b.error(
                 f"negative storage offset, size or stride (offset {offset}, sizes {sizes}, strides {strides})", w, start
             )
-        if dtype not in SCALAR_TYPES:
+        if dtype not in CUDA_FQN_SCALAR_TYPES:
             raise c.b.error(f"ScalarType {dtype} is not one the CUDA runtime accepts", f"{w}.dtype", start)
         if dev not in DEVICE_TYPES:
             raise c.b.error(f"device type {dev} is neither 0 (cpu) nor 1 (cuda)", f"{w}.device_type", start)
@@ -79,7 +70,7 @@ def _decode_entries(c: Cursor, where: str) -> list[dict]:
                 "fqn": fqn,
                 "storage_key": key,
                 "storage_nbytes": nbytes,
-                "dtype": SCALAR_TYPES[dtype],
+                "dtype": CUDA_FQN_SCALAR_TYPES[dtype],
                 "device": DEVICE_TYPES[dev],
                 "storage_offset": offset,
                 "sizes": tuple(sizes),
