@@ -3,7 +3,8 @@
 Each sample module defines ``DESCRIPTION``, ``methods()`` (ordered ``name -> (module,
 example_args)``) and ``EXPECTED`` (policy name -> :class:`Expected`).  The cache key is
 a digest of the sample's source, the builder's source and the torch version, so an edit
-to either rebuilds; nothing is cached implicitly.
+to either rebuilds; nothing is cached implicitly.  A cached build is opened only when
+:mod:`toolkit.build.cache_trust` trusts it; otherwise it is rebuilt, and stderr says why.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import os
 import pkgutil
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from toolkit.build import cache_trust
 from toolkit.core.errors import ToolkitError
 from toolkit.core.model import Program
 from toolkit.core.options import cache_folder
@@ -93,6 +98,48 @@ def _cache_key(mod, device: str) -> str:
     return h.hexdigest()[:12]
 
 
+def cache_folders(cache_dir: str | Path | None = None) -> list[Path]:
+    """The folders a cached build's trust rests on, the one holding the builds last: the build cache folder
+    and its ``programs/`` (:func:`cache_root`), or ``cache_dir`` alone when one is given."""
+    if cache_dir is not None:
+        return [Path(cache_dir)]
+    programs = cache_root()
+    return [programs.parent, programs]
+
+
+def private_cache_root(cache_dir: str | Path | None = None) -> Path:
+    """The folder builds are cached in (:func:`cache_folders`), made 0700 with every missing folder above it."""
+    folders = cache_folders(cache_dir)
+    cache_trust.make_private_folders(folders[-1])
+    return folders[-1]
+
+
+def _say(text: str) -> None:
+    print(f"constshare: {text}", file=sys.stderr)
+
+
+_PRIVATE_BUILDS: dict[tuple[str, str], Path] = {}  # (cache folder, entry name) -> a build of this process outside it
+
+
+def _build_privately(build, programs: Path, entry: str, rebuild: bool):
+    """Build into a fresh 0700 folder outside the cache (once per process), removed when the process exits."""
+    from toolkit.sources import open_program
+
+    done = _PRIVATE_BUILDS.get((str(programs), entry))
+    if done is not None and not rebuild and cache_trust.built_by_this_process(done):
+        return open_program(done)
+    import atexit
+    import shutil
+
+    folder = tempfile.mkdtemp(prefix="constshare-build-")
+    atexit.register(shutil.rmtree, folder, True)
+    out = Path(folder) / entry
+    program = build(out)
+    cache_trust.note_built_here(out)
+    _PRIVATE_BUILDS[(str(programs), entry)] = out
+    return program
+
+
 def build_sample(
     name: str,
     device: str = "cpu",
@@ -102,7 +149,10 @@ def build_sample(
     rebuild: bool = False,
     on_method=None,
 ) -> Program:
-    """The sample built for ``device``, from the cache when an up-to-date build is there.
+    """The sample built for ``device``, from the cache when an up-to-date build is there and
+    :func:`toolkit.build.cache_trust.cache_distrust` trusts it; else built (into the cache when the
+    cache's folders can be trusted, else into a private temporary folder), with one line on stderr
+    saying which check failed.
 
     ``on_method(name, index, count)`` is called before each method is compiled (for progress UIs).
     """
@@ -111,21 +161,54 @@ def build_sample(
 
     mod = sample_module(name)
     kind = torch.device(device).type
-    out = Path(cache_dir or cache_root()) / f"{name}-{kind}-{_cache_key(mod, kind)}"
-    if out.is_dir() and (out / "manifest.json").is_file() and not rebuild:
-        try:
-            return open_program(out)
-        except ToolkitError:
-            pass  # a damaged cache entry is rebuilt below
+    entry = f"{name}-{kind}-{_cache_key(mod, kind)}"
     sequences = mod.sequences() if callable(getattr(mod, "sequences", None)) else None
-    return build_program(
-        mod.methods(),
-        out,
-        device=device,
-        name=name,
-        description=mod.DESCRIPTION.strip(),
-        progress=progress,
-        overwrite=True,
-        on_method=on_method,
-        sequences=sequences,
-    )
+
+    def build(out: Path) -> Program:
+        return build_program(
+            mod.methods(),
+            out,
+            device=device,
+            name=name,
+            description=mod.DESCRIPTION.strip(),
+            progress=progress,
+            overwrite=True,
+            on_method=on_method,
+            sequences=sequences,
+        )
+
+    folders = cache_folders(cache_dir)
+    programs = folders[-1]
+    try:
+        private_cache_root(cache_dir)
+        cache_trust.check_folders(folders)
+        replaced = cache_trust.ensure_key(programs)
+    except (cache_trust.Untrusted, OSError) as e:
+        why = e if isinstance(e, cache_trust.Untrusted) else f"it cannot be prepared ({e})"
+        _say(f"not using the build cache: {why}; building {name!r} in a private temporary folder")
+        return _build_privately(build, programs, entry, rebuild)
+    if replaced:
+        _say(f"{replaced}: made a new key, so every cached build is rebuilt once")
+    out = programs / entry
+    if os.path.lexists(out):
+        why = cache_trust.cache_distrust(out, folders)
+        if why is None and not rebuild:
+            try:
+                return open_program(out)
+            except ToolkitError:
+                pass  # a damaged cache entry is rebuilt below
+        elif why is not None:
+            if not rebuild:
+                _say(f"not opening the cached build of {name!r}: {why}; rebuilding it")
+            try:
+                cache_trust.remove_entry(out)  # the builder replaces a folder of ours, not a planted link or file
+            except OSError as e:
+                _say(f"cannot remove {cache_trust.shown(out)} ({e.strerror}); building {name!r} elsewhere")
+                return _build_privately(build, programs, entry, rebuild)
+    program = build(out)
+    cache_trust.note_built_here(out)
+    try:
+        cache_trust.seal_entry(out)
+    except (cache_trust.Untrusted, OSError) as e:
+        _say(f"cannot record the build of {name!r} in the cache ({e}): it is rebuilt next time")
+    return program

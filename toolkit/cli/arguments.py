@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 
 from toolkit.cli.terminal import say
@@ -52,38 +53,55 @@ def check_device(device: str | None) -> None:
         parse_device(device)  # ValueError naming the choices
 
 
-def check_output_option(path: str | None, force: bool, option: str = "--csv") -> None:
-    """Refuse an output file (``option``) before any work: empty, a folder, a device or FIFO, a
-    missing or unwritable folder, or (without --force) a file."""
-    from toolkit.reports.output import check_output
+def check_output_option(path: str | None, force: bool, option: str = "--csv", follow_links: bool = False) -> None:
+    """Refuse an output file (``option``) before any work, in one line naming it: empty, a folder,
+    a device or FIFO, a missing or unwritable folder, a name the file system refuses, a file
+    (without --force) or a symbolic link (without --follow-links)."""
+    from toolkit.reports.output import CLI_SWITCHES, check_output
 
     if path is None:
         return
     if not path.strip():
         raise ToolkitError(f"{option}: an empty path")
-    if Path(path).is_dir():
+    if os.path.isdir(path):  # False on any OSError: check_output names that error
         raise ToolkitError(f"{option} {path}: is a folder; give a file name inside it")
-    check_output(path)
-    if Path(path).exists() and not force:
-        raise ToolkitError(f"{option} {path}: exists already; pass --force to overwrite it")
+    try:
+        check_output(path, overwrite=force, follow_links=follow_links, switches=CLI_SWITCHES)
+    except ToolkitError as e:
+        raise ToolkitError(f"{option} {e}") from None
+
+
+def output_options(a) -> dict:
+    """How the commands write --csv, --html and --junit: only what the checks before the work allowed
+    (a file that appeared or a link planted since is refused then too)."""
+    return {"overwrite": a.force, "follow_links": a.follow_links}
 
 
 def check_reports(a) -> None:
-    """--html and --junit, checked as --csv is."""
-    check_output_option(a.html, a.force, "--html")
-    check_output_option(a.junit, a.force, "--junit")
+    """--html and --junit, checked as --csv is, and each report a file of its own (else the second
+    written would replace the first, or be refused as existing)."""
+    check_output_option(a.html, a.force, "--html", a.follow_links)
+    check_output_option(a.junit, a.force, "--junit", a.follow_links)
+    seen: dict[str, str] = {}
+    for option, path in (("--csv", a.csv), ("--html", a.html), ("--junit", a.junit)):
+        if path:
+            key = os.path.realpath(path) if a.follow_links else os.path.abspath(path)
+            if key in seen:
+                raise ToolkitError(f"{option} {path}: the same file as {seen[key]}; give each report a file of its own")
+            seen[key] = option
 
 
 def write_reports(a, verdicts, html_of, labels=None, unreadable=None) -> None:
     """The HTML report (``html_of()`` builds it) and the JUnit XML the options ask for."""
     from toolkit.reports.junit import junit_xml
-    from toolkit.reports.output import write_text_atomically
+    from toolkit.reports.output import CLI_SWITCHES, write_text_atomically
 
+    how = {**output_options(a), "switches": CLI_SWITCHES}
     if a.html:
-        write_text_atomically(a.html, html_of())
+        write_text_atomically(a.html, html_of(), **how)
         say(f"HTML report written to {Path(a.html).resolve()}")
     if a.junit:
-        write_text_atomically(a.junit, junit_xml(verdicts, labels=labels, unreadable=unreadable))
+        write_text_atomically(a.junit, junit_xml(verdicts, labels=labels, unreadable=unreadable), **how)
         say(f"JUnit XML written to {Path(a.junit).resolve()}")
 
 

@@ -12,24 +12,25 @@ from toolkit.cli.arguments import (
     check_output_option,
     check_reports,
     load_source_module,
+    output_options,
     program_from,
     references_from,
     write_reports,
 )
-from toolkit.cli.terminal import EXIT_INTERRUPTED, print_frame, printable, say, say_native_code
+from toolkit.cli.terminal import EXIT_INTERRUPTED, print_frame, say, say_line, say_native_code, shown, shown_names
 from toolkit.core.errors import ToolkitError
 from toolkit.core.vocab import BlameStatus, ExitCode, MethodOutcome, Stage
 
 
 def cmd_build(a) -> int:
     from toolkit.build.builder import build_program
-    from toolkit.build.samples import build_sample, cache_root, sample_names
+    from toolkit.build.samples import build_sample, private_cache_root, sample_names
 
     if a.source in sample_names() and a.out is None:
         prog = build_sample(a.source, device=a.device, progress=True, rebuild=a.rebuild)
     else:
         mod = load_source_module(a.source)
-        out = Path(a.out) if a.out else cache_root() / f"{Path(a.source).stem}-{a.device}"
+        out = Path(a.out) if a.out else private_cache_root() / f"{Path(a.source).stem}-{a.device}"
         prog = build_program(
             mod.methods(),
             out,
@@ -44,22 +45,24 @@ def cmd_build(a) -> int:
 
 def _say_verdict(v) -> None:
     """What a verdict adds under a table: the failure and its reason, methods that cannot run,
-    and each constant a method runs (would run) on other data for."""
+    and each constant a method runs (would run) on other data for; one line each, names escaped
+    (:func:`~toolkit.cli.terminal.shown_names`: look-alikes of each other told apart)."""
+    name = shown_names([*(m.method for m in v.methods), *(x for c in v.constants for x in (c.name, c.fqn))])
     if v.failed_stage is not None:
-        say(f"{v.policy}: {v.outcome.value} at stage {v.failed_stage.value}: {v.error}")
+        say_line(f"{v.policy}: {v.outcome.value} at stage {v.failed_stage.value}: {v.error}")
     for m in v.methods:
         if m.outcome is MethodOutcome.NOT_RUNNABLE:
-            say(
-                f"{v.policy}: {m.method} not runnable (an installed tensor cannot fill its slot; upstream would "
-                f"read out of bounds): {m.reason}"
+            say_line(
+                f"{v.policy}: {name(m.method)} not runnable (an installed tensor cannot fill its slot; upstream "
+                f"would read out of bounds): {m.reason}"
             )
         elif m.outcome is MethodOutcome.FAILED and m.stage is Stage.RUN:
-            say(f"{v.policy}: {m.method} failed to run: {m.reason}")
+            say_line(f"{v.policy}: {name(m.method)} failed to run: {m.reason}")
     for c in v.constants:
         if c.problem is not None and (c.problem.standalone or c.blame is BlameStatus.CULPRIT):
-            say(
-                f"{v.policy}: {c.method} runs on other data for {c.name}"
-                + (f" ({c.fqn})" if c.fqn and c.fqn != c.name else "")
+            say_line(
+                f"{v.policy}: {name(c.method)} runs on other data for {name(c.name)}"
+                + (f" ({name(c.fqn)})" if c.fqn and c.fqn != c.name else "")
                 + f", {c.problem.value}: {c.evidence}"
                 + (f" [{c.blame.value}: {c.blame_note}]" if c.blame_note else "")
             )
@@ -73,7 +76,7 @@ def cmd_report(a) -> int:
     from toolkit.workflows.dry_run import dry_run
 
     check_device(a.device)
-    check_output_option(a.csv, a.force)
+    check_output_option(a.csv, a.force, follow_links=a.follow_links)
     check_reports(a)
     refs = references_from(a.reference)
     if refs and a.dry_run:
@@ -97,7 +100,7 @@ def cmd_report(a) -> int:
         print_frame(verification.drop(columns=["oracle_detail"]))
     verdict = s.verdict()
     if a.csv:
-        to_csv(s, a.csv, verification=verification)  # verified once, above
+        to_csv(s, a.csv, verification=verification, **output_options(a))  # verified once, above
         say(f"\ncollision report written to {Path(a.csv).resolve()}")
     if a.html or a.junit:
         from toolkit.reports.html import html_report_of_session
@@ -108,13 +111,15 @@ def cmd_report(a) -> int:
     _say_verdict(verdict)
     for m in [*verdict.methods, *verdict.sequences]:
         if m.checked_against and m.checked_against != "prediction":
-            say(
+            say_line(
                 f"{getattr(m, 'method', None) or m.sequence}: checked against {m.checked_against}"
                 + (f" ({m.oracle_detail})" if m.oracle_detail else "")
             )
-    say(verdict.headline())
+    say_line(verdict.headline())
     if verdict.no_reference:
-        say(f"not verified (no reference): {', '.join(verdict.no_reference)}; pass --reference METHOD=FILE.safetensors")
+        say_line(
+            f"not verified (no reference): {', '.join(verdict.no_reference)}; pass --reference METHOD=FILE.safetensors"
+        )
     return int(verdict.exit_code)
 
 
@@ -129,7 +134,7 @@ def cmd_scan(a) -> int:
     from toolkit.reports.tabular import write_table
     from toolkit.workflows.scan import scan_folder
 
-    check_output_option(a.csv, a.force)
+    check_output_option(a.csv, a.force, follow_links=a.follow_links)
     check_reports(a)
     policies = [get_policy(p).name.value for p in (a.policies.split(",") if a.policies else POLICIES)]
     bars, finished = [], []  # the progress bar, made once the scan knows how many programs it found
@@ -140,7 +145,7 @@ def cmd_scan(a) -> int:
     def on_done(path: str) -> None:
         finished.append(path)
         if bars[0].disable:
-            print(f"scanned {len(finished)}/{bars[0].total}: {printable(path)}", file=sys.stderr)
+            print(f"scanned {len(finished)}/{bars[0].total}: {shown(path)}", file=sys.stderr)
         bars[0].update(1)
 
     try:
@@ -152,7 +157,7 @@ def cmd_scan(a) -> int:
     summary = scan_summary(frame, scan.root)
     _print_scan(summary, len(frame), a.csv or a.html)
     if a.csv:
-        write_table(frame, a.csv)
+        write_table(frame, a.csv, **output_options(a))
         say(f"\nscan written to {Path(a.csv).resolve()}")
     if scan.interrupted:
         say(f"\ninterrupted: {scan.scanned} of {len(scan.paths)} programs scanned (those above)")
@@ -199,7 +204,7 @@ def cmd_compare(a) -> int:
     from toolkit.workflows.compare import compare_policies
 
     check_device(a.device)
-    check_output_option(a.csv, a.force)
+    check_output_option(a.csv, a.force, follow_links=a.follow_links)
     check_reports(a)
     policies = a.policies.split(",") if a.policies else None
     if policies:
@@ -226,7 +231,7 @@ def _show_comparison(comparison, a, what: str) -> int:
     if a.csv:
         from toolkit.reports.tabular import write_table
 
-        write_table(df, a.csv)
+        write_table(df, a.csv, **output_options(a))
         say(f"\n{what} written to {Path(a.csv).resolve()}")
     say()
     verdicts = comparison.verdicts()

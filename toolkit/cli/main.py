@@ -23,7 +23,7 @@ import os
 import sys
 
 from toolkit.cli import commands
-from toolkit.cli.terminal import EXIT_INTERRUPTED, printable
+from toolkit.cli.terminal import EXIT_INTERRUPTED, printable_line
 from toolkit.core.errors import ToolkitError
 from toolkit.core.verdict import EXIT_CODE_TABLE
 from toolkit.core.vocab import ExitCode, Oracle
@@ -46,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--rebuild", action="store_true", help="ignore a cached sample build")
     b.set_defaults(fn=commands.cmd_build)
 
+    def follow_links_arg(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--follow-links",
+            action="store_true",
+            help="write a --csv, --html or --junit path that is a symbolic link to the link's target "
+            "(refused by default: a planted link would redirect the report)",
+        )
+
     def report_args(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--html",
@@ -63,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--device")
         parser.add_argument("--csv", help=csv_help)
         parser.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
+        follow_links_arg(parser)
         parser.add_argument("--dry-run", action="store_true", help=dry_help)
         parser.add_argument(
             "--reference",
@@ -109,16 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
     sc.add_argument("--csv", help="one row per program, policy and method")
     sc.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
+    follow_links_arg(sc)
     report_args(sc)
     sc.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
     sc.set_defaults(fn=commands.cmd_scan)
     s = sub.add_parser("samples", help="list the sample programs")
     s.set_defaults(fn=commands.cmd_samples)
     a = p.parse_args(argv)
+    # An output path that cannot be checked or written raises OutputError (a ToolkitError) from
+    # toolkit.reports.output, so it ends here in one line with exit 2, not in a traceback with exit 1.
     try:
         return a.fn(a)
     except (ToolkitError, ValueError) as e:
-        print(f"constshare: error: {printable(e)}", file=sys.stderr)
+        print(f"constshare: error: {printable_line(e)}", file=sys.stderr)
         return int(ExitCode.USAGE)
     except KeyboardInterrupt:
         print("constshare: interrupted", file=sys.stderr)

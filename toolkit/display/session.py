@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from toolkit.display.cells import cell_text, escaped, format_bytes
+from toolkit.display.cells import cell_text, escaped, format_bytes, one_line
 from toolkit.display.content import caught_mask, content_check, content_summary, culprit_mask
 from toolkit.display.palette import CULPRIT_STYLE, DECISION_COLOURS, OK_MARK, PAPER, WRONG_COLOUR, WRONG_MARK
 from toolkit.display.tables import CAPPED_EM, DEFAULT_MAX_ROWS, html_table
@@ -81,7 +81,7 @@ def session_text(session: Any) -> str:
     for r in loaded:
         flag = "" if r.runnable else "  NOT RUNNABLE: " + "; ".join(r.problems)
         lines.append(f"  {r.method}: {r.device_bytes:,} constant bytes on {r.device}{flag}")
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)  # a line break in a name or an error forges no line
 
 
 def session_facts_html(session: Any, *, predicted: bool = False, name: str | None = None) -> str:

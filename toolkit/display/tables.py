@@ -8,6 +8,10 @@ all of them
   hint, hover titles: names and FQNs come from the program, which may be untrusted): cells are
   turned into display text (:func:`~toolkit.display.cells.cell_text`) and only then given to
   ``Styler.format(escape="html")``, so no value reaches the page unescaped, whatever its type;
+- show what nobody can see (controls, line breaks outside prose, zero-width and bidi controls) and
+  what no UTF-8 file holds (lone surrogates) as escapes, and names that look like another name of the
+  table (NFC/NFD, homoglyphs) with their non-ASCII characters escaped
+  (:func:`~toolkit.display.cells.escape_text`), the characters named on hover;
 - switch MathJax off (the ``tex2jax_ignore mathjax_ignore`` classes): a ``$...$`` in a name is
   shown as typed;
 - read at real sizes: natural width (``table-layout: auto``, in a box that scrolls sideways),
@@ -37,7 +41,18 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from toolkit.display.cells import cell_text, escaped, format_bytes, is_digest, is_missing, short_digest
+from toolkit.display.cells import (
+    cell_text,
+    escape_note,
+    escape_text,
+    escaped,
+    format_bytes,
+    is_digest,
+    is_missing,
+    lookalikes,
+    one_line,
+    short_digest,
+)
 from toolkit.display.content import culprit_mask
 from toolkit.display.palette import (
     CAUGHT_COLOUR,
@@ -200,18 +215,22 @@ def _render(
             pass
     if caption:
         # the Styler does not escape the caption: done here; line breaks kept
-        styler = styler.set_caption(html.escape(caption, quote=True).replace("\n", "<br>"))
+        styler = styler.set_caption(html.escape(one_line(caption, keep="\n"), quote=True).replace("\n", "<br>"))
     n_rows, n_cols = display.shape
     with pd.option_context("styler.html.mathjax", False, "styler.render.max_elements", max(n_rows * n_cols, 1) + 1):
         return styler.to_html(max_rows=n_rows + 1, max_columns=n_cols + 1)
 
 
 def _display(
-    shown: pd.DataFrame, source: pd.DataFrame, bytes_columns: Iterable[Any] = BYTES_COLUMNS, decimals: int | None = None
+    shown: pd.DataFrame,
+    source: pd.DataFrame,
+    bytes_columns: Iterable[Any] = BYTES_COLUMNS,
+    decimals: int | None = None,
+    prose: Iterable[Any] = TEXT_COLUMNS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The display text and the hover title of every shown cell (``source``: the rows shown,
     every column, for titles that come from columns not shown, e.g. ``reason``; ``decimals``:
-    of every float column, when given)."""
+    of every float column, when given; ``prose``: columns whose tabs and newlines stay, as spaces)."""
     cols = list(shown.columns)
     texts = [[cell_text(v) for v in shown.iloc[:, i].tolist()] for i in range(len(cols))]
     titles = [[""] * len(shown) for _ in cols]
@@ -242,6 +261,16 @@ def _display(
                 other = next((d for d in row_digests if d != t), None)
                 texts[i][r] = short_digest(t, other)
                 titles[i][r] = t + (" (differs from the other digest in this row)" if other else "")
+    # hidden characters escaped, look-alikes of each other spelled out, the characters named on hover
+    looks = lookalikes(t for column in texts for t in column)
+    for i, c in enumerate(cols):
+        keep = "\t\n" if c in prose else ""
+        for r, t in enumerate(texts[i]):
+            texts[i][r] = escape_text(t, keep=keep, spell_out=t in looks)
+            if texts[i][r] != t and not titles[i][r]:
+                titles[i][r] = escape_note(t, t in looks)
+            else:
+                titles[i][r] = one_line(titles[i][r], keep="\t\n")
     index, columns = pd.RangeIndex(len(shown)), pd.RangeIndex(len(cols))
     return (
         pd.DataFrame(dict(enumerate(texts)), index=index, columns=columns, dtype=object),
@@ -308,7 +337,8 @@ def html_table(
     source = frame.iloc[:max_rows]
     shown = source.iloc[:, positions]
     cols = list(shown.columns)
-    display, titles = _display(shown, source, BYTES_COLUMNS | set(bytes_columns), decimals)
+    prose = TEXT_COLUMNS | set(wrap)
+    display, titles = _display(shown, source, BYTES_COLUMNS | set(bytes_columns), decimals, prose)
     rules = default_colourers(cols) if colours is None else dict(colours)
     widths = dict(capped) if isinstance(capped, Mapping) else {c: CAPPED_EM for c in capped}
     capped_at = {i: float(widths[c]) for i, c in enumerate(cols) if c in widths}
@@ -316,10 +346,9 @@ def html_table(
         # under two characters an em: a text that long may be cut, so it carries itself on hover
         long = display[i].map(lambda t: len(t) > 1.6 * em) & (titles[i] == "")
         titles.loc[long, i] = display.loc[long, i]
-    prose = TEXT_COLUMNS | set(wrap)
     out = _render(
         display,
-        [cell_text(c) for c in cols],
+        [escape_text(cell_text(c)) for c in cols],
         css=_cell_css(display, cols, rules, culprit_mask(source).tolist()),
         titles=titles,
         right=[i for i in range(len(cols)) if _numeric(shown.iloc[:, i])],

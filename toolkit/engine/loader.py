@@ -33,8 +33,9 @@ from toolkit.engine.checks import check_against_compiled, guard_slots
 from toolkit.engine.devices import default_runtime
 from toolkit.engine.memory import MemoryGauge
 from toolkit.engine.resets import ResetCounts, StateResets
-from toolkit.integrity import check_files
+from toolkit.integrity import check_claimed_sha256, check_files
 from toolkit.runtimes import Device, MethodRuntime, Runtime
+from toolkit.sources.directory import key_claims
 
 # the members per-constant code reads, as plain attributes (vocab.Members says why)
 _Decision, _TensorOrigin = Members(Decision), Members(TensorOrigin)
@@ -139,6 +140,7 @@ class ProgramLoad:
         # the program, fqn-weight-cache: nothing of it exists, nothing is loaded); None while none
         self.failed_stage: Stage | None = None
         self._export_refusal: tuple[ExportRefusal | None] | None = None  # asked once per session
+        self._keys_checked = False  # check_keys() passed
         self.load_seconds: float = 0.0
         self._frames: dict[str, tuple[int, Any]] = {}
         self._bar: Any = None  # load()'s progress bar, advanced by _advance()
@@ -187,6 +189,11 @@ class ProgramLoad:
         )
         self._bar = None if bar.disable else bar  # a bar that shows nothing is not advanced per constant
         try:
+            try:
+                self.check_keys()
+            except ToolkitError as e:
+                self._fail_check(specs, e)
+                return self
             refusal = self.export_refusal()
             if refusal is not None:  # no program was written: nothing is checked, opened or uploaded
                 self._refuse_export(refusal)
@@ -205,12 +212,7 @@ class ProgramLoad:
                         when_read=_blobs_only(specs, self.options),
                     )
                 except ToolkitError as e:
-                    bad = getattr(e, "path", None)
-                    spec = next(
-                        (sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)), specs[0]
-                    )
-                    self.log.record(ev.LoadFailed, spec.name, error=str(e))
-                    self._fail(spec.name, e)
+                    self._fail_check(specs, e)
                     return self
             for spec in specs:
                 bar.set_postfix_str(spec.name)
@@ -237,6 +239,24 @@ class ProgramLoad:
             at = self._progress_at
             at[0] += constants
             self._on_progress(at[0], at[1], at[2])
+
+    def _fail_check(self, specs: list[MethodSpec], e: ToolkitError) -> None:
+        """A check of the program's files failed before anything was opened: the failure is the
+        first method's, in load order, that uses the failing file."""
+        bad = getattr(e, "path", None)
+        spec = next((sp for sp in specs if any(str(self.program.root / r) == bad for r in sp.files)), specs[0])
+        self.log.record(ev.LoadFailed, spec.name, error=str(e))
+        self._fail(spec.name, e)
+
+    def check_keys(self) -> None:
+        """Verify, once and before the first decision, the recorded digests the policy's keys are
+        made of (a program directory's ``.so`` sha256: :func:`~toolkit.sources.directory.key_claims`)
+        against the files' bytes: a key must name the bytes that load.  A dry run verifies them too
+        (reading the files, opening none); a load with ``integrity="off"`` trusts them."""
+        if self._keys_checked or not self.policy.reads_so_keys or (self.runtime.can_run and not self.check_integrity):
+            return
+        check_claimed_sha256(self.program.root, self.program.files, key_claims(self.program), self.options)
+        self._keys_checked = True
 
     def _fail(self, method: str, e: ToolkitError, stage: Stage = Stage.LOAD) -> None:
         self.status = self.load_outcome = SessionStatus.FAILED
@@ -279,6 +299,12 @@ class ProgramLoad:
         device = self.devices[name]
         if self.status is SessionStatus.CLOSED:
             raise LoadError(f"method {name!r}: the session is closed")
+        try:
+            self.check_keys()
+        except ToolkitError as e:
+            self.results[name].mark_failed(str(e))
+            self.log.record(ev.LoadFailed, name, error=str(e))
+            raise
         refusal = self.export_refusal()
         if refusal is not None:  # the program does not exist: no method of it can be loaded
             self.results[name].mark_failed(refusal.message)

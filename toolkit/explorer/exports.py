@@ -131,13 +131,9 @@ class ExportMixin:
                 raise ToolkitError(f"folder {str(target.parent)!r} does not exist")
             if target.exists() and not overwrite:
                 raise ToolkitError(f"{str(target)!r} already exists: choose another name, or allow overwriting")
-            # "x": never replace a file that appeared since the check above, unless asked
-            if excel:
-                with open(target, "wb" if overwrite else "xb") as fh:
-                    write_xlsx(frame, fh)
-            else:
-                with open(target, "w" if overwrite else "x", encoding="utf-8", newline="") as fh:
-                    write_csv(frame, fh)
+            # written atomically, never through a symbolic link, and without ``overwrite`` never over a
+            # file that appeared since the check above
+            (write_xlsx if excel else write_csv)(frame, target, overwrite=overwrite)
         except Exception as e:  # noqa: BLE001
             self.fail(f"could not write {str(target)!r}", e, scope=scope)
             return None

@@ -9,7 +9,14 @@ plans a batch's pieces, :mod:`~toolkit.integrity.copies` holds verified copies,
 :mod:`~toolkit.integrity.device_digest` hashes pieces on the device they were uploaded to.
 """
 
-from toolkit.integrity.checks import VerifiedFiles, check_files, file_identity, verified_files
+from toolkit.integrity.checks import (
+    VerifiedFiles,
+    check_claimed_sha256,
+    check_files,
+    check_sha256,
+    file_identity,
+    verified_files,
+)
 from toolkit.integrity.copies import VerifiedCopy, copy_region, keep_for_process
 from toolkit.integrity.pieces import PieceCopy, PiecePlan, plan_piece_copies, record_piece_plan
 from toolkit.integrity.records import chunk_digests, chunk_sha256s, file_record, hash_threads
@@ -19,7 +26,9 @@ __all__ = [
     "PiecePlan",
     "VerifiedCopy",
     "VerifiedFiles",
+    "check_claimed_sha256",
     "check_files",
+    "check_sha256",
     "chunk_digests",
     "chunk_sha256s",
     "copy_region",

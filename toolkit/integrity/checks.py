@@ -5,9 +5,10 @@ is opened or byte uploaded (:func:`check_files`); a weights blob is only opened 
 checked then, its pieces verified as they are read (:mod:`toolkit.integrity.copies`).
 
 A file verified before in this process is not read again while its identity (device, inode, size,
-modification and status-change times) is unchanged: the load uses the copy made then.  That trusts
-nothing about the file's current bytes (a change that keeps its identity goes unnoticed, and the
-load keeps using the bytes that matched the record); a new identity is read and verified again.
+modification and status-change times) is unchanged and it is asked for under the record it was
+verified against: the load uses the copy made then.  That trusts nothing about the file's current
+bytes (a change that keeps its identity goes unnoticed, and the load keeps using the bytes that
+matched the record); a new identity, or another record, is read and verified again.
 Copies cost memory (a second host copy of each file a load reads): they are kept up to
 :attr:`VerifiedFiles.budget_bytes` (a quarter of physical memory), least recently used dropped
 first; a dropped copy that a load still holds is found again while it lives, so a program larger
@@ -38,13 +39,17 @@ def file_identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 
 class VerifiedFiles:
-    """The files this process has verified: path -> (identity, sha256, :class:`VerifiedCopy`)."""
+    """The files this process has verified: path -> (identity, record, :class:`VerifiedCopy`).
+
+    A copy serves a later reader only for the very record it was verified against (every field:
+    size, piece digests, whole-file sha256): another record naming the same file is checked anew.
+    """
 
     def __init__(self, budget_bytes: int | None = None) -> None:
-        self._seen: OrderedDict[str, tuple[tuple, str, VerifiedCopy]] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[tuple, FileRecord, VerifiedCopy]] = OrderedDict()
         # copies dropped over the budget that a load still holds (their memory is spent anyway):
         # found again while they live, so a second load of the file makes no second copy
-        self._dropped: dict[str, tuple[tuple, str, weakref.ref]] = {}
+        self._dropped: dict[str, tuple[tuple, FileRecord, weakref.ref]] = {}
         self._lock = threading.Lock()
         self.budget_bytes = _quarter_of_memory() if budget_bytes is None else budget_bytes
         self.hashes = 0  # files (or a lazy copy's pieces) hashed so far, one per read (tests count them)
@@ -81,7 +86,7 @@ class VerifiedFiles:
                 if (
                     seen is not None
                     and seen[0] == identity
-                    and seen[1] == record.sha256
+                    and seen[1] == record
                     and not options.rehash
                     and seen[2].in_place <= in_place
                 ):
@@ -107,7 +112,7 @@ class VerifiedFiles:
             raise IntegrityError(f"file cannot be read: {e.strerror or e}", path=path) from None
         finally:
             os.close(fd)
-        self._keep(key, identity, record.sha256, copy)
+        self._keep(key, identity, record, copy)
         return copy
 
     def check(
@@ -157,22 +162,22 @@ class VerifiedFiles:
             raise mismatch(record, None, path)
         return copy
 
-    def _keep(self, key: str, identity: tuple, sha256: str, copy: VerifiedCopy) -> None:
+    def _keep(self, key: str, identity: tuple, record: FileRecord, copy: VerifiedCopy) -> None:
         with self._lock:
-            self._seen[key] = (identity, sha256, copy)
+            self._seen[key] = (identity, record, copy)
             self._seen.move_to_end(key)
             total = sum(c.size for _, _, c in self._seen.values())
             for k in list(self._seen):  # least recently used first; the newest stays
                 if total <= self.budget_bytes or k == key:
                     break
-                identity_k, sha_k, dropped = self._seen.pop(k)
+                identity_k, record_k, dropped = self._seen.pop(k)
                 total -= dropped.size
-                self._dropped[k] = (identity_k, sha_k, weakref.ref(dropped))
+                self._dropped[k] = (identity_k, record_k, weakref.ref(dropped))
             self._dropped.pop(key, None)
             for k in [k for k, (_, _, ref) in self._dropped.items() if ref() is None]:
                 del self._dropped[k]
 
-    def _still_held(self, key: str) -> tuple[tuple, str, VerifiedCopy] | None:
+    def _still_held(self, key: str) -> tuple[tuple, FileRecord, VerifiedCopy] | None:
         """A dropped copy of ``key`` that is still alive (held by a load), as a ``_seen`` entry."""
         entry = self._dropped.get(key)
         copy = entry[2]() if entry else None
@@ -181,7 +186,7 @@ class VerifiedFiles:
     def note(self, path: Path, identity: tuple, sha256: str, copy: VerifiedCopy) -> None:
         """Record that ``path``, at ``identity``, was just read into ``copy`` and hashed to ``sha256``
         by someone else (a source that computed the file's record from its bytes)."""
-        self._keep(str(Path(path).resolve()), identity, sha256, copy)
+        self._keep(str(Path(path).resolve()), identity, FileRecord(sha256=sha256, bytes=copy.size), copy)
 
 
 def _quarter_of_memory() -> int:
@@ -197,6 +202,39 @@ _PROCESS: dict[str, VerifiedFiles] = {}
 def verified_files() -> VerifiedFiles:
     """The files this process has verified, shared by every load; created when first needed."""
     return _PROCESS["verified"] if "verified" in _PROCESS else _PROCESS.setdefault("verified", VerifiedFiles())
+
+
+def check_sha256(copy: VerifiedCopy, record: FileRecord, rel: str) -> str:
+    """The sha256 of ``copy``'s bytes (program file ``rel``), once it is the whole-file sha256
+    ``record`` claims; else an :class:`IntegrityError` naming the file and the field.
+
+    A record with piece digests (program formats 3 and 4) is verified piece by piece: its
+    whole-file sha256 is a claim beside them that no piece check covers.  Wherever that claim
+    decides something (a key made of it, the ``.so`` a load opens) it is checked here against the
+    bytes the load uses."""
+    got = copy.sha256()
+    if got != record.sha256:
+        raise IntegrityError(
+            f"the recorded sha256 {record.sha256} is not the file's ({got}): the record names other bytes",
+            path=copy.source,
+            field=f"files[{rel!r}].sha256",
+        )
+    return got
+
+
+def check_claimed_sha256(
+    root: Path, records: dict[str, FileRecord], rels: Iterable[str], options: LoadOptions = LoadOptions()
+) -> dict[str, VerifiedCopy]:
+    """Verify the named files of a program whole (their pieces, as :func:`check_files`) and their
+    recorded whole-file sha256 (:func:`check_sha256`): where a decision is made of that sha256 (a
+    program directory's ``.so`` digest, which keys ExecuTorch 1.5.x's lifted constants), before
+    it is made.  Reads the files, opens none (a dry run does this too).  Their verified copies by name."""
+    out = {}
+    for rel in dict.fromkeys(rels):
+        copy = verified_files().copy(root / rel, records[rel], options)
+        check_sha256(copy, records[rel], rel)
+        out[rel] = copy
+    return out
 
 
 def check_files(

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable
 
 from toolkit.core.model import FileRecord
-from toolkit.integrity.reading import hash_range, read_range
+from toolkit.integrity.reading import BLOCK_BYTES, hash_range, read_range
 from toolkit.integrity.records import mismatch, new_hasher, record_pieces
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
@@ -115,6 +115,7 @@ class VerifiedCopy:
         self.fd, self.size, self.source = fd, size, Path(source)
         self.path = Path(f"/proc/self/fd/{fd}")
         self._pending: _Pending | None = None  # a lazy copy's missing pieces (None: complete)
+        self._sha256: str | None = None  # the sha256 of the copy's bytes, once known (:meth:`sha256`)
 
     in_place = False  # True: no copy; :attr:`path` is the program's file, its pieces hashed where they lie
 
@@ -132,6 +133,7 @@ class VerifiedCopy:
         if in_place:
             copy = cls.__new__(cls)
             copy.fd, copy.size, copy.source, copy.path, copy.in_place = None, size, Path(source), Path(source), True
+            copy._sha256 = None
             copy._pending = _Pending(src_fd, record, threads, on_hashed, None, source)
             copy._finish_if_complete()
             return copy
@@ -205,6 +207,25 @@ class VerifiedCopy:
             self._finish_if_complete()
             return nbytes
 
+    def sha256(self) -> str:
+        """The sha256 of the copy's bytes, hashed from the sealed copy itself (every piece verified
+        first), once: a digest of the bytes this copy holds, whatever a record claims.
+        :class:`ValueError` for a copy in place, whose bytes are the program's file and may change."""
+        if self._sha256 is None:
+            if self.in_place or self.fd is None:
+                raise ValueError(f"{self.source}: a copy in place has no sha256 of its own (its file may change)")
+            self.ensure(None)
+            h = hashlib.sha256()
+            at = 0
+            while at < self.size:
+                block = os.pread(self.fd, min(BLOCK_BYTES, self.size - at), at)
+                if not block:  # a sealed copy cannot shrink: this cannot happen
+                    raise OSError(f"{self.source}: its sealed copy ended at byte {at} of {self.size}")
+                h.update(block)
+                at += len(block)
+            self._sha256 = h.hexdigest()
+        return self._sha256
+
     def _finish_if_complete(self) -> None:
         p = self._pending
         if p is not None and not p.pieces:
@@ -254,14 +275,16 @@ class VerifiedCopy:
             self.fd = None
 
 
-_KEPT: dict[str, VerifiedCopy] = {}  # sha256 -> copy: .so files dlopen'ed, open for the process
+_KEPT: dict[str, VerifiedCopy] = {}  # sha256 of a copy's own bytes -> copy: .so files dlopen'ed, open for the process
 
 
-def keep_for_process(copy: VerifiedCopy, sha256: str) -> VerifiedCopy:
-    """The process's one copy of the bytes whose sha256 is ``sha256`` (``copy`` unless one is kept
+def keep_for_process(copy: VerifiedCopy) -> VerifiedCopy:
+    """The process's one copy of ``copy``'s bytes (``copy`` unless one with the same bytes is kept
     already), never closed: ``dlopen`` matches a library by its path's name, so a path once
-    ``dlopen``'ed must never name other bytes."""
-    return _KEPT.setdefault(sha256, copy)
+    ``dlopen``'ed must never name other bytes.  Keyed by the sha256 of the copy's own bytes
+    (:meth:`VerifiedCopy.sha256`), never by a digest a record claims: a claim that names another
+    program's ``.so`` must not hand this load that program's code."""
+    return _KEPT.setdefault(copy.sha256(), copy)
 
 
 def copy_region(path: Path, offset: int, nbytes: int) -> tuple[VerifiedCopy, str]:
@@ -269,6 +292,8 @@ def copy_region(path: Path, offset: int, nbytes: int) -> tuple[VerifiedCopy, str
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY)
     try:
-        return VerifiedCopy.read(fd, path, nbytes, [(0, nbytes)], [h], 1, base=offset), h.hexdigest()
+        copy = VerifiedCopy.read(fd, path, nbytes, [(0, nbytes)], [h], 1, base=offset)
     finally:
         os.close(fd)
+    copy._sha256 = h.hexdigest()  # hashed from the very bytes copied, as they were copied
+    return copy, copy._sha256

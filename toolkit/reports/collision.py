@@ -5,8 +5,9 @@ metadata and content digest on both sides of the cache lookup, what the verdict 
 constant and its method, and how the method's verification went.  The columns, their types
 and meanings, in their fixed order (:data:`REPORT_COLUMNS`): ``docs/report_columns.md``.
 
-The CSV and Excel files are written by :mod:`toolkit.reports.tabular`, text cells neutralised
-against formula injection; :func:`read_report` undoes the escaping exactly, so
+The CSV and Excel files are written by :mod:`toolkit.reports.tabular`, text cells escaped (what
+nobody can see, look-alike names) and neutralised against formula injection; :func:`read_report`
+undoes the escaping exactly, so
 ``read_report(to_csv(...))`` gives back the frame :func:`collision_report` built.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -23,7 +24,14 @@ from toolkit.core.errors import ReportError
 from toolkit.core.model import shown
 from toolkit.core.vocab import DataProblem, MethodOutcome
 from toolkit.display.tables import html_table
-from toolkit.reports.tabular import PathOrHandle, text_of, unneutralize, write_table, write_workbook
+from toolkit.reports.tabular import (
+    BinaryPathOrHandle,
+    PathOrHandle,
+    text_of,
+    unescape_cell,
+    write_table,
+    write_workbook,
+)
 
 if TYPE_CHECKING:
     from toolkit.engine.session import Session
@@ -216,8 +224,9 @@ class CollisionReport:
         f = self.frame
         return sorted(set(f[f["method_outcome"] == MethodOutcome.NO_REFERENCE.value]["method"]))
 
-    def to_csv(self, path_or_handle: PathOrHandle) -> None:
-        write_csv(self.frame, path_or_handle)
+    def to_csv(self, path_or_handle: PathOrHandle, *, overwrite: bool = True, follow_links: bool = False) -> None:
+        """Write the rows as :func:`write_csv` does."""
+        write_csv(self.frame, path_or_handle, overwrite=overwrite, follow_links=follow_links)
 
     def summary(self) -> str:
         f = self.frame
@@ -274,31 +283,44 @@ def _report_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[list(REPORT_COLUMNS)]
 
 
-def write_csv(frame: pd.DataFrame, path_or_handle: PathOrHandle) -> None:
+def write_csv(
+    frame: pd.DataFrame, path_or_handle: PathOrHandle, *, overwrite: bool = True, follow_links: bool = False
+) -> None:
     """Write report rows (:data:`REPORT_COLUMNS`, typed by :data:`REPORT_SCHEMA`):
-    :func:`~toolkit.reports.tabular.write_table`."""
-    write_table(_report_columns(frame), path_or_handle, REPORT_SCHEMA)
+    :func:`~toolkit.reports.tabular.write_table` (a path: an existing file replaced only with
+    ``overwrite``, a symbolic link written through only with ``follow_links``)."""
+    write_table(_report_columns(frame), path_or_handle, REPORT_SCHEMA, overwrite=overwrite, follow_links=follow_links)
 
 
-def write_xlsx(frame: pd.DataFrame, handle: IO[bytes]) -> None:
-    """Write report rows (:data:`REPORT_COLUMNS`) as an Excel workbook to a binary ``handle``: one
-    sheet (:data:`XLSX_SHEET`), cells typed by :data:`REPORT_SCHEMA`
-    (:func:`~toolkit.reports.tabular.write_workbook`).  Needs openpyxl (the notebook extra)."""
-    write_workbook(_report_columns(frame), handle, XLSX_SHEET, REPORT_SCHEMA)
+def write_xlsx(
+    frame: pd.DataFrame, handle: BinaryPathOrHandle, *, overwrite: bool = True, follow_links: bool = False
+) -> None:
+    """Write report rows (:data:`REPORT_COLUMNS`) as an Excel workbook to a binary ``handle`` or a
+    path (as :func:`write_csv` writes one): one sheet (:data:`XLSX_SHEET`), cells typed by
+    :data:`REPORT_SCHEMA` (:func:`~toolkit.reports.tabular.write_workbook`).  Needs openpyxl (the
+    notebook extra)."""
+    write_workbook(
+        _report_columns(frame), handle, XLSX_SHEET, REPORT_SCHEMA, overwrite=overwrite, follow_links=follow_links
+    )
 
 
 def to_csv(
     session_or_report: "Session | CollisionReport",
     path_or_handle: PathOrHandle,
     verification: pd.DataFrame | None = None,
+    *,
+    overwrite: bool = True,
+    follow_links: bool = False,
 ) -> "CollisionReport":
-    """Write the collision report of a session (or an already built report); returns the report."""
+    """Write the collision report of a session (or an already built report); returns the report.
+    A path is written atomically: an existing file replaced only with ``overwrite`` (keeping its
+    mode), a symbolic link at the path written through only with ``follow_links``."""
     report = (
         session_or_report
         if isinstance(session_or_report, CollisionReport)
         else collision_report(session_or_report, verification)
     )
-    report.to_csv(path_or_handle)
+    report.to_csv(path_or_handle, overwrite=overwrite, follow_links=follow_links)
     return report
 
 
@@ -315,7 +337,7 @@ def read_report(path_or_handle: PathOrHandle) -> CollisionReport:
         s = raw[col]
         try:
             if kind == "str":
-                out[col] = s.map(unneutralize).astype(object)
+                out[col] = s.map(unescape_cell).astype(object)
             elif kind == "int":
                 out[col] = s.astype("int64")
             elif kind == "float":

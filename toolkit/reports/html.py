@@ -4,6 +4,11 @@ Summary and alerts first (as profiling reports do), then the culprits, the table
 (:func:`toolkit.display.tables.html_table`, coloured as in a notebook) and the plots as inline SVG.
 No script, no stylesheet or font from a network: it opens offline.  :func:`html_report` makes the
 page of any verdicts (a scan, a comparison); :func:`html_report_of_session` the page of one load.
+
+Every text is escaped twice over: as HTML (autoescape), and for what nobody can see or UTF-8 cannot
+hold (:func:`~toolkit.display.cells.one_line` on every line of text, the tables through
+:func:`~toolkit.display.tables.html_table`); what a figure's SVG carries of a name is cleaned the same
+way (:func:`html_safe`), so a hostile name costs neither the page nor its readability.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from markupsafe import Markup
 
 from toolkit.core.verdict import BAD_OUTCOMES, EXIT_CODE_MEANINGS, Verdict
 from toolkit.core.vocab import UNREADABLE, ExitCode, MethodOutcome
+from toolkit.display.cells import one_line
 from toolkit.display.findings import verification_html
 from toolkit.display.palette import CULPRIT_TEXT, NOT_RUN_COLOUR, WARNING_TEXT, outcome_colour
 from toolkit.display.tables import html_table
@@ -35,7 +41,21 @@ if TYPE_CHECKING:
 
     from toolkit.engine.session import Session
 
-_TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!DOCTYPE html>
+
+def html_safe(text: str) -> str:
+    """``text`` (HTML or SVG) with every hidden character but tab and newline written as ``\\xNN``/``\\uNNNN``
+    text (:func:`~toolkit.display.cells.one_line`): a last net under the escaping of each value, for what a
+    figure's SVG carries of a name in its comments; so the page holds no control character, no lone
+    surrogate (which no UTF-8 file holds) and nothing invisible."""
+    return one_line(text, keep="\t\n")
+
+
+def _finalize(value):
+    # every {{ value }}: plain text as one line, hidden characters escaped; markup (tables, SVG) as it is
+    return value if isinstance(value, Markup) or not isinstance(value, str) else one_line(value)
+
+
+_TEMPLATE = jinja2.Environment(autoescape=True, finalize=_finalize).from_string("""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
 <style>
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; max-width: 110em; color: #222 }
@@ -70,7 +90,7 @@ def figure_svg(fig: "Figure") -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
     text = buf.getvalue()
-    return text[text.index("<svg") :]
+    return html_safe(text[text.index("<svg") :])
 
 
 def _exit_code(verdicts: Sequence[Verdict], unreadable: Mapping[str, str]) -> ExitCode:
@@ -124,7 +144,7 @@ def html_report(
                 ),
             )
         )
-    return _TEMPLATE.render(
+    page = _TEMPLATE.render(
         title=title,
         outcome=worst,
         outcome_bg=outcome_colour(worst) or NOT_RUN_COLOUR,
@@ -138,8 +158,18 @@ def html_report(
             html_table(culprits, max_rows=len(culprits) or 1, empty="none: no method runs on another constant's data")
         ),
         tables=[(h, Markup(b)) for h, b in [*tables, *sections]],
-        figures=[(caption, Markup(figure_svg(fig))) for caption, fig in figures],
+        figures=[_drawn(caption, fig) for caption, fig in figures],
     )
+    return html_safe(page)
+
+
+def _drawn(caption: str, fig: "Figure") -> tuple[str, Markup]:
+    """(caption, inline SVG) of a figure; a figure matplotlib cannot draw (a label holding a lone surrogate,
+    from a file name that is not UTF-8) costs that figure, said in its caption, never the report."""
+    try:
+        return caption, Markup(figure_svg(fig))
+    except (TypeError, ValueError, RuntimeError) as e:
+        return f"{caption}: not drawn ({type(e).__name__}: a name in it cannot be drawn)", Markup("")
 
 
 def html_report_of_session(session: "Session", verification: pd.DataFrame | None = None) -> str:

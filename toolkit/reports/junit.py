@@ -4,6 +4,11 @@ A ``<testsuite>`` per program and policy, a ``<testcase>`` per method (``classna
 and policy); a method that runs wrong, is not runnable, failed or was refused is a ``<failure>``
 whose message names the constants it runs on other data for; a method without a reference is
 ``<skipped>``; a program that cannot be read is an ``<error>``.
+
+Names, paths and errors may hold what XML 1.0 cannot (controls, U+FFFE, lone surrogates) or what
+nobody can see (a newline, a zero-width space): names are written as
+:func:`~toolkit.display.cells.escape_text` shows them (look-alikes spelled out), messages one line
+each (:func:`~toolkit.display.cells.one_line`), so the file stays well-formed whatever a name holds.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Mapping, Sequence
 
 from toolkit.core.verdict import BAD_OUTCOMES, Verdict
 from toolkit.core.vocab import UNREADABLE, MethodOutcome
+from toolkit.display.cells import escape_text, lookalikes, one_line
 from toolkit.reports.summary import failure_message, labelled
 
 
@@ -26,24 +32,34 @@ def junit_xml(
 ) -> str:
     """JUnit XML (the ``testsuites/testsuite/testcase`` shape CI systems read): see the module
     docstring; ``labels`` as :func:`~toolkit.reports.html.html_report`'s; ``unreadable``: path -> error."""
-    root = ET.Element("testsuites", name=name)
+    unreadable = dict(unreadable or {})
+    pairs = labelled(verdicts, labels)
+    looks = lookalikes([*unreadable, *(x for label, v in pairs for x in (label, *(m.method for m in v.methods)))])
+
+    def shown(text: str) -> str:
+        return escape_text(text, spell_out=text in looks)
+
+    root = ET.Element("testsuites", name=one_line(name))
     totals = Counter()
-    for path, error in (unreadable or {}).items():
+    for path, error in unreadable.items():
+        path, error = shown(path), one_line(error)
         suite = ET.SubElement(root, "testsuite", name=path, tests="1", failures="0", errors="1", skipped="0")
         case = ET.SubElement(suite, "testcase", name="open", classname=path)
         ET.SubElement(case, "error", message=f"cannot be read: {error}", type=UNREADABLE).text = error
         totals.update(tests=1, errors=1)
-    for label, v in labelled(verdicts, labels):
-        suite = ET.SubElement(root, "testsuite", name=f"{label} under {v.policy}")
+    for label, v in pairs:
+        suite_name = f"{shown(label)} under {one_line(v.policy)}"
+        suite = ET.SubElement(root, "testsuite", name=suite_name)
         counts = Counter(tests=len(v.methods))
         for m in v.methods:
-            case = ET.SubElement(suite, "testcase", name=m.method, classname=f"{label} under {v.policy}")
+            case = ET.SubElement(suite, "testcase", name=shown(m.method), classname=suite_name)
             if m.outcome in BAD_OUTCOMES:
-                message = failure_message(v, m.method)
+                message = one_line(failure_message(v, m.method))
                 ET.SubElement(case, "failure", message=message, type=m.outcome.value).text = message
                 counts.update(failures=1)
             elif m.outcome is MethodOutcome.NO_REFERENCE:
-                ET.SubElement(case, "skipped", message=f"no reference: {m.reason}" if m.reason else "no reference")
+                reason = f"no reference: {one_line(m.reason)}" if m.reason else "no reference"
+                ET.SubElement(case, "skipped", message=reason)
                 counts.update(skipped=1)
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))

@@ -31,7 +31,7 @@ from toolkit.core.errors import IncompatibleProgramError, IntegrityError, LoadEr
 from toolkit.core.model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
 from toolkit.core.options import LoadOptions
 from toolkit.core.vocab import FirstLoad, ProgramFormat, UploadMode, UploadPath
-from toolkit.integrity import VerifiedCopy, hash_threads, keep_for_process, verified_files
+from toolkit.integrity import VerifiedCopy, check_sha256, hash_threads, keep_for_process, verified_files
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device
 from toolkit.runtimes import parse_device as _parse
 from toolkit.runtimes.aoti_container import (
@@ -319,7 +319,8 @@ class AotiRuntime:
         verified copy (:meth:`~toolkit.integrity.VerifiedFiles.copy`), the same one for the whole
         session, holding (verified) the pieces covering ``ranges`` ((start, end) byte ranges; None:
         every byte), which are all the caller may read of it; ``dlopen``: a copy kept for the
-        process (a path ``dlopen`` saw must keep its bytes)."""
+        process (a path ``dlopen`` saw must keep its bytes), once its bytes are the ones the record's
+        whole-file sha256 names (the key ExecuTorch 1.5.x makes of it must name the code that runs)."""
         path, record = program.path(rel), program.files.get(rel)
         if not self.options.integrity.checks or record is None:
             return path
@@ -328,7 +329,10 @@ class AotiRuntime:
         else:
             verified_files().more(self._copies[path], ranges)
         copy = self._copies[path]
-        return (keep_for_process(copy, record.sha256) if dlopen else copy).path
+        if not dlopen:
+            return copy.path
+        check_sha256(copy, record, rel)
+        return keep_for_process(copy).path
 
     def stage_constants(
         self, program: Program, rel: str, constants: list[ConstantSpec], device: torch.device

@@ -144,7 +144,7 @@ def extract_so(path: Path, offset: int, nbytes: int) -> Path:
     ``dlopen``: a sealed private copy (:func:`~toolkit.integrity.copy_region`), one per content
     for the process (:func:`~toolkit.integrity.keep_for_process`), never written to disk."""
     try:
-        copy, digest = copy_region(path, offset, nbytes)
+        copy, _ = copy_region(path, offset, nbytes)
     except OSError as e:
         raise IntegrityError(f"the compiled model cannot be read: {e.strerror or e}", path=path) from None
     except IntegrityError:
@@ -153,7 +153,7 @@ def extract_so(path: Path, offset: int, nbytes: int) -> Path:
             f"{max(0, os.path.getsize(path) - offset)} there",
             path=path,
         ) from None
-    return keep_for_process(copy, digest).path
+    return keep_for_process(copy).path
 
 
 _TORCH_GLOBAL: list[str] = []  # the torch libraries made global in this process (done once)

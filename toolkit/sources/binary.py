@@ -282,6 +282,10 @@ class MappedFile:
         return self._record
 
     def sha256(self, offset: int, size: int) -> str:  # once per region: methods' constants share bytes
+        if offset < 0 or size < 0 or offset + size > self.size:  # a slice would wrap or stop short, silently
+            raise ProgramError(
+                f"bytes [{offset}, {offset + size}) lie outside the {self.size}-byte file", path=self.path
+            )
         if (offset, size) not in self._digests:
             self._digests[(offset, size)] = hashlib.sha256(self.bytes.data[offset : offset + size]).hexdigest()
         return self._digests[(offset, size)]

@@ -15,7 +15,9 @@ serialiser of a :class:`~toolkit.core.model.Program` into this format.
 
 A lifted ``_tensor_constant*`` constant's ``so_key`` (:func:`toolkit.core.policies.fqn_weight_key`) is
 ExecuTorch's, ``<sha256 of the .so>_so_blob``, from its ``.so``'s file record; none for a record of
-64 zeros, a placeholder (synthetic programs): each method then counts as its own ``.so``.
+64 zeros, a placeholder (synthetic programs): each method then counts as its own ``.so``.  That
+sha256 is a claim of the manifest (a load verifies a file by its piece digests), so a load, and a
+dry run, verify it against the ``.so``'s bytes before a key made of it decides (:func:`key_claims`).
 """
 
 from __future__ import annotations
@@ -351,6 +353,25 @@ def parse_manifest(data: Any, path: Path, root: Path | None = None) -> Program:
         format=ProgramFormat.DIRECTORY,
         sequences=tuple(sequences),
     )
+
+
+def key_claims(program: Program) -> list[str]:
+    """The ``.so`` files of a program directory whose recorded sha256 a key is made of: each
+    method's with lifted ``_tensor_constant*`` constants (their ``so_key``), also where the record
+    is the placeholder (no file: the method counts as its own ``.so``) but the file is there.  The
+    loader verifies each against its bytes before the first decision
+    (:func:`toolkit.integrity.check_claimed_sha256`); none for another format, whose sources make
+    every key of the bytes they read, or for a program in memory only."""
+    if program.format is not ProgramFormat.DIRECTORY or program.root is None:
+        return []
+    out = []
+    for m in program.methods:
+        record = program.files.get(m.so_file)
+        if record is None or not any(c.fqn.startswith("_tensor_constant") for c in m.constants):
+            continue
+        if record.sha256 != PLACEHOLDER_SHA256 or program.path(m.so_file).exists():
+            out.append(m.so_file)
+    return list(dict.fromkeys(out))
 
 
 class _DuplicateKey(ValueError):

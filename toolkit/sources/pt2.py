@@ -162,9 +162,21 @@ def _need_stored(b: Bytes, m: _Member, field: str) -> _Member:
     return m
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a pair of surrogate escapes (``\\ud83d\\ude00``) joined into its
+    character, a lone surrogate (which no UTF-8 or XML file holds) written as its escape, visibly."""
+    if not _SURROGATE.search(text):
+        return text
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", joined)
+
+
 def _c_string(v: str) -> str | None:
     if len(v) >= 2 and v[0] == v[-1] == '"':
-        return v[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+        return _valid_text(v[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape"))
     return None
 
 
@@ -422,6 +434,10 @@ class _Reader:
             raise b.error(f"not JSON: {e}", field) from None
         if not isinstance(config, dict):
             raise b.error("not a JSON object", field)
+        spelled = {_valid_text(k): v for k, v in config.items()}  # keys spelled as the table's FQNs are
+        if len(spelled) != len(config):
+            raise b.error("two keys read the same once their lone surrogates are escaped", field)
+        config = spelled
         by_fqn = {r["fqn"]: r for r in live}
         if set(config) != set(by_fqn):
             raise b.error(

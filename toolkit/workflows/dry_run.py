@@ -70,7 +70,10 @@ def dry_run(
     """Predict a load of ``program`` under ``policy``, method by method, in load order.
 
     The same orchestrator as :func:`toolkit.load_program`, over the program model alone.
-    ``program`` is a :class:`Program` or a program path (its .so and blob files need not exist);
+    ``program`` is a :class:`Program` or a program path (its .so and blob files need not exist,
+    but for one: a program directory's ``.so`` whose recorded sha256 keys lifted constants under
+    ``fqn-weight-cache`` is read, never opened, and checked against that record first; a missing
+    file, or a record that is not the file's, fails the dry run with an ``IntegrityError`` naming it);
     ``device`` places methods as :func:`toolkit.load_program` does (a device string, or
     ``{method: device}``).  ``.decisions`` holds every decision, one row per constant: the
     loader's decisions table (``slot_problem`` is what its out-of-bounds guard would say) without

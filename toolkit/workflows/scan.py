@@ -1,12 +1,16 @@
 """The scan: a dry run of every program under a folder, each in a worker process, under each policy.
 
 A gate for the CI of a model zoo.  A worker that dies on a hostile file costs that file its row,
-never the scan; an interrupt keeps what finished.
+never the scan; an interrupt keeps what finished.  A link out of the scanned folder (a
+``manifest.json``, ``.pte`` or ``.pt2``, or a file a ``.pte`` reads beside it) is not followed: its
+program gets a row saying so, and nothing of the target is read, so no error text can quote it.  A
+file name that is not UTF-8 is kept as Python decodes it (lone surrogates); every report escapes it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -78,14 +82,23 @@ def scan_folder(
     root = Path(folder)
     if not root.is_dir():
         raise ToolkitError(f"{folder}: not a folder")
-    paths = [str(p) for p in find_programs(root)]
+    found = find_programs(root)
+    paths = [str(p) for p in found]
     if not paths:
         raise ToolkitError(f"{folder}: no program found (program directories, .pte or .pt2 files)")
     if on_start is not None:
         on_start(len(paths))
     done: dict[str, list[dict]] = {}
+    for p in found:  # links out of the folder: a row each, nothing opened
+        link = link_out(p, root)
+        if link is not None:
+            done[str(p)] = [failed_row(str(p), f"{link}: {LINK_OUT}")]
+            if on_done is not None:
+                on_done(str(p))
     try:
-        scan_rows(paths, policies, jobs, results=done, on_done=on_done)
+        rest = [p for p in paths if p not in done]
+        if rest:
+            scan_rows(rest, policies, jobs, results=done, on_done=on_done)
     except KeyboardInterrupt:
         pass  # what finished is returned; the caller says it was interrupted
     rows = [r for path in paths for r in done.get(path, [])]
@@ -95,13 +108,44 @@ def scan_folder(
 SCAN_COLUMNS = ["program", "path", "policy", "status", "method", "outcome", "wrong_data", "error"]
 
 
+LINK_OUT = "a link out of the folder, not followed"
+# what a .pte reads beside it (its .ptd, constant table, sequences, references): a link out among them is one
+# out of the program
+PTE_SIDE_FILES = ("*.ptd", "constant_table.json", "sequence_*.safetensors", "reference_*.safetensors")
+
+
 def find_programs(root: Path) -> list[Path]:
-    """Program directories (holding manifest.json), .pte and .pt2 files under ``root``, sorted."""
+    """Program directories (holding manifest.json), .pte and .pt2 files under ``root``, sorted; a
+    ``.pte``/``.pt2`` that is a link out of ``root`` too, whatever it leads to (:func:`link_out`)."""
     from toolkit.sources.directory import MANIFEST_FILE
 
     found = {p.parent for p in root.rglob(MANIFEST_FILE)}
-    found |= {p for p in root.rglob("*") if p.suffix in (".pte", ".pt2") and p.is_file()}
+    found |= {
+        p
+        for p in root.rglob("*")
+        if p.suffix in (".pte", ".pt2") and (p.is_file() or (p.is_symlink() and leads_out(p, root)))
+    }
     return sorted(found)
+
+
+def leads_out(path: Path, root: Path) -> bool:
+    """Whether ``path`` (a link, or a path through one) resolves outside ``root``: only the links are read
+    (``realpath``), never the target."""
+    try:
+        return not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+    except (OSError, ValueError):  # a loop of links, a name too long: not followed either
+        return True
+
+
+def link_out(program: Path, root: Path) -> Path | None:
+    """The file of ``program`` (found under ``root``) that is a link out of ``root``, if any: its
+    ``manifest.json``, the ``.pte`` or ``.pt2`` itself, or a file a ``.pte`` reads beside it."""
+    from toolkit.sources.directory import MANIFEST_FILE
+
+    candidates = [program, *([program / MANIFEST_FILE] if program.is_dir() else [])]
+    if program.suffix == ".pte":
+        candidates += [p for pattern in PTE_SIDE_FILES for p in sorted(program.parent.glob(pattern))]
+    return next((p for p in candidates if p.is_symlink() and leads_out(p, root)), None)
 
 
 def failed_row(path: str, error: str) -> dict:

@@ -41,6 +41,8 @@ class Policy(abc.ABC):
     summary: ClassVar[str]
     reproduces: ClassVar[tuple[UpstreamRevision, ...]] = ()  # the revision itself first; () for ours
     memory_optimal: ClassVar[bool] = False  # never uploads a whole blob; installs everything user-managed
+    # its keys hold a method's .so digest (ConstantSpec.so_key): a load verifies the digests first
+    reads_so_keys: ClassVar[bool] = False
 
     @abc.abstractmethod
     def plan(self, method: MethodView, cache: CacheView) -> Plan: ...

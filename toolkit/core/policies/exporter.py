@@ -31,10 +31,12 @@ def fqn_weight_key(c: ConstantSpec, method_name: str, device_type: str) -> str:
 
     ``cuda_fqn_weight:<cpu|cuda>:<fqn>``; an FQN starting with ``_tensor_constant`` (named by
     position in one compiled library) is namespaced by its method's ``.so`` key:
-    ``cuda_fqn_weight:cuda:<so_key>:_tensor_constant0``.  A constant that carries the key its
-    file stored it under (a 1.5.x ``.pte``) keeps it.  Without an ``so_key`` (a program that
-    exists only in memory) each method is taken to have its own ``.so``: ``<method>_so_blob``,
-    the key ExecuTorch used before #20424.
+    ``cuda_fqn_weight:cuda:<so_key>:_tensor_constant0``; ``so_key`` is made of the ``.so``'s bytes
+    (a ``.pte``'s or ``.pt2``'s source hashes them; a program directory's recorded sha256 is
+    verified against them before any decision: :attr:`~toolkit.core.policies.base.Policy.reads_so_keys`).
+    A constant that carries the key its file stored it under (a 1.5.x ``.pte``) keeps it.  Without
+    an ``so_key`` (a program that exists only in memory) each method is taken to have its own
+    ``.so``: ``<method>_so_blob``, the key ExecuTorch used before #20424.
     """
     if c.storage_key.startswith(FQN_WEIGHT_PREFIX + ":"):
         return c.storage_key

@@ -74,6 +74,7 @@ class FqnWeightCache(Policy):
         ),
     )
     memory_optimal = True
+    reads_so_keys = True  # lifted constants are namespaced by their .so's digest (fqn_weight_key)
 
     def _key(self, c: ConstantSpec, method: MethodView, cache: CacheView) -> tuple[str, str, CachedView | None]:
         """(storage key, cache key for this method's device, entry under that cache key)."""

@@ -98,16 +98,25 @@ def verify_session(
                 )
             )
         elif ref is None or oracle == "generated":
-            generated = generate(session.program, spec, draws, seed) if oracle != "reference" else None
-            if generated is not None:
+            generated = (
+                generate(session.program, spec, draws, seed, check_integrity=session.check_integrity)
+                if oracle != "reference"
+                else None
+            )
+            if generated is not None and generated[0] is not None:
                 row.update(
                     differential_row(session, spec, generated[0], CheckedAgainst.UNSHARED_GENERATED, generated[1])
                 )
             else:
                 row["ok"] = pd.NA
                 row["reason"] = (
-                    f"{NO_REFERENCE}: the program holds none for {spec.name!r}"
-                    + ("" if oracle == "reference" else " and does not declare its inputs")
+                    f"{NO_REFERENCE}: "
+                    + (
+                        generated[1]  # it declares an input the oracle cannot draw: which, and why
+                        if generated is not None
+                        else f"the program holds none for {spec.name!r}"
+                        + ("" if oracle == "reference" else " and does not declare its inputs")
+                    )
                     + "; pass verify(references={...})"
                 )
         else:

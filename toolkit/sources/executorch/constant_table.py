@@ -4,23 +4,26 @@ These generations keep the constant table inside the ``.so``, which a source nev
 caller passes it (``constant_table=``: :class:`AotiConstant` rows per method, a JSON file of them,
 or a callable given the method and its ``.so`` bytes), or a ``constant_table.json`` lies beside the
 ``.pte``.  The offsets then follow AOTInductor's dense ``binary_blob`` layout and must add up to the
-blob's size, so a table that is not this ``.so``'s is refused.
+blob's size, so a table that is not this ``.so``'s is refused.  The table is a caller's copy, so it is
+checked as untrusted input: its fields by a schema (:mod:`.table_schema`), then each row's slot against
+its own method's blob, which the slots must tile without overlap (rows share a slot only as one view).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from toolkit.core.errors import ProgramError
-from toolkit.core.model import DTYPE_ITEMSIZE, ConstantSpec, Region, aligned_slot_bytes, required_nbytes
+from toolkit.core.model import ConstantSpec, Region, aligned_slot_bytes
 from toolkit.core.vocab import ConstantKind
 from toolkit.sources.executorch.files import ProgramFiles
 from toolkit.sources.executorch.layout import Delegate, Plan
 from toolkit.sources.executorch.payload import Payload
+from toolkit.sources.executorch.table_schema import TableRow, check_rows, json_object
 
 DEFAULT_CONSTANT_TABLE_FILE = "constant_table.json"  # read from beside the .pte when constant_table= is not given
 
@@ -50,31 +53,67 @@ class AotiConstant:
 def _read_constant_table(path: Path) -> dict:
     """A constant table JSON file: {method: [row, ...]}, each row :class:`AotiConstant`'s fields."""
     try:
-        table = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ProgramError(f"constant table cannot be read: {e}", path=path) from None
+        table = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=json_object)
+    # JSONDecodeError and an integer longer than int_max_str_digits are ValueErrors; deep nesting a RecursionError
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ProgramError(f"constant table cannot be read: {str(e)[:300]}", path=path) from None
     if not isinstance(table, dict):
         raise ProgramError(
-            f"constant table is a JSON {type(table).__name__}, not an object of method -> rows", path=path
+            f"constant table is a JSON {type(table).__name__}, not an object of method -> rows",
+            path=path,
+            field="constant_table",
+        )
+    if getattr(table, "repeated", ()):
+        raise ProgramError(
+            f"constant table is ambiguous: method {table.repeated[0]!r} is given twice",
+            path=path,
+            field=f"constant_table[{table.repeated[0]!r}]",
         )
     return table
 
 
+def _as_mapping(r):
+    """A row given in Python as the mapping the schema checks (an AotiConstant's or a ConstantSpec's fields)."""
+    if isinstance(r, AotiConstant):
+        return {f.name: getattr(r, f.name) for f in fields(AotiConstant)}
+    if isinstance(r, ConstantSpec):  # its offset is into a file, its nbytes what it reads: the layout rule decides
+        return {k: getattr(r, k) for k in ("name", "fqn", "dtype", "shape", "strides", "storage_offset", "kind")} | {
+            "mutated": r.mutated
+        }
+    if isinstance(r, Mapping) and not isinstance(r, dict):
+        return dict(r)
+    return r
+
+
 class ConstantTable:
     """The ``constant_table=`` of :func:`~toolkit.sources.executorch.open_pte`, resolved when a method first
-    needs it: a mapping of rows per method, a JSON file of one, a callable, or None (the default file)."""
+    needs it: a mapping of rows per method, a JSON file of one, a callable, or None (the default file).
+    A mapping or file is validated whole (:mod:`.table_schema`) the first time; a callable's rows per method."""
 
     def __init__(self, given, root: Path, pte: Path):
         self.table, self.root, self.pte = given, root, pte
         self.file: Path | None = None  # the JSON file it was read from
+        self.checked: dict[str, list[TableRow]] | None = None  # a mapping's rows, validated
+        self.blobs: dict[str, Region] = {}  # the weights blob of each method laid out so far
 
     @property
     def where(self) -> Path:
         """The file a problem with a row is reported against."""
         return self.file or self.pte
 
-    def rows(self, method: str, files: ProgramFiles, so: Region, field: str) -> list:
-        """The rows of ``method`` (``so``: its ``.so``, which a callable table is given)."""
+    def _check(self, method, rows, field: str) -> list[TableRow]:
+        if not isinstance(method, str):
+            raise ProgramError(f"constant_table has a key {method!r}, not a method name", path=self.where, field=field)
+        if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+            raise ProgramError(
+                f"constant_table[{method!r}] is a {type(rows).__name__}, not a list of rows",
+                path=self.where,
+                field=field,
+            )
+        return check_rows([_as_mapping(r) for r in rows], self.where, f"constant_table[{method!r}]")
+
+    def rows(self, method: str, files: ProgramFiles, so: Region, field: str) -> list[TableRow]:
+        """The rows of ``method``, validated (``so``: its ``.so``, which a callable table is given)."""
         if self.table is None and (self.root / DEFAULT_CONSTANT_TABLE_FILE).is_file():
             self.table = self.root / DEFAULT_CONSTANT_TABLE_FILE
         if isinstance(self.table, (str, os.PathLike)):
@@ -88,29 +127,56 @@ class ConstantTable:
                 path=self.pte,
                 field=field,
             )
-        try:
-            if callable(self.table):
+        if callable(self.table):
+            try:
                 rows = self.table(method, files[so.file].bytes.raw(so.offset, so.size))
-            else:
-                rows = self.table[method]
-        except KeyError:
+            except KeyError:  # a callable over a mapping that has no such method
+                raise ProgramError(
+                    f"constant_table has no entry for method {method!r}", path=self.where, field=field
+                ) from None
+            return self._check(method, rows, field)
+        if not isinstance(self.table, Mapping):
             raise ProgramError(
-                f"constant_table has no entry for method {method!r}", path=self.where, field=field
-            ) from None
-        if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
-            raise ProgramError(
-                f"constant_table[{method!r}] is a {type(rows).__name__}, not a list of rows",
+                f"constant_table is a {type(self.table).__name__}, not a mapping of method -> rows",
                 path=self.where,
                 field=field,
             )
-        return list(rows)
+        if self.checked is None:  # every entry, so that no malformed row hides under a method not opened
+            self.checked = {m: self._check(m, rows, f"constant_table[{m!r}]") for m, rows in self.table.items()}
+        if method not in self.checked:
+            raise ProgramError(
+                f"constant_table has no entry for method {method!r}",
+                path=self.where,
+                field=f"constant_table[{method!r}]",
+            )
+        return self.checked[method]
+
+    def claim(self, method: str, blob: Region, files: ProgramFiles) -> None:
+        """Note ``method``'s weights blob, refusing one that overlaps another method's without being the same."""
+        for other, b in self.blobs.items():
+            same = (b.file, b.offset, b.size) == (blob.file, blob.offset, blob.size)
+            if (
+                b.file == blob.file
+                and not same
+                and b.offset < blob.offset + blob.size
+                and blob.offset < b.offset + b.size
+            ):
+                raise ProgramError(
+                    f"method {method!r}'s weights blob [{blob.offset}, {blob.offset + blob.size}) overlaps method "
+                    f"{other!r}'s [{b.offset}, {b.offset + b.size})",
+                    path=files[blob.file].path,
+                    field=f"named_data[{blob.key!r}]",
+                )
+        self.blobs[method] = blob
 
 
 def blob_constants(
     files: ProgramFiles, table: ConstantTable, plan: Plan, d: Delegate, payload: Payload, so: Region, pw: str
 ) -> tuple[list[ConstantSpec], str, Region, int]:
     """Generations 1 and 2: the method's constants, its table's rows laid out in its dense weights blob
-    (AOTInductor's ``binary_blob`` rule, unless a row gives its offset); the rows must fill the blob exactly."""
+    (AOTInductor's ``binary_blob`` rule, unless a row gives its offset).  Each row's slot must lie in the
+    method's own blob, and the slots must tile it as AOTInductor lays it out: no overlap (rows may share a
+    slot only as identical views), no bytes left to no constant, nothing past its end."""
     blob = files.find(payload.weights_key, f"{pw}.weights_key")
     if payload.generation == 2:
         got = files[blob.file].sha256(blob.offset, blob.size) + "_weights_blob"
@@ -121,61 +187,68 @@ def blob_constants(
                 path=files[blob.file].path,
                 field=f"named_data[{payload.weights_key!r}]",
             )
+    table.claim(plan.name, blob, files)
     rows = table.rows(plan.name, files, so, f"{pw}.constant_table")
     all_cuda = d.specs.get("target_device", b"cuda").startswith(b"cuda")
-    constants, at = [], 0
+    prefix = f"constant_table[{plan.name!r}]"
+    slots: dict[tuple[int, int], int] = {}  # (offset, size) -> the first row in that slot
+    laid: list[tuple[int, int, int, int]] = []  # (offset, size, need, row) in table order
+    at = 0
     for i, r in enumerate(rows):
-        w = f"constant_table[{plan.name!r}][{i}]"
-        if isinstance(r, Mapping):
-            try:
-                r = AotiConstant(
-                    **{
-                        **r,
-                        "shape": tuple(r["shape"]),
-                        "strides": tuple(r["strides"]),
-                        "kind": ConstantKind(r.get("kind", "parameter")),
-                    }
-                )
-            except (TypeError, KeyError, ValueError) as e:
-                raise ProgramError(
-                    f"constant table row is not an AotiConstant: {e}",
-                    path=table.where,
-                    field=w,
-                ) from None
-        elif not isinstance(r, (AotiConstant, ConstantSpec)):
+        w = f"{prefix}[{i}]"
+        need, size = r.need, r.storage_bytes
+        off = at if r.offset is None else r.offset
+        if off + size > blob.size:
             raise ProgramError(
-                f"constant table row is a {type(r).__name__}, not an AotiConstant or a mapping",
+                f"constant {r.name!r} has its storage at [{off}, {off + size}), past the end of its method's "
+                f"{blob.size}-byte weights blob",
                 path=table.where,
-                field=w,
+                field=f"{w}.offset" if r.offset is not None else w,
             )
-        shape, strides = tuple(r.shape), tuple(r.strides)
-        if r.dtype not in DTYPE_ITEMSIZE or len(shape) != len(strides):
+        first = slots.setdefault((off, size), i) if size else i  # an empty slot holds no bytes to share
+        if first != i and rows[first].view != r.view:
             raise ProgramError(
-                f"constant {r.name!r}: dtype {r.dtype!r}, shape {shape}, strides {strides} is not a layout",
-                path=files.pte.path,
-                field=w,
-            )
-        need = required_nbytes(r.dtype, shape, strides, r.storage_offset)
-        size = getattr(r, "data_size", None)
-        size = need if size is None else size
-        off = getattr(r, "offset", None) if isinstance(r, AotiConstant) else None
-        off = at if off is None else off
-        if need > size or off + need > blob.size:
-            raise ProgramError(
-                f"constant {r.name!r} reads [{off}, {off + need}) of a {blob.size}-byte blob (storage {size} bytes)",
-                path=files[blob.file].path,
-                field=w,
+                f"constant {r.name!r} shares row {first}'s slot [{off}, {off + size}) with another view of it",
+                path=table.where,
+                field=f"{w}.offset",
             )
         at = off + aligned_slot_bytes(size, all_cuda=all_cuda)
+        laid.append((off, size, need, i))
+    end, before = 0, -1
+    # the .so keeps each constant in its own slot, back to back: an overlap or a gap is a table not its own
+    for off, size in sorted(k for k in slots if k[1]):
+        i = slots[(off, size)]
+        if off != end:
+            what = (
+                f"overlaps the slot of constant {rows[before].name!r} (row {before}), which ends at {end}"
+                if off < end
+                else f"leaves bytes [{end}, {off}) to no constant"
+            )
+            raise ProgramError(
+                f"constant {rows[i].name!r} at [{off}, {off + size}) {what}: AOTInductor lays a blob's constants "
+                "out back to back",
+                path=table.where,
+                field=f"{prefix}[{i}].offset" if rows[i].offset is not None else f"{prefix}[{i}]",
+            )
+        end, before = off + aligned_slot_bytes(size, all_cuda=all_cuda), i
+    if end != blob.size:
+        raise ProgramError(
+            f"the constant table lays out {end} bytes, the weights blob has {blob.size}: the table is not this .so's",
+            path=table.where,
+            field=prefix,
+        )
+    constants = []
+    for off, _, need, i in laid:
+        r = rows[i]
         constants.append(
             ConstantSpec(
                 name=r.name,
                 fqn=r.fqn,
                 kind=ConstantKind(r.kind),
-                mutated=bool(r.mutated),
+                mutated=r.mutated,
                 dtype=r.dtype,
-                shape=shape,
-                strides=strides,
+                shape=tuple(r.shape),
+                strides=tuple(r.strides),
                 storage_offset=r.storage_offset,
                 nbytes=need,
                 offset=blob.offset + off,
@@ -183,11 +256,5 @@ def blob_constants(
                 file=blob.file,
                 so_key=payload.so_keys[0],
             )
-        )
-    if at != blob.size:
-        raise ProgramError(
-            f"the constant table lays out {at} bytes, the weights blob has {blob.size}: the table is not this .so's",
-            path=files[blob.file].path,
-            field=f"named_data[{payload.weights_key!r}]",
         )
     return constants, blob.file, blob, blob.size
