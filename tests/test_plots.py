@@ -839,3 +839,17 @@ def test_a_long_plotly_matrix_is_a_row_per_name_grouped_and_a_click_names_its_co
     assert heat.meta["names"][1][j] == d[d["method"] == "decode"]["name"].tolist()[j]
     assert "\u2717 decode (wrong)" in fig.layout.xaxis.ticktext[1]
     assert fig.layout.width <= MAX_PLOTLY_WIDTH
+
+
+def test_names_that_differ_only_in_hidden_characters_are_drawn_apart():
+    """A zero-width space, a bidi control or a line break in a name is drawn as an escape, in the static
+    and the interactive figures alike, so two constants that look the same are told apart."""
+    from toolkit.plots.figure import plain_text
+    from toolkit.plots.interactive import plotly_text
+
+    for hidden in ("\u200b", "\u202e", "\n", "\x1b"):
+        name = f"layer{hidden}.weight"
+        for draw in (plain_text, plotly_text):
+            assert draw(name) != draw("layer.weight"), (draw.__name__, repr(hidden))
+            assert hidden not in draw(name), (draw.__name__, repr(hidden))
+    assert plain_text("layer.weight") == "layer.weight" and plotly_text("layer.weight") == "layer.weight"

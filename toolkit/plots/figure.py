@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from toolkit.display.cells import cell_text, format_bytes
+from toolkit.display.cells import cell_text, format_bytes, one_line
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -18,9 +18,10 @@ if TYPE_CHECKING:
 
 
 def plain_text(text: Any) -> str:
-    """``text`` as matplotlib should draw it literally: every ``$`` escaped, so a name
-    like ``$x^2$`` is neither parsed as mathtext (an error for invalid TeX) nor typeset."""
-    return cell_text(text).replace("$", "\\$")
+    """``text`` as matplotlib should draw it literally, on one line: hidden characters and line breaks
+    escaped (:func:`~toolkit.display.cells.one_line`, so two names that differ only in them are drawn
+    apart), and every ``$`` escaped, so a name like ``$x^2$`` is neither parsed as mathtext nor typeset."""
+    return one_line(cell_text(text)).replace("$", "\\$")
 
 
 def figure_and_axes(ax: "Axes | None", figsize: tuple[float, float]) -> tuple["Figure", "Axes"]:

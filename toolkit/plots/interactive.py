@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from toolkit.display.cells import cell_text
+from toolkit.display.cells import cell_text, one_line
 from toolkit.display.palette import CELL_EDGE, CULPRIT_FACE, DECISION_COLOURS, DIVIDER, INK, PAPER, WRONG_MARK
 from toolkit.plots.figure import short_key
 from toolkit.plots.groups import GROUP_COLUMNS, layer_groups, long_rows
@@ -40,7 +40,7 @@ def plotly_text(text: Any) -> str:
     """``text`` as plotly should draw it literally: ``&``, ``<`` and ``>`` as entities (plotly
     reads a subset of HTML in labels and hover text), and a leading ``$`` kept from being
     typeset as LaTeX (plotly typesets a label that begins and ends with ``$``)."""
-    out = html.escape(cell_text(text), quote=False)
+    out = html.escape(one_line(cell_text(text)), quote=False)  # hidden characters shown, as plain_text does
     return "\u200b" + out if out.startswith("$") else out
 
 
