@@ -36,6 +36,7 @@ from toolkit.core.model import (
     required_nbytes,
 )
 from toolkit.core.vocab import ConstantKind
+from toolkit.display.cells import one_line
 from toolkit.integrity import file_record, hash_threads
 from toolkit.runtimes.aoti import parse_device
 from toolkit.runtimes.aoti_container import AotiContainer, dtype_name, read_compiled
@@ -457,7 +458,7 @@ def build_program(
         specs = []
         bar = progress_bar(items, enabled=progress, desc="building", unit="method")
         for i, (mname, (module, args)) in enumerate(bar):
-            bar.set_description(f"compiling {mname}")
+            bar.set_description(f"compiling {one_line(mname)}")
             if on_method:
                 on_method(mname, i, len(items))
             mdir = stage / "methods" / mname

@@ -27,6 +27,7 @@ from toolkit.core.options import LoadOptions
 from toolkit.core.policies import ExportRefusal, MethodView, Outcome, Plan, Policy
 from toolkit.core.verdict import ConstantFinding
 from toolkit.core.vocab import Decision, Members, MethodStatus, SessionStatus, Stage, TensorOrigin
+from toolkit.display.cells import one_line
 from toolkit.engine import frames as tables
 from toolkit.engine import recording
 from toolkit.engine.checks import check_against_compiled, guard_slots
@@ -215,7 +216,7 @@ class ProgramLoad:
                     self._fail_check(specs, e)
                     return self
             for spec in specs:
-                bar.set_postfix_str(spec.name)
+                bar.set_postfix_str(one_line(spec.name))  # a name cannot rewrite the terminal
                 self._progress_at[2] = spec.name
                 self._advance(0)
                 try:
