@@ -5,23 +5,67 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from toolkit.cli.terminal import say
 from toolkit.core.errors import ToolkitError
 
 
+def _package_name(path: Path) -> str | None:
+    """The dotted name of a .py file inside a package folder (one holding ``__init__.py``, up to the
+    first folder that holds none), None for a file outside any package."""
+    if not path.stem.isidentifier():
+        return None
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts) if len(parts) > 1 else None
+
+
+def _import_from_package(path: Path, dotted: str):
+    """``path`` imported as ``dotted``, a module of its package (so its relative imports work), with the
+    package's parent folder on sys.path for the import only."""
+    top = str(path.parents[dotted.count(".")])
+    sys.path.insert(0, top)
+    try:
+        mod = importlib.import_module(dotted)
+    finally:
+        sys.path.remove(top)
+    if Path(mod.__file__ or "").resolve() != path:
+        raise ToolkitError(
+            f"{path}: its package's name {dotted!r} is taken by another module ({mod.__file__}); "
+            "run from another folder or rename the package"
+        )
+    return mod
+
+
 def load_source_module(source: str):
+    """A program's source, defining ``methods()``: a sample name, a .py file (one in a package folder
+    imported as a module of that package), or an importable module."""
+    from toolkit.build.samples import sample_module, sample_names
+
     path = Path(source)
-    if path.suffix == ".py":
+    if path.suffix != ".py" and source in sample_names():
+        mod = sample_module(source)
+    elif path.suffix == ".py":
         if not path.is_file():
             raise ToolkitError(f"{path}: no such file")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        mod = importlib.util.module_from_spec(spec)
+        path = path.resolve()
+        dotted = _package_name(path)
         try:
-            spec.loader.exec_module(mod)
+            if dotted is not None:
+                mod = _import_from_package(path, dotted)
+            else:
+                spec = importlib.util.spec_from_file_location(path.stem, path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+        except ToolkitError:
+            raise
         except Exception as e:  # the user's file: say which and why, in one line
-            raise ToolkitError(f"{path}: running it failed: {type(e).__name__}: {e}") from None
+            raise ToolkitError(f"{source}: running it failed: {type(e).__name__}: {e}") from None
     else:
         try:
             mod = importlib.import_module(source)

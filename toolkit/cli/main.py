@@ -23,10 +23,38 @@ import os
 import sys
 
 from toolkit.cli import commands
-from toolkit.cli.terminal import EXIT_INTERRUPTED, printable_line
+from toolkit.cli.terminal import EXIT_INTERRUPTED, EXIT_STDOUT_CLOSED, printable_line
 from toolkit.core.errors import ToolkitError
 from toolkit.core.verdict import EXIT_CODE_TABLE
 from toolkit.core.vocab import ExitCode, Oracle
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, and each option's default after its help, where it has one to show
+    (not an unset option's None nor an on/off switch's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+DEVICE_HELP = (
+    "cpu, cuda or cuda:N (cuda: the current CUDA device); default: the device the program was built for "
+    "(a sample name is built for cpu unless --device names cuda)"
+)
+
+
+def _stdout_closed() -> int:
+    """stdout was closed before the output ended (``constshare ... | head -1``): stop quietly.  stdout
+    then points at the null device, so the interpreter's flush at exit does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout: nothing left to flush there
+        pass
+    return EXIT_STDOUT_CLOSED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,13 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="constshare",
         description=__doc__ + EXIT_CODE_TABLE + f"\n  {EXIT_INTERRUPTED}  "
-        "interrupted (Ctrl-C); scan writes what it scanned before",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "interrupted (Ctrl-C); scan writes what it scanned before"
+        f"\n  {EXIT_STDOUT_CLOSED}  stdout closed before the output ended (| head): output cut short, no verdict",
+        formatter_class=HelpFormatter,
     )
     sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="export and compile a program")
-    b.add_argument("source")
-    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    b = sub.add_parser("build", help="export and compile a program", formatter_class=HelpFormatter)
+    b.add_argument("source", help="a sample name (see samples), a .py file, or an importable module")
+    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the device to compile for")
     b.add_argument("--out")
     b.add_argument("--rebuild", action="store_true", help="ignore a cached sample build")
     b.set_defaults(fn=commands.cmd_build)
@@ -68,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def load_args(parser: argparse.ArgumentParser, csv_help: str, dry_help: str) -> None:
         """What report and compare both take: the program, a device, the CSV, a dry run, references."""
-        parser.add_argument("--device")
+        parser.add_argument("--device", help=DEVICE_HELP)
         parser.add_argument("--csv", help=csv_help)
         parser.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
         follow_links_arg(parser)
@@ -87,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
             "1 or 2: its constant table, JSON (default: constant_table.json beside the .pte)",
         )
 
-    r = sub.add_parser("report", help="load under one policy: decision table and verification")
+    r = sub.add_parser(
+        "report", help="load under one policy: decision table and verification", formatter_class=HelpFormatter
+    )
     r.add_argument("program")
-    r.add_argument("--policy", default="fingerprint", choices=POLICIES)
+    r.add_argument("--policy", default="fingerprint", choices=POLICIES, help="the constant-sharing policy")
     load_args(
         r,
         "write the collision report CSV here",
@@ -103,32 +134,45 @@ def main(argv: list[str] | None = None) -> int:
         "on generated inputs (auto); references only; the unshared load for every method; "
         "the unshared load on generated inputs only",
     )
-    r.add_argument("--draws", type=int, default=3, help="random input draws of a generated-input check (default 3)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    r.add_argument("--draws", type=int, default=3, help="random input draws of a generated-input check")
+    r.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     r.set_defaults(fn=commands.cmd_report)
-    c = sub.add_parser("compare", help="load under every policy and tabulate")
+    c = sub.add_parser("compare", help="load under every policy and tabulate", formatter_class=HelpFormatter)
     c.add_argument("program")
     c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
     load_args(
         c, "write the comparison CSV here", "predict every policy's outcome and memory from the metadata alone (no GPU)"
     )
     c.set_defaults(fn=commands.cmd_compare)
-    sc = sub.add_parser("scan", help="dry-run every program under a folder; exit 1 if any would run on wrong data")
+    sc = sub.add_parser(
+        "scan",
+        help="dry-run every program under a folder; exit 1 if any would run on wrong data",
+        formatter_class=HelpFormatter,
+    )
     sc.add_argument("folder")
     sc.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
     sc.add_argument("--csv", help="one row per program, policy and method")
     sc.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
     follow_links_arg(sc)
     report_args(sc)
-    sc.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
+    sc.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the CPUs, %(default)s here)"
+    )
     sc.set_defaults(fn=commands.cmd_scan)
-    s = sub.add_parser("samples", help="list the sample programs")
+    s = sub.add_parser("samples", help="list the sample programs", formatter_class=HelpFormatter)
     s.set_defaults(fn=commands.cmd_samples)
-    a = p.parse_args(argv)
+    try:
+        a = p.parse_args(argv)
+    except BrokenPipeError:  # --help into a closed pipe
+        return _stdout_closed()
     # An output path that cannot be checked or written raises OutputError (a ToolkitError) from
     # toolkit.reports.output, so it ends here in one line with exit 2, not in a traceback with exit 1.
     try:
-        return a.fn(a)
+        code = a.fn(a)
+        sys.stdout.flush()  # a closed stdout shows here, not in the interpreter's flush at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except (ToolkitError, ValueError) as e:
         print(f"constshare: error: {printable_line(e)}", file=sys.stderr)
         return int(ExitCode.USAGE)

@@ -21,6 +21,9 @@ import pandas as pd
 from toolkit.display.cells import escape_text, lookalikes, one_line
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command a Ctrl-C stopped
+# 141, as a shell reports a command SIGPIPE stopped: stdout closed early (``| head``), output cut short.
+# Not 0 (the verdict was never printed in full) and not 1 (which says "wrong data").
+EXIT_STDOUT_CLOSED = 128 + 13  # signal.SIGPIPE, which Windows lacks
 
 
 def printable(text: object) -> str:

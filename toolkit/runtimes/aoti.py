@@ -304,7 +304,7 @@ class AotiRuntime:
         if device.type == "cuda" and not torch.cuda.is_available():
             raise IncompatibleProgramError(
                 f"program was built for {program.device!r} but torch sees no CUDA device here: load it on a "
-                "machine with one, or dry-run it (toolkit.dry_run)",
+                "machine with one, or predict its load without one: pass --dry-run, or call toolkit.dry_run(...)",
                 path=program.root,
                 field="device",
             )
