@@ -10,6 +10,7 @@ file name that is not UTF-8 is kept as Python decodes it (lone surrogates); ever
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -38,8 +39,8 @@ class Scan:
     def interrupted(self) -> bool:
         return self.scanned < len(self.paths)
 
-    @property
-    def frame(self) -> pd.DataFrame:
+    @functools.cached_property
+    def frame(self) -> pd.DataFrame:  # built once: the CLI reads it, the failing rows and the exit code
         return pd.DataFrame(self.rows, columns=SCAN_COLUMNS)
 
     def label(self, path: str) -> str:
@@ -55,7 +56,7 @@ class Scan:
         """Label -> error of each program that could not be read."""
         return {self.label(r["path"]): r["error"] for r in self.rows if r["outcome"] == UNREADABLE}
 
-    @property
+    @functools.cached_property
     def failing(self) -> pd.DataFrame:
         """The rows that fail the gate: a method that would run wrong, not run or not load, or an unreadable file."""
         frame = self.frame
