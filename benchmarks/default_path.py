@@ -202,6 +202,7 @@ def child(args) -> None:
         "error": s.error,
         "bytes": uploaded,
         "loader_load_seconds": getattr(s, "load_seconds", None),
+        "claim_seconds": getattr(s, "claim_seconds", None),  # checking the constant digests shares rest on
         "toolkit": toolkit.__file__,
         "timeline": timeline(s.log),
     }
@@ -367,6 +368,7 @@ def main(argv=None):
                     "bytes": got["bytes"],
                     "GBps": got["bytes"] / got["seconds"] / 1e9,
                     "loader_load_seconds": got["loader_load_seconds"],
+                    "claim_seconds": got.get("claim_seconds"),
                     "toolkit": str(Path(got["toolkit"]).parent),
                     "policy": POLICY,
                     "hidden": hidden,
@@ -378,7 +380,12 @@ def main(argv=None):
             # bytes and rate on every line: a run stopped by its time limit still says what it measured
             print(
                 f"run {run} {setting:>24}: {got['seconds']:.3f}s, {got['bytes'] / 1e9:.3f} GB, "
-                f"{got['bytes'] / got['seconds'] / 1e9:.2f} GB/s",
+                f"{got['bytes'] / got['seconds'] / 1e9:.2f} GB/s"
+                + (
+                    f", digest claims {got['claim_seconds'] * 1e3:.2f} ms"
+                    if got.get("claim_seconds") is not None
+                    else ""
+                ),
                 flush=True,
             )
     df = pd.DataFrame(rows)

@@ -12,6 +12,11 @@ on-disk constants format (``binary_blob``, ``pickle_weights``):
 For CUDA (:func:`cuda_packages`, on a GPU machine) the archives hold two models, ``prefill``
 and ``decode``, compiled for ``cuda``.
 
+:func:`adapter_packages`: two models whose adapters share FQNs with other data, on integer
+token ids (both formats): ``chat`` (``adapter(embed(tokens))``, ``tokens`` of a dynamic length
+in [3, 64], exported at length 8) and ``code`` (its own adapter under the same FQNs, static
+tokens and a float scale); ``embed`` is one shared ``Embedding``.
+
 The cache key covers this file's source, the device and torch's version; the cache lives under
 the one build cache's ``programs/`` (:func:`toolkit.build.samples.cache_root`).
 """
@@ -29,6 +34,8 @@ from pathlib import Path
 FORMATS = ("binary_blob", "pickle_weights")
 MODELS = ("prefill", "decode", "prefill_again")
 CUDA_MODELS = ("prefill", "decode")
+ADAPTER_MODELS = ("chat", "code")
+CHAT_MIN_LENGTH = 3  # the smallest token count chat's dynamic dimension allows
 
 
 def _modules(device: str = "cpu"):
@@ -143,6 +150,102 @@ def packages(device: str = "cpu") -> dict[str, Path]:
         shutil.rmtree(part, ignore_errors=True)
         part.mkdir(parents=True)
         _build(part, device)
+        shutil.rmtree(out, ignore_errors=True)
+        part.rename(out)
+    return paths
+
+
+def _adapter_modules():
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    embed = torch.nn.Embedding(32, 16)
+    with torch.no_grad():
+        embed.weight.copy_(torch.randn(32, 16, generator=g))
+
+    def adapter():
+        lin = torch.nn.Linear(16, 16)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(16, 16, generator=g))
+            lin.bias.copy_(torch.randn(16, generator=g))
+        return lin
+
+    class Chat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.adapter = embed, adapter()
+
+        def forward(self, tokens):
+            return self.adapter(self.embed(tokens))
+
+    class Code(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.adapter = embed, adapter()
+
+        def forward(self, tokens, scale):
+            return torch.tanh(self.adapter(self.embed(tokens))) * scale
+
+    length = torch.export.Dim("length", min=CHAT_MIN_LENGTH, max=64)
+    return {
+        "chat": (Chat(), (torch.randint(0, 32, (8,), generator=g),), {"tokens": {0: length}}),
+        "code": (Code(), (torch.randint(0, 32, (4,), generator=g), torch.randn(4, 1, generator=g)), None),
+    }
+
+
+def adapter_modules():
+    """model -> (module, example args) of :func:`adapter_packages` (chat's args at its export length)."""
+    return {n: (m, args) for n, (m, args, _) in _adapter_modules().items()}
+
+
+def _package(path: Path, models: dict, tmp: Path, fmt: str) -> None:
+    """Compile each (module, args, dynamic shapes) with AOTInductor on CPU and package them at ``path``."""
+    import torch
+    from torch._inductor.package import package_aoti
+
+    files = {}
+    for name, (module, args, dynamic) in models.items():
+        ep = torch.export.export(module, args, dynamic_shapes=dynamic)
+        got = torch._inductor.aot_compile(
+            ep.module(),
+            args,
+            options={
+                "aot_inductor.package": True,
+                "aot_inductor.package_constants_in_so": False,
+                "aot_inductor.package_constants_on_disk_format": fmt,
+            },
+        )
+        keep = tmp / fmt / name  # copied at once: the compile cache's paths are shared between graphs
+        keep.mkdir(parents=True)
+        files[name] = [str(shutil.copy(f, keep / os.path.basename(f))) if isinstance(f, str) else f for f in got]
+    package_aoti(str(path), files)
+
+
+@functools.lru_cache(maxsize=None)
+def adapter_packages() -> dict[str, Path]:
+    """format -> the two-model (chat, code) CPU .pt2 (built on first use, then read from the cache)."""
+    import torch
+
+    h = hashlib.sha256(
+        inspect.getsource(_adapter_modules).encode() + inspect.getsource(_package).encode() + torch.__version__.encode()
+    ).hexdigest()[:12]
+    from toolkit.build.samples import cache_root
+
+    root = cache_root()
+    out = root / f"pt2-adapters-{h}"
+    paths = {fmt: out / f"{fmt}.pt2" for fmt in FORMATS}
+    if not all(p.is_file() for p in paths.values()):
+        part = root / f".pt2-adapters-{h}.partial-{os.getpid()}"
+        shutil.rmtree(part, ignore_errors=True)
+        part.mkdir(parents=True)
+        compiler = "/usr/bin/g++"
+        if Path(compiler).exists():
+            torch._inductor.config.cpp.cxx = (None, compiler)
+        try:
+            for fmt in FORMATS:
+                _package(part / f"{fmt}.pt2", _adapter_modules(), part / "build", fmt)
+        finally:
+            shutil.rmtree(part / "build", ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
         part.rename(out)
     return paths

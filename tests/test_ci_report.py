@@ -110,6 +110,12 @@ def test_scan_junit_has_a_case_per_program_and_method_and_names_the_culprit(zoo,
                     assert c.name in failure.get("message")
                     culprits_named += 1
     assert culprits_named, "the culprit program has a culprit under name-only"
+    # what each verdict could not check: a skipped case of its own, with the reason and how to check it
+    for (label, policy), v in expected.items():
+        for n in v.not_checked:
+            if n.gap.value != "no reference":
+                case = cases.pop((f"{label} under {policy}", f"not checked: {n.subject}"))
+                assert n.reason in case.find("skipped").get("message")
     # the program that cannot be read: one error case, not a failure of any method
     ((key, case),) = cases.items()
     assert key == ("broken.pte", "open") and case.find("error").get("type") == "unreadable"
@@ -127,23 +133,23 @@ def test_an_unreadable_program_fails_the_gate_without_running_on_wrong_data(scan
 def test_scan_prints_one_compact_row_per_program(zoo, capsys):
     rc = main(["scan", str(zoo), "--jobs", "1"])
     out = capsys.readouterr().out
-    table = out.split("\n(one row per program")[0].splitlines()
+    assert max(map(len, out.splitlines())) <= 100, max(out.splitlines(), key=len)
+    table = out.split("\nprograms:\n")[1].split("\n\n")[0].splitlines()
     assert len(table) == 1 + 3  # a header and one row per program, for 3 programs x 9 policies x 2 methods
-    assert max(map(len, table)) <= 180, max(map(len, table))
     rows = {line.split()[0]: line for line in table[1:]}
-    assert set(rows) == {"broken.pte", "gen1/prog.pte", "identical/prog.pte"}
-    assert rows["broken.pte"].split()[1] == "unreadable" and rows["gen1/prog.pte"].split()[1] == "wrong"
-    assert rows["identical/prog.pte"].split()[1] == "ok"
-    assert "pass --csv FILE or --html FILE" in out and rc == 1
+    assert set(rows) == {"broken.pte", "gen1", "identical"}  # a generic file name gives way to its folder's
+    assert rows["broken.pte"].split()[1] == "unreadable" and rows["gen1"].split()[1] == "wrong"
+    assert rows["identical"].split()[1] == "ok"
+    assert "every row: --csv FILE" in out and rc == 1
 
 
-def test_the_html_report_is_self_contained_and_puts_summary_and_alerts_first(scanned):
+def test_the_html_report_is_self_contained_and_puts_the_verdict_and_findings_first(scanned):
     _rc, files = scanned
     text = files["html"].read_text()
     assert "<script" not in text and "<link" not in text and "@import" not in text
     assert not [u for u in ('src="http', 'href="http', "url(http") if u in text]
-    at = [text.index(f'id="{s}"') for s in ("summary", "alerts", "culprits")]
-    assert at == sorted(at) and at[-1] < text.index("Programs: the worst outcome") < text.index("Methods: the outcome")
+    at = [text.index(f'id="{s}"') for s in ("verdict", "summary", "findings", "not-checked", "policies")]
+    assert at == sorted(at) and at[-1] < text.index("Methods: the outcome") < text.index("Programs: the worst outcome")
     assert "_tensor_constant0" in text[at[2] : text.index("</section>", at[2])]  # the culprit, in its section
 
 
@@ -156,7 +162,9 @@ def test_report_writes_html_with_the_plot_and_junit_for_one_load(tmp_path, capsy
     assert rc == int(v.exit_code) == 1
     root = ET.parse(xml).getroot()
     check_junit_shape(root)
-    assert [c.get("name") for c in root.iter("testcase")] == [m.method for m in v.methods]
+    assert [c.get("name") for c in root.iter("testcase")] == [m.method for m in v.methods] + [
+        f"not checked: {n.subject}" for n in v.not_checked if n.gap.value != "no reference"
+    ]
     text = html.read_text()
     assert text.count("<svg") >= 1 and "Decisions" in text
     # the output file is checked before any work, as --csv is
@@ -202,9 +210,9 @@ def test_the_html_report_shows_the_culprit_in_chromium_offline(scanned):
             requests: list[str] = []
             page.on("request", lambda r: requests.append(r.url))
             page.goto(files["html"].as_uri())
-            culprits = page.locator("#culprits")
-            assert culprits.is_visible() and "_tensor_constant0" in culprits.inner_text()
-            boxes = [page.locator(f"#{s}").bounding_box()["y"] for s in ("summary", "alerts", "culprits")]
+            findings = page.locator("#findings")
+            assert findings.is_visible() and "_tensor_constant0" in findings.inner_text()
+            boxes = [page.locator(f"#{s}").bounding_box()["y"] for s in ("verdict", "summary", "findings")]
             assert boxes == sorted(boxes)
             assert "wrong" in page.locator("#summary").inner_text()
             assert [u for u in requests if not u.startswith("file:")] == []  # nothing fetched
@@ -234,4 +242,5 @@ def test_report_of_a_real_load_names_the_culprit_in_junit_and_html(built_sample,
     for m in v.wrong_methods:
         assert all(c.name in failures[m].get("message") for c in v.findings(m))
     text = html.read_text()
-    assert text.index('id="culprits"') < text.index("Verification") < text.index("Decisions") and "<svg" in text
+    assert text.index('id="findings"') > text.index("Verification") and "<svg" in text
+    assert text.index('id="policies"') < text.index("Decisions")  # the decisions: in the collapsed detail

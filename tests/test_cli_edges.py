@@ -132,7 +132,7 @@ def test_ctrl_c_during_scan_stops_at_once_and_writes_what_finished(tmp_path):
     )
     try:
         first = p.stderr.readline()
-        assert first.startswith("scanned 1/16: "), first
+        assert first.startswith("constshare: scanned 1 of 16 programs"), first
         t = time.monotonic()
         os.killpg(p.pid, signal.SIGINT)
         out, err = p.communicate(timeout=60)
@@ -202,7 +202,7 @@ def test_a_full_load_says_once_that_it_runs_native_code(fresh_notice, capsys):
     the load, once per process (the fixture's CUDA program then fails to load on a CPU, or loads)."""
     main(["report", str(PTE), "--policy", "fingerprint"])
     err = capsys.readouterr().err
-    assert f"constshare: loading 'prog' from {PTE.parent.resolve()} runs the native code compiled into it" in err
+    assert f"constshare: loading 'shared_ok' from {PTE.parent.resolve()} runs the native code compiled into it" in err
     main(["compare", str(PTE), "--policies", "fingerprint"])
     assert "runs the native code" not in capsys.readouterr().err
     main(["report", str(PTE), "--dry-run"])

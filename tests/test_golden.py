@@ -141,3 +141,20 @@ def test_readme_main_job(all_samples, tmp_path):
     csv = tmp_path / "compare.csv"
     text = _cli(["compare", "total_collision", "--csv", str(csv)], root, tmp_path)
     _check("readme-main-job", text + _masked(csv.read_text(encoding="utf-8"), root, tmp_path))
+
+
+@pytest.mark.slow
+def test_cli_real_exports(tmp_path):
+    """report (default policy: what the ExecuTorch reading the file runs) and compare, dry runs, of every
+    real export; the default output fits 100 columns and opens with the answer."""
+    from executorch_fixtures import unpacked
+
+    for root in (unpacked("1.5.1"), unpacked("1.2.0"), unpacked("1.5.1", "families")):
+        parts = []
+        for pte in sorted(root.glob("*/prog.pte")):
+            for args in (["report", str(pte), "--dry-run"], ["compare", str(pte), "--dry-run"]):
+                text = _cli(args, root, tmp_path)
+                lines = text.splitlines()
+                assert max(map(len, lines[1:]), default=0) <= 100, (args, max(lines[1:], key=len))
+                parts.append(text)
+        _check(f"real-{root.name}", "\n".join(parts))

@@ -97,14 +97,14 @@ def test_every_surface_tells_the_same_verdict(sample, built_sample, tmp_path, ca
         v = s.verdict()
         assert cli_main(["report", root, "--policy", policy]) == v.exit_code, policy
         out = capsys.readouterr().out
-        assert out.rstrip().splitlines()[-1 if not v.no_reference else -2] == v.headline()
+        assert out.replace("\n    ", " ").splitlines()[0] == v.headline()  # the answer first
     for policy, s in predicted.sessions.items():
         v = s.verdict()
         assert cli_main(["report", root, "--policy", policy, "--dry-run"]) == v.exit_code, policy
         out = capsys.readouterr().out
-        assert out.rstrip().splitlines()[-1] == v.headline()
+        assert out.replace("\n    ", " ").splitlines()[0] == v.headline()
         for m in v.not_runnable:
-            assert f"{policy}: {m} not runnable" in out
+            assert f"; {m} not runnable" in out
     assert (
         cli_main(["compare", root]) == real.exit_code == ExitCode.worst(v.exit_code for v in real.verdicts().values())
     )

@@ -87,7 +87,7 @@ def test_report_help_shows_the_defaults(monkeypatch, capsys):
     blocks = _option_help(capsys.readouterr().out)
     for option in ("--device", "--draws", "--seed", "--oracle", "--policy"):
         assert "default" in blocks.get(option, ""), (option, blocks.get(option))
-    assert "(default: 3)" in blocks["--draws"] and "(default: fingerprint)" in blocks["--policy"]
+    assert "(default: 3)" in blocks["--draws"] and "otherwise fingerprint" in blocks["--policy"]
     assert "cuda:N" in blocks["--device"]
     assert "(default: None)" not in str(blocks) and "(default: False)" not in str(blocks)
 

@@ -767,15 +767,17 @@ def test_fqn_weight_cache_per_device_and_other_views():
     other = replace(w, digest=const("x", data="other").digest)  # the export check spans devices
     plan, out = run("fqn-weight-cache", view(other, device=("cuda", 1)), FakeCache(_keyed(w, device=("cuda", 0))))
     assert out.stage is Stage.EXPORT and out.failure.startswith("Duplicate key cuda_fqn_weight:cuda:w with")
-    # the same bytes viewed otherwise: its own upload here (upstream: a second view of the storage)
+    # the same bytes viewed otherwise: a view of the cached storage, nothing uploaded
     t = replace(w, strides=(1, 4))
     plan, out = run("fqn-weight-cache", view(t), FakeCache(_keyed(w)))
     d = by_name(out)["w"]
-    assert d.decision is Decision.DECLINED and d.origin is TensorOrigin.OWN_UPLOAD and not d.enters_cache
-    # two slots of one key in one method: the second gets its own upload, the cache one entry
+    assert (d.decision, d.reason_code, d.origin) == (Decision.SHARED, Reason.VIEW_OF_STORAGE, TensorOrigin.CACHE)
+    assert d.view_of == "cuda_fqn_weight:cpu:w" and not d.enters_cache
+    # two slots of one key in one method: one storage, the cache one entry
     w_again = replace(w, name="w_0")
     plan, out = run("fqn-weight-cache", view(w, w_again, name="prefill"), FakeCache())
-    assert [d.decision for d in out.decisions] == [Decision.LOADED, Decision.PRIVATE]
+    assert [d.decision for d in out.decisions] == [Decision.LOADED, Decision.SHARED]
+    assert out.decisions[1].reason_code is Reason.SAME_KEY_IN_METHOD and out.decisions[1].shared_from.name == "w"
     assert [d.enters_cache for d in out.decisions] == [True, False]
 
 

@@ -1,10 +1,12 @@
 """References the user supplies to ``verify()`` (issue 10 item 2), and real loads of torch
 ``.pt2`` packages under every policy compared with the dry run (item 5).
 
-A ``.pt2`` carries no eager reference: without ``references=`` every method is "no reference"
-(not run, ``ok`` missing: neither ok nor wrong) in the verification, the comparison row, the
-CSV and the CLI's exit code.  With references (a mapping, a safetensors file per method, or
-the original modules and inputs) the methods run and are judged; references that do not fit
+A ``.pt2`` carries no eager reference: checked against references only (``oracle="reference"``)
+every method is "no reference" (not run, ``ok`` missing: neither ok nor wrong) in the
+verification, the comparison row, the CSV and the CLI's exit code; by default the differential
+oracle checks it on inputs its generated source declares (``test_pt2_inputs.py``).  With
+references (a mapping, a safetensors file per method, or the original modules and inputs) the
+methods run and are judged; references that do not fit
 are refused with a ToolkitError naming the method and field.  The CPU tests use the CPU
 packages of ``pt2_packages.py`` and our program directories; the GPU test builds a two-model
 CUDA ``.pt2`` (``pytest -m gpu``).
@@ -60,12 +62,12 @@ def eager_refs(refs):
 def test_without_references_a_pt2_method_is_neither_ok_nor_wrong(pt2, tmp_path):
     s = toolkit.load_program(pt2["binary_blob"], "fingerprint")
     try:
-        v = s.verify()
+        v = s.verify(oracle="reference")
         assert str(v["ok"].dtype) == "boolean"
         assert v["ok"].isna().all() and not v["ran"].any()
         assert all(r.startswith(NO_REFERENCE) for r in v["reason"])
-        row = compare_policies(pt2["binary_blob"], ["fingerprint"]).frame.iloc[0]
-        assert row["wrong_methods"] == [] and row["no_reference"] == ["prefill", "decode", "prefill_again"]
+        row = compare_policies(pt2["binary_blob"], ["fingerprint"]).frame.iloc[0]  # the differential oracle
+        assert row["wrong_methods"] == [] and row["no_reference"] == []
         with_refs = compare_policies(pt2["binary_blob"], ["fingerprint", "name-only"], references=modules()).frame
         assert list(with_refs["no_reference"]) == [[], []]
         assert list(with_refs["wrong_methods"]) == [[], ["decode", "prefill_again"]]
@@ -82,8 +84,9 @@ def test_without_references_a_pt2_method_is_neither_ok_nor_wrong(pt2, tmp_path):
 
 
 def test_the_cli_does_not_call_an_unverified_load_a_pass(pt2, tmp_path, capsys):
-    assert main(["report", str(pt2["binary_blob"]), "--policy", "fingerprint"]) == ExitCode.NOT_VERIFIED
-    assert "not verified (no reference): prefill, decode, prefill_again" in capsys.readouterr().out
+    unverified = ["report", str(pt2["binary_blob"]), "--policy", "fingerprint", "--oracle", "reference"]
+    assert main(unverified) == ExitCode.NOT_VERIFIED
+    assert ": no reference: prefill, decode, prefill_again; not checked: " in capsys.readouterr().out
     files = []
     for name, (m, args) in modules().items():
         with torch.no_grad():
@@ -156,10 +159,11 @@ def test_references_in_every_form_agree(pt2, refs, eager_refs, tmp_path):
         for f in frames[1:]:
             assert f.equals(frames[0])
         assert frames[0]["ok"].tolist() == [True, False, False]
-        # one method given, the others have none: judged where there is a reference only
+        # one method given, the others have none: judged against it where given, else the differential oracle
         part = s.verify(references={"decode": eager_refs["decode"]}).set_index("method")
         assert part.loc["decode", "ok"] is not pd.NA and not bool(part.loc["decode", "ok"])
-        assert part.loc[["prefill", "prefill_again"], "ok"].isna().all()
+        others = part.loc[["prefill", "prefill_again"]]
+        assert set(others["oracle"]) == {"unshared load, generated inputs"} and others["ok"].tolist() == [True, False]
         # a reference that is right for the method gives ok (its own outputs)
         mine = {"prefill": {"inputs": eager_refs["prefill"]["inputs"], "outputs": eager_refs["prefill"]["outputs"]}}
         assert bool(s.verify(references=mine).set_index("method").loc["prefill", "ok"])
@@ -233,7 +237,7 @@ def test_references_that_do_not_fit_are_refused_naming_method_and_field(pt2, eag
         _refused(s, {"prefill": (lambda t: t.undefined(), (x,))}, "references[prefill]", "running the module")
         _refused(s, {"prefill": (torch.nn.Identity(), [x])}, "references[prefill].inputs", "must be a tuple")
         # nothing was verified by a refused call: the session still answers its own verification
-        assert s.verify()["ok"].isna().all()
+        assert set(s.verify()["oracle"]) == {"unshared load, generated inputs"}
     finally:
         s.close()
     with pytest.raises(toolkit.LoadError, match="closed"):
@@ -341,13 +345,13 @@ def test_a_cuda_pt2_loads_and_verifies_under_every_policy_as_the_dry_run_predict
 
 
 def test_an_isolated_load_carries_no_reference_and_the_export_stage(pt2, built_sample):
-    """In a worker process too: a .pt2's methods are "no reference" (NA survives the trip), and
+    """In a worker process too: a .pt2's methods are checked against the differential oracle, and
     a program 1.5.x refuses fails at stage "export" with nothing loaded."""
     iso = toolkit.load_isolated(pt2["binary_blob"], "fingerprint")
     assert iso.status == "loaded", iso.worker_log
-    assert iso.verification["ok"].isna().all() and not iso.verification["ran"].any()
-    assert iso.verdict.no_reference == ["prefill", "decode", "prefill_again"] and not iso.verdict.wrong_methods
-    assert "no reference: prefill, decode, prefill_again" in iso.summary() and "wrong" not in iso.summary()
+    assert iso.verification["ok"].all() and iso.verification["ran"].all()
+    assert set(iso.verification["oracle"]) == {"unshared load, generated inputs"}
+    assert iso.verdict.no_reference == [] and not iso.verdict.wrong_methods and "wrong" not in iso.summary()
     refused = toolkit.load_isolated(built_sample("total_collision"), "fqn-weight-cache")
     assert (refused.status, refused.failed_stage, refused.failed_method) == ("failed", "export", "decode")
     assert refused.error.startswith("Duplicate key cuda_fqn_weight:cpu:")

@@ -62,7 +62,9 @@ def sha(b: bytes) -> str:
 def test_every_fixture_opens_into_a_complete_model(folder):
     p = open_fixture(folder)
     root = FIXTURES / folder
-    assert p.format is ProgramFormat.PTE and p.root == root and p.device == "cuda" and p.name == "prog"
+    assert (
+        p.format is ProgramFormat.PTE and p.root == root and p.device == "cuda" and p.name == root.name
+    )  # prog.pte: named by its folder
     assert p.method_names == ["decode", "prefill"]  # the .pte's execution plans, in its order
     # a FileRecord of every file, computed from its bytes
     for rel, rec in p.files.items():
@@ -240,7 +242,7 @@ def test_open_program_dispatch(tmp_path):
     with pytest.raises(
         ProgramError,
         match=r"option datas= is not one executorch-pte takes \(it takes data, "
-        r"constant_table, reader\); it belongs to no format",
+        r"constant_table, so_table, reader\); it belongs to no format",
     ):
         open_program(folder / "prog.pte", datas=folder / "aoti_cuda_blob.ptd")
     # the same .ptd given twice: its keys clash

@@ -12,10 +12,10 @@ import json
 import zipfile
 
 import pytest
-from pt2_packages import MODELS, eager_tensors, packages
+from pt2_packages import MODELS, eager_tensors, modules, packages
 
 from toolkit.core.errors import ProgramError
-from toolkit.core.model import PerConstantStorages, required_nbytes
+from toolkit.core.model import InputSpec, PerConstantStorages, required_nbytes
 from toolkit.core.policies import POLICIES
 from toolkit.core.vocab import ConstantKind, ProgramFormat
 from toolkit.sources import open_program, read_program_model
@@ -52,6 +52,9 @@ def test_a_package_opens_into_a_complete_model(pt2, fmt):
         assert so == so_members[m.name] and loc.so.key == so_names[m.name]  # the member's name in the zip
         assert {c.so_key for c in m.constants} == {sha(so) + "_so_blob"}  # the key ExecuTorch would give it
         assert (m.num_inputs, m.num_outputs, m.reference_file) == (1, 1, "")
+        # each input as the generated wrapper's check_input_N checks it: the eager example's dtype and sizes
+        x = modules()[m.name][1][0]
+        assert loc.inputs == (InputSpec(str(x.dtype).removeprefix("torch."), tuple(x.shape)),)
         assert [c.fqn for c in m.constants] == ["lin.weight", "lin.bias", "buf", "_tensor_constant0"]
         assert [c.name for c in m.constants] == ["lin_weight", "lin_bias", "buf", "_tensor_constant0"]
         assert [c.kind for c in m.constants] == [

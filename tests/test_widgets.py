@@ -693,7 +693,7 @@ def test_dry_run_of_a_sample_predicts_the_culprit(built_sample, tmp_path, no_rea
     )
     assert st.load() is True, st.error
     assert no_real_load == ["dry run"]
-    assert st.is_dry_run and st.outcome == "wrong" and "(predicted): wrong; wrong: decode" in st.message
+    assert st.is_dry_run and st.outcome == "wrong" and "(predicted): wrong: decode" in st.message
     d = st.session.decisions.set_index(["method", "name"])["decision"].astype(str)
     assert d.loc[("decode", "_tensor_constant0")] == "shared"
     assert st.selected == ("decode", "_tensor_constant0")  # the predicted culprit is preselected

@@ -1,11 +1,11 @@
-"""The README's table of real exported programs under every policy, from the H200 runs' CSVs.
+"""The table of real exported programs (docs/real-exports.md) under every policy, from the H200 runs' CSVs.
 
     python3 benchmarks/reports/real_exports_table.py        # prints the markdown table
 
 One row per exported program, one column per policy; a cell is what loading it on the H200
 measured (``benchmarks/executorch_programs.py``): ``ok``, the methods that ran wrong alone,
 ``seq wrong`` (a sequence with state carried went wrong), ``failed`` or ``refused`` (at export).
-``tests/test_real_exports.py`` checks that README.md holds exactly this table.
+``tests/test_real_exports.py`` checks that docs/real-exports.md holds exactly this table.
 """
 
 from __future__ import annotations

@@ -78,12 +78,23 @@ def load_source_module(source: str):
     return mod
 
 
-def program_from(ref: str, device: str | None, constant_table: str | None = None):
+def program_from(ref: str, device: str | None, constant_table: str | None = None, *, real_load: bool = False):
+    """The program ``ref`` names; for a real load (``real_load``) a generation-1/2 ``.pte`` on a CUDA device
+    has its constant tables read from (or checked against) its ``.so`` files, after the native-code notice."""
     from toolkit.build.samples import build_sample, sample_names
     from toolkit.sources import open_program
 
     if Path(ref).exists():  # a program directory, or a file of another format (.pte, .pt2)
-        return open_program(ref, **({"constant_table": constant_table} if constant_table else {}))
+        options = {"constant_table": constant_table} if constant_table else {}
+        if real_load:
+            from types import SimpleNamespace
+
+            from toolkit.cli.terminal import say_native_code
+            from toolkit.workflows.constant_tables import open_for_load
+
+            named = SimpleNamespace(name=Path(ref).stem, root=Path(ref).resolve().parent)
+            return open_for_load(ref, device, notice=lambda: say_native_code(named), **options)
+        return open_program(ref, **options)
     if ref in sample_names():
         kind = "cuda" if device and device.startswith("cuda") else "cpu"
         return build_sample(ref, device=kind, progress=True)

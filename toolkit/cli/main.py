@@ -1,11 +1,14 @@
 """Load multi-method AOTInductor programs with cross-method constant sharing, and check every method.
 
-  constshare build   SOURCE [--device cpu|cuda] [--out DIR]
-  constshare report  PROGRAM [--policy P] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
-                     [--reference M=FILE ...] [--constant-table FILE]
-  constshare compare PROGRAM [--policies P,P,...] [--device D] [--csv FILE] [--html FILE] [--junit FILE] [--dry-run]
-                     [--reference M=FILE ...] [--constant-table FILE]
-  constshare scan    FOLDER [--policies P,P,...] [--csv FILE] [--html FILE] [--junit FILE] [--jobs N]
+  constshare report   PROGRAM [--policy P | --executorch V] [--dry-run] [--device D] [--tables]
+                      [--csv FILE] [--html FILE] [--junit FILE] [--reference M=FILE ...] [--constant-table FILE]
+  constshare compare  PROGRAM [--policies P,P,... | --executorch V] [--dry-run] [--device D] [--tables]
+                      [--csv FILE] [--html FILE] [--junit FILE] [--reference M=FILE ...] [--constant-table FILE]
+  constshare scan     FOLDER [--policies P,P,... | --executorch V] [--csv FILE] [--html FILE] [--junit FILE]
+                      [--jobs N] [--tables]
+  constshare build    SOURCE [--device cpu|cuda] [--out DIR]
+  constshare table    PTE [--device cuda:N] [--force]
+  constshare policies
   constshare samples
 
 SOURCE is a sample name (see samples) or a Python file or module defining methods() as the
@@ -95,6 +98,18 @@ def main(argv: list[str] | None = None) -> int:
             help="write JUnit XML: a test case per program and method, a wrong one a failure naming its culprit",
         )
 
+    def executorch_arg(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--executorch",
+            metavar="VERSION",
+            help="answer for what this ExecuTorch release runs (e.g. 1.5.1, 1.4); see `constshare policies`",
+        )
+
+    def tables_arg(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--tables", "--verbose", action="store_true", help="also print the full tables after the findings"
+        )
+
     def load_args(parser: argparse.ArgumentParser, csv_help: str, dry_help: str) -> None:
         """What report and compare both take: the program, a device, the CSV, a dry run, references."""
         parser.add_argument("--device", help=DEVICE_HELP)
@@ -109,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             help="a method's reference (safetensors: input.N, output.N); repeat per method",
         )
         report_args(parser)
+        tables_arg(parser)
         parser.add_argument(
             "--constant-table",
             metavar="FILE",
@@ -120,7 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         "report", help="load under one policy: decision table and verification", formatter_class=HelpFormatter
     )
     r.add_argument("program")
-    r.add_argument("--policy", default="fingerprint", choices=POLICIES, help="the constant-sharing policy")
+    r.add_argument(
+        "--policy",
+        choices=POLICIES,
+        help="the constant-sharing policy (default: for a .pte, what the ExecuTorch releases that read its payload "
+        "run with sharing on; otherwise fingerprint); see `constshare policies`",
+    )
+    executorch_arg(r)
     load_args(
         r,
         "write the collision report CSV here",
@@ -139,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(fn=commands.cmd_report)
     c = sub.add_parser("compare", help="load under every policy and tabulate", formatter_class=HelpFormatter)
     c.add_argument("program")
-    c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
+    c.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES) + " (default: all)")
+    executorch_arg(c)
     load_args(
         c, "write the comparison CSV here", "predict every policy's outcome and memory from the metadata alone (no GPU)"
     )
@@ -150,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=HelpFormatter,
     )
     sc.add_argument("folder")
-    sc.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES))
+    sc.add_argument("--policies", help="comma-separated subset of " + ", ".join(POLICIES) + " (default: all)")
+    executorch_arg(sc)
+    tables_arg(sc)
     sc.add_argument("--csv", help="one row per program, policy and method")
     sc.add_argument("--force", action="store_true", help="overwrite an existing --csv, --html or --junit file")
     follow_links_arg(sc)
@@ -159,6 +184,21 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the CPUs, %(default)s here)"
     )
     sc.set_defaults(fn=commands.cmd_scan)
+    t = sub.add_parser(
+        "table",
+        help="read a generation-1/2 .pte's constant tables from its .so files (CUDA) into constant_table.json",
+        formatter_class=HelpFormatter,
+    )
+    t.add_argument("pte", help="an ExecuTorch .pte whose payload keeps its constant table only in the .so")
+    t.add_argument("--device", help="the CUDA device to read on (cuda or cuda:N; default cuda)")
+    t.add_argument("--force", action="store_true", help="replace an existing constant_table.json")
+    t.set_defaults(fn=commands.cmd_table)
+    pol = sub.add_parser(
+        "policies",
+        help="list the policies with the ExecuTorch releases and settings that run them",
+        formatter_class=HelpFormatter,
+    )
+    pol.set_defaults(fn=commands.cmd_policies)
     s = sub.add_parser("samples", help="list the sample programs", formatter_class=HelpFormatter)
     s.set_defaults(fn=commands.cmd_samples)
     try:

@@ -60,6 +60,11 @@ class UnknownPolicyError(InvalidChoiceError):
     """A policy name that is not one of :data:`toolkit.core.policies.POLICIES` (the message names them)."""
 
 
+class UnknownExecuTorchVersionError(InvalidChoiceError):
+    """An ExecuTorch version that is not one of :data:`toolkit.core.policies.releases.RELEASES` (the message
+    names the known versions)."""
+
+
 class ReportError(ToolkitError, ValueError):
     """A CSV is not a collision report :func:`toolkit.reports.collision.read_report` can read (also a ValueError)."""
 

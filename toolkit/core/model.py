@@ -181,6 +181,14 @@ class ConstantSpec:
     # (a shared weight, or shared state such as a KV cache); "" when unknown (a lifted
     # constant, whose attribute name AOTInductor drops, or a file that does not say).
     storage: str = ""
+    # bytes of the whole storage its view is taken of, where the format records one (a 1.5.x manifest's
+    # storage_nbytes); 0: the bytes the slot reads (``nbytes``)
+    storage_nbytes: int = 0
+
+    @property
+    def storage_bytes(self) -> int:
+        """Bytes of the storage its view is taken of: what a runtime that uploads whole storages copies."""
+        return self.storage_nbytes or self.nbytes
 
     def meta(self, device_type: str, device_index: int) -> TensorMeta:
         try:
@@ -230,6 +238,15 @@ class PackedLocation(Location):
 
     so: Region
     weights: Region | PerConstantStorages
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input tensor a method takes, as its program declares it (the oracle draws inputs of it)."""
+
+    dtype: str  # torch's name ("float32"), or what the file says where torch has no such dtype
+    shape: tuple[int, ...]
+    dynamic: tuple[int, ...] = ()  # the dimensions the program leaves open, each at the smallest size it allows
 
 
 @dataclass(frozen=True)
@@ -319,6 +336,9 @@ class Program:
     # whether ``mutated`` says which constants a method writes (our builder records it; a .pte or
     # .pt2 does not): when False, resetting state rewrites every constant from its file
     records_mutation: bool = True
+    # where the constant tables of a .pte's generation-1/2 methods came from (a table file, one given, or each
+    # method's .so); "" where none was needed.  How it was opened, not what it is: not compared
+    table_origin: str = field(default="", compare=False)
 
     def sequence(self, name: str) -> SequenceSpec:
         for q in self.sequences:
@@ -374,6 +394,8 @@ class Program:
             lines.append(f"  ... and {len(self.methods) - 8} more methods (program.methods)")
         if self.sequences:
             lines.append("  sequences: " + ", ".join(q.name for q in self.sequences))
+        if self.table_origin:
+            lines.append(f"  {self.table_origin}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

@@ -3,7 +3,7 @@ the one place the toolkit reads its environment variables (``load_program`` call
 
 Each option is described once, in :data:`OPTIONS`: its field, its environment variable, how the
 variable's text is read, its default and one line of help.  The environment reader, its docstring
-and the README's table (:func:`options_markdown`) are all made from that table.
+and the user guide's table (:func:`options_markdown`, docs/user-guide.md) are all made from that table.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def integrity_from_flags(
 @dataclass(frozen=True)
 class LoadOptions:
     """How a load moves and checks bytes; ``LoadOptions()`` is the default load.  Each field is
-    described in :data:`OPTIONS` (the README's table of options).
+    described in :data:`OPTIONS` (the table of options in docs/user-guide.md).
 
     ``check_integrity``, ``hash_all``, ``integrity_copy`` and ``integrity_staging`` are accepted as
     keyword arguments (also by :func:`dataclasses.replace`): booleans that set ``integrity``
@@ -90,7 +90,8 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "constshare"
 
 def cache_folder(options: LoadOptions | None = None, part: str = "programs") -> Path:
     """The one build cache (``options.cache_dir``, default: ``CONSTSHARE_CACHE``, else
-    ``~/.cache/constshare``): built samples in its ``programs/``, extracted ``.so`` files in ``so/``."""
+    ``~/.cache/constshare``): built samples in its ``programs/``.  A ``.so`` extracted from a ``.pte`` or ``.pt2``
+    is never written there: it lives in a sealed in-memory file (:func:`~toolkit.integrity.copy_region`)."""
     options = options_from_environment() if options is None else options
     return Path(options.cache_dir or DEFAULT_CACHE_DIR) / part
 
@@ -199,8 +200,9 @@ OPTIONS: tuple[Option, ...] = (
         Path,
         "a folder",
         "`~/.cache/constshare`",
-        "the one build cache the CLI, the tests and the notebooks use: built samples in its `programs/`, `.so` "
-        "files extracted from a `.pte` or `.pt2` in its `so/` (`cache_folder()`)",
+        "the one build cache the CLI, the tests and the notebooks use: built samples in its `programs/` "
+        "(`cache_folder()`); a `.so` extracted from a `.pte` or `.pt2` is never written to disk (a sealed "
+        "in-memory file)",
     ),
 )
 
@@ -241,7 +243,7 @@ options_from_environment.__doc__ = (
 
 
 def options_markdown() -> str:
-    """The README's table of options, made from :data:`OPTIONS` and :data:`ALIASES`."""
+    """The user guide's table of options (docs/user-guide.md), made from :data:`OPTIONS` and :data:`ALIASES`."""
     rows = ["| `LoadOptions` field | environment variable | default | what it sets |", "| --- | --- | --- | --- |"]
     rows += [f"| `{o.field}` | `{o.variable}` | {o.default} | {o.help} |" for o in OPTIONS]
     aliases = "; ".join(f"`{a.field}` ({f'`{a.variable}`, ' if a.variable else ''}{a.help})" for a in ALIASES)

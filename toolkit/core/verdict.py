@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from toolkit.core.vocab import (
     BlameStatus,
+    BlindSpot,
     CheckedAgainst,
     DataProblem,
     Decision,
@@ -135,6 +136,16 @@ class SequenceVerdict:
 
 
 @dataclass(frozen=True)
+class NotChecked:
+    """One thing a verdict could not see, why, and how to check it: shown beside every "ok"."""
+
+    subject: str  # what it concerns: a method, a sequence, or the constants named in ``reason``
+    gap: BlindSpot
+    reason: str  # one sentence: what was not checked and why
+    how: str = ""  # how to check it (a real load, a sequence, a reference)
+
+
+@dataclass(frozen=True)
 class Verdict:
     """One load's (or one dry run's) answer; ``predicted``: a dry run, nothing ran."""
 
@@ -146,6 +157,7 @@ class Verdict:
     sequences: tuple[SequenceVerdict, ...] = ()
     error: str = ""
     failed_stage: Stage | None = None
+    not_checked: tuple[NotChecked, ...] = ()
 
     def _with(self, *outcomes: MethodOutcome) -> list[str]:
         return [m.method for m in self.methods if m.outcome in outcomes]
@@ -199,25 +211,39 @@ class Verdict:
             else (ExitCode.NOT_VERIFIED if o is MethodOutcome.NO_REFERENCE else ExitCode.PROBLEM)
         )
 
+    def gaps(self, method: str | None = None) -> str:
+        """What was not checked, one cell of text: every gap, or those that concern ``method`` and the
+        whole program ("" when nothing was left unchecked)."""
+        return "; ".join(
+            f"{n.gap.value} ({n.subject}): {n.reason}"
+            for n in self.not_checked
+            if method is None or n.subject in (method, "sequences")
+        )
+
     def headline(self, name: str | None = None) -> str:
-        """One line: the outcome and the methods behind it; the program called ``name`` when given
-        (what a view calls it: a ``.pte``'s programs are all named "prog"), else by its own name."""
-        parts = [
-            f"{name or self.program!r} under {self.policy!r}{' (predicted)' if self.predicted else ''}: "
-            f"{self.outcome.value}"
-        ]
+        """One line: the outcome and what is behind it (the methods of that outcome named once, then the
+        others, the culprits, what was not checked); the program called ``name`` when given (what a
+        view calls it), else by its own name."""
+        head = f"{name or self.program!r} under {self.policy!r}{' (predicted)' if self.predicted else ''}: "
+        parts = [head + self.outcome.value]
         if self.error:
             parts.append(f"{self.failed_stage.value if self.failed_stage else 'load'} failed: {self.error}")
         for label, names in (
             ("wrong", self.wrong_methods),
             ("not runnable", self.not_runnable),
-            ("wrong sequences", self.wrong_sequences),
+            ("sequences wrong", self.wrong_sequences),
             ("no reference", self.no_reference),
         ):
-            if names:
+            if not names:
+                continue
+            if label == self.outcome.value and len(parts) == 1:
+                parts[0] += f": {', '.join(names)}"  # "wrong: prefill", not "wrong; wrong: prefill"
+            else:
                 parts.append(f"{label}: {', '.join(names)}")
         if self.culprits:
             parts.append("culprits: " + ", ".join(f"{c.method}/{c.name}" for c in self.culprits))
+        if self.not_checked:
+            parts.append("not checked: " + ", ".join(dict.fromkeys(g.gap.value for g in self.not_checked)))
         return "; ".join(parts)
 
 
@@ -365,6 +391,7 @@ def build_verdict(
     error: str = "",
     failed_stage: Stage | None = None,
     oracle: str = CheckedAgainst.EAGER,
+    not_checked: Sequence[NotChecked] = (),
 ) -> Verdict:
     """The verdict of one load from its facts.  ``checks``: the standalone verification (None: not
     verified, or a dry run); ``sequences``: each verified sequence's steps; ``blame``: every
@@ -398,16 +425,28 @@ def build_verdict(
                     explained,
                 )
             )
+    sequence_verdicts = tuple(_sequence_verdict(n, s, oracle) for n, s in (sequences or {}).items())
     return Verdict(
         program,
         policy,
         predicted,
         tuple(verdicts.values()),
         tuple(found),
-        tuple(_sequence_verdict(n, s, oracle) for n, s in (sequences or {}).items()),
+        sequence_verdicts,
         error,
         failed_stage,
+        (*not_checked, *_unreferenced(verdicts.values(), sequence_verdicts)),
     )
+
+
+def _unreferenced(methods: Iterable[MethodVerdict], sequences: Iterable[SequenceVerdict]) -> list[NotChecked]:
+    """A blind spot for each method or sequence that had nothing to be compared against."""
+    how = "pass --reference (a file of reference outputs), or --oracle generated to compare with an unshared load"
+    return [
+        NotChecked(getattr(v, "method", None) or v.sequence, BlindSpot.NO_REFERENCE, v.reason or "no reference", how)
+        for v in [*methods, *sequences]
+        if v.outcome is MethodOutcome.NO_REFERENCE
+    ]
 
 
 def verdict_from_dict(d: Mapping) -> Verdict:
@@ -455,4 +494,5 @@ def verdict_from_dict(d: Mapping) -> Verdict:
         ),
         d["error"],
         stage(d["failed_stage"]),
+        tuple(NotChecked(n["subject"], BlindSpot(n["gap"]), n["reason"], n["how"]) for n in d.get("not_checked", ())),
     )

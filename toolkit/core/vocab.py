@@ -126,6 +126,7 @@ class Reason(enum.StrEnum):
     NOT_IN_FIRST_METHOD = "not_in_first_method"  # blind-share: only the first method's constants are shared
     STORAGE_KEY_HIT = "storage_key_hit"  # fqn-weight-cache: the storage key is cached for this device
     SAME_KEY_IN_METHOD = "same_key_in_method"  # another slot of this method has its FQN (or storage key)
+    VIEW_OF_STORAGE = "view_of_storage"  # fqn-weight-cache: its own sizes/strides/offset on a storage cached by key
     BLOB_SKIPPED = "blob_skipped"  # the all-hit branch skips the blob: a slot nothing points at stays empty
     EXPORT_REFUSED = "export_refused"  # fqn-weight-cache: the exporter refuses the program
 
@@ -281,6 +282,14 @@ class Oracle(enum.StrEnum):
     REFERENCE = "reference"  # references only
     UNSHARED = "unshared"  # its own unshared load for every method, on the reference's inputs where there is one
     GENERATED = "generated"  # its own unshared load on generated inputs only
+
+
+class BlindSpot(enum.StrEnum):
+    """What a verdict could not check (one ``Verdict.not_checked`` entry): an "ok" never hides one."""
+
+    STATE = "sequence state"  # nothing says which shared constants a method writes, or no sequence ran
+    NO_REFERENCE = "no reference"  # a method or sequence had nothing to be compared against
+    ORACLE = "oracle blind spot"  # what the differential oracle's state model cannot tell from the file
 
 
 class CheckedAgainst(enum.StrEnum):

@@ -131,11 +131,12 @@ def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
     decision inside a collapsed, scrolling box."""
     d, counts, loaded = _session_facts(session)
     program = session.program
-    ok = cell_text(session.status) == "loaded"
-    status = (
-        f'<span style="color: {OK_MARK if ok else WRONG_MARK}; font-weight: bold">'
-        f"{escaped(cell_text(session.status))}</span>"
-    )
+    verdict = session.known_verdict() if hasattr(session, "known_verdict") else None
+    loaded_ok = cell_text(session.status) == "loaded"
+    # green only for what is known good: a loaded session whose verdict is ok (or not yet verified: no colour)
+    colour = WRONG_MARK if not loaded_ok else (None if verdict is None else _verdict_mark(verdict))
+    shown = cell_text(session.status) + (f"; {verdict.outcome.value}" if verdict is not None and loaded_ok else "")
+    status = f'<span style="color: {colour}; font-weight: bold">{escaped(shown)}</span>' if colour else escaped(shown)
     parts = [
         f"<p><b>{escaped(program.name)}</b> ({len(program.methods)} methods, {escaped(program.device)}) "
         f"under policy <b>{escaped(session.policy.name.value)}</b>: {status}</p>"
@@ -209,3 +210,11 @@ def session_html(session: Any, *, max_rows: int = DEFAULT_MAX_ROWS) -> str:
             f'<div style="max-height: 32em; overflow: auto">{every}</div></details>'
         )
     return f'<div class="constshare-session">{"".join(parts)}</div>'
+
+
+def _verdict_mark(verdict: Any) -> str | None:
+    """The status's colour from the verdict: green ok, red wrong or failed, none for not verified."""
+    outcome = verdict.outcome.value
+    if outcome == "ok":
+        return OK_MARK
+    return None if outcome == "no reference" else WRONG_MARK

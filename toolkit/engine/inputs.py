@@ -2,11 +2,13 @@
 
 For a method with no reference the differential oracle (:func:`toolkit.engine.verification.verify_session`)
 needs inputs: a ``.pte``'s execution plan declares each input tensor (scalar type, sizes: a
-dynamic dimension at the size the plan was exported with); our program directories store
-every method's reference inputs, whose dtypes and shapes are used.  Integer inputs (token
-ids, positions) are drawn from a small range that fits the program: ``[0, n)`` with ``n`` the
-smaller of :data:`SMALL_INT_RANGE` and the rows of the method's smallest 2-D constant (the
-embedding a gather reads has at least that many rows).
+dynamic dimension at the size the plan was exported with); a ``.pt2``'s generated wrapper
+source checks each input's dtype and sizes (read with its program model,
+:func:`toolkit.sources.pt2.wrapper_inputs`: a dynamic dimension at the smallest size the checks
+allow); our program directories store every method's reference inputs, whose dtypes and shapes
+are used.  Integer inputs (token ids, positions) are drawn from a small range that fits the
+program: ``[0, n)`` with ``n`` the smaller of :data:`SMALL_INT_RANGE` and the rows of the
+method's smallest 2-D constant (the embedding a gather reads has at least that many rows).
 
 What is read is what the load verified: the reference file and the ``.pte`` come from their
 verified copies (:func:`toolkit.integrity.verified_files`), so a file changed since the load is
@@ -20,15 +22,15 @@ from __future__ import annotations
 
 import mmap
 import warnings
-from dataclasses import dataclass
 
 import torch
 
 from toolkit.core.errors import ProgramError, ToolkitError
-from toolkit.core.model import SCALAR_TYPES, MethodSpec, PackedLocation, Program
+from toolkit.core.model import SCALAR_TYPES, InputSpec, MethodSpec, PackedLocation, Program
 from toolkit.core.vocab import ProgramFormat
 from toolkit.integrity import VerifiedCopy, verified_files
 from toolkit.sources.binary import Bytes, MappedFile, root
+from toolkit.sources.pt2 import Pt2Location
 
 SMALL_INT_RANGE = 4
 _TENSOR_TAG = 5  # KernelTypes union tag of Tensor (0 is NONE): schema/program.fbs
@@ -54,12 +56,6 @@ _ST_DTYPES = {
     "F8_E8M0": "float8_e8m0fnu",
     "F4": "float4_e2m1fn_x2",
 }
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    dtype: str  # torch's name ("float32"), or what the file says where torch has no such dtype
-    shape: tuple[int, ...]
 
 
 def _verified(program: Program, rel: str, check_integrity: bool) -> VerifiedCopy | None:
@@ -150,6 +146,8 @@ def input_specs(program: Program, spec: MethodSpec, *, check_integrity: bool = T
         return None
     if program.format is ProgramFormat.PTE and isinstance(spec.location, PackedLocation):
         return _pte_plan_inputs(program, spec.location.so.file, spec.name, check_integrity)
+    if isinstance(spec.location, Pt2Location):  # read with the model, from the bytes the file's record hashed
+        return None if spec.location.inputs is None else list(spec.location.inputs)
     if spec.reference_file:
         return _reference_inputs(program, spec, check_integrity)
     return None
@@ -207,8 +205,14 @@ def generate(
     bound, why = int_bound(spec)
     gen = torch.Generator().manual_seed(seed)
     sets = [[_draw(getattr(torch, s.dtype), s.shape, gen, bound) for s in specs] for _ in range(draws)]
-    source = "the .pte's execution plan" if program.format is ProgramFormat.PTE else "the program's reference inputs"
+    source = {
+        ProgramFormat.PTE: "the .pte's execution plan",
+        ProgramFormat.PT2: "the .pt2's generated wrapper source (check_input_N)",
+    }.get(program.format, "the program's reference inputs")
     shown = ", ".join(f"{s.dtype}{list(s.shape)}" for s in specs) or "no inputs"
+    dynamic = [f"input {i} dim {', '.join(map(str, s.dynamic))}" for i, s in enumerate(specs) if s.dynamic]
+    if dynamic:
+        source += f"; dynamic ({'; '.join(dynamic)}) at the smallest size the checks allow"
     ints = (
         f"; integers in [0, {bound}): {why}"
         if any(not (getattr(torch, s.dtype).is_floating_point or getattr(torch, s.dtype).is_complex) for s in specs)

@@ -34,15 +34,21 @@ from toolkit.engine.checks import check_against_compiled, guard_slots
 from toolkit.engine.devices import default_runtime
 from toolkit.engine.memory import MemoryGauge
 from toolkit.engine.resets import ResetCounts, StateResets
-from toolkit.integrity import check_claimed_sha256, check_files
+from toolkit.integrity import check_claimed_sha256, check_content_claims, check_files
 from toolkit.runtimes import Device, MethodRuntime, Runtime
-from toolkit.sources.directory import key_claims
+from toolkit.sources.directory import content_claims, key_claims
 
 # the members per-constant code reads, as plain attributes (vocab.Members says why)
 _Decision, _TensorOrigin = Members(Decision), Members(TensorOrigin)
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+def _refusal_pair(refusal: ExportRefusal) -> tuple[str, str, str, str]:
+    """The two constants an export refusal rests on (their digests differ), as :meth:`ProgramLoad.check_claims`
+    takes them."""
+    return refusal.method, refusal.constant.name, refusal.first.owner_method, refusal.first.name
 
 
 def _blobs_only(specs, options: LoadOptions) -> list[str]:
@@ -142,6 +148,7 @@ class ProgramLoad:
         self.failed_stage: Stage | None = None
         self._export_refusal: tuple[ExportRefusal | None] | None = None  # asked once per session
         self._keys_checked = False  # check_keys() passed
+        self.claim_seconds = 0.0  # spent in check_claims() (benchmarks/default_path.py shows it)
         self.load_seconds: float = 0.0
         self._frames: dict[str, tuple[int, Any]] = {}
         self._bar: Any = None  # load()'s progress bar, advanced by _advance()
@@ -197,6 +204,11 @@ class ProgramLoad:
                 return self
             refusal = self.export_refusal()
             if refusal is not None:  # no program was written: nothing is checked, opened or uploaded
+                try:  # but the refusal rests on two digests differing: the bytes must bear that out
+                    self.check_claims([_refusal_pair(refusal)])
+                except ToolkitError as e:
+                    self._fail_check(specs, e)
+                    return self
                 self._refuse_export(refusal)
                 return self
             if self.check_integrity:
@@ -259,6 +271,22 @@ class ProgramLoad:
         check_claimed_sha256(self.program.root, self.program.files, key_claims(self.program), self.options)
         self._keys_checked = True
 
+    def check_claims(self, pairs: list[tuple[str, str, str, str]]) -> None:
+        """Verify the constant digests a decision rests on, each pair (method, constant, method of the
+        cached or stored constant, its name), against the bytes: equal exactly when their digests are
+        (:func:`~toolkit.integrity.check_content_claims`, over :func:`~toolkit.sources.directory.content_claims`:
+        a program directory's digests are the manifest's claims).  A dry run verifies them too (from the
+        piece records, else reading the files); a load with ``integrity="off"`` trusts them."""
+        if self.runtime.can_run and not self.check_integrity:
+            return
+        claims = content_claims(self.program, pairs)
+        if claims:
+            t = time.perf_counter()
+            try:
+                check_content_claims(self.program.root, self.program.files, claims, self.options)
+            finally:
+                self.claim_seconds += time.perf_counter() - t
+
     def _fail(self, method: str, e: ToolkitError, stage: Stage = Stage.LOAD) -> None:
         self.status = self.load_outcome = SessionStatus.FAILED
         self.error, self.failed_method, self.exception, self.failed_stage = str(e), method, e, stage
@@ -308,6 +336,12 @@ class ProgramLoad:
             raise
         refusal = self.export_refusal()
         if refusal is not None:  # the program does not exist: no method of it can be loaded
+            try:
+                self.check_claims([_refusal_pair(refusal)])
+            except ToolkitError as e:
+                self.results[name].mark_failed(str(e))
+                self.log.record(ev.LoadFailed, name, error=str(e))
+                raise
             self.results[name].mark_failed(refusal.message)
             self.log.record(ev.LoadFailed, name, error=refusal.message)
             raise LoadError(refusal.message)
@@ -381,6 +415,14 @@ class ProgramLoad:
             new_meta = {n: self.runtime.facts(x)[0] for n, x in extracted.items()}
 
         outcome = self.policy.decide(plan, new_meta, self.cache)
+        # a share is taken, and judged, on two constants' digests: the bytes bear them out first
+        self.check_claims(
+            [
+                (m, d.constant.name, d.shared_from.owner_method, d.shared_from.name)
+                for d in outcome.decisions
+                if d.decision is _Decision.SHARED and d.shared_from is not None and not d.view_of
+            ]
+        )
         loaded.outcome = outcome
         recording.record_comparisons(self.log, m, outcome)
         if outcome.failure:
@@ -389,7 +431,15 @@ class ProgramLoad:
             raise LoadError(outcome.failure)
 
         # Upload exactly the constants this method needs on its own (memory-optimal policies).
-        self._upload_own(loaded, [d.constant for d in outcome.decisions if d.origin is _TensorOrigin.OWN_UPLOAD])
+        # (a slot shared from another slot's upload in this method is not uploaded again)
+        self._upload_own(
+            loaded,
+            [
+                d.uploaded
+                for d in outcome.decisions
+                if d.origin is _TensorOrigin.OWN_UPLOAD and d.decision is not _Decision.SHARED
+            ],
+        )
 
         runs: dict[str, Any] = {}  # the tensor each slot runs on (shared from this blob: another slot's)
         own_tensors, from_cache, uploaded, shared = (
@@ -400,13 +450,15 @@ class ProgramLoad:
         )
         for d in outcome.decisions:
             name, origin = d.constant.name, d.origin
-            runs[name] = (
+            given = (
                 d.shared_from.tensor
                 if origin is from_cache
-                else own_tensors[name]
+                else own_tensors[d.shared_from.name if d.decision is shared else name]
                 if origin is uploaded
                 else extracted.get(d.shared_from.name if d.decision is shared else name)
             )
+            # another view of the storage it was given: its own dtype, sizes, strides and offset on that storage
+            runs[name] = self.runtime.view(given, d.constant) if d.view_of else given
         # The out-of-bounds guard: AOTInductor checks nothing when a tensor is installed.
         install, problems, lines = guard_slots(self.log, m, outcome, runs, self.runtime.facts, device)
         if lines:
@@ -479,7 +531,7 @@ class ProgramLoad:
                         owner_method=m,
                         meta=self.runtime.facts(tensor)[0],
                         digest=d.constant.digest,
-                        nbytes=d.constant.nbytes,
+                        nbytes=d.uploaded.nbytes,
                         tensor=tensor,
                         keepalive=keep,
                         users={m},

@@ -159,7 +159,9 @@ def record_decisions(
                 slot_problem=sp,
                 cached_method=ref.owner_method,
                 cached_name=ref.name,
-                cached_digest=ref.digest,
+                # a view reads its own bytes of the storage its key names (one key, one content): the
+                # cached view's digest covers other bytes of that storage
+                cached_digest=c.digest if d.view_of else ref.digest,
                 cached_mutated=ref.mutated,
                 cached_storage=ref.storage,
             )

@@ -18,6 +18,7 @@ from toolkit.core.options import LoadOptions, options_from_environment
 from toolkit.core.policies import Policy, get_policy
 from toolkit.core.verdict import BlameRow, MethodFacts, Verdict, build_verdict
 from toolkit.core.vocab import DataProblem, Oracle, SessionStatus, parse
+from toolkit.engine.blind_spots import blind_spots
 from toolkit.engine.devices import default_runtime, resolve_devices
 from toolkit.engine.frames import check_rows
 from toolkit.engine.loader import ProgramLoad
@@ -141,6 +142,12 @@ class Session(ProgramLoad):
         return frame.copy()
 
     # ------------------------------------------------------------------ the verdict
+    def known_verdict(self) -> Verdict | None:
+        """The verdict where it needs nothing run (a dry run, or a load already verified); else None."""
+        if not self.runtime.can_run or None in self._verifications:
+            return self.verdict()
+        return None
+
     def verdict(self) -> Verdict:
         """What ran wrong, why, and which constant (:class:`toolkit.core.verdict.Verdict`).
 
@@ -193,6 +200,7 @@ class Session(ProgramLoad):
             blame=blamed,
             error=self.error or "",
             failed_stage=self.failed_stage,
+            not_checked=blind_spots(self.program, predicted=predicted, sequences=sequences),
         )
         self._verdict = (key, v)
         return v

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.policies.releases import executorch_releases
 from toolkit.core.vocab import MethodOutcome
 from toolkit.display.cells import cell_text, format_bytes
 from toolkit.display.findings import verification_html
@@ -160,6 +161,8 @@ class PanelsMixin:
         self.dry_banner.layout.display = None if s.banner else "none"
         self.summary.value = (
             box("constshare-verdict", v.headline(name=s.program_label))
+            + box("constshare-releases", f"{v.policy}: {executorch_releases(v.policy)}")
+            + box("constshare-not-checked", f"not checked: {v.gaps()}" if v.not_checked else "")
             + box("constshare-findings", findings_summary(v))
             + session_facts_html(s.session, predicted=v.predicted, name=s.program_label)
         )

@@ -5,6 +5,8 @@ None of them calls ``show()`` or saves a file, and none of them runs anything: w
 running (``session.verify()``, :func:`toolkit.compare_policies`) is passed in.  Text that comes
 from the program is drawn literally (:func:`~toolkit.plots.figure.plain_text`,
 :func:`~toolkit.plots.interactive.plotly_text`).  Colours come from :mod:`toolkit.display.palette`.
+An interactive (plotly) figure also carries a static PNG in its display data
+(:mod:`toolkit.plots.static`), so nbconvert, GitHub and a PDF export show it too.
 """
 
 from toolkit.plots.figure import figure_png, plain_text

@@ -3,7 +3,8 @@ and hovering a cell shows its decision and reason.
 
 Text that comes from the program is escaped for plotly (:func:`plotly_text`), which reads a subset
 of HTML in labels and hover text.  A notebook shows the figure through plotly's JupyterLab
-renderer; :func:`plotly_bundle` gives the display data the explorer puts in its Output widget.
+renderer, and every other reader the static image it carries (:mod:`toolkit.plots.static`);
+:func:`plotly_bundle` gives the display data the explorer puts in its Output widget.
 """
 
 from __future__ import annotations
@@ -111,15 +112,30 @@ def interactive_collision_matrix(
     shows its decision and reason** (with the content check, what it runs on and blame's verdict
     where known).
 
-    Returns a ``plotly.graph_objects.Figure``: a notebook shows it through plotly's JupyterLab
-    renderer (shipped in the plotly wheel, no server extension); :func:`plotly_bundle` gives
-    the display data the explorer puts in its Output widget.  For a PNG, use
-    :func:`~toolkit.plots.matrix.collision_matrix` (matplotlib).  Past
+    Returns a ``plotly.graph_objects.Figure``
+    (:class:`~toolkit.plots.static.InteractiveFigure`): a notebook shows it through plotly's
+    JupyterLab renderer (shipped in the plotly wheel, no server extension), and its display
+    data also carries the same cells as a PNG (:func:`~toolkit.plots.matrix.collision_matrix`,
+    drawn on first display), which nbconvert, GitHub and a PDF export show;
+    :func:`plotly_bundle` gives the display data the explorer puts in its Output widget.  Past
     :data:`~toolkit.plots.groups.GROUP_COLUMNS` names, the columns are grouped by layer
     (:func:`~toolkit.plots.groups.layer_groups`): the layer once, horizontally, under its columns,
     each column labelled by the rest of its name.
     """
     import plotly.graph_objects as go
+
+    from toolkit.plots.matrix import collision_matrix
+    from toolkit.plots.static import InteractiveFigure
+
+    def draw():  # the same cells with matplotlib: the static image every reader without plotly shows
+        return collision_matrix(
+            session_or_decisions,
+            verification=verification,
+            wrong_methods=wrong_methods,
+            only_colliding=only_colliding,
+            title=title,
+            name=name,
+        )
 
     view = collision_matrix_view(
         session_or_decisions,
@@ -131,7 +147,7 @@ def interactive_collision_matrix(
     grid = view.grid
     methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
     if len(keys) > LONG_MATRIX:  # a row per name, grouped, a column per method
-        return _long_interactive(view, title if title is not None else view.title)
+        return _long_interactive(view, title if title is not None else view.title, draw)
     grouped = layer_groups(keys) if len(keys) > GROUP_COLUMNS else None
     if grouped is not None:
         order, groups, leaves = grouped
@@ -169,7 +185,7 @@ def interactive_collision_matrix(
             hr.append(_cell_hover(m, k, view.rows.get((m, k)), bad, m in view.wrong))
         z.append(zr), text.append(tr), hover.append(hr)
     n = len(_CATEGORIES)
-    fig = go.Figure()
+    fig = InteractiveFigure(draw=draw)
     if n_cols:
         # meta: each cell's method and internal name (a click on a cell says which constant it is)
         names = [[cell_text((view.rows.get((m, k)) or {}).get("name")) for k in keys] for m in methods]
@@ -325,14 +341,16 @@ def _plotly_frame(title_text: str, width: int, height: int, margin: dict[str, in
     )
 
 
-def _long_interactive(view: MatrixView, title: str):
+def _long_interactive(view: MatrixView, title: str, draw):
     """The plotly matrix of more than :data:`~toolkit.plots.matrix_view.LONG_MATRIX` names, drawn readably: a
     row per name (y: the row's number, labelled by :func:`~toolkit.plots.groups.long_rows`: a bold header per
     layer group, then each name after its group), a column per method (labelled on top, a wrong one red and framed), the
     decision's letter in every cell, :data:`LONG_ROW_PX` per row; a header row is a gap (no hover,
     no click).  ``meta``: ``long`` True, ``rows`` each row's index into ``names``' columns (-1: a
-    header), ``methods`` and ``names`` as in the wide matrix."""
+    header), ``methods`` and ``names`` as in the wide matrix; ``draw`` makes its static image."""
     import plotly.graph_objects as go
+
+    from toolkit.plots.static import InteractiveFigure
 
     grid = view.grid
     methods, keys = [cell_text(m) for m in grid.index], [cell_text(k) for k in grid.columns]
@@ -361,7 +379,7 @@ def _long_interactive(view: MatrixView, title: str):
         for m in methods
     ]
     names = [[cell_text((view.rows.get((m, k)) or {}).get("name")) for k in keys] for m in methods]
-    fig = go.Figure(
+    fig = InteractiveFigure(
         go.Heatmap(
             z=z,
             x=methods,
@@ -386,7 +404,8 @@ def _long_interactive(view: MatrixView, title: str):
             hoverongaps=False,
             name="decisions",
             showlegend=False,
-        )
+        ),
+        draw=draw,
     )
     _plotly_legend(fig, used)
     for i, m in enumerate(methods):

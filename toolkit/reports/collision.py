@@ -22,6 +22,7 @@ import pandas as pd
 
 from toolkit.core.errors import ReportError
 from toolkit.core.model import shown
+from toolkit.core.policies.releases import executorch_releases
 from toolkit.core.vocab import DataProblem, MethodOutcome
 from toolkit.display.tables import html_table
 from toolkit.reports.tabular import (
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 REPORT_SCHEMA: dict[str, str] = {
     "program": "str",
     "policy": "str",
+    "executorch": "str",
     "load_order": "int",
     "method": "str",
     "name": "str",
@@ -74,6 +76,7 @@ REPORT_SCHEMA: dict[str, str] = {
     "max_abs_err": "float",
     "verify_reason": "str",
     "culprit": "str",
+    "not_checked": "str",
 }
 REPORT_COLUMNS: tuple[str, ...] = tuple(REPORT_SCHEMA)
 
@@ -93,6 +96,8 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
     decisions = session.decisions
     decided = {(r["method"], r["name"]): r for r in decisions.to_dict("records")}
     program, policy = session.program.name, session.policy.name.value
+    releases = executorch_releases(policy)
+    gaps: dict[str, str] = {}
     not_reached = (
         f"not decided: the load failed in method {session.failed_method!r}"
         if session.failed_method
@@ -105,11 +110,13 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
         ok = v.get("ok", pd.NA)  # missing (None / NA): nothing compared
         ok = pd.NA if ok is None or ok is pd.NA else ok
         err = v.get("max_abs_err", math.nan)
+        gaps.setdefault(spec.name, verdict.gaps(spec.name))
         for c in spec.constants:
             d = decided.get((spec.name, c.name))
             row: dict[str, Any] = {
                 "program": program,
                 "policy": policy,
+                "executorch": releases,
                 "load_order": order,
                 "method": spec.name,
                 "name": c.name,
@@ -127,6 +134,7 @@ def collision_report(session: "Session", verification: pd.DataFrame | None = Non
                 "verify_reason": text_of(v.get("reason", "")),
                 "method_outcome": outcomes.get(spec.name, ""),
                 "oracle": oracles.get(spec.name, ""),
+                "not_checked": gaps[spec.name],
             }
             if d is None:
                 row.update(

@@ -3,7 +3,8 @@
 A ``<testsuite>`` per program and policy, a ``<testcase>`` per method (``classname`` the program
 and policy); a method that runs wrong, is not runnable, failed or was refused is a ``<failure>``
 whose message names the constants it runs on other data for; a method without a reference is
-``<skipped>``; a program that cannot be read is an ``<error>``.
+``<skipped>``, and so is each thing the verdict could not check (a case named ``not checked: <subject>``,
+the reason and how to check it in its message); a program that cannot be read is an ``<error>``.
 
 Names, paths and errors may hold what XML 1.0 cannot (controls, U+FFFE, lone surrogates) or what
 nobody can see (a newline, a zero-width space): names are written as
@@ -18,7 +19,7 @@ from collections import Counter
 from typing import Mapping, Sequence
 
 from toolkit.core.verdict import BAD_OUTCOMES, Verdict
-from toolkit.core.vocab import UNREADABLE, MethodOutcome
+from toolkit.core.vocab import UNREADABLE, BlindSpot, MethodOutcome
 from toolkit.display.cells import escape_text, lookalikes, one_line
 from toolkit.reports.summary import failure_message, labelled
 
@@ -61,6 +62,14 @@ def junit_xml(
                 reason = f"no reference: {one_line(m.reason)}" if m.reason else "no reference"
                 ET.SubElement(case, "skipped", message=reason)
                 counts.update(skipped=1)
+        for n in v.not_checked:
+            if n.gap is BlindSpot.NO_REFERENCE:
+                continue  # the method's own case is skipped already, with this reason
+            case = ET.SubElement(suite, "testcase", name=f"not checked: {shown(n.subject)}", classname=suite_name)
+            ET.SubElement(
+                case, "skipped", message=one_line(f"{n.gap.value}: {n.reason}" + (f"; how: {n.how}" if n.how else ""))
+            )
+            counts.update(tests=1, skipped=1)
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
         totals.update(counts)

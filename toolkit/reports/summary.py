@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from toolkit.core.verdict import BAD_OUTCOMES, Verdict
-from toolkit.core.vocab import UNREADABLE, BlameStatus, MethodOutcome
+from toolkit.core.vocab import UNREADABLE, BlameStatus, MethodOutcome, Stage
 from toolkit.display.findings import findings_text
 
 # worst first: what one program's row in scan's summary shows as its outcome
@@ -144,3 +144,133 @@ def scan_summary(frame: pd.DataFrame, root: "str | Path | None" = None) -> pd.Da
             }
         )
     return pd.DataFrame(rows, columns=["path", "outcome", "failing methods", "policies failing", "first error"])
+
+
+def _releases(policy: str) -> str:
+    """The ExecuTorch releases that run ``policy`` ("" for a name the table does not know)."""
+    from toolkit.core.policies.releases import executorch_releases
+
+    try:
+        return executorch_releases(policy)
+    except (KeyError, ValueError):
+        return ""
+
+
+def not_checked_text(v: Verdict) -> str:
+    """The verdict's blind spots in one cell: each gap once, with what it concerns."""
+    gaps: dict[str, list[str]] = {}
+    for n in v.not_checked:
+        gaps.setdefault(n.gap.value, []).append(n.subject)
+    return "; ".join(f"{gap} ({', '.join(dict.fromkeys(subjects))})" for gap, subjects in gaps.items())
+
+
+FINDING_COLUMNS = [
+    "program",
+    "method",
+    "constant",
+    "fqn",
+    "problem",
+    "evidence",
+    "shared_from",
+    "blame",
+    "method_outcome",
+    "policies",
+]
+
+
+def findings_frame(verdicts: Sequence[Verdict], labels: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every finding once across policies: one row per program, method, constant and problem, with
+    the policies it holds under (in the order given).  A method that fails with no constant to name
+    (refused, failed, not reached, wrong by state) is a row of its own with the outcome as its problem."""
+    rows: dict[tuple, dict] = {}
+
+    def add(key: tuple, policy: str, row: dict) -> None:
+        found = rows.setdefault(key, {**row, "policies": []})
+        if policy not in found["policies"]:
+            found["policies"].append(policy)
+
+    for label, v in labelled(verdicts, labels):
+        named = set()
+        outcomes = {m.method: m.outcome.value for m in v.methods}
+        for c in _culprit_findings(v):
+            named.add(c.method)
+            problem = c.problem.value if c.problem else ""
+            add(
+                (label, c.method, c.name, problem),
+                v.policy,
+                {
+                    "program": label,
+                    "method": c.method,
+                    "constant": c.name,
+                    "fqn": c.fqn if c.fqn != c.name else "",
+                    "problem": problem,
+                    "evidence": c.evidence,
+                    "shared_from": c.shared_from,
+                    "blame": c.blame.value if c.blame is not BlameStatus.NOT_TESTED else "",
+                    "method_outcome": outcomes.get(c.method, ""),
+                },
+            )
+        if v.failed_stage is Stage.EXPORT:  # the exporter refuses the whole program: one finding, not one per method
+            add(
+                (label, "", "", MethodOutcome.REFUSED.value),
+                v.policy,
+                {
+                    "program": label,
+                    "method": "",
+                    "constant": "",
+                    "fqn": "",
+                    "problem": f"refused at {Stage.EXPORT.value}",
+                    "evidence": v.error,
+                    "shared_from": "",
+                    "blame": "",
+                    "method_outcome": "",
+                },
+            )
+            named.update(m.method for m in v.methods)
+        for m in [*v.methods, *v.sequences]:
+            name = getattr(m, "method", None) or m.sequence
+            if m.outcome is MethodOutcome.NOT_REACHED:
+                continue  # a consequence: the method that failed first is a finding of its own
+            if m.outcome in BAD_OUTCOMES and name not in named:
+                why = v.error if m.outcome is MethodOutcome.REFUSED and v.error else m.reason
+                add(
+                    (label, name, "", m.outcome.value),
+                    v.policy,
+                    {
+                        "program": label,
+                        "method": name,
+                        "constant": "",
+                        "fqn": "",
+                        "problem": m.outcome.value + (f" at {m.stage.value}" if getattr(m, "stage", None) else ""),
+                        "evidence": why,
+                        "shared_from": "",
+                        "blame": "",
+                    },
+                )
+    out = pd.DataFrame(list(rows.values()), columns=FINDING_COLUMNS)
+    out["policies"] = [", ".join(p) for p in out["policies"]]
+    return out
+
+
+POLICY_COLUMNS = ["program", "policy", "executorch", "outcome", "methods wrong", "not checked"]
+
+
+def policies_frame(verdicts: Sequence[Verdict], labels: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per program and policy: the ExecuTorch releases that run the policy, the session's
+    outcome, the methods (and sequences) that fail the gate, and what was not checked."""
+    return pd.DataFrame(
+        [
+            {
+                "program": label,
+                "policy": v.policy,
+                "executorch": _releases(v.policy),
+                "outcome": v.outcome.value,
+                "methods wrong": ", ".join(
+                    [m.method for m in v.methods if m.outcome in BAD_OUTCOMES] + v.wrong_sequences
+                ),
+                "not checked": not_checked_text(v),
+            }
+            for label, v in labelled(verdicts, labels)
+        ],
+        columns=POLICY_COLUMNS,
+    )

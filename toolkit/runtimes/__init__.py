@@ -104,6 +104,9 @@ class Runtime(Protocol):
 
     def create(self, program: Program, method: MethodSpec, device: Device) -> MethodRuntime: ...
 
+    def view(self, tensor: Any, constant: ConstantSpec) -> Any:
+        """``constant``'s own view (dtype, sizes, strides, storage offset) on the storage of ``tensor``, zero-copy."""
+
     def facts(self, tensor: Any) -> tuple[TensorMeta, int]:
         """(metadata, bytes readable from its start) of a tensor this runtime produced."""
 

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from toolkit.core.errors import IncompatibleProgramError, IntegrityError, LoadError
-from toolkit.core.model import ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
+from toolkit.core.model import DTYPE_ITEMSIZE, ConstantSpec, MethodSpec, PackedLocation, Program, Region, TensorMeta
 from toolkit.core.options import LoadOptions
 from toolkit.core.vocab import FirstLoad, ProgramFormat, UploadMode, UploadPath
 from toolkit.integrity import VerifiedCopy, check_sha256, hash_threads, keep_for_process, verified_files
@@ -399,6 +399,14 @@ class AotiRuntime:
 
     def same_checksum(self, a: torch.Tensor, b: torch.Tensor) -> bool:
         return bool(torch.equal(a, b))
+
+    def view(self, t: torch.Tensor, constant: ConstantSpec) -> torch.Tensor:
+        """``constant``'s dtype, sizes, strides and storage offset on ``t``'s storage, zero-copy."""
+        from toolkit.upload import as_constant
+
+        raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+        itemsize = DTYPE_ITEMSIZE[constant.dtype]
+        return as_constant(raw[: raw.numel() - raw.numel() % itemsize], constant)
 
     def facts(self, t: torch.Tensor) -> tuple[TensorMeta, int]:
         return tensor_meta(t), t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()

@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from toolkit.core.model import ConstantSpec, MethodSpec, Program, TensorMeta
+from toolkit.core.model import DTYPE_ITEMSIZE, ConstantSpec, MethodSpec, Program, TensorMeta
 from toolkit.runtimes import CompiledConstant, CompiledMethod, Device, aligned_slot_bytes, parse_device
 
 PATH_NONE = "dry run"
@@ -24,7 +24,14 @@ class PlannedTensor:
     dry run makes one per constant uploaded or extracted)."""
 
     meta: TensorMeta
-    nbytes: int
+    nbytes: int  # readable from its first element
+    storage_bytes: int  # of the storage it is a view of
+
+
+def planned(c: ConstantSpec, device: Device, storage_bytes: int) -> PlannedTensor:
+    """``c``'s view on a storage of ``storage_bytes`` on ``device``."""
+    start = c.storage_offset * DTYPE_ITEMSIZE[c.dtype] if c.nbytes else 0
+    return PlannedTensor(c.meta(device.type, device.index), storage_bytes - start, storage_bytes)
 
 
 class _ManifestSlots(Mapping[str, CompiledConstant]):
@@ -54,7 +61,7 @@ class DryRunMethod:
         self.device = device
 
     def _tensor(self, c: ConstantSpec) -> PlannedTensor:
-        return PlannedTensor(c.meta(self.device.type, self.device.index), c.nbytes)
+        return planned(c, self.device, c.nbytes)
 
     def compiled(self) -> CompiledMethod:
         """The program model stands in for the compiled model (a dry run trusts it); its slots are made when read."""
@@ -90,6 +97,9 @@ class DryRunRuntime:
 
     def create(self, program: Program, method: MethodSpec, device: Device) -> DryRunMethod:
         return DryRunMethod(method, device)
+
+    def view(self, tensor: PlannedTensor, constant: ConstantSpec) -> PlannedTensor:
+        return planned(constant, Device(tensor.meta.device_type, tensor.meta.device_index), tensor.storage_bytes)
 
     def facts(self, tensor: PlannedTensor) -> tuple[TensorMeta, int]:
         return tensor.meta, tensor.nbytes

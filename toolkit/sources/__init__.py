@@ -47,7 +47,7 @@ SOURCES = (
         ProgramFormat.PTE,
         _claim_pte,
         lambda p, **o: open_pte(p, verified=verified_files(), **o),
-        ("data", "constant_table", "reader"),
+        ("data", "constant_table", "so_table", "reader"),
     ),
     ProgramSource(
         ProgramFormat.PT2, lambda p: claimed_file(p, ".pt2", ZIP_MAGIC), lambda p: open_pt2(p, verified_files())
@@ -66,8 +66,8 @@ def open_program(path: "str | Path | Program", **options) -> Program:
     ``path`` is a program directory (holding ``manifest.json``), an ExecuTorch ``.pte`` (or
     a folder holding exactly one, and no manifest), a torch ``.pt2`` package, or a
     :class:`Program`.  ``options`` are the claiming source's (:data:`SOURCES`): a ``.pte`` takes
-    ``data``, ``constant_table`` and ``reader`` (:func:`toolkit.sources.executorch.open_pte`).  A ``.pte``,
-    ``.ptd`` or ``.pt2`` hashed for its record is noted in :func:`~toolkit.integrity.verified_files`.
+    ``data``, ``constant_table``, ``so_table`` and ``reader`` (:func:`toolkit.sources.executorch.open_pte`).
+    A ``.pte``, ``.ptd`` or ``.pt2`` hashed for its record is noted in :func:`~toolkit.integrity.verified_files`.
     """
     if isinstance(path, Program):
         return path

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Iterable, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -42,6 +42,7 @@ from toolkit.core.model import (
     required_nbytes,
 )
 from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.integrity.claims import ClaimedConstant, ContentClaim
 
 FORMAT_VERSION = 4  # written (BLAKE3 piece digests); 3 (sha256 piece digests), 2 (no piece digests) and
 READ_VERSIONS = (1, 2, 3, 4)  # 1 (no provenance, no sequences) are still read
@@ -371,6 +372,34 @@ def key_claims(program: Program) -> list[str]:
             continue
         if record.sha256 != PLACEHOLDER_SHA256 or program.path(m.so_file).exists():
             out.append(m.so_file)
+    return list(dict.fromkeys(out))
+
+
+def content_claims(program: Program, pairs: Iterable[tuple[str, str, str, str]]) -> list[ContentClaim]:
+    """The digest claims a decision between two constants rests on, each pair given as (method,
+    constant, method of the cached or stored one, its name): for a program directory, whose
+    constant digests are the manifest's claims (:func:`toolkit.integrity.check_content_claims`
+    checks them); none for another format, whose sources compute every digest from the bytes they
+    read, for a program in memory only, or where a file has the placeholder record (nothing to read)."""
+    if program.format is not ProgramFormat.DIRECTORY or program.root is None:
+        return []
+    specs: dict[str, dict[str, ConstantSpec]] = {}
+
+    def claimed(method: str, name: str) -> ClaimedConstant | None:
+        if method not in specs:
+            m = next((x for x in program.methods if x.name == method), None)
+            specs[method] = {} if m is None else {c.name: c for c in m.constants}
+        c = specs[method].get(name)
+        record = program.files.get(c.file) if c is not None and c.file else None
+        if record is None or record.sha256 == PLACEHOLDER_SHA256:
+            return None
+        return ClaimedConstant(method, c.name, c.file, c.offset, c.nbytes, c.digest)
+
+    out = []
+    for method, name, held_method, held_name in pairs:
+        a, b = claimed(method, name), claimed(held_method, held_name)
+        if a is not None and b is not None:
+            out.append(ContentClaim(a, b))
     return list(dict.fromkeys(out))
 
 

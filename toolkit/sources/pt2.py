@@ -4,10 +4,12 @@ A zip under one root folder; each model's files under ``data/aotinductor/<model>
 ``.wrapper.so``, generated ``.wrapper.cpp`` and ``.wrapper_metadata.json``), its constants as a
 dense ``binary_blob`` beside the ``.so`` or as ``pickle_weights`` (``data/weights/weight_<N>``,
 one ``torch.save`` storage each, per model a ``weights_config.json``).  The constant table and
-the input/output counts are read from the generated ``.wrapper.cpp``; the nested pickles are
-scanned with :mod:`pickletools` (opcodes only, nothing executed, no torch).  A package without
-the generated source is refused (a source never opens a ``.so``).  The program model: format
-``torch-pt2``, one method per model in archive order; every member it needs stored uncompressed;
+the input/output counts are read from the generated ``.wrapper.cpp``, and so is each input's
+dtype and sizes (its ``check_input_N``: a dynamic dimension at the smallest size the checks
+allow), which the differential oracle draws inputs of; the nested pickles are scanned with
+:mod:`pickletools` (opcodes only, nothing executed, no torch).  A package without the generated
+source is refused (a source never opens a ``.so``; torch always packages the source).  The
+program model: format ``torch-pt2``, one method per model in archive order; every member it needs stored uncompressed;
 a constant's ``offset`` is the absolute offset of its storage in the archive.  The layout, each
 field of the model, and what torch's own loader does: ``docs/upstream.md``.
 """
@@ -28,6 +30,7 @@ from toolkit.core.model import (
     DTYPE_ITEMSIZE,
     METHOD_NAME_RE,
     ConstantSpec,
+    InputSpec,
     MethodSpec,
     PackedLocation,
     PerConstantStorages,
@@ -39,6 +42,7 @@ from toolkit.core.model import (
 from toolkit.core.vocab import ConstantKind, ProgramFormat
 from toolkit.integrity import VerifiedFiles
 from toolkit.sources.binary import Bytes, MappedFile
+from toolkit.sources.naming import program_name
 
 AOTI_DIR = "data/aotinductor/"
 WEIGHTS_DIR = "data/weights/"
@@ -71,6 +75,18 @@ CONSTANT_TYPES = {
 _INFO = re.compile(r"constants_info_\[(\d{1,18})\]\.(\w+)[ \t]*=[ \t]*")
 MAX_COUNT = 1 << 20  # inputs, outputs, constants a model may declare
 _BASE = re.compile(r"AOTInductorModelBase\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,")
+# the generated input checks (torch/_inductor/codegen/cpp_wrapper_cpu.py, generate_input_output_runtime_checks),
+# matched per line: a check function's head, its expected dtype, a check's message and, a line on, its value
+_CHECK_HEAD = re.compile(r"static void check_input_(\d{1,7})\(")
+_CHECK_DTYPE = re.compile(r"_expected_dtype = aoti_torch_dtype_(\w{1,40})\(\)")
+_CHECK_MESSAGE = re.compile(
+    r'"input_handles\[(\d{1,7})\]: (unmatched dim value|dim value is too small|dim value is too large|'
+    r"unmatched stride value) at (\d{1,4}), "
+)
+_CHECK_VALUE = re.compile(r'"expected[a-z ]{0,12}:? ?[<>]?=? ?(\d{1,20}), "')
+# where the checks leave a dynamic dimension's lower bound open (aot_inductor.check_lowerbound off):
+# torch.export specializes sizes 0 and 1, so a dimension it keeps dynamic is at least 2
+UNCHECKED_DYNAMIC_SIZE = 2
 
 
 class _Window(io.RawIOBase):
@@ -106,6 +122,7 @@ class Pt2Location(PackedLocation):
     """A ``.pt2``'s model: its ``.so`` and weights members of the archive, a dense blob or per-weight storages."""
 
     weights_format: str  # binary_blob, pickle_weights or "no constants"
+    inputs: tuple[InputSpec, ...] | None = None  # as the generated source checks them (None: it does not)
 
 
 @dataclass(frozen=True)
@@ -244,6 +261,44 @@ def _constant_table(src: str, b: Bytes, field: str) -> tuple[list[dict], int, in
     return out, n_in, n_out
 
 
+def wrapper_inputs(src: str, num_inputs: int) -> tuple[InputSpec, ...] | None:
+    """Each input's dtype and sizes as the generated wrapper's ``check_input_N`` checks them, in input
+    order; a dynamic dimension at the smallest size its checks allow (its ``dim value is too small``
+    bound). None where the source does not check every input (a torch that generates no checks)."""
+    dtypes: dict[int, str] = {}
+    checks: dict[int, dict[int, dict[str, int]]] = {}  # input -> dimension -> kind -> value
+    current, pending = -1, None
+    for line in src.splitlines():
+        if "check_input_" in line and (head := _CHECK_HEAD.search(line)):
+            current, pending = int(head.group(1)), None
+        elif "_expected_dtype" in line and (dtype := _CHECK_DTYPE.search(line)) and current >= 0:
+            dtypes.setdefault(current, dtype.group(1))
+        elif "input_handles[" in line and (message := _CHECK_MESSAGE.search(line)):
+            pending = (int(message.group(1)), message.group(2), int(message.group(3)))
+        elif pending is not None and "expected" in line:
+            value = _CHECK_VALUE.search(line)
+            if value is not None:
+                i, kind, dim = pending
+                checks.setdefault(i, {}).setdefault(dim, {})[kind] = int(value.group(1))
+            pending = None
+    if set(dtypes) != set(range(num_inputs)) or not set(checks) <= set(dtypes):  # (no inputs: nothing to check)
+        return None
+    out = []
+    for i in range(num_inputs):
+        dims = checks.get(i, {})
+        shape, dynamic = [], []
+        for d in range(max(dims, default=-1) + 1):  # the stride checks reach the last dimension too
+            c = dims.get(d, {})
+            if "unmatched dim value" in c:
+                shape.append(c["unmatched dim value"])
+                continue
+            size = c.get("dim value is too small", UNCHECKED_DYNAMIC_SIZE)
+            shape.append(min(size, c.get("dim value is too large", size)))
+            dynamic.append(d)
+        out.append(InputSpec(dtypes[i], tuple(shape), tuple(dynamic)))
+    return tuple(out)
+
+
 def _scan_pickle(data: bytes, b: Bytes, field: str) -> dict:
     """What a ``torch.save`` pickle of one tensor says about its storage, without executing it."""
     out = {"parameter": False}
@@ -312,7 +367,7 @@ class _Reader:
             raise b.error(f"models compiled for different devices {sorted(devices)}", AOTI_DIR)
         formats = sorted({m.location.weights_format for m in methods})
         return Program(
-            name=self.path.stem,
+            name=program_name(self.path),
             description=f"torch AOTInductor package ({', '.join(formats)})",
             device=devices.pop(),
             torch_version="unknown",
@@ -344,7 +399,8 @@ class _Reader:
                 "only inside the .so, which a source does not open",
                 d,
             )
-        table, n_in, n_out = _constant_table(self._text(files[cpp[0]], d + cpp[0]), b, d + cpp[0])
+        src = self._text(files[cpp[0]], d + cpp[0])
+        table, n_in, n_out = _constant_table(src, b, d + cpp[0])
         so_key = self.file.sha256(so_m.offset, so_m.size) + "_so_blob"
         meta = [k for k in files if k.endswith(".wrapper_metadata.json")]
         device = "cpu"
@@ -372,7 +428,9 @@ class _Reader:
             raise b.error(f"model {model!r} has constants but neither a weights blob nor weights_config.json", d)
         else:
             constants, weights, blob_bytes, label = [], PerConstantStorages(), 0, "no constants"
-        location = Pt2Location(Region(self.rel, so_m.offset, so_m.size, so_m.name), weights, label)
+        location = Pt2Location(
+            Region(self.rel, so_m.offset, so_m.size, so_m.name), weights, label, wrapper_inputs(src, n_in)
+        )
         spec = MethodSpec(
             name=model,
             so_file=self.rel,

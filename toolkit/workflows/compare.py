@@ -15,6 +15,7 @@ import pandas as pd
 import toolkit.engine.session as session_module
 from toolkit.core.model import Program
 from toolkit.core.policies import POLICIES, get_policy
+from toolkit.core.policies.releases import executorch_releases
 from toolkit.core.verdict import Verdict
 from toolkit.core.vocab import ExitCode, SessionStatus
 from toolkit.engine.frames import decision_counts
@@ -23,6 +24,7 @@ from toolkit.sources import open_program
 
 COMPARE_COLUMNS = [
     "policy",
+    "executorch",
     "outcome",
     "loaded",
     "status",
@@ -39,6 +41,7 @@ COMPARE_COLUMNS = [
     "refused",
     "device_bytes",
     "load_seconds",
+    "not_checked",
 ]
 # a dry run of every policy (compare_policies(dry_run=True)): nothing runs, so "wrong" is what the metadata shows
 DRY_RUN_COMPARE_COLUMNS = [
@@ -102,6 +105,7 @@ def policy_row(s: Session, v: Verdict) -> dict:
     """One policy's row from its session and verdict (a real load's or a dry run's: the same columns)."""
     return {
         "policy": s.policy.name.value,
+        "executorch": executorch_releases(s.policy.name.value),
         "outcome": v.outcome.value,
         "loaded": s.load_outcome is SessionStatus.LOADED,
         "status": str(s.status),
@@ -114,6 +118,7 @@ def policy_row(s: Session, v: Verdict) -> dict:
         **decision_columns(s.decisions),
         "device_bytes": s.device_bytes,
         "load_seconds": round(s.load_seconds, 4),
+        "not_checked": v.gaps(),
     }
 
 

@@ -73,7 +73,11 @@ def dry_run(
     ``program`` is a :class:`Program` or a program path (its .so and blob files need not exist,
     but for one: a program directory's ``.so`` whose recorded sha256 keys lifted constants under
     ``fqn-weight-cache`` is read, never opened, and checked against that record first; a missing
-    file, or a record that is not the file's, fails the dry run with an ``IntegrityError`` naming it);
+    file, or a record that is not the file's, fails the dry run with an ``IntegrityError`` naming it;
+    and where a share, or an export refusal, rests on two constants' digests, their bytes must bear
+    the digests out, as in the real load: derived from the piece records where they tell, else read
+    from the weights blobs and verified; a digest they contradict fails the dry run the same way,
+    naming ``constants[<name>].digest``);
     ``device`` places methods as :func:`toolkit.load_program` does (a device string, or
     ``{method: device}``).  ``.decisions`` holds every decision, one row per constant: the
     loader's decisions table (``slot_problem`` is what its out-of-bounds guard would say) without

@@ -51,6 +51,13 @@ class Scan:
         by_policy = {(r["path"], r["policy"]): r["verdict"] for r in self.rows if "verdict" in r}
         return list(by_policy.values()), [self.label(p) for p, _policy in by_policy]
 
+    def dry_runs(self) -> list[tuple[pd.DataFrame | None, int]]:
+        """Beside each of :meth:`verdicts`: its dry run's decisions (kept for the first policy of a program
+        with a finding, what a report draws its collision matrix from; else None) and the constant bytes it
+        would put on the device."""
+        by_policy = {(r["path"], r["policy"]): (r.get("decisions"), r.get("device_bytes", 0)) for r in self.rows}
+        return [by_policy[key] for key in {(r["path"], r["policy"]): None for r in self.rows if "verdict" in r}]
+
     @property
     def unreadable(self) -> dict[str, str]:
         """Label -> error of each program that could not be read."""
@@ -106,7 +113,18 @@ def scan_folder(
     return Scan(root, list(policies), paths, rows, scanned=len(done))
 
 
-SCAN_COLUMNS = ["program", "path", "policy", "status", "method", "outcome", "wrong_data", "error"]
+SCAN_COLUMNS = [
+    "program",
+    "path",
+    "policy",
+    "executorch",
+    "status",
+    "method",
+    "outcome",
+    "wrong_data",
+    "error",
+    "not_checked",
+]
 
 
 LINK_OUT = "a link out of the folder, not followed"
@@ -154,11 +172,13 @@ def failed_row(path: str, error: str) -> dict:
         "program": "",
         "path": path,
         "policy": "",
+        "executorch": "",
         "status": UNREADABLE,
         "method": "",
         "outcome": UNREADABLE,
         "wrong_data": False,
         "error": error,
+        "not_checked": "",
     }  # (runs on no data; fails the gate)
 
 
@@ -168,7 +188,9 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
     ``outcome`` is the method's predicted outcome (its verdict), ``unreadable`` for a program that
     cannot be opened; ``wrong_data`` marks an outcome that fails the gate (exit code 1) because it
     would run wrong, not at all, or its load would fail (a program that cannot be read fails the gate
-    too, yet runs on no data).  Each row also carries its policy's ``verdict`` (not a CSV column)."""
+    too, yet runs on no data).  Each row also carries its policy's ``verdict``, ``device_bytes`` and, for the
+    first policy under which the program has a finding, its ``decisions`` (not CSV columns)."""
+    from toolkit.core.policies.releases import executorch_releases
     from toolkit.core.verdict import BAD_OUTCOMES
     from toolkit.sources import open_program
     from toolkit.workflows.dry_run import dry_run
@@ -176,21 +198,31 @@ def scan_program(path: str, policies: list[str]) -> list[dict]:
     try:
         program = open_program(path)
         rows = []
+        kept = False  # the decisions of one policy per program, the first with a finding (for a report's matrix)
         for policy in policies:
             s = dry_run(program, policy).session
             verdict = s.verdict()
+            found = not kept and (
+                verdict.exit_code is ExitCode.PROBLEM
+                or any(c.problem is not None and c.problem.standalone for c in verdict.constants)
+            )
+            kept = kept or found
             for m in verdict.methods:
                 rows.append(
                     {
                         "program": program.name,
                         "path": path,
                         "policy": policy,
+                        "executorch": executorch_releases(policy),
                         "status": str(s.status),
                         "method": m.method,
                         "outcome": m.outcome.value,
                         "wrong_data": m.outcome in BAD_OUTCOMES,
                         "error": m.reason if m.outcome in BAD_OUTCOMES else "",
+                        "not_checked": verdict.gaps(m.method),
                         "verdict": verdict,
+                        "decisions": s.decisions if found else None,
+                        "device_bytes": s.device_bytes,
                     }
                 )
         return rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable, Sequence
 
-from toolkit.core.model import ConstantSpec, TensorMeta, shown
+from toolkit.core.model import DTYPE_ITEMSIZE, ConstantSpec, TensorMeta, shown
 from toolkit.core.policies.decisions import FieldComparison
 from toolkit.core.vocab import MetadataField
 
@@ -62,8 +62,10 @@ def slot_problem(
         )
     if have.dtype != slot.dtype:
         return f"dtype {have.dtype} cannot fill a {slot.dtype} slot"
-    if have_bytes < slot.nbytes:
-        return f"{have_bytes} bytes cannot fill a slot that reads {slot.nbytes} bytes (out-of-bounds read)"
+    # both counted from the view's first element (a slot's nbytes counts from its storage's start)
+    need = slot.nbytes - slot.storage_offset * DTYPE_ITEMSIZE.get(slot.dtype, 0) if slot.nbytes else 0
+    if have_bytes < need:
+        return f"{have_bytes} bytes cannot fill a slot that reads {need} bytes (out-of-bounds read)"
     return None
 
 

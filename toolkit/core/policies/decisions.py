@@ -119,10 +119,20 @@ class ConstantDecision:
     enters_cache: bool = False
     key: str = ""  # the cache key it is looked up / cached under when not its FQN (fqn-weight-cache)
     upstream_keeps: bool = False  # a failed load's entry upstream leaves in its cache; the toolkit restores its own
+    # the storage key whose storage it runs on through its own view (dtype, sizes, strides, storage offset), where
+    # the tensor it is given is another view of that storage (fqn-weight-cache); "" when it runs on that tensor as is
+    view_of: str = ""
+    # what its own upload copies when more than the bytes it reads: the whole storage its view is taken of
+    upload: ConstantSpec | None = None
 
     @property
     def cache_key(self) -> str:
         return self.key or self.constant.fqn
+
+    @property
+    def uploaded(self) -> ConstantSpec:
+        """What its own upload copies: :attr:`upload`, else the constant."""
+        return self.upload or self.constant
 
     @property
     def installed_user_managed(self) -> bool:

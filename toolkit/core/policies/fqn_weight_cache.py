@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
-from toolkit.core.model import ConstantSpec, required_nbytes
+from toolkit.core.model import ConstantSpec, TensorMeta, required_nbytes
 from toolkit.core.policies.base import Policy, UpstreamRevision
-from toolkit.core.policies.checks import SLIM_SCALAR_TYPE, compare_metadata, device_label, mismatch_text
+from toolkit.core.policies.checks import (
+    SLIM_SCALAR_TYPE,
+    Comparisons,
+    compare_metadata,
+    device_label,
+    mismatch_text,
+)
 from toolkit.core.policies.decisions import (
     CachedView,
     CacheView,
@@ -41,20 +48,25 @@ class FqnWeightCache(Policy):
 
     :meth:`export` models the exporter: all methods' weights go into one store under
     :func:`fqn_weight_key`; one key with two contents refuses the program (stage "export").
-    The runtime: a storage key cached for this device, with equal metadata, reuses its storage;
-    otherwise that storage alone is uploaded; every constant is installed user-managed, no
-    whole blob is uploaded.  The first holder of a key is cached under the key, holders on
-    other devices under ``<key>@<device>``; that cache key is a decision's ``storage_key``.
+    The runtime (``CudaWeightCache::load`` of the ``ETCUDAFQN3`` runtime) goes through a method's
+    entries in order: each view must fit its storage, else "Invalid CUDA FQN view"; a storage key
+    cached for this device (by an earlier method, or by an earlier entry of this method) reuses
+    that storage, which must have the entry's size, else "Failed to load CUDA FQN storage"; a key
+    not cached has its whole storage uploaded (``storage_bytes``) and cached.  Every entry then
+    gets its own view (dtype, sizes, strides, storage offset) on the storage, bound user-managed;
+    no whole blob is uploaded.  So the decisions say which is which: the same view as the cached
+    tensor (``storage_key_hit``), another view of the cached storage (``view_of_storage``, its
+    ``view_of`` the storage key), a storage another entry of this method acquired
+    (``same_key_in_method``, a view where its layout differs).  The first holder of a key is
+    cached under the key, holders on other devices under ``<key>@<device>``; that cache key is a
+    decision's ``storage_key``.
 
     Where #21823's runtime (``ETCUDAFQN1``, ``refs/pull/21823/head``) and the ``ETCUDAFQN3``
     runtime agree, this follows them: a named constant of a dtype the manifest parser rejects
     (float64 and every dtype outside SlimTensor's nine) fails the method, "Malformed CUDA FQN
     weight manifest"; an unnamed parameter gets no pair, so the full-update bind fails it, "Failed
     to bind CUDA FQN weights"; an unnamed buffer or lifted constant is skipped by torch's
-    ``assert_all_constants`` and nothing fills it (never filled).  One departure: upstream builds a
-    hit under another view (same key, same storage bytes, other sizes/strides) as a view on the
-    shared storage; here it gets its own upload (declined), because the program model holds the
-    bytes each slot reads, not the storage a view reads from: same outputs, more memory.
+    ``assert_all_constants`` and nothing fills it (never filled).
     Approximations and what is not established: ``docs/upstream.md``.
     """
 
@@ -116,7 +128,7 @@ class FqnWeightCache(Policy):
                 first = stored.get(key)
                 if first is None:
                     stored[key] = (content, c, m.name)
-                elif first[0] != content:
+                elif first[0] != content and first[1].digest != c.digest:  # identical bytes: stored once
                     held, owner = first[1], first[2]
                     return ExportRefusal(
                         m.name,
@@ -154,7 +166,7 @@ class FqnWeightCache(Policy):
                 failure,
             )
         out: list[ConstantDecision] = []
-        loaded_here: dict[str, ConstantSpec] = {}  # cache key -> the constant of this method that loads it
+        loaded_here: dict[str, ConstantSpec] = {}  # cache key -> the constant of this method whose upload holds it
         failure: str | None = None
         for c in m.constants:
             lr = plan.lookup(c.name)
@@ -175,12 +187,14 @@ class FqnWeightCache(Policy):
             skey, ckey, entry = self._key(c, m, cache)
             holder = cache.get(skey)  # the first holder of this storage key (any device)
             other = loaded_here.get(ckey)
-            # The session asks export() first, so a program the exporter refuses never gets
-            # here; this guards a cache filled otherwise (one method loaded on its own).
-            if holder is not None and holder.digest != c.digest:
-                failure = duplicate_key_message(skey, _cached_bytes(holder), c.nbytes)
-            elif holder is None and other is not None and other.digest != c.digest:
-                failure = duplicate_key_message(skey, other.nbytes, c.nbytes)
+            # The session asks export() first, so a program the exporter refuses never gets here; this
+            # guards a cache filled otherwise (one method loaded on its own).  A key read from its file
+            # names one storage of that file: nothing to compare.
+            if not c.storage_key.startswith(FQN_WEIGHT_PREFIX + ":"):
+                if holder is not None and holder.digest != c.digest:
+                    failure = duplicate_key_message(skey, _cached_bytes(holder), c.nbytes)
+                elif holder is None and other is not None and other.digest != c.digest:
+                    failure = duplicate_key_message(skey, other.storage_bytes, c.storage_bytes)
             if failure is not None:
                 dig = DigestComparison((holder or other).digest, c.digest)
                 out.append(
@@ -197,8 +211,19 @@ class FqnWeightCache(Policy):
                     )
                 )
                 break
+            refused = _runtime_refusal(c, skey, entry if entry is not None else other)
+            if refused is not None:
+                failure, why = refused
+                out.append(
+                    ConstantDecision(
+                        c, lr.result, _Decision.REFUSED, _Reason.LOAD_REFUSED, why, _TensorOrigin.OWN_UPLOAD, key=ckey
+                    )
+                )
+                out = refuse_rest(plan, out, f"method load failed: {failure}", _TensorOrigin.OWN_UPLOAD)
+                return Outcome(m.name, tuple(out), failure)
             if entry is None and other is None:
                 loaded_here[ckey] = c
+                whole = c.storage_bytes
                 out.append(
                     ConstantDecision(
                         c,
@@ -209,58 +234,94 @@ class FqnWeightCache(Policy):
                         _TensorOrigin.OWN_UPLOAD,
                         enters_cache=True,
                         key=ckey,
+                        upload=replace(c, nbytes=whole) if whole != c.nbytes else None,
                     )
                 )
             elif entry is None:
+                # upstream's cache already holds the storage this method's earlier entry acquired: reused
+                first = StoredConstant(
+                    ckey, other.name, m.name, m.meta(other), other.digest, other.mutated, other.storage, other.nbytes
+                )
+                view = _other_view(m.meta(other), other.digest, m.meta(c), c.digest)
                 out.append(
                     ConstantDecision(
                         c,
-                        _Lookup.MISS,
-                        _Decision.PRIVATE,
+                        lr.result,
+                        _Decision.SHARED,
                         _Reason.SAME_KEY_IN_METHOD,
-                        f"another constant of this method loads storage key {skey!r}: own "
-                        "upload (upstream binds both names to one storage)",
+                        (f"view of {skey!r}" if view else f"storage key {skey!r}")
+                        + f": the storage {other.name!r} of this method loads, "
+                        + (f"under its own view ({view})" if view else "as that slot views it"),
                         _TensorOrigin.OWN_UPLOAD,
+                        first,
+                        digest_comparison=DigestComparison(other.digest, c.digest),
                         key=ckey,
+                        view_of=skey if view else "",
                     )
                 )
             else:
                 comps = compare_metadata(entry.meta, m.meta(c))
                 dig = DigestComparison(entry.digest, c.digest)
-                if comps.all_equal:
-                    out.append(
-                        ConstantDecision(
-                            c,
-                            _Lookup.HIT,
-                            _Decision.SHARED,
-                            _Reason.STORAGE_KEY_HIT,
-                            f"storage key {skey!r} cached for this device: its storage is "
-                            "reused (one key, one content: the exporter checked)",
-                            _TensorOrigin.CACHE,
-                            entry,
-                            comps,
-                            dig,
-                            key=ckey,
-                        )
+                view = _other_view(entry.meta, entry.digest, m.meta(c), c.digest, comps)
+                out.append(
+                    ConstantDecision(
+                        c,
+                        _Lookup.HIT,
+                        _Decision.SHARED,
+                        _Reason.VIEW_OF_STORAGE if view else _Reason.STORAGE_KEY_HIT,
+                        f"view of {skey!r}: its storage, cached for this device, under its own view ({view}); "
+                        "nothing uploaded"
+                        if view
+                        else f"storage key {skey!r} cached for this device: its storage is "
+                        "reused (one key, one content: the exporter checked)",
+                        _TensorOrigin.CACHE,
+                        entry,
+                        comps,
+                        dig,
+                        key=ckey,
+                        view_of=skey if view else "",
                     )
-                else:
-                    out.append(
-                        ConstantDecision(
-                            c,
-                            _Lookup.HIT,
-                            _Decision.DECLINED,
-                            _Reason.METADATA_MISMATCH,
-                            f"{mismatch_text(comps)}: the same storage viewed otherwise; "
-                            "upstream builds a view on the shared storage, here it is "
-                            "uploaded on its own",
-                            _TensorOrigin.OWN_UPLOAD,
-                            entry,
-                            comps,
-                            dig,
-                            key=ckey,
-                        )
-                    )
+                )
         if failure is None:
             return Outcome(m.name, tuple(out))
         out = refuse_rest(plan, out, f"the exporter refuses the program: {failure}", _TensorOrigin.OWN_UPLOAD)
         return Outcome(m.name, tuple(out), failure, stage=Stage.EXPORT)
+
+
+def _other_view(
+    cached: TensorMeta, cached_digest: str, new: TensorMeta, new_digest: str, comps: Comparisons | None = None
+) -> str:
+    """How ``new`` views the storage otherwise than ``cached`` ("" when it is the same view).  Both read
+    one storage from its start, so with equal dtype, sizes and strides, other bytes read mean another
+    storage offset."""
+    comps = comps if comps is not None else compare_metadata(cached, new)
+    if not comps.all_equal:
+        return mismatch_text(comps)
+    return "" if cached_digest == new_digest else "another storage offset"
+
+
+def _runtime_refusal(c: ConstantSpec, skey: str, source: "CachedView | ConstantSpec | None") -> tuple[str, str] | None:
+    """(failure, why) where the runtime fails the method on ``c``'s manifest entry, else None: the view
+    must fit its storage (``validate_view``), and a storage already acquired under the key must have
+    the entry's size (``acquire_storage``)."""
+    if c.nbytes > c.storage_bytes:
+        return (
+            f"Invalid CUDA FQN view '{c.fqn}'",
+            f"CUDA FQN weight '{c.fqn}' requires {c.nbytes} bytes from a {c.storage_bytes}-byte storage",
+        )
+    have = _storage_bytes(source)
+    if have is not None and have != c.storage_bytes:
+        return (
+            f"Failed to load CUDA FQN storage '{skey}'",
+            f"CUDA FQN weight '{c.fqn}' has inconsistent allocation metadata: the storage under {skey!r} holds "
+            f"{have} bytes, its entry says {c.storage_bytes}",
+        )
+    return None
+
+
+def _storage_bytes(source: "CachedView | ConstantSpec | None") -> int | None:
+    """Bytes of the storage a cache entry or a constant of this method holds (None: not known)."""
+    if isinstance(source, ConstantSpec):
+        return source.storage_bytes
+    n = getattr(source, "nbytes", None)
+    return n if isinstance(n, int) else None

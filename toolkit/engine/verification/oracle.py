@@ -17,6 +17,7 @@ import torch
 from toolkit.core.errors import ToolkitError
 from toolkit.core.model import MethodSpec
 from toolkit.core.vocab import ConstantKind, ProgramFormat
+from toolkit.engine.blind_spots import BLIND_CLOSING, BLIND_OPENING
 from toolkit.engine.verification.comparison import compare_unshared
 from toolkit.engine.verification.rows import NO_REFERENCE, first_line, host_outputs, run_failed
 
@@ -148,7 +149,7 @@ def intended_state(load: "Session") -> tuple[str, list[str]]:
     return (
         "state: one storage per storage key"
         + (
-            "; the file cannot tell whether " + "; whether ".join(blind) + ": the oracle cannot see state shared "
+            BLIND_OPENING + "; whether ".join(blind) + BLIND_CLOSING + "state shared "
             "wrongly under one key, or kept apart wrongly under several"
             if blind
             else ""

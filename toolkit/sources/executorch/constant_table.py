@@ -1,18 +1,23 @@
 """Payload generations 1 and 2: a method's constants from a constant table laid over its dense weights blob.
 
-These generations keep the constant table inside the ``.so``, which a source never opens: the
+These generations keep the constant table inside the ``.so``, which a source never opens itself: the
 caller passes it (``constant_table=``: :class:`AotiConstant` rows per method, a JSON file of them,
 or a callable given the method and its ``.so`` bytes), or a ``constant_table.json`` lies beside the
-``.pte``.  The offsets then follow AOTInductor's dense ``binary_blob`` layout and must add up to the
-blob's size, so a table that is not this ``.so``'s is refused.  The table is a caller's copy, so it is
-checked as untrusted input: its fields by a schema (:mod:`.table_schema`), then each row's slot against
-its own method's blob, which the slots must tile without overlap (rows share a slot only as one view).
+``.pte``, or a real load hands over a reader of each ``.so``'s own table (``so_table=``, which opens the
+``.so``: :class:`~toolkit.runtimes.aoti_container.SoConstantTables`).  Given both a table and a reader,
+each method's rows are compared with its ``.so``'s field by field, so a table of another method or a
+stale one is refused naming the field.  The offsets follow AOTInductor's dense ``binary_blob`` layout and
+must add up to the blob's size, so a table that is not this ``.so``'s is refused there too.  The table is
+a caller's copy, so it is checked as untrusted input: its fields by a schema (:mod:`.table_schema`), then
+each row's slot against its own method's blob, which the slots must tile without overlap (rows share a
+slot only as one view).  Where each program's table came from is :attr:`ConstantTable.origin`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -26,6 +31,8 @@ from toolkit.sources.executorch.payload import Payload
 from toolkit.sources.executorch.table_schema import TableRow, check_rows, json_object
 
 DEFAULT_CONSTANT_TABLE_FILE = "constant_table.json"  # read from beside the .pte when constant_table= is not given
+# the fields a table row and its .so's row must agree on (the .so does not record which buffers a method writes)
+SO_FIELDS = ("name", "fqn", "dtype", "shape", "strides", "storage_offset", "kind", "data_size")
 
 
 @dataclass(frozen=True)
@@ -85,21 +92,47 @@ def _as_mapping(r):
     return r
 
 
+def _plain(v):
+    """A row's value as the table file writes it (a kind as its string)."""
+    return v.value if isinstance(v, ConstantKind) else v
+
+
 class ConstantTable:
     """The ``constant_table=`` of :func:`~toolkit.sources.executorch.open_pte`, resolved when a method first
-    needs it: a mapping of rows per method, a JSON file of one, a callable, or None (the default file).
-    A mapping or file is validated whole (:mod:`.table_schema`) the first time; a callable's rows per method."""
+    needs it: a mapping of rows per method, a JSON file of one, a callable, or None (the default file,
+    else the ``.so``'s own table through ``so_table``).  A mapping or file is validated whole
+    (:mod:`.table_schema`) the first time; a callable's rows and a ``.so``'s per method.
 
-    def __init__(self, given, root: Path, pte: Path):
-        self.table, self.root, self.pte = given, root, pte
+    ``so_table(method, file, offset, size)`` reads the table of the ``.so`` at ``[offset, offset + size)``
+    of ``file`` (a real load: it opens the ``.so``); each method's given rows are then checked against it.
+    """
+
+    def __init__(self, given, root: Path, pte: Path, so_table=None):
+        self.table, self.root, self.pte, self.so_table = given, root, pte, so_table
+        self.given = given is not None
         self.file: Path | None = None  # the JSON file it was read from
         self.checked: dict[str, list[TableRow]] | None = None  # a mapping's rows, validated
         self.blobs: dict[str, Region] = {}  # the weights blob of each method laid out so far
+        self.from_so: list[str] = []  # the methods whose rows were read from their .so
+        self.against_so: list[str] = []  # the methods whose given rows were checked against their .so
 
     @property
     def where(self) -> Path:
         """The file a problem with a row is reported against."""
         return self.file or self.pte
+
+    @property
+    def origin(self) -> str | None:
+        """Where the tables came from (the program's ``table_origin``); None when no method needed one."""
+        if self.from_so:
+            return "constant tables read from each method's .so"
+        if self.file is not None:
+            what = f"constant tables from {self.file.name}" + ("" if self.given else " beside the .pte")
+        elif self.checked is not None or self.against_so or self.given:
+            what = "constant tables given (constant_table=)"
+        else:
+            return None
+        return what + (", checked against each method's .so" if self.against_so else "")
 
     def _check(self, method, rows, field: str) -> list[TableRow]:
         if not isinstance(method, str):
@@ -112,21 +145,94 @@ class ConstantTable:
             )
         return check_rows([_as_mapping(r) for r in rows], self.where, f"constant_table[{method!r}]")
 
+    def _missing(self, method: str, field: str) -> ProgramError:
+        """Neither a table nor a reader of the .so: say what is needed and both ways to give it."""
+        command = f"constshare table {shlex.quote(str(self.pte))}"
+        return ProgramError(
+            f"method {method!r}: this payload generation keeps the constant table only inside the .so, which a "
+            "dry run (or a load without CUDA) never opens. Either run `"
+            + command
+            + "` on a machine with CUDA (it reads each method's table from its .so in a worker process and "
+            f"writes {DEFAULT_CONSTANT_TABLE_FILE} beside the .pte, so that later runs on any machine need no "
+            f".so), or put {DEFAULT_CONSTANT_TABLE_FILE} beside the .pte or pass constant_table= (see "
+            "AotiConstant; the CLI's --constant-table FILE). A real load on CUDA reads the tables from the .so "
+            "itself",
+            path=self.pte,
+            field=field,
+        )
+
+    def _so_rows(self, method: str, files: ProgramFiles, so: Region, raw: list | None = None) -> list[TableRow]:
+        """The rows the method's own .so declares (``raw``, when given, receives them as read)."""
+        where, field = files[so.file].path, f"named_data[{so.key!r}]"
+        try:
+            rows = self.so_table(method, where, so.offset, so.size)
+        except ProgramError as e:
+            raise ProgramError(
+                f"method {method!r}: its constant table cannot be read from its .so: {e}", path=where, field=field
+            ) from None
+        except Exception as e:  # the runtime's own failure (no CUDA, a .so that does not load): one line
+            raise ProgramError(
+                f"method {method!r}: its constant table cannot be read from its .so: {type(e).__name__}: "
+                f"{str(e)[:300]}",
+                path=where,
+                field=field,
+            ) from None
+        if raw is not None:
+            raw.extend(rows)
+        return check_rows([_as_mapping(r) for r in rows], where, field)
+
+    def _compare(self, method: str, rows: list[TableRow], files: ProgramFiles, so: Region) -> None:
+        """Refuse rows that are not what the method's .so declares, naming the first field that differs."""
+        raw: list = []
+        declared = self._so_rows(method, files, so, raw)
+        prefix = f"constant_table[{method!r}]"
+        for i, (r, d) in enumerate(zip(rows, declared)):
+            for f in SO_FIELDS:
+                mine, its = getattr(r, f), getattr(d, f)
+                if f == "data_size" and mine is None:  # the layout rule decides it: checked against the blob
+                    continue
+                if f == "kind" and isinstance(raw[i], Mapping) and "kind" not in raw[i]:  # the .so does not say
+                    continue
+                if mine != its:
+                    raise ProgramError(
+                        f"constant table row {i} of method {method!r} says {f} {_plain(mine)!r}, the method's .so "
+                        f"declares {_plain(its)!r} (its constant {d.name!r}): the table is not this .so's (another "
+                        "method's, or stale)",
+                        path=self.where,
+                        field=f"{prefix}[{i}].{f}",
+                    )
+        if len(rows) != len(declared):
+            n = min(len(rows), len(declared))
+            raise ProgramError(
+                f"constant table has {len(rows)} rows for method {method!r}, its .so declares {len(declared)} "
+                f"constants in its blob: the table is not this .so's (another method's, or stale)",
+                path=self.where,
+                field=f"{prefix}[{n}]",
+            )
+        self.against_so.append(method)
+
     def rows(self, method: str, files: ProgramFiles, so: Region, field: str) -> list[TableRow]:
-        """The rows of ``method``, validated (``so``: its ``.so``, which a callable table is given)."""
+        """The rows of ``method``, validated (``so``: its ``.so``, which a callable table is given); checked
+        against the ``.so``'s own rows when a reader of them was given."""
+        rows = self._given_rows(method, files, so, field)
+        if rows is None:
+            if self.so_table is None:
+                raise self._missing(method, field)
+            rows = self._so_rows(method, files, so)
+            self.from_so.append(method)
+        elif self.so_table is not None:
+            self._compare(method, rows, files, so)
+        return rows
+
+    def _given_rows(self, method: str, files: ProgramFiles, so: Region, field: str) -> list[TableRow] | None:
+        """The rows the caller gave (or the file beside the .pte holds); None when there is no table."""
         if self.table is None and (self.root / DEFAULT_CONSTANT_TABLE_FILE).is_file():
             self.table = self.root / DEFAULT_CONSTANT_TABLE_FILE
         if isinstance(self.table, (str, os.PathLike)):
             self.file = Path(self.table)
             self.table = _read_constant_table(self.file)
         if self.table is None:
-            raise ProgramError(
-                f"method {method!r}: this payload generation keeps the constant table only inside the .so; "
-                "reading it needs the .so opened by a runtime: pass constant_table= (see AotiConstant; the CLI's "
-                f"--constant-table FILE), or put {DEFAULT_CONSTANT_TABLE_FILE} beside the .pte",
-                path=self.pte,
-                field=field,
-            )
+            return None
         if callable(self.table):
             try:
                 rows = self.table(method, files[so.file].bytes.raw(so.offset, so.size))

@@ -83,6 +83,7 @@ def fqn_constants(files: ProgramFiles, payload: Payload) -> tuple[list[ConstantS
                 file=reg.file,
                 storage_key=e["storage_key"],
                 so_key=payload.so_keys[0],
+                storage_nbytes=reg.size,
             )
         )
     return constants, blob_file, PerConstantStorages(), total

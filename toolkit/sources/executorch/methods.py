@@ -27,6 +27,7 @@ class PteLocation(PackedLocation):
     """A ``.pte``'s method: ``.so`` and weights named data, a dense blob (generations 1, 2) or per-FQN storages."""
 
     payload: str  # the delegate payload's generation (with every .so variant of a multi-arch one)
+    generation: int = 0  # the payload generation's number (1, 2, 3), which says which ExecuTorch reads it
 
 
 def io_orders(plan: Plan, delegate: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
@@ -92,7 +93,7 @@ def method_spec(files: ProgramFiles, table: ConstantTable, plan: Plan, d: Delega
         num_inputs=len(plan.inputs),
         num_outputs=len(plan.outputs),
         constants=tuple(constants),
-        location=PteLocation(so, weights, label),
+        location=PteLocation(so, weights, label, payload.generation),
         input_order=input_order,
         output_order=output_order,
     )

@@ -22,6 +22,7 @@ from toolkit.sources.executorch.layout import read_ptd, read_pte
 from toolkit.sources.executorch.methods import method_spec
 from toolkit.sources.executorch.sequences import read_sequences
 from toolkit.sources.executorch.upstream_reader import read_ptd_executorch, read_pte_executorch
+from toolkit.sources.naming import program_name
 
 CUDA_BACKEND_ID = "CudaBackend"
 
@@ -97,6 +98,7 @@ def _model(files: ProgramFiles, table: ConstantTable, reader: str, name: str) ->
         format=ProgramFormat.PTE,
         sequences=sequences,
         records_mutation=False,
+        table_origin=table.origin or "",
     )
 
 
@@ -105,6 +107,7 @@ def open_pte(
     data: "str | Path | Sequence[str | Path] | None" = None,
     *,
     constant_table=None,
+    so_table=None,
     reader: str = "toolkit",
     verified: VerifiedFiles | None = None,
 ) -> Program:
@@ -112,7 +115,9 @@ def open_pte(
 
     ``data`` is the ``.ptd`` (or several); by default ``aoti_cuda_blob.ptd`` beside the
     ``.pte`` when it exists.  ``constant_table`` is needed for payload generations 1 and 2
-    only (see :mod:`toolkit.sources.executorch.constant_table`).  ``reader="executorch"`` parses with ExecuTorch's own
+    only (see :mod:`toolkit.sources.executorch.constant_table`); ``so_table`` reads it from each method's
+    ``.so`` instead, and checks a given one against it (a real load:
+    :class:`~toolkit.runtimes.aoti_container.SoConstantTables`).  ``reader="executorch"`` parses with ExecuTorch's own
     reader (the optional extra) instead of ours.  Each file, hashed for its record, is noted in
     ``verified``.  Every failure is a ToolkitError naming the file; a malformed file a
     :class:`~toolkit.core.errors.ProgramError` naming the field and offset.
@@ -125,7 +130,8 @@ def open_pte(
     files = None
     try:
         files = ProgramFiles(pte, data_files(pte, data), verified)
-        return _model(files, ConstantTable(constant_table, files.root, files.pte.path), reader, pte.stem)
+        table = ConstantTable(constant_table, files.root, files.pte.path, so_table)
+        return _model(files, table, reader, program_name(pte))
     finally:
         if files is not None:
             files.close()
