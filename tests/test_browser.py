@@ -959,14 +959,10 @@ def _bart_explorer(pg, stem: str) -> dict:
 SCAN_REPORT_MAX_FOLD_PX = 1900  # about two screens at 1440 px: the answer before the first collapsed section
 
 
-def test_scan_report_of_the_real_exports_reads_in_two_screens(tmp_path):
+def test_scan_report_of_the_real_exports_reads_in_two_screens(tmp_path, page):
     """The scan report of the repository's 19 real ExecuTorch exports, at 1440 px, offline: the summary
     table and the findings come before any policy's detail, and the first collapsed section starts within
     about two screens (it started at 5,103 px of 16,403 when alerts and culprits were repeated per policy)."""
-    if not CHROMIUM.exists():
-        msg = "needs Debian's chromium at /usr/bin/chromium: run .ci/install_browser.sh as root"
-        pytest.fail(msg) if in_ci() else pytest.skip(msg)
-    sync_api = require("playwright.sync_api")
     from executorch_fixtures import unpacked
 
     from toolkit.cli import main
@@ -978,34 +974,34 @@ def test_scan_report_of_the_real_exports_reads_in_two_screens(tmp_path):
     assert len(list(exports.rglob("*.pte"))) == 19
     html = tmp_path / "scan.html"
     assert main(["scan", str(exports), "--jobs", "2", "--html", str(html)]) == 1
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            pg = browser.new_context(viewport={"width": 1440, "height": 950}, offline=True).new_page()
-            requests: list[str] = []
-            pg.on("request", lambda r: requests.append(r.url))
-            pg.goto(html.as_uri())
-            top = {s: pg.locator(f"#{s}").bounding_box()["y"] for s in ("verdict", "summary", "findings", "policies")}
-            fold = pg.locator("details").first.bounding_box()["y"]
-            first_policy = pg.locator("details.policy").first.bounding_box()["y"]
-            assert top["verdict"] < top["summary"] < top["findings"] < first_policy, (top, first_policy)
-            assert fold <= SCAN_REPORT_MAX_FOLD_PX, fold
-            assert pg.locator("details[open]").count() == 0  # every detail starts collapsed
-            summary = pg.locator("#summary table")
-            assert summary.count() == 1 and "executorch-1.2.0-cuda/shared_ok/prog.pte" in summary.inner_text()
-            assert "ExecuTorch 1.5.x" in summary.locator("thead").inner_text()
-            assert "_tensor_constant0" in pg.locator("#findings").inner_text()
-            verdict = pg.locator("#verdict").inner_text()
-            assert "programs wrong under some policy: 5 of 19" in verdict, verdict
-            widths = pg.evaluate(
-                "() => [...document.querySelectorAll('#summary .constshare-scroll, #findings .constshare-scroll')]"
-                ".map(d => d.scrollWidth - d.clientWidth)"
-            )
-            assert max(widths) <= 1, widths  # the columns that say why need no sideways scroll
-            assert pg.locator("#plots svg").count() >= 2  # the trade-off plot and a collision matrix
-            assert [u for u in requests if not u.startswith("file:")] == []  # nothing fetched
-            ARTIFACTS.mkdir(exist_ok=True)
-            pg.screenshot(path=str(ARTIFACTS / "scan-report-top.png"))
-            pg.screenshot(path=str(ARTIFACTS / "scan-report-full.png"), full_page=True)
-        finally:
-            browser.close()
+    # the module's browser (one Playwright per process): a context of its own, offline, at 1440 px
+    ctx = page.context.browser.new_context(viewport={"width": 1440, "height": 950}, offline=True)
+    try:
+        pg = ctx.new_page()
+        requests: list[str] = []
+        pg.on("request", lambda r: requests.append(r.url))
+        pg.goto(html.as_uri())
+        top = {s: pg.locator(f"#{s}").bounding_box()["y"] for s in ("verdict", "summary", "findings", "policies")}
+        fold = pg.locator("details").first.bounding_box()["y"]
+        first_policy = pg.locator("details.policy").first.bounding_box()["y"]
+        assert top["verdict"] < top["summary"] < top["findings"] < first_policy, (top, first_policy)
+        assert fold <= SCAN_REPORT_MAX_FOLD_PX, fold
+        assert pg.locator("details[open]").count() == 0  # every detail starts collapsed
+        summary = pg.locator("#summary table")
+        assert summary.count() == 1 and "executorch-1.2.0-cuda/shared_ok/prog.pte" in summary.inner_text()
+        assert "ExecuTorch 1.5.x" in summary.locator("thead").inner_text()
+        assert "_tensor_constant0" in pg.locator("#findings").inner_text()
+        verdict = pg.locator("#verdict").inner_text()
+        assert "programs wrong under some policy: 5 of 19" in verdict, verdict
+        widths = pg.evaluate(
+            "() => [...document.querySelectorAll('#summary .constshare-scroll, #findings .constshare-scroll')]"
+            ".map(d => d.scrollWidth - d.clientWidth)"
+        )
+        assert max(widths) <= 1, widths  # the columns that say why need no sideways scroll
+        assert pg.locator("#plots svg").count() >= 2  # the trade-off plot and a collision matrix
+        assert [u for u in requests if not u.startswith("file:")] == []  # nothing fetched
+        ARTIFACTS.mkdir(exist_ok=True)
+        pg.screenshot(path=str(ARTIFACTS / "scan-report-top.png"))
+        pg.screenshot(path=str(ARTIFACTS / "scan-report-full.png"), full_page=True)
+    finally:
+        ctx.close()

@@ -228,8 +228,9 @@ def test_an_interactive_matrix_renders_as_an_image_in_html():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path):
+def test_notebook_runs_top_to_bottom(path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
+    monkeypatch.setenv("CONSTSHARE_STATIC_FIGURES", "1")  # run for an export: figures carry their image
     # the kernel uses the one build cache (CONSTSHARE_CACHE, else ~/.cache/constshare), as the tests do
     client = nbclient.NotebookClient(
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}

@@ -126,6 +126,8 @@ def test_a_load_keeps_its_options_and_check_integrity_sets_their_integrity(built
 ALLOWED = {
     ("core/options.py", "options_from_environment"),  # the one reader
     ("workflows/isolation.py", "_run_worker"),  # the child process's environment: a copy handed on, not options
+    ("workflows/constant_tables.py", "_run_worker"),  # the same, for the worker that reads tables from a .so
+    ("plots/static.py", "static_images_wanted"),  # a display switch for notebook exports, not a load option
     ("runtimes/aoti.py", "AotiRuntime.__init__"),  # AOTInductor's own switch, read by the .so with getenv
 }
 _ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

@@ -14,10 +14,27 @@ require("plotly", extra="plots")
 
 import plotly.io as pio  # noqa: E402
 
+import toolkit  # noqa: E402
 from toolkit import plots  # noqa: E402
 from toolkit.plots.figure import figure_png  # noqa: E402
 from toolkit.plots.interactive import PLOTLY_MIME  # noqa: E402
 from toolkit.plots.matrix_view import LONG_MATRIX  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def for_an_export(monkeypatch):
+    monkeypatch.setenv("CONSTSHARE_STATIC_FIGURES", "1")
+
+
+def test_live_figures_carry_no_image_unless_asked(monkeypatch):
+    """JupyterLab's plotly renderer would draw the PNG instead of the interactive figure."""
+    monkeypatch.delenv("CONSTSHARE_STATIC_FIGURES")
+    fig = plots.interactive_collision_matrix(
+        toolkit.dry_run(toolkit.build_sample("total_collision"), "name-only").session
+    )
+    assert PNG_MIME not in fig._repr_mimebundle_() and fig.static_png() is not None  # drawable, not sent
+
+
 from toolkit.plots.static import PNG_MIME, STATIC_DPI, InteractiveFigure, with_static_image  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -90,7 +90,8 @@ def test_the_cli_reads_the_table_beside_the_file_and_takes_one(tmp_path, capsys)
     assert "--constant-table FILE" in capsys.readouterr().err
     assert (
         main(
-            ["report", str(bare / "prog.pte"), "--dry-run", "--constant-table", str(pte.parent / "constant_table.json")]
+            ["report", str(bare / "prog.pte"), "--dry-run", "--policy", "fingerprint"]
+            + ["--constant-table", str(pte.parent / "constant_table.json")]
         )
         == 0
     )

@@ -1280,7 +1280,7 @@ def test_a_pte_is_called_by_its_folder_in_headline_and_exports(tmp_path, no_real
     try:
         ex.load_button.click()
         s = ex.state
-        assert s.error is None and s.session.program.name == "prog"  # what the file calls it
+        assert s.error is None and s.session.program.name == "total_collision"  # prog.pte: its folder's name
         assert s.program_label == "total_collision"
         head = s.verdict.headline(name=s.program_label)
         assert head.startswith("'total_collision' under 'name-only' (predicted): wrong")

@@ -24,10 +24,16 @@ INDENT = "    "
 MAX_FINDINGS = 30  # finding lines before "and N more" (every one is in the CSV and the HTML report)
 
 
-def wrapped(text: str, *, indent: str = "", rest: str = INDENT + "  ") -> list[str]:
-    """``text`` as lines of at most :data:`WIDTH` columns, later lines indented by ``rest``."""
+def wrapped(text: str, *, indent: str = "", rest: str = INDENT + "  ", whole_words: bool = False) -> list[str]:
+    """``text`` as lines of at most :data:`WIDTH` columns, later lines indented by ``rest``; a word longer
+    than a line is cut unless ``whole_words`` (a headline, which must read back joined by spaces)."""
     return textwrap.wrap(
-        text, WIDTH, initial_indent=indent, subsequent_indent=rest, break_on_hyphens=False, break_long_words=True
+        text,
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=not whole_words,
     ) or [indent]
 
 

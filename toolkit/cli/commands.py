@@ -81,7 +81,7 @@ def cmd_report(a) -> int:
         s = load_program(prog, policy, device=a.device, progress=True)
     verification = None if a.dry_run else s.verify(references=refs, oracle=a.oracle, draws=a.draws, seed=a.seed)
     verdict = s.verdict()
-    say_wrapped(verdict.headline(), rest="    ")
+    say_wrapped(verdict.headline(), rest="    ", whole_words=True)
     say_wrapped(chosen, indent="  ", rest="    ")
     say_findings([verdict], None, by_program=False)
     say_not_checked([verdict], None, by_program=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 from typing import TYPE_CHECKING, Any, Callable
 
 import plotly.graph_objects as go
@@ -19,6 +20,17 @@ from toolkit.plots.figure import figure_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+# JupyterLab's plotly renderer draws a bundle's PNG instead of the interactive figure when one is there, so
+# the PNG is added only where the notebook is run for an export (nbconvert, GitHub, a PDF): this variable = 1
+STATIC_IMAGES_ENV = "CONSTSHARE_STATIC_FIGURES"
+
+
+def static_images_wanted() -> bool:
+    """Whether displayed figures carry their static image (``CONSTSHARE_STATIC_FIGURES=1``)."""
+    return os.environ.get(STATIC_IMAGES_ENV, "") == "1"
+
 
 PNG_MIME = "image/png"
 STATIC_DPI = 100  # the PNG's pixels per inch (matplotlib's default: the same size as the inline backend's)
@@ -51,7 +63,7 @@ class InteractiveFigure(go.Figure):
         bundle: dict[str, Any] = {}
         if pio.renderers.render_on_display and pio.renderers.default:
             bundle.update(super()._repr_mimebundle_(include, exclude, validate, **kwargs) or {})
-        png = self.static_png()
+        png = self.static_png() if static_images_wanted() else None
         if png is not None:
             bundle.setdefault(PNG_MIME, base64.b64encode(png).decode("ascii"))
         # the title as plain text: plotly's line breaks and entities undone
