@@ -205,8 +205,9 @@ def test_the_html_check_finds_a_dropped_figure():
     assert any(p.startswith("cell 1: 1 figures, 0 images") for p in problems), problems
 
 
-def test_an_interactive_matrix_renders_as_an_image_in_html():
-    """The toolkit's interactive figure, displayed as a kernel would, survives the HTML export."""
+def test_an_interactive_matrix_renders_as_an_image_in_html(monkeypatch):
+    """The toolkit's interactive figure, displayed as a kernel run for an export would, survives the HTML export."""
+    monkeypatch.setenv("CONSTSHARE_STATIC_FIGURES", "1")
     import pandas as pd
     import plotly.io as pio
 
