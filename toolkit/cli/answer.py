@@ -15,7 +15,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from toolkit.cli.terminal import say, say_line, shown_names
+from toolkit.cli.terminal import say, say_line, shown_frame, shown_names
 from toolkit.core.verdict import Verdict
 from toolkit.reports.summary import findings_frame, policies_frame
 
@@ -78,12 +78,7 @@ def fitted(df: pd.DataFrame, width: int = WIDTH) -> str:
 
 def say_table(df: pd.DataFrame) -> None:
     """``df`` fitted to the terminal, every name escaped (look-alikes spelled out)."""
-    show = shown_names([v for c in df.columns for v in df[c] if isinstance(v, str)])
-    shown = df.copy()
-    for c in shown.columns:
-        if not pd.api.types.is_numeric_dtype(shown[c]):
-            shown[c] = [show(v) if isinstance(v, str) else v for v in shown[c]]
-    for line in fitted(shown).splitlines():
+    for line in fitted(shown_frame(df)).splitlines():
         say(line)
 
 

@@ -58,7 +58,7 @@ def shown_names(names: Iterable[str]) -> Callable[[object], str]:
     return lambda v: escape_text(str(v), spell_out=isinstance(v, str) and v in looks)
 
 
-def _shown_frame(df: pd.DataFrame) -> pd.DataFrame:
+def shown_frame(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with every text cell and column label escaped (look-alikes spelled out): one row a line."""
     texts = [c for c in df.columns if isinstance(c, str)]
     cells = {
@@ -78,7 +78,7 @@ def print_frame(df: pd.DataFrame) -> None:
     with pd.option_context(
         "display.width", 200, "display.max_columns", 30, "display.max_colwidth", 70, "display.max_rows", 500
     ):
-        say(_shown_frame(df).to_string(index=False))
+        say(shown_frame(df).to_string(index=False))
 
 
 def say_native_code(program) -> None:
