@@ -142,14 +142,24 @@ def packages(device: str = "cpu") -> dict[str, Path]:
     ).hexdigest()[:12]
     from toolkit.build.samples import cache_root
 
-    root = cache_root()
-    out = root / f"pt2-packages-{'' if device == 'cpu' else device + '-'}{h}"
+    return _built_once(
+        cache_root(),
+        f"pt2-packages-{'' if device == 'cpu' else device + '-'}{h}",
+        f".pt2-packages-{h}",
+        lambda part: _build(part, device),
+    )
+
+
+def _built_once(root: Path, name: str, partial: str, build) -> dict[str, Path]:
+    """format -> its package under ``root / name``; when one is missing, ``build(folder)`` makes them all in a
+    partial folder of this process, which replaces ``name`` whole (never a half-built set)."""
+    out = root / name
     paths = {fmt: out / f"{fmt}.pt2" for fmt in FORMATS}
     if not all(p.is_file() for p in paths.values()):
-        part = root / f".pt2-packages-{h}.partial-{os.getpid()}"
+        part = root / f"{partial}.partial-{os.getpid()}"
         shutil.rmtree(part, ignore_errors=True)
         part.mkdir(parents=True)
-        _build(part, device)
+        build(part)
         shutil.rmtree(out, ignore_errors=True)
         part.rename(out)
     return paths
@@ -231,13 +241,7 @@ def adapter_packages() -> dict[str, Path]:
     ).hexdigest()[:12]
     from toolkit.build.samples import cache_root
 
-    root = cache_root()
-    out = root / f"pt2-adapters-{h}"
-    paths = {fmt: out / f"{fmt}.pt2" for fmt in FORMATS}
-    if not all(p.is_file() for p in paths.values()):
-        part = root / f".pt2-adapters-{h}.partial-{os.getpid()}"
-        shutil.rmtree(part, ignore_errors=True)
-        part.mkdir(parents=True)
+    def build(part: Path) -> None:
         compiler = "/usr/bin/g++"
         if Path(compiler).exists():
             torch._inductor.config.cpp.cxx = (None, compiler)
@@ -246,9 +250,8 @@ def adapter_packages() -> dict[str, Path]:
                 _package(part / f"{fmt}.pt2", _adapter_modules(), part / "build", fmt)
         finally:
             shutil.rmtree(part / "build", ignore_errors=True)
-        shutil.rmtree(out, ignore_errors=True)
-        part.rename(out)
-    return paths
+
+    return _built_once(cache_root(), f"pt2-adapters-{h}", f".pt2-adapters-{h}", build)
 
 
 def cuda_packages() -> dict[str, Path]:
