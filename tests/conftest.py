@@ -69,3 +69,18 @@ class _Builds:
 def built_sample():
     """``built_sample(name, device="cpu") -> Program``, compiled once per session."""
     return _Builds()
+
+
+def manifest_family(built_sample, names) -> dict[str, dict]:
+    """Per sample of ``names``: its built program, its manifest as JSON data, and an empty ``genuine`` cache
+    for what a test computes of the unedited program (the families that edit manifests start from this)."""
+    import json
+
+    from toolkit.sources.directory import MANIFEST_FILE
+
+    out = {}
+    for name in names:
+        program = built_sample(name)
+        data = json.loads((program.root / MANIFEST_FILE).read_text(encoding="utf-8"))
+        out[name] = {"program": program, "data": data, "genuine": {}}
+    return out

@@ -17,13 +17,13 @@ check alone: refused with an error naming the edited field, or the genuine verdi
 from __future__ import annotations
 
 import copy
-import json
 import os
 import random
 import uuid
 from pathlib import Path
 
 import pytest
+from conftest import manifest_family
 from test_errors import clone, edit_manifest, read_json, refresh_digests
 
 import toolkit
@@ -178,12 +178,7 @@ _KEYS_READ = [p for p in POLICIES if get_policy(p).reads_so_keys]
 @pytest.fixture(scope="module")
 def family(built_sample):
     """Per sample: its program, its manifest, its genuine dry-run frame per policy (made when needed)."""
-    out = {}
-    for name in _SAMPLES:
-        program = built_sample(name)
-        data = json.loads((program.root / MANIFEST_FILE).read_text(encoding="utf-8"))
-        out[name] = {"program": program, "data": data, "genuine": {}}
-    return out
+    return manifest_family(built_sample, _SAMPLES)
 
 
 def _shown(dry) -> list:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import random
 
 import pytest
+from conftest import manifest_family
 from test_errors import clone, edit_manifest, read_json
 
 import toolkit
@@ -249,12 +249,7 @@ _SAMPLES = ("total_collision", "partial_collision_shape", "three_methods")
 
 @pytest.fixture(scope="module")
 def family(built_sample):
-    out = {}
-    for name in _SAMPLES:
-        program = built_sample(name)
-        data = json.loads((program.root / MANIFEST_FILE).read_text(encoding="utf-8"))
-        out[name] = {"program": program, "data": data, "genuine": {}}
-    return out
+    return manifest_family(built_sample, _SAMPLES)
 
 
 def _shown(dry) -> tuple:
