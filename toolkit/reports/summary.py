@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
+from toolkit.core.policies.releases import executorch_releases
 from toolkit.core.verdict import BAD_OUTCOMES, Verdict
 from toolkit.core.vocab import UNREADABLE, BlameStatus, MethodOutcome, Stage
 from toolkit.display.findings import findings_text
@@ -148,8 +149,6 @@ def scan_summary(frame: pd.DataFrame, root: "str | Path | None" = None) -> pd.Da
 
 def _releases(policy: str) -> str:
     """The ExecuTorch releases that run ``policy`` ("" for a name the table does not know)."""
-    from toolkit.core.policies.releases import executorch_releases
-
     try:
         return executorch_releases(policy)
     except (KeyError, ValueError):
