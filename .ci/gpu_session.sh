@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# One device session's GPU work, in calls of at most 10 minutes each (carry [".whl", ".whlet"]):
+# One device session's GPU work, in calls of at most 10 minutes each (carry [".whl", ".whlet", ".whl12"]
+# or ".whl15": executorch's two wheels do not fit in one call's 64 MiB beside the repository):
 #   bash .ci/gpu_session.sh tests    every GPU test (gpu_tests.sh all; 2026-12-02 on a cold machine: samples
-#                                    built in ~130 s, 277 tests in 300 s), and meanwhile executorch 1.2.0
-#                                    exports what ONLY_GEN1 names (default shared_ok) and loads it
+#                                    built in ~130 s, 277 tests in 300 s; the tables-from-.so tests in a second
+#                                    process beside them), and meanwhile executorch 1.2.0 (.whl12) exports the
+#                                    model families (ONLY_FAMILIES, default all) and loads them under every policy
+#   bash .ci/gpu_session.sh families executorch 1.5.1 (.whl15) exports the new families (ONLY_FAMILIES) and
+#                                    loads them under every policy
 #   bash .ci/gpu_session.sh scale    verify/blame/reset at 16.5 GiB per method (its build alone took 308 s
 #                                    on 2026-12-02, so it has a call of its own)
 #   bash .ci/gpu_session.sh diff     the differential oracle's cost on the program `scale` built (same warm
@@ -13,30 +17,51 @@
 #                                    with and without it (issue 25, target 1)
 #   bash .ci/gpu_session.sh uploads  the upload/integrity GPU tests that need no built sample, then the
 #                                    sequence rounding probe at 4 layers (issue 24's open question)
-# Everything it writes goes to $OUT (at most 8 files come back from the device).
+# Logs go to $OUT/logs.tgz, exports to $OUT/<folder>.tgz.NNN (at most 8 files come back from the device).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 inst() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$@"; }
 inst /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 CONSTSHARE_CACHE=$PWD/.cache
+W=/tmp/work; mkdir -p "$W"  # logs and tables, packed into $OUT/logs.tgz at the end (8 files come back at most)
+trap 'tar -czf "$OUT/logs.tgz" -C "$W" . 2>/dev/null' EXIT
+NEW_FAMILIES=gpt2_tied,draft_head,vision_text
+FAMILIES=$NEW_FAMILIES,whisper_cached,t5_tied,llama_tied_head,int8_weights
 echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 case "${1:-tests}" in
 tests)
-  if ls .whlet/executorch-1.2.0-*.whl >/dev/null 2>&1; then
-    inst /tmp/et12 .whlet/executorch-1.2.0-*.whl .whlet/torchao-*.whl .whlet/ruamel*.whl .whlet/expecttest-*.whl \
-      .whlet/kgb-*.whl .whlet/parameterized-*.whl || exit 1
-    PYTHONPATH=/tmp/et12:/tmp/site:$PWD timeout -k 5 240 python3 tests/fixtures/make_executorch_fixtures.py \
-      --only "${ONLY_GEN1:-shared_ok}" --out /tmp/etfx/executorch-1.2.0-cuda --pack "$OUT/g1" > "$OUT/export_gen1.log" 2>&1 &
+  # the archives unpacked once, before two pytest processes would race to unpack them
+  python3 -c "import sys; sys.path.insert(0, 'tests'); import executorch_fixtures as et; [et.unpacked(v, k) for v, k in (('1.2.0', 'cuda'), ('1.5.1', 'cuda'), ('1.5.1', 'families'))]"
+  if ls .whl12/executorch-1.2.0-*.whl >/dev/null 2>&1; then  # executorch 1.2.0 exports the families meanwhile
+    inst /tmp/et12 .whl12/*.whl .whlet/*.whl || exit 1
+    PYTHONPATH=/tmp/et12:/tmp/site:$PWD timeout -k 5 "${EXPORT_TIMEOUT_S:-330}" python3 tests/fixtures/make_executorch_fixtures.py \
+      --families --only "${ONLY_FAMILIES:-$FAMILIES}" --budget-s "${EXPORT_BUDGET_S:-280}" \
+      --out /tmp/etfx/executorch-1.2.0-families --pack "$OUT" > "$W/export_1.2.0_families.log" 2>&1 &
     EXPORT=$!
   fi
-  # gpu_tests.sh writes $OUT/gpu_pytest.log itself; its console goes beside it
-  timeout -k 5 "${TEST_TIMEOUT_S:-540}" bash .ci/gpu_tests.sh all > "$OUT/gpu_tests_console.log" 2>&1
-  echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout" "$OUT/gpu_pytest.log" | tail -25
+  # every 1.2.0 export loaded twice under every policy (with and without its table file): its own process
+  timeout -k 5 "${TEST_TIMEOUT_S:-520}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 300 --durations 10 \
+    tests/test_constant_table_from_so.py > "$W/gpu_tables_pytest.log" 2>&1 &
+  TABLES=$!
+  OUT=$W timeout -k 5 "${TEST_TIMEOUT_S:-520}" bash .ci/gpu_tests.sh all --ignore tests/test_constant_table_from_so.py \
+    > "$W/gpu_tests_console.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout" "$W/gpu_pytest.log" | tail -25
+  wait $TABLES; echo "tables-from-.so tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout|^E  " "$W/gpu_tables_pytest.log" | tail -25
   if [ -n "${EXPORT:-}" ]; then
-    wait "$EXPORT"; echo "gen-1 export rc=$?"; grep -v "^    \|Warning\|warn(" "$OUT/export_gen1.log" | tail -6
-    timeout -k 5 60 python3 benchmarks/executorch_programs.py --root /tmp/etfx/executorch-1.2.0-cuda --out "$OUT/table" \
-      > /tmp/table.log 2>&1; echo "table rc=$?"; tail -12 /tmp/table.log
+    wait "$EXPORT"; echo "1.2.0 families export rc=$?"; grep -v "^    \|Warning\|warn(" "$W/export_1.2.0_families.log" | tail -12
+    timeout -k 5 "${TABLE_TIMEOUT_S:-60}" python3 benchmarks/executorch_programs.py --root /tmp/etfx/executorch-1.2.0-families \
+      --tag 1.2.0-families --out "$W" > "$W/table.log" 2>&1; echo "table rc=$?"; tail -30 "$W/table.log"
   fi
+  ;;
+families)
+  # executorch 1.5.1 exports the families, then every 1.5.1 family export is loaded under every policy
+  inst /tmp/et15 .whl15/*.whl .whlet/*.whl || exit 1
+  PYTHONPATH=/tmp/et15:/tmp/site:$PWD timeout -k 5 "${EXPORT_TIMEOUT_S:-300}" python3 tests/fixtures/make_executorch_fixtures.py \
+    --families --only "${ONLY_FAMILIES:-$NEW_FAMILIES}" --budget-s "${EXPORT_BUDGET_S:-250}" \
+    --out /tmp/etfx/executorch-1.5.1-families --pack "$OUT" > "$W/export_1.5.1_families.log" 2>&1
+  echo "1.5.1 families export rc=$?"; grep -v "^    \|Warning\|warn(" "$W/export_1.5.1_families.log" | tail -12
+  timeout -k 5 "${TABLE_TIMEOUT_S:-120}" python3 benchmarks/executorch_programs.py --root /tmp/etfx/executorch-1.5.1-families \
+    --tag 1.5.1-families --out "$W" > "$W/table.log" 2>&1; echo "table rc=$?"; tail -30 "$W/table.log"
   ;;
 scale)
   timeout -k 5 "${T_SCALE:-570}" python3 benchmarks/verify_blame_scale.py --out "$OUT" > "$OUT/verify_blame_scale.log" 2>&1

@@ -7,9 +7,10 @@ For every folder under the roots (default: ``tests/fixtures/executorch-1.5.1-cud
 
 * exported: the dry run (``dry_run``) on the CPU, then, where the device is there, a real
   load through torch's AOTInductor runtime, each method verified alone against
-  ``reference_<method>.safetensors`` and each sequence (``sequence_<name>.safetensors``, state
-  carried) step by step, each in a fresh session; ``decisions_match`` says whether the load made
-  exactly the decisions the dry run predicted;
+  ``reference_<method>.safetensors`` and against the differential oracle (the method loaded alone on
+  its own bytes, on the reference's inputs: ``oracle_wrong``), and each sequence
+  (``sequence_<name>.safetensors``, state carried) step by step, each in a fresh session;
+  ``decisions_match`` says whether the load made exactly the decisions the dry run predicted;
 * refused: the exporter's own message (``refusal.txt``), for every policy, since no program exists.
 
 One row per (program, policy); ``--out`` writes ``executorch_programs/<date>-<machine>[-<tag>].csv``
@@ -41,6 +42,7 @@ COLUMNS = [
     "predicted_wrong",
     "status",
     "wrong_alone",
+    "oracle_wrong",
     "sequences",
     "decisions_match",
     "device_bytes",
@@ -76,6 +78,7 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
                 "predicted_wrong": "",
                 "status": "no program",
                 "wrong_alone": "",
+                "oracle_wrong": "",
                 "sequences": "",
                 "decisions_match": None,
                 "device_bytes": 0,
@@ -98,6 +101,7 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
             "predicted_wrong": _names(dry.verdict.wrong_methods),
             "status": "",
             "wrong_alone": "",
+            "oracle_wrong": "",
             "sequences": "",
             "decisions_match": None,
             "device_bytes": 0,
@@ -119,8 +123,8 @@ def program_rows(folder: Path, policies: list[str], device: str | None) -> list[
                 .equals(dry.decisions[cols].reset_index(drop=True).astype(str))
             )
             if s.status == "loaded":
-                v = s.verify()
-                row["wrong_alone"] = _names(wrong_methods(v))
+                row["wrong_alone"] = _names(wrong_methods(s.verify(oracle="reference")))
+                row["oracle_wrong"] = _names(wrong_methods(s.verify(oracle="unshared")))
         finally:
             s.close()
         seqs = []
@@ -145,6 +149,7 @@ def markdown(frame: pd.DataFrame) -> str:
         "predicted_wrong",
         "status",
         "wrong_alone",
+        "oracle_wrong",
         "sequences",
         "decisions_match",
     ]

@@ -292,13 +292,20 @@ def test_every_generation_1_export_loads_without_its_table_file_as_with_it(name,
     for m in committed.methods:
         for got, want in zip(bare.method(m.name).constants, m.constants, strict=True):
             # every field as recorded at export, but a buffer the export knew only read is taken as written
-            assert got == want or (got.kind == "buffer" and got.mutated and not want.mutated and got.name == want.name)
+            taken_as_written = got.kind == "buffer" and got.mutated and not want.mutated and got.name == want.name
+            assert got == want or taken_as_written, (m.name, got, want)
     checked = open_for_load(folder / "prog.pte", "cuda")
     assert checked.table_origin.endswith("checked against each method's .so")
     for policy in POLICIES:
         got, want = _outcome(bare, policy), _outcome(committed, policy)
-        assert got[0] == want[0] and got[2:] == want[2:], policy
-        assert got[1].equals(want[1]), policy
+        assert got[0] == want[0] and got[2:] == want[2:], (policy, got[0], want[0], got[2:], want[2:])
+        assert got[1].equals(want[1]), (policy, _differing(got[1], want[1]))
+
+
+def _differing(got, want) -> str:
+    if got.shape != want.shape:
+        return f"{len(got)} decisions without the file, {len(want)} with it"
+    return got.compare(want).to_string(max_rows=20)
 
 
 @pytest.mark.gpu
