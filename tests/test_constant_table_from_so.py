@@ -296,16 +296,22 @@ def test_every_generation_1_export_loads_without_its_table_file_as_with_it(name,
             assert got == want or taken_as_written, (m.name, got, want)
     checked = open_for_load(folder / "prog.pte", "cuda")
     assert checked.table_origin.endswith("checked against each method's .so")
+    # the .so does not say which buffers a method writes: one only read (a rotary table) is taken as state
+    taken_as_written = {
+        (m.name, c.name)
+        for m in committed.methods
+        for c, b in zip(m.constants, bare.method(m.name).constants)
+        if b.mutated and not c.mutated
+    }
     for policy in POLICIES:
         got, want = _outcome(bare, policy), _outcome(committed, policy)
         assert got[0] == want[0] and got[2:] == want[2:], (policy, got[0], want[0], got[2:], want[2:])
-        assert got[1].equals(want[1]), (policy, _differing(got[1], want[1]))
-
-
-def _differing(got, want) -> str:
-    if got.shape != want.shape:
-        return f"{len(got)} decisions without the file, {len(want)} with it"
-    return got.compare(want).to_string(max_rows=20)
+        assert got[1].shape == want[1].shape, policy
+        differs = (got[1] != want[1]).any(axis=1)
+        changed = got[1][differs]
+        # ... so the only decisions that differ keep such a buffer apart as state (never a share more)
+        assert set(zip(changed["method"], changed["name"])) <= taken_as_written, (policy, got[1].compare(want[1]))
+        assert set(changed["reason_code"]) <= {"other_state"}, (policy, got[1].compare(want[1]))
 
 
 @pytest.mark.gpu

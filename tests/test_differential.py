@@ -7,6 +7,7 @@ itself cannot tell (:data:`ORACLE_BLIND`)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -215,4 +216,6 @@ def test_gpu_a_pte_without_references_verifies_differentially(tmp_path, name):
             [sys.executable, "-m", "toolkit", "report", str(bare), "--policy", policy], capture_output=True, text=True
         )
         assert rc.returncode in (0, 1), rc.stdout + rc.stderr
-        assert "checked against unshared load, generated inputs" in rc.stdout
+        # the methods' rows of the findings-first output: each checked against its unshared load
+        checked = re.findall(r"^(prefill|decode)\s+(?:ok|wrong)\s+unshared load, generated inputs\s", rc.stdout, re.M)
+        assert sorted(checked) == ["decode", "prefill"], rc.stdout
