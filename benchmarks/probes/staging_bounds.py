@@ -1,0 +1,177 @@
+"""The staging pipeline's stages alone, on one host: what bounds a verified first load.
+
+    python benchmarks/probes/staging_bounds.py [--gib 2.0] [--device cuda] [--threads 1,2,4,8,16]
+                                               [--chunk-mib 4,16,64] [--streams 1,2,4] [--out DIR]
+
+One process, one random blob of ``--gib`` GiB in the page cache.  Each row is one stage over the
+whole blob, measured in this run (GB/s of the blob's bytes, best of two passes):
+
+* ``read``: ``os.preadv`` of the file into reused buffers (pinned on CUDA), ``threads`` workers each
+  reading whole chunks of ``chunk_mib``;
+* ``hash``: BLAKE3 (the ``blake3`` package, which releases the GIL) of the same buffers' bytes, no read;
+* ``read+hash``: both, each worker hashing what it just read (the verified pipeline without the copy);
+* ``copy`` (CUDA): one pinned buffer to the device in ``chunk_mib`` copies over ``streams`` streams;
+* ``read+copy`` / ``read+hash+copy`` (CUDA): the whole pipeline, each worker copying its chunk out of
+  one of its two slots on its own stream (``streams`` = workers) once the last copy out of that
+  slot is done.
+
+Writes results/staging_bounds/<date>-<machine>.csv into ``--out`` (else $OUT, else benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+
+import _common  # noqa: E402
+import torch  # noqa: E402
+
+
+def _blob(gib: float) -> Path:
+    """A random file of ``gib`` GiB, read once so that its pages are in the page cache."""
+    n = int(gib * (1 << 30)) // (64 << 20) * (64 << 20)
+    fd, name = tempfile.mkstemp(prefix="staging-bounds-", suffix=".bin")
+    block = os.urandom(64 << 20)
+    with os.fdopen(fd, "wb") as f:
+        for _ in range(n // len(block)):
+            f.write(block)
+    with open(name, "rb") as f:
+        while f.read(64 << 20):
+            pass
+    return Path(name)
+
+
+def _buffers(workers: int, chunk: int, cuda: bool) -> list[list[torch.Tensor]]:
+    return [[torch.empty(chunk, dtype=torch.uint8, pin_memory=cuda) for _ in range(2)] for _ in range(workers)]
+
+
+def _best(run, passes: int = 2) -> float:
+    times = []
+    for _ in range(passes):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def pipeline(path: Path, size: int, threads: int, chunk: int, *, read: bool, hash_: bool, copy: bool) -> float:
+    """Seconds for ``threads`` workers to take the blob's chunks in turn and do the named stages."""
+    import blake3
+
+    cuda = copy and torch.cuda.is_available()
+    bufs = _buffers(threads, chunk, cuda)
+    views = [[memoryview(b.numpy()).cast("B") for b in pair] for pair in bufs]
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda") if cuda else None
+    streams = [torch.cuda.Stream() for _ in range(threads)] if cuda else None
+    starts = list(range(0, size, chunk))
+    fd = os.open(path, os.O_RDONLY)
+
+    def worker(w: int) -> None:
+        events: list = [None, None]
+        for k, start in enumerate(starts[w::threads]):
+            slot = k % 2
+            if events[slot] is not None:
+                events[slot].synchronize()
+            n = min(chunk, size - start)
+            view = views[w][slot][:n]
+            if read:
+                got = 0
+                while got < n:
+                    got += os.preadv(fd, [view[got:]], start + got)
+            if hash_:
+                blake3.blake3(view).digest()
+            if cuda:
+                with torch.cuda.stream(streams[w]):
+                    dev[start : start + n].copy_(bufs[w][slot][:n], non_blocking=True)
+                    events[slot] = torch.cuda.Event()
+                    events[slot].record(streams[w])
+        for e in events:
+            if e is not None:
+                e.synchronize()
+
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+
+            def run() -> None:
+                list(pool.map(worker, range(threads)))
+
+            run()  # the slots' pages and the streams exist before the timed passes
+            return _best(run)
+    finally:
+        os.close(fd)
+
+
+def copy_only(size: int, chunk: int, streams: int) -> float:
+    """Seconds to copy ``size`` bytes from one pinned buffer to the device, ``chunk`` bytes a copy,
+    round-robin over ``streams`` streams."""
+    src = torch.empty(min(size, 1 << 30), dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    ss = [torch.cuda.Stream() for _ in range(streams)]
+
+    def run() -> None:
+        for i, start in enumerate(range(0, size, chunk)):
+            n = min(chunk, size - start)
+            at = start % src.numel()
+            n = min(n, src.numel() - at)
+            with torch.cuda.stream(ss[i % streams]):
+                dev[start : start + n].copy_(src[at : at + n], non_blocking=True)
+        torch.cuda.synchronize()
+
+    run()
+    return _best(run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gib", type=float, default=2.0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", default="1,2,4,8,16")
+    ap.add_argument("--chunk-mib", default="4,16,64")
+    ap.add_argument("--streams", default="1,2,4")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    cuda = a.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device here")
+    threads = [int(x) for x in a.threads.split(",")]
+    chunks = [int(x) << 20 for x in a.chunk_mib.split(",")]
+    path = _blob(a.gib)
+    size = path.stat().st_size
+    rows = []
+
+    def row(what: str, seconds: float, **kw) -> None:
+        rows.append({"what": what, "seconds": seconds, "bytes": size, "GBps": size / seconds / 1e9, **kw})
+        r = rows[-1]
+        print(
+            f"{what:18s} threads {kw.get('threads', '-')!s:>3} chunk {kw.get('chunk_mib', '-')!s:>3} MiB "
+            f"streams {kw.get('streams', '-')!s:>2}: {r['GBps']:6.1f} GB/s",
+            flush=True,
+        )
+
+    try:
+        stages = [("read", True, False, False), ("hash", False, True, False), ("read+hash", True, True, False)]
+        if cuda:
+            stages += [("read+copy", True, False, True), ("read+hash+copy", True, True, True)]
+        for chunk in chunks:
+            for t in threads:
+                for what, r, h, c in stages:
+                    row(what, pipeline(path, size, t, chunk, read=r, hash_=h, copy=c), threads=t, chunk_mib=chunk >> 20)
+            if cuda:
+                for s in (int(x) for x in a.streams.split(",")):
+                    row("copy", copy_only(size, chunk, s), chunk_mib=chunk >> 20, streams=s)
+    finally:
+        path.unlink()
+    out = _common.write_results("staging_bounds", rows, a.out or os.environ.get("OUT"))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
