@@ -171,6 +171,7 @@ def _every_export() -> list[Path]:
         unpacked("1.5.1"),
         unpacked("1.2.0"),
         unpacked("1.5.1", "families"),
+        unpacked("1.2.0", "families"),
         unpacked("1.5.1").parent.parent / "executorch-1.5.1-cuda",
     ]
     return sorted(d for r in roots if r.is_dir() for d in r.iterdir() if (d / "prog.pte").is_file())

@@ -149,7 +149,7 @@ def test_cli_real_exports(tmp_path):
     real export; the default output fits 100 columns and opens with the answer."""
     from executorch_fixtures import unpacked
 
-    for root in (unpacked("1.5.1"), unpacked("1.2.0"), unpacked("1.5.1", "families")):
+    for root in (unpacked("1.5.1"), unpacked("1.2.0"), unpacked("1.5.1", "families"), unpacked("1.2.0", "families")):
         parts = []
         for pte in sorted(root.glob("*/prog.pte")):
             for args in (["report", str(pte), "--dry-run"], ["compare", str(pte), "--dry-run"]):

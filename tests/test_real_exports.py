@@ -6,7 +6,10 @@
   what each ``.so`` declared through its own container API, recorded at export);
 * ``fixtures/executorch-1.5.1-families-exports.tar.xz``: ``model_families.py`` (Whisper with its
   caches, T5 with its tied ``shared``, a Llama with ``lm_head`` tied, torchao int8 weights) exported
-  by executorch 1.5.1 on the H200.
+  by executorch 1.5.1 on the H200;
+* ``fixtures/executorch-1.2.0-families-exports.tar.xz``: the families exported by executorch 1.2.0
+  (2026-12-05), among them a speculative-decoding target and its draft head, whose own layer has the
+  target's first layer's names.
 
 ``benchmarks/results/executorch_programs/2026-12-01-h200-generations.csv`` is what loading each of them
 under every policy on the H200 measured (``tests/fixtures/export_generations_on_device.sh``); the
@@ -44,6 +47,22 @@ GEN1_PROGRAMS = (
 )
 FAMILY_PROGRAMS = ("int8_weights", "llama_tied_head", "t5_tied", "whisper_cached")
 FOLDERS = [GEN1 / n for n in GEN1_PROGRAMS] + [FAMILIES / n for n in FAMILY_PROGRAMS]
+# the families as executorch 1.2.0 exported them (2026-12-05): what its exporter did with each
+GEN1_FAMILIES = et.unpacked("1.2.0", "families")
+GEN1_FAMILY_EXPORTS = {
+    "draft_head": "exported",
+    "gpt2_tied": "missing fallback kernels (1 total): - aten::split_copy.Tensor",
+    "llama_tied_head": "exported",
+    "t5_tied": "exported",
+    "vision_text": "was tagged to be consumed by the buffer, and was found to also contain a buffer mutation",
+    "whisper_cached": "is neither a buffer nor a user input",
+}
+MEASURED_AT = {  # the H200 run that loaded each export set under every policy
+    GEN1: MEASURED,
+    FAMILIES: MEASURED,
+    GEN1_FAMILIES: REPO / "benchmarks" / "results" / "executorch_programs" / "2026-12-05-h200-1.2.0-families.csv",
+}
+LATER_FOLDERS = [GEN1_FAMILIES / n for n, how in GEN1_FAMILY_EXPORTS.items() if how == "exported"]
 
 
 def _benchmark(name: str):
@@ -194,15 +213,60 @@ def test_what_sharing_does_to_each_family_on_the_h200():
     assert m.loc[("three_methods", "name-only"), "wrong_alone"] == "probe"
 
 
+def test_executorch_1_2_0_exported_the_families_it_could_and_said_why_not_for_the_others():
+    assert (GEN1_FAMILIES / "MANIFEST").read_text().split() == sorted(GEN1_FAMILY_EXPORTS)
+    for name, how in GEN1_FAMILY_EXPORTS.items():
+        r = _result(GEN1_FAMILIES / name)
+        assert r["environment"]["executorch"] == "1.2.0" and "H200" in r["environment"]["gpu"]
+        if how == "exported":
+            assert r["status"] == "exported" and (GEN1_FAMILIES / name / "prog.pte").is_file(), name
+        else:  # the exporter's own message, verbatim
+            assert r["status"] == "refused" and how in " ".join(r["message"].split()), name
+            assert (GEN1_FAMILIES / name / "refusal.txt").is_file() and not (GEN1_FAMILIES / name / "prog.pte").exists()
+
+
+@pytest.mark.parametrize("folder", sorted(GEN1_FAMILIES / n for n in GEN1_FAMILY_EXPORTS), ids=lambda f: f.name)
+def test_the_dry_run_predicts_what_the_h200_measured_of_the_1_2_0_families(folder):
+    measured = pd.read_csv(MEASURED_AT[GEN1_FAMILIES], keep_default_na=False)
+    for dry in _rows_module().program_rows(folder, list(POLICIES), None):
+        row = measured[(measured["program"] == folder.name) & (measured["policy"] == dry["policy"])].iloc[0]
+        assert dry["exporter"] == row["exporter"], dry["policy"]
+        if row["exporter"] == "refused":
+            continue
+        assert dry["dry_status"] == row["status"], (folder.name, dry["policy"])
+        assert str(row["decisions_match"]) == "True", (folder.name, dry["policy"])
+        if row["status"] == "loaded":
+            # the references and the differential oracle agree, and the dry run named the same methods
+            assert dry["predicted_wrong"] == row["wrong_alone"] == row["oracle_wrong"], (folder.name, dry["policy"])
+
+
+def test_a_draft_head_named_like_its_target_is_run_on_the_targets_weights_by_a_name_keyed_cache():
+    """EAGLE-style: the draft's own decoder layer is ``model.layers.0.*``, as is the target's first."""
+    m = pd.read_csv(MEASURED_AT[GEN1_FAMILIES], keep_default_na=False)
+    m = m[m["program"] == "draft_head"].set_index("policy")
+    for policy in ("name-only", "refuse-on-mismatch", "decline-on-mismatch", "verify-always", "blind-share"):
+        assert m.loc[policy, "wrong_alone"] == "target", policy  # same shapes: no metadata check catches it
+    for policy in ("no-sharing", "fingerprint", "content-dedup"):
+        assert m.loc[policy, "wrong_alone"] == "-", policy
+    # 1.5.x keys the weights by FQN and refuses the second content: the load fails as its exporter does
+    assert m.loc["fqn-weight-cache", "status"] == "failed"
+    assert "Duplicate key cuda_fqn_weight:cuda:model.layers.0." in m.loc["fqn-weight-cache", "error"]
+    program = _open(GEN1_FAMILIES / "draft_head")
+    fqns = {mm.name: {c.fqn for c in mm.constants} for mm in program.methods}
+    assert {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.up_proj.weight"} <= (
+        fqns["target"] & fqns["draft"]
+    )
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.name)
+@pytest.mark.parametrize("folder", FOLDERS + LATER_FOLDERS, ids=lambda f: f"{f.parent.name}/{f.name}")
 def test_every_export_loads_on_the_gpu_under_every_policy_as_its_dry_run_predicts(folder):
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     rows = _rows_module()
-    measured = _measured()
+    measured = pd.read_csv(MEASURED_AT[folder.parent], keep_default_na=False)
     for row in rows.program_rows(folder, list(POLICIES), "cuda"):
         assert row["status"] == row["dry_status"], (row["policy"], row["error"])
         assert row["decisions_match"] is True, row["policy"]

@@ -3,8 +3,9 @@
     python3 benchmarks/reports/real_exports_table.py        # prints the markdown table
 
 One row per exported program, one column per policy; a cell is what loading it on the H200
-measured (``benchmarks/executorch_programs.py``): ``ok``, the methods that ran wrong alone,
-``seq wrong`` (a sequence with state carried went wrong), ``failed`` or ``refused`` (at export).
+measured (``benchmarks/executorch_programs.py``): ``ok``, the methods that ran wrong alone (the
+same by their references and by the differential oracle where the run has both), ``seq wrong`` (a
+sequence with state carried went wrong), ``failed`` or ``refused`` (at export).
 ``tests/test_real_exports.py`` checks that docs/real-exports.md holds exactly this table.
 """
 
@@ -15,15 +16,14 @@ from pathlib import Path
 import pandas as pd
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "executorch_programs"
-RUNS = {  # export set -> the H200 run that loaded it
-    "executorch 1.5.1": RESULTS / "2026-12-01-h200.csv",
-    "executorch 1.2.0 (generation 1)": RESULTS / "2026-12-01-h200-generations.csv",
-    "executorch 1.5.1, model families": RESULTS / "2026-12-01-h200-generations.csv",
-}
-SETS = {
-    "executorch 1.2.0 (generation 1)": "executorch-1.2.0-cuda",
-    "executorch 1.5.1, model families": "executorch-1.5.1-families",
-}
+# (export set's label, the H200 run that loaded it, the rows of that run's ``export`` column, or None: all)
+RUNS = (
+    ("executorch 1.5.1", RESULTS / "2026-12-01-h200.csv", None),
+    ("executorch 1.2.0 (generation 1)", RESULTS / "2026-12-01-h200-generations.csv", "executorch-1.2.0-cuda"),
+    ("executorch 1.5.1, model families", RESULTS / "2026-12-01-h200-generations.csv", "executorch-1.5.1-families"),
+    ("executorch 1.5.1, model families", RESULTS / "2026-12-05-h200-1.5.1-families.csv", None),
+    ("executorch 1.2.0, model families", RESULTS / "2026-12-05-h200-1.2.0-families.csv", None),
+)
 POLICIES = [
     "no-sharing",
     "name-only",
@@ -53,10 +53,12 @@ def table() -> str:
         "| export | program | " + " | ".join(f"`{p}`" for p in POLICIES) + " |",
         "| --- | --- | " + " | ".join("---" for _ in POLICIES) + " |",
     ]
-    for label, csv in RUNS.items():
+    for label, csv, export in RUNS:
+        if not csv.is_file():
+            continue
         f = pd.read_csv(csv, keep_default_na=False)
-        if label in SETS:
-            f = f[f["export"] == SETS[label]]
+        if export is not None:
+            f = f[f["export"] == export]
         for program, rows in f.groupby("program", sort=True):
             by = {r["policy"]: cell(r) for r in rows.to_dict("records")}
             if set(by.values()) == {"script error"}:
