@@ -124,6 +124,20 @@ def test_the_so_says_each_constants_kind_and_takes_every_buffer_as_written(tmp_p
     assert [(r["shape"], r["mutated"]) for r in lifted] == [([3, 8], False)]
 
 
+def test_the_so_blob_size_complaint_stays_off_stderr_and_nothing_else_is_lost(capfd):
+    """An ExecuTorch .so has no mmap'd blob, and AOTInductor's C shim prints the error of the size query
+    itself: the query runs with stderr captured, and only that line is dropped."""
+    import os
+
+    from toolkit.runtimes import aoti_container
+
+    with aoti_container._without_stderr_line(aoti_container._NO_BLOB_SIZE):
+        os.write(2, b"Error: constant blob size is only available for mmap'd weights\n")
+        os.write(2, b"something else went wrong\n")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "something else went wrong\nafter\n"
+
+
 def test_a_load_with_no_table_file_reads_it_from_each_so(shared_ok_so, tmp_path):
     folder = GEN1 / "shared_ok"
     seen: list = []

@@ -10,9 +10,11 @@ and the builder (:mod:`toolkit.build.builder`) use it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +196,29 @@ _QUERIES = (
 
 
 _CONSTANT_TYPE = "AOTInductorModelContainerGetConstantType"  # queried where the .so exports it
+_NO_BLOB_SIZE = "constant blob size is only available for mmap'd weights"
+_STDERR_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_stderr_line(expected: str):
+    """Run the body with file descriptor 2 captured, then write back what it captured but the lines
+    holding ``expected``: a native call's expected complaint stays off the user's terminal, anything
+    else written meanwhile (by any thread) still reaches it, late."""
+    with _STDERR_LOCK, tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        try:
+            os.dup2(captured.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().splitlines(keepends=True) if expected.encode() not in line]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
 # AOTInductor's ConstantType (aoti_runtime/constant_type.h): Unknown 0, Parameter 1, Buffer 2, TensorConstant 3,
 # FoldedConstant 4 (never in a blob): the table's kind of each (an Unknown one's row says none)
 CONSTANT_KINDS = {1: "parameter", 2: "buffer", 3: "lifted_constant"}
@@ -244,7 +269,8 @@ def query_slots(so_path: Path, device: torch.device) -> tuple[list[ConstantSlot]
         blob = ctypes.c_uint64()
         # a .so built without mmap'd weights (ExecuTorch's: package_constants_on_disk) has no blob size:
         # it answers an error ("constant blob size is only available for mmap'd weights"); then unknown
-        blob_known = fns["AOTInductorModelContainerGetConstantsBlobSize"](handle, p(blob)) == 0
+        with _without_stderr_line(_NO_BLOB_SIZE):  # (its C shim prints the error to stderr as well)
+            blob_known = fns["AOTInductorModelContainerGetConstantsBlobSize"](handle, p(blob)) == 0
         slots = []
         for i in range(n.value):
             name, fqn = ctypes.c_char_p(), ctypes.c_char_p()
