@@ -20,7 +20,7 @@ from executorch_fixtures import unpacked
 import toolkit
 from toolkit.build.samples import sample_names
 from toolkit.core.policies import POLICIES
-from toolkit.core.vocab import CheckedAgainst, MethodOutcome, ProgramFormat
+from toolkit.core.vocab import BlindSpot, CheckedAgainst, MethodOutcome, ProgramFormat
 from toolkit.engine import inputs, verification
 
 SAMPLES = ("total_collision", "shared_state", "mutated_buffer")  # on the CPU (every sample on the GPU, below)
@@ -60,6 +60,8 @@ def check_agrees(program, policy: str, name: str, device: str = "cpu", export_se
                 said = next(x for x in v.sequences if x.sequence == q)
                 if program.format is not ProgramFormat.DIRECTORY and (export_set, name, q) in ORACLE_BLIND:
                     assert "cannot tell" in said.oracle_detail, said  # whether or not it agrees, it says so
+                    gaps = [g for g in v.not_checked if g.subject == q and g.gap is BlindSpot.ORACLE]
+                    assert gaps and all(g.reason.startswith("the file cannot tell whether ") for g in gaps), v
                 else:
                     assert diff_q[q] == outcome, (name, policy, oracle, q, diff_q[q], outcome)
             for m in v.methods:
@@ -113,6 +115,25 @@ def test_a_sequence_is_checked_against_the_intended_shared_state(built_sample):
         assert verdict_from_dict(dataclasses.asdict(v)) == v  # as an isolated worker sends it back
     finally:
         s.close()
+
+
+def test_what_the_oracles_state_model_cannot_see_becomes_a_not_checked_line_per_clause(built_sample):
+    """The state model lists its gaps beside the sequence's frame (never parsed back out of its words)."""
+    from toolkit.engine.blind_spots import blind_spots
+    from toolkit.engine.verification.rows import ORACLE_GAPS
+
+    s = toolkit.load_program(built_sample("shared_state"), "no-sharing")
+    try:
+        frame = s.verify(sequence="generate", oracle="unshared")
+        assert frame.attrs[ORACLE_GAPS] == []  # our program's provenance says what is one state
+        program = s.program
+    finally:
+        s.close()
+    frame = frame.copy()
+    frame.attrs[ORACLE_GAPS] = ["core.kv (held by prefill, decode) was one buffer of the eager program or several"]
+    (gap,) = blind_spots(program, predicted=False, sequences={"generate": frame})
+    assert (gap.subject, gap.gap) == ("generate", BlindSpot.ORACLE)
+    assert gap.reason == "the file cannot tell whether " + frame.attrs[ORACLE_GAPS][0]
 
 
 def test_a_method_without_reference_or_declared_inputs_stays_unverified(built_sample):

@@ -15,21 +15,12 @@ import pandas as pd
 
 from toolkit.core.verdict import NotChecked
 from toolkit.core.vocab import BlindSpot, ConstantKind
+from toolkit.engine.verification.rows import ORACLE_GAPS
 
 if TYPE_CHECKING:
     from toolkit.core.model import ProgramSpec
 
 SHOWN = 4  # names listed in one line before "and N more"
-BLIND_OPENING = "; the file cannot tell whether "  # how the oracle's state model lists what it cannot see
-BLIND_CLOSING = ": the oracle cannot see "
-
-
-def oracle_blind_spots(detail: str) -> list[str]:
-    """What an oracle detail written by the oracle's state model says the file cannot tell (one clause each)."""
-    if BLIND_OPENING not in detail:
-        return []
-    clauses = detail.split(BLIND_OPENING, 1)[1].split(BLIND_CLOSING, 1)[0]
-    return [c for c in clauses.split("; whether ") if c]
 
 
 def held_by_several(program: "ProgramSpec") -> list[str]:
@@ -73,8 +64,7 @@ def blind_spots(program: "ProgramSpec", *, predicted: bool, sequences: Mapping[s
             )
         )
     for name, frame in sequences.items():
-        details = frame["oracle_detail"].dropna().unique() if "oracle_detail" in frame else []
-        for gap in dict.fromkeys(g for d in details for g in oracle_blind_spots(str(d))):
+        for gap in dict.fromkeys(frame.attrs.get(ORACLE_GAPS, ())):
             found.append(
                 NotChecked(
                     name,

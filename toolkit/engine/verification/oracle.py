@@ -17,7 +17,6 @@ import torch
 from toolkit.core.errors import ToolkitError
 from toolkit.core.model import MethodSpec
 from toolkit.core.vocab import ConstantKind, ProgramFormat
-from toolkit.engine.blind_spots import BLIND_CLOSING, BLIND_OPENING
 from toolkit.engine.verification.comparison import compare_unshared
 from toolkit.engine.verification.rows import NO_REFERENCE, first_line, host_outputs, run_failed
 
@@ -149,7 +148,7 @@ def intended_state(load: "Session") -> tuple[str, list[str]]:
     return (
         "state: one storage per storage key"
         + (
-            BLIND_OPENING + "; whether ".join(blind) + BLIND_CLOSING + "state shared "
+            "; the file cannot tell whether " + "; whether ".join(blind) + ": the oracle cannot see state shared "
             "wrongly under one key, or kept apart wrongly under several"
             if blind
             else ""
@@ -159,15 +158,15 @@ def intended_state(load: "Session") -> tuple[str, list[str]]:
 
 def unshared_sequence(
     session: "Session", steps: list[tuple[str, list[torch.Tensor], list[torch.Tensor]]]
-) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]], str, str]:
+) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]], str, list[str], str]:
     """Each step's outputs, twice, of the sequence run on an unshared load of its methods holding the
-    program's intended shared state (:func:`intended_state`); the state model; and why it stopped
-    early ("" when every step ran)."""
+    program's intended shared state (:func:`intended_state`); the state model in words; what it
+    cannot see (one clause each); and why it stopped early ("" when every step ran)."""
     load = _unshared_load(session)
     try:
         for m in dict.fromkeys(m for m, _, _ in steps):
             load.load_method(m)
-        model, _ = intended_state(load)
+        model, blind = intended_state(load)
         runs: list[list[list[torch.Tensor]]] = [[], []]
         stopped = ""
         for run in runs:
@@ -179,7 +178,7 @@ def unshared_sequence(
                     stopped = f"the unshared load could not run step {i} ({m}): {first_line(e)}"
                     break
     except ToolkitError as e:
-        return [], "", f"the unshared load failed: {e}"
+        return [], "", [], f"the unshared load failed: {e}"
     finally:
         _free(load)
-    return list(zip(*runs)), model, stopped
+    return list(zip(*runs)), model, blind, stopped

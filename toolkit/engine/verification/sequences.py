@@ -15,7 +15,7 @@ from toolkit.core.vocab import CheckedAgainst, Oracle, parse
 from toolkit.engine.verification.comparison import compare_outputs, compare_unshared
 from toolkit.engine.verification.oracle import unshared_sequence
 from toolkit.engine.verification.references import read_sequence_reference
-from toolkit.engine.verification.rows import NO_REFERENCE, SEQUENCE_COLUMNS, empty_row, run_failed
+from toolkit.engine.verification.rows import NO_REFERENCE, ORACLE_GAPS, SEQUENCE_COLUMNS, empty_row, run_failed
 
 if TYPE_CHECKING:
     from toolkit.engine.loader import ProgramLoad as Session
@@ -33,9 +33,9 @@ def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> p
     except ToolkitError as e:
         return pd.DataFrame([empty_row(sequence=name, step=0, method="", reason=str(e))], columns=SEQUENCE_COLUMNS)
     unshared = oracle in ("unshared", "generated")  # a sequence's inputs are always its reference's
-    detail, stopped, repeats = "", "", []
+    detail, stopped, repeats, blind = "", "", [], []
     if unshared:
-        repeats, detail, stopped = unshared_sequence(session, steps)
+        repeats, detail, blind, stopped = unshared_sequence(session, steps)
         detail = f"inputs: the program's sequence reference; {detail}"
     session.reset_state()
     broken = ""  # once a step cannot run, the state of every later step is unknown
@@ -71,4 +71,5 @@ def verify_sequence(session: "Session", name: str, *, oracle: str = "auto") -> p
         rows.append(row)
     frame = pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
     frame["ok"] = frame["ok"].astype("boolean")
+    frame.attrs[ORACLE_GAPS] = blind  # what the oracle's state model cannot see, one clause each
     return frame
