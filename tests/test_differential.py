@@ -119,8 +119,7 @@ def test_a_sequence_is_checked_against_the_intended_shared_state(built_sample):
 
 def test_what_the_oracles_state_model_cannot_see_becomes_a_not_checked_line_per_clause(built_sample):
     """The state model lists its gaps beside the sequence's frame (never parsed back out of its words)."""
-    from toolkit.engine.blind_spots import blind_spots
-    from toolkit.engine.verification.rows import ORACLE_GAPS
+    from toolkit.engine.blind_spots import ORACLE_GAPS, blind_spots
 
     s = toolkit.load_program(built_sample("shared_state"), "no-sharing")
     try:

@@ -15,11 +15,13 @@ import pandas as pd
 
 from toolkit.core.verdict import NotChecked
 from toolkit.core.vocab import BlindSpot, ConstantKind
-from toolkit.engine.verification.rows import ORACLE_GAPS
 
 if TYPE_CHECKING:
     from toolkit.core.model import ProgramSpec
 
+# a sequence frame's ``attrs`` key: the clauses of what the differential oracle's state model cannot see
+# (defined here, not beside the verification rows, so that a dry run imports no torch)
+ORACLE_GAPS = "oracle_gaps"
 SHOWN = 4  # names listed in one line before "and N more"
 
 

@@ -17,8 +17,6 @@ if TYPE_CHECKING:
 
 VERIFY_COLUMNS = ["method", "ran", "max_abs_err", "atol", "rtol", "ok", "reason", "oracle", "oracle_detail", "draws"]
 SEQUENCE_COLUMNS = ["sequence", "step", *VERIFY_COLUMNS]
-# a sequence frame's ``attrs`` key: the clauses of what the differential oracle's state model cannot see
-ORACLE_GAPS = "oracle_gaps"
 # the reason of a method nothing can be checked against; its ``ok`` is pd.NA (neither ok nor wrong)
 NO_REFERENCE = "no reference"
 

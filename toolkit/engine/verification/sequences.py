@@ -12,10 +12,11 @@ import pandas as pd
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.vocab import CheckedAgainst, Oracle, parse
+from toolkit.engine.blind_spots import ORACLE_GAPS
 from toolkit.engine.verification.comparison import compare_outputs, compare_unshared
 from toolkit.engine.verification.oracle import unshared_sequence
 from toolkit.engine.verification.references import read_sequence_reference
-from toolkit.engine.verification.rows import NO_REFERENCE, ORACLE_GAPS, SEQUENCE_COLUMNS, empty_row, run_failed
+from toolkit.engine.verification.rows import NO_REFERENCE, SEQUENCE_COLUMNS, empty_row, run_failed
 
 if TYPE_CHECKING:
     from toolkit.engine.loader import ProgramLoad as Session
