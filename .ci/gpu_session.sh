@@ -6,7 +6,7 @@
 #                                    process beside them), and meanwhile executorch 1.2.0 (.whl12) exports the
 #                                    model families (ONLY_FAMILIES, default all) and loads them under every policy
 #   bash .ci/gpu_session.sh families executorch 1.5.1 (.whl15) exports the new families (ONLY_FAMILIES) and
-#                                    loads them under every policy
+#                                    loads them under every policy; meanwhile the GPU tests of the 1.2.0 families
 #   bash .ci/gpu_session.sh scale    verify/blame/reset at 16.5 GiB per method (its build alone took 308 s
 #                                    on 2026-12-02, so it has a call of its own)
 #   bash .ci/gpu_session.sh diff     the differential oracle's cost on the program `scale` built (same warm
@@ -54,13 +54,23 @@ tests)
   fi
   ;;
 families)
-  # executorch 1.5.1 exports the families, then every 1.5.1 family export is loaded under every policy
+  # executorch 1.5.1 exports the families (ONLY_FAMILIES); meanwhile the GPU tests of the 1.2.0 families; then
+  # every 1.5.1 family export is loaded under every policy
   inst /tmp/et15 .whl15/*.whl .whlet/*.whl || exit 1
+  ET=/tmp/etfx/executorch-1.5.1-families
   PYTHONPATH=/tmp/et15:/tmp/site:$PWD timeout -k 5 "${EXPORT_TIMEOUT_S:-300}" python3 tests/fixtures/make_executorch_fixtures.py \
     --families --only "${ONLY_FAMILIES:-$NEW_FAMILIES}" --budget-s "${EXPORT_BUDGET_S:-250}" \
-    --out /tmp/etfx/executorch-1.5.1-families --pack "$OUT" > "$W/export_1.5.1_families.log" 2>&1
-  echo "1.5.1 families export rc=$?"; grep -v "^    \|Warning\|warn(" "$W/export_1.5.1_families.log" | tail -12
-  timeout -k 5 "${TABLE_TIMEOUT_S:-120}" python3 benchmarks/executorch_programs.py --root /tmp/etfx/executorch-1.5.1-families \
+    --out "$ET" --pack "$OUT" > "$W/export_1.5.1_families.log" 2>&1 &
+  EXPORT=$!
+  python3 -c "import sys; sys.path.insert(0, 'tests'); import executorch_fixtures as et; et.unpacked('1.2.0', 'families')"
+  timeout -k 5 "${TEST_TIMEOUT_S:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
+    tests/test_constant_table_from_so.py tests/test_real_exports.py -k "1.2.0-families" > "$W/gpu_families_pytest.log" 2>&1
+  echo "1.2.0 families GPU tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout|^E  " "$W/gpu_families_pytest.log" | tail -25
+  wait $EXPORT; echo "1.5.1 families export rc=$?"; grep -v "^    \|Warning\|warn(" "$W/export_1.5.1_families.log" | tail -12
+  if ! ls "$OUT/$(basename "$ET").tgz."* >/dev/null 2>&1 && [ -d "$ET" ]; then  # killed before --pack: what it finished
+    tar -czf "$OUT/$(basename "$ET").tgz.000" -C "$(dirname "$ET")" "$(basename "$ET")"; echo "packed by the fallback"
+  fi
+  timeout -k 5 "${TABLE_TIMEOUT_S:-120}" python3 benchmarks/executorch_programs.py --root "$ET" \
     --tag 1.5.1-families --out "$W" > "$W/table.log" 2>&1; echo "table rc=$?"; tail -30 "$W/table.log"
   ;;
 scale)

@@ -32,7 +32,9 @@ from toolkit.workflows.constant_tables import open_for_load, write_constant_tabl
 from toolkit.workflows.dry_run import dry_run
 
 GEN1 = et.unpacked("1.2.0")
-GEN1_PROGRAMS = sorted(p.name for p in GEN1.iterdir() if (p / "prog.pte").is_file()) if GEN1.is_dir() else []
+GEN1_FAMILIES = et.unpacked("1.2.0", "families")
+# every generation-1 export we hold: the cuda programs and the model families 1.2.0 exported
+GEN1_EXPORTS = [p.parent for root in (GEN1, GEN1_FAMILIES) if root.is_dir() for p in sorted(root.glob("*/prog.pte"))]
 TABLE = "constant_table.json"
 DECISION_COLUMNS = ["method", "name", "fqn", "lookup", "decision", "reason_code", "origin", "shared_from"]
 
@@ -296,9 +298,8 @@ def _outcome(program, policy: str) -> tuple:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", GEN1_PROGRAMS)
-def test_every_generation_1_export_loads_without_its_table_file_as_with_it(name, tmp_path):
-    folder = GEN1 / name
+@pytest.mark.parametrize("folder", GEN1_EXPORTS, ids=lambda f: f"{f.parent.name}/{f.name}")
+def test_every_generation_1_export_loads_without_its_table_file_as_with_it(folder, tmp_path):
     committed = open_program(folder / "prog.pte")
     noticed = []
     bare = open_for_load(_bare(folder, tmp_path), "cuda", notice=lambda: noticed.append(1))
@@ -329,11 +330,11 @@ def test_every_generation_1_export_loads_without_its_table_file_as_with_it(name,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", GEN1_PROGRAMS)
-def test_the_table_workflow_writes_the_committed_table(name, tmp_path):
-    pte = _bare(GEN1 / name, tmp_path)
+@pytest.mark.parametrize("folder", GEN1_EXPORTS, ids=lambda f: f"{f.parent.name}/{f.name}")
+def test_the_table_workflow_writes_the_committed_table(folder, tmp_path):
+    pte = _bare(folder, tmp_path)
     written = write_constant_tables(pte, "cuda")
-    committed, got = _table(GEN1 / name), _table(pte.parent)
+    committed, got = _table(folder), _table(pte.parent)
     assert written.file == pte.parent / TABLE and written.rows == {m: len(r) for m, r in got.items()}
     assert set(got) == set(committed)
     for m, rows in committed.items():
