@@ -13,7 +13,13 @@ whole blob, measured in this run (GB/s of the blob's bytes, best of two passes):
 * ``copy`` (CUDA): one pinned buffer to the device in ``chunk_mib`` copies over ``streams`` streams;
 * ``read+copy`` / ``read+hash+copy`` (CUDA): the whole pipeline, each worker copying its chunk out of
   one of its two slots on its own stream (``streams`` = workers) once the last copy out of that
-  slot is done.
+  slot is done;
+* ``read+hash+copy, 4 MiB blocks``: the same, but each chunk read in 4 MiB blocks, each hashed while
+  still in the CPU cache (as the loader's ``read_range`` does), then copied whole: the hash's
+  granularity apart from the copy's;
+* ``loader verified`` / ``loader unhashed`` / ``loader device digest`` (CUDA): the toolkit's own
+  ``stage_pieces`` over the blob (64 MiB constants; a BLAKE3 record of 64 MiB pieces, or none; the
+  digest on the host, or on the device), at the same threads and chunk: the loader beside its bound.
 
 Writes results/staging_bounds/<date>-<machine>.csv into ``--out`` (else $OUT, else benchmarks/results).
 """
@@ -118,6 +124,94 @@ def pipeline(path: Path, size: int, threads: int, chunk: int, *, read: bool, has
         os.close(fd)
 
 
+def blocked(path: Path, size: int, threads: int, chunk: int, block: int = 4 << 20) -> float:
+    """Seconds for read+hash+copy with the chunk read and hashed ``block`` bytes at a time."""
+    import blake3
+
+    bufs = _buffers(threads, chunk, True)
+    views = [[memoryview(b.numpy()).cast("B") for b in pair] for pair in bufs]
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    streams = [torch.cuda.Stream() for _ in range(threads)]
+    starts = list(range(0, size, chunk))
+    fd = os.open(path, os.O_RDONLY)
+
+    def worker(w: int) -> None:
+        events: list = [None, None]
+        for k, start in enumerate(starts[w::threads]):
+            slot = k % 2
+            if events[slot] is not None:
+                events[slot].synchronize()
+            n = min(chunk, size - start)
+            h = blake3.blake3()
+            for b in range(0, n, block):
+                view = views[w][slot][b : min(n, b + block)]
+                got = 0
+                while got < len(view):
+                    got += os.preadv(fd, [view[got:]], start + b + got)
+                h.update(view)
+            with torch.cuda.stream(streams[w]):
+                dev[start : start + n].copy_(bufs[w][slot][:n], non_blocking=True)
+                events[slot] = torch.cuda.Event()
+                events[slot].record(streams[w])
+        for e in events:
+            if e is not None:
+                e.synchronize()
+
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+
+            def run() -> None:
+                list(pool.map(worker, range(threads)))
+
+            run()
+            return _best(run)
+    finally:
+        os.close(fd)
+
+
+def loader(path: Path, size: int, threads: int, chunk: int, how: str, record, device: torch.device) -> float:
+    """Seconds for the toolkit's ``stage_pieces`` to stage the blob as 64 MiB constants onto ``device``:
+    ``how`` is "verified" (host digest), "device digest" or "unhashed" (no record)."""
+    from toolkit.core.model import ConstantSpec
+    from toolkit.core.vocab import ConstantKind
+    from toolkit.upload.staging import stage_pieces
+
+    part = 64 << 20
+    specs = [
+        ConstantSpec(
+            name=f"c{i}",
+            fqn=f"c{i}",
+            kind=ConstantKind.PARAMETER,
+            mutated=False,
+            dtype="uint8",
+            shape=(min(part, size - at),),
+            strides=(1,),
+            storage_offset=0,
+            nbytes=min(part, size - at),
+            offset=at,
+            digest="",
+        )
+        for i, at in enumerate(range(0, size, part))
+    ]
+
+    def run() -> None:
+        outs = stage_pieces(
+            path,
+            None if how == "unhashed" else record,
+            specs,
+            device,
+            threads=threads,
+            chunk_bytes=chunk,
+            device_digest=how == "device digest",
+        )
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        del outs
+
+    run()  # the slots pinned, the kernels loaded, before the timed passes
+    return _best(run)
+
+
 def copy_only(size: int, chunk: int, streams: int) -> float:
     """Seconds to copy ``size`` bytes from one pinned buffer to the device, ``chunk`` bytes a copy,
     round-robin over ``streams`` streams."""
@@ -154,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     chunks = [int(x) << 20 for x in a.chunk_mib.split(",")]
     path = _blob(a.gib)
     size = path.stat().st_size
+    from toolkit.integrity.records import file_record
+
+    record = file_record(path, 64 << 20)  # BLAKE3 of 64 MiB pieces, as a program's manifest holds
     rows = []
 
     def row(what: str, seconds: float, **kw) -> None:
@@ -173,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
             for t in threads:
                 for what, r, h, c in stages:
                     row(what, pipeline(path, size, t, chunk, read=r, hash_=h, copy=c), threads=t, chunk_mib=chunk >> 20)
+            for t in threads:
+                if cuda:
+                    row("read+hash+copy, 4 MiB blocks", blocked(path, size, t, chunk), threads=t, chunk_mib=chunk >> 20)
+                for how in ("verified", "unhashed", "device digest") if cuda else ("verified", "unhashed"):
+                    seconds = loader(path, size, t, chunk, how, record, torch.device(a.device))
+                    row(f"loader {how}", seconds, threads=t, chunk_mib=chunk >> 20)
             if cuda:
                 for s in (int(x) for x in a.streams.split(",")):
                     row("copy", copy_only(size, chunk, s), chunk_mib=chunk >> 20, streams=s)
