@@ -7,6 +7,8 @@
 #                                    model families (ONLY_FAMILIES, default all) and loads them under every policy
 #   bash .ci/gpu_session.sh families executorch 1.5.1 (.whl15) exports the new families (ONLY_FAMILIES) and
 #                                    loads them under every policy; meanwhile the GPU tests of the 1.2.0 families
+#   bash .ci/gpu_session.sh family-tests  the GPU tests of the 1.2.0 families (carry .whl), then the loader's
+#                                    staging beside its bounds at 16 threads (issue 40)
 #   bash .ci/gpu_session.sh scale    verify/blame/reset at 16.5 GiB per method (its build alone took 308 s
 #                                    on 2026-12-02, so it has a call of its own)
 #   bash .ci/gpu_session.sh diff     the differential oracle's cost on the program `scale` built (same warm
@@ -72,6 +74,16 @@ families)
   fi
   timeout -k 5 "${TABLE_TIMEOUT_S:-120}" python3 benchmarks/executorch_programs.py --root "$ET" \
     --tag 1.5.1-families --out "$W" > "$W/table.log" 2>&1; echo "table rc=$?"; tail -30 "$W/table.log"
+  ;;
+family-tests)
+  # the GPU tests of executorch 1.2.0's family exports alone (carry .whl), then the loader beside its staging bounds
+  python3 -c "import sys; sys.path.insert(0, 'tests'); import executorch_fixtures as et; et.unpacked('1.2.0', 'families')"
+  timeout -k 5 "${TEST_TIMEOUT_S:-150}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 --durations 8 \
+    tests/test_constant_table_from_so.py tests/test_real_exports.py tests/test_differential.py -k "1.2.0-families" \
+    > "$W/gpu_families_pytest.log" 2>&1
+  echo "1.2.0 families GPU tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout|^E  " "$W/gpu_families_pytest.log" | tail -25
+  timeout -k 5 "${T_PROBE:-90}" python3 benchmarks/probes/staging_bounds.py --gib 1 --threads 16 --chunk-mib 4,16,64 \
+    --streams 1 --out "$W" > "$W/staging_bounds.log" 2>&1; echo "staging bounds rc=$?"; tail -32 "$W/staging_bounds.log"
   ;;
 scale)
   timeout -k 5 "${T_SCALE:-570}" python3 benchmarks/verify_blame_scale.py --out "$OUT" > "$OUT/verify_blame_scale.log" 2>&1
