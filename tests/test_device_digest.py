@@ -63,25 +63,49 @@ def test_a_buffer_the_kernels_cannot_read_whole_blocks_of_is_refused():
     assert device_digest.hashable_in_place(torch.zeros(128, dtype=torch.uint8), 128)
 
 
-def test_auto_hashes_on_the_device_only_on_cuda_once_worth_it(monkeypatch):
+@pytest.fixture
+def cold(monkeypatch):
+    """No kernels loaded and no device warm in this process, whatever ran before."""
+    monkeypatch.setattr(device_digest, "_kernels", None)
+    monkeypatch.setattr(device_digest, "_WARM", {})
+    monkeypatch.setattr(device_digest, "_WARM_STARTED", set())
+    monkeypatch.setattr(device_digest, "_WARM_FAILED", {})
+
+
+def test_auto_hashes_on_the_device_once_warm_there_and_never_waits(cold, monkeypatch):
     cuda = torch.device("cuda", 0)
-    monkeypatch.setattr(device_digest, "_kernels", None)
-    assert not device_digest.worth_it(cuda, device_digest.MIN_BYTES - 1, None)
-    assert device_digest.worth_it(cuda, device_digest.MIN_BYTES, None)
-    assert not device_digest.worth_it(CPU, 1 << 40, None)  # the interpreter only when asked for
-    assert device_digest.worth_it(CPU, 64, True) and not device_digest.worth_it(cuda, 1 << 40, False)
-    monkeypatch.setattr(device_digest, "_kernels", object())  # loaded already: no fixed cost left to pay
-    assert device_digest.worth_it(cuda, 64, None)
+    assert device_digest.mode(cuda, None) == "when warm"  # cold: each piece on the host until warm
+    assert device_digest.mode(CPU, None) == "host"  # the interpreter only when asked for
+    assert device_digest.mode(CPU, True) == "device" and device_digest.mode(cuda, False) == "host"
+    monkeypatch.setattr(device_digest, "ready", lambda device: device == cuda)
+    assert device_digest.mode(cuda, None) == "device"
+    monkeypatch.setattr(device_digest.importlib.util, "find_spec", lambda name: None)  # no Triton installed
+    assert device_digest.mode(cuda, None) == "host"
 
 
-def test_warm_up_loads_the_kernels_where_they_can_run(monkeypatch):
-    monkeypatch.setattr(device_digest, "_kernels", None)
+def test_warm_up_loads_the_kernels_where_they_can_run(cold, monkeypatch):
     monkeypatch.setattr(device_digest, "available", lambda device: False)
     device_digest.warm_up(CPU)
-    assert device_digest._kernels is None  # nothing to run them on: nothing imported
+    assert device_digest._kernels is None and not device_digest.ready(CPU)  # nothing to run them on
     monkeypatch.setattr(device_digest, "available", lambda device: True)
     device_digest.warm_up(CPU)  # the interpreter here
-    assert device_digest._kernels is not None
+    assert device_digest._kernels is not None and device_digest.ready(CPU)
+
+
+def test_a_background_warm_up_runs_once_per_device_and_a_failed_one_is_kept_not_raised(cold, monkeypatch):
+    monkeypatch.setattr(device_digest, "available", lambda device: True)
+    thread = device_digest.warm_up_in_background(CPU)
+    assert thread is not None and device_digest.warm_up_in_background(CPU) is None  # started once
+    thread.join(60)
+    assert device_digest.ready(CPU) and device_digest.warm_up_error(CPU) is None
+    other = torch.device("meta")
+
+    def broken(device):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(device_digest, "warm_up", broken)
+    device_digest.warm_up_in_background(other).join(60)
+    assert not device_digest.ready(other) and "no compiler" in str(device_digest.warm_up_error(other))
 
 
 def test_the_option_and_its_variable():
@@ -165,6 +189,44 @@ def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spie
     ) as ei:
         _stage(path, rec, _specs(len(data)), device_digest=True)
     assert ei.value.path == str(path) and spied
+
+
+def _warming(monkeypatch, cold_checks: int) -> list[torch.device]:
+    """Auto on the CPU as on a cold CUDA device: the kernels turn warm after ``cold_checks`` pieces
+    asked; returns the devices whose background warm-up was started."""
+    started, asked = [], [0]
+
+    def ready(device):
+        asked[0] += 1
+        return asked[0] > cold_checks
+
+    monkeypatch.setattr(device_digest, "mode", lambda device, forced: "when warm" if forced is None else "host")
+    monkeypatch.setattr(device_digest, "ready", ready)
+    monkeypatch.setattr(device_digest, "warm_up_in_background", started.append)
+    return started
+
+
+def test_a_cold_batch_hashes_on_the_host_until_the_kernels_are_warm_then_on_the_device(blob, spied, monkeypatch):
+    path, data = blob
+    started = _warming(monkeypatch, cold_checks=2)
+    specs, counted = _specs(len(data)), []
+    outs = _stage(path, file_record(path, PIECE), specs, threads=1, chunk_bytes=1000, on_hashed=counted.append)
+    assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
+    assert started == [CPU]  # the warm-up started, not waited for
+    assert sorted(spied) == [2, 3]  # pieces 1-2 (positions 0-1) taken cold: on the host; 3-4 on the device
+    assert counted == [8 * PIECE + len(data) - 10 * PIECE]  # every piece hashed once, wherever it was
+
+
+@pytest.mark.parametrize("piece", [1, 4])
+def test_a_tampered_piece_is_refused_whether_it_was_taken_cold_or_warm(blob, spied, monkeypatch, piece):
+    path, data = blob
+    rec = file_record(path, PIECE)
+    flip_byte(path, piece * PIECE + 5)
+    _warming(monkeypatch, cold_checks=2)  # piece 1 on the host, piece 4 on the device
+    with pytest.raises(IntegrityError, match=rf"\(the {PIECE}-byte piece at byte {piece * PIECE}\)"):
+        _stage(path, rec, _specs(len(data)), threads=1)
+    # found where it was hashed: piece 4 (position 3) by the device, piece 1 (position 0) by the host
+    assert (3 in spied) if piece == 4 else (0 not in spied)
 
 
 # ----------------------------------------------------------------------------- CUDA (run on the H200)

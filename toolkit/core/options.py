@@ -191,8 +191,8 @@ OPTIONS: tuple[Option, ...] = (
         lambda s: None if s.lower() == "auto" else _flag(s),
         "auto, " + _FLAG_TEXTS,
         "`auto`",
-        "whether verified staging hashes BLAKE3 pieces on the device they landed on: `auto` (once its kernels "
-        "are loaded in the process, or for a batch of at least 16 GiB), `1` or `0`",
+        "whether verified staging hashes BLAKE3 pieces on the device they landed on: `auto` (on CUDA, each "
+        "piece taken once its kernels are warm, their warm-up started in the background), `1` or `0`",
     ),
     Option(
         "cache_dir",

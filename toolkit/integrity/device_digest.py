@@ -10,14 +10,16 @@ goes into one device table (:class:`DeviceDigests`), read back once per batch an
 host.  Exact against the ``blake3`` package (``tests/test_device_digest.py``: the Triton
 interpreter on the CPU, the device on a GPU).
 
-Triton is imported on first use, and importing it and loading the kernels cost a fresh process a
-fixed delay, so by default a batch hashes on the device only once that is paid or when the batch is
-large enough to win it back (:data:`MIN_BYTES`, :func:`worth_it`); :func:`warm_up` pays it ahead of
-a load.  Launches are serialised by one lock (they come from the staging workers' threads).
+Importing Triton and loading the kernels cost a fresh process a fixed delay (about half a second on
+the H200), so a load never waits for it: by default (:func:`mode`) the first batch starts
+:func:`warm_up_in_background` and hashes on the host each piece it takes before the kernels are warm
+on its device, on the device each piece after.  :func:`warm_up` pays the delay ahead of a load.
+Launches are serialised by one lock (they come from the staging workers' threads).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import threading
@@ -27,10 +29,10 @@ import torch
 _BLOCK = 128  # lanes per Triton program
 _LOCK = threading.Lock()
 _kernels = None  # toolkit.integrity.blake3_kernels, once imported
-# by default a batch hashes on the device once the kernels are loaded or when it hashes at least this many
-# bytes: where the time the device saves per byte pays for a fresh process's first use of Triton
-# (benchmarks/RESULTS.md, the device digest in the loader)
-MIN_BYTES = 16 << 30
+_WARM: dict[tuple[str, int], threading.Event] = {}  # per device: set once the kernels have run there
+_WARM_FAILED: dict[tuple[str, int], BaseException] = {}  # per device: why a background warm-up failed
+_WARM_STARTED: set[tuple[str, int]] = set()  # devices whose background warm-up was started
+_WARM_LOCK = threading.Lock()
 
 
 def available(device: torch.device) -> bool:
@@ -44,13 +46,61 @@ def available(device: torch.device) -> bool:
     return device.type == "cpu" and type(_loaded().chunks_kernel).__name__ == "InterpretedFunction"
 
 
-def worth_it(device: torch.device, nbytes: int, forced: bool | None) -> bool:
-    """Whether a batch that hashes ``nbytes`` should hash them on ``device``: ``forced`` when it is
-    True or False (``LoadOptions.device_digest``), else on a CUDA device when the kernels are already
-    loaded in this process or ``nbytes >= MIN_BYTES`` (never the interpreter unless forced)."""
+def mode(device: torch.device, forced: bool | None) -> str:
+    """Where a batch staged onto ``device`` hashes its whole pieces: ``"device"``, ``"host"``, or
+    ``"when warm"`` (each piece on the device once the kernels are warm there, on the host before).
+    ``forced`` True or False (``LoadOptions.device_digest``) says device or host; ``None`` (auto) is
+    the device on a CUDA device whose kernels are warm, "when warm" on another CUDA device with
+    Triton installed, else the host (never the interpreter unless forced)."""
     if forced is not None:
-        return forced
-    return device.type == "cuda" and (_kernels is not None or nbytes >= MIN_BYTES)
+        return "device" if forced else "host"
+    if device.type != "cuda" or importlib.util.find_spec("triton") is None:
+        return "host"
+    return "device" if ready(device) else "when warm"
+
+
+def _device_key(device: torch.device) -> tuple[str, int]:
+    if device.index is not None or device.type != "cuda":
+        return device.type, -1 if device.index is None else device.index
+    return device.type, torch.cuda.current_device()
+
+
+def _warm_event(device: torch.device) -> threading.Event:
+    with _WARM_LOCK:
+        return _WARM.setdefault(_device_key(device), threading.Event())
+
+
+def ready(device: torch.device) -> bool:
+    """Whether the kernels have run on ``device`` in this process (:func:`warm_up`): hashing there
+    then waits for no import or compile."""
+    event = _WARM.get(_device_key(device))
+    return event is not None and event.is_set()
+
+
+def warm_up_in_background(device: torch.device) -> threading.Thread | None:
+    """Start :func:`warm_up` on ``device`` in a thread of its own and return at once: once per device
+    and process (None when it was started before).  A warm-up that fails leaves the device never
+    :func:`ready` (its error in :func:`warm_up_error`): the loads go on hashing on the host."""
+    key = _device_key(device)
+    with _WARM_LOCK:
+        if key in _WARM_STARTED:
+            return None
+        _WARM_STARTED.add(key)
+
+    def run() -> None:
+        try:
+            warm_up(device)
+        except BaseException as e:  # noqa: BLE001 - a load must never fail for want of a faster hash
+            _WARM_FAILED[key] = e
+
+    thread = threading.Thread(target=run, name="constshare-digest-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def warm_up_error(device: torch.device) -> BaseException | None:
+    """Why the background warm-up on ``device`` failed, if it did."""
+    return _WARM_FAILED.get(_device_key(device))
 
 
 def _whole_blocks(t: torch.Tensor, n: int) -> bool:
@@ -74,12 +124,15 @@ def _loaded():
 
 
 def warm_up(device: torch.device) -> None:
-    """Import Triton and run the kernels once on ``device`` (a CUDA device): later loads of this
-    process then hash their whole pieces there by default.  A no-op where :func:`available` is False."""
+    """Import Triton and run the kernels once on ``device`` (a CUDA device): later batches of this
+    process then hash their whole pieces there by default (:func:`ready`).  A no-op where
+    :func:`available` is False."""
     if available(device):
-        d = DeviceDigests(device, 1)
-        d.hash(torch.zeros(2048, dtype=torch.uint8, device=device), 0)
-        d.hexdigests()
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            d = DeviceDigests(device, 1)
+            d.hash(torch.zeros(2048, dtype=torch.uint8, device=device), 0)  # both kernels: 2 chunks, 1 parent
+            d.hexdigests()
+        _warm_event(device).set()
 
 
 class DeviceDigests:

@@ -66,7 +66,9 @@ def stage_pieces(
     where it landed, on a stream of its own once its copies are done; the other pieces (shared by
     constants, partly unread, sha256) are hashed on the host as above.  Every digest is compared
     before this returns, so no tensor of a batch with a wrong piece is ever handed out.  ``None``
-    decides per batch (:func:`~toolkit.integrity.device_digest.worth_it`); it needs Triton (else the host).
+    (:func:`~toolkit.integrity.device_digest.mode`) hashes on the device once its kernels are warm
+    there: a batch that finds them cold starts their warm-up in the background and hashes on the
+    host each piece it takes before they are warm, so no load waits for Triton.
     """
     path = Path(path)
     if record is not None:
@@ -87,8 +89,8 @@ def stage_pieces(
         )
         outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
         if plan:
-            on_device = _device_hashed(record, plan, outs, device, device_digest)
-            _run_staging(fd, path, record, plan, outs, device, threads, chunk_bytes, on_hashed, on_device)
+            on_device, when_warm = _device_hashed(record, plan, outs, device, device_digest)
+            _run_staging(fd, path, record, plan, outs, device, threads, chunk_bytes, on_hashed, on_device, when_warm)
         return outs
     finally:
         os.close(fd)
@@ -112,20 +114,24 @@ def _device_hashed(
     outs: list[torch.Tensor],
     device: torch.device,
     forced: bool | None,
-) -> dict[int, torch.Tensor]:
-    """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device hashes, each with the
-    bytes it lands in: none without a BLAKE3 piece record, when ``forced`` is False, without Triton, or
-    (``forced`` None) when the batch is too small to pay for it (:func:`~toolkit.integrity.device_digest.worth_it`)."""
+) -> tuple[dict[int, torch.Tensor], bool]:
+    """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device may hash, each with
+    the bytes it lands in, and whether each waits for the kernels to be warm (else it is hashed there
+    in any case): none without a BLAKE3 piece record, when ``forced`` is False, or without Triton."""
     if record is None or not record.chunks or record.chunk_digest != "blake3":
-        return {}
+        return {}, False
+    how = digest_on_device.mode(device, forced)
+    if how == "host":
+        return {}, False
     where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
-    if not (
-        where
-        and digest_on_device.worth_it(device, sum(plan[i].length for i in where), forced)
-        and digest_on_device.available(device)
-    ):  # last: on the CPU it loads the kernels to see
-        return {}
-    return where
+    if not where:
+        return {}, False
+    if how == "when warm":
+        digest_on_device.warm_up_in_background(device)
+        return where, True
+    if not digest_on_device.available(device):  # last: on the CPU it loads the kernels to see
+        return {}, False
+    return where, False
 
 
 def _run_staging(
@@ -139,15 +145,16 @@ def _run_staging(
     chunk_bytes: int,
     on_hashed,
     on_device: dict[int, torch.Tensor],
+    when_warm: bool = False,
 ) -> None:
     """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece).
-    The pieces of ``on_device`` (by position in ``plan``) are hashed where they landed instead."""
+    The pieces of ``on_device`` (by position in ``plan``) are hashed where they landed instead; with
+    ``when_warm``, only those taken once the kernels are warm on ``device`` (the others on the host)."""
     cuda = device.type == "cuda"
     stream = torch.cuda.current_stream(device) if cuda else None
-    digests = digest_on_device.DeviceDigests(device, len(plan)) if on_device else None
+    # the digest table, made by the first piece hashed on the device (on ``stream``, before its copies)
+    table: list[digest_on_device.DeviceDigests | None] = [None]
     hash_stream = torch.cuda.Stream(device) if cuda and on_device else None
-    if hash_stream is not None:
-        hash_stream.wait_stream(stream)  # the digest table's zeros are written before any root
     workers, chunk = max(1, min(threads, len(plan))), chunk_bytes
     todo = enumerate(plan)  # (position in plan, piece)
     claim = threading.Lock()
@@ -155,13 +162,20 @@ def _run_staging(
     bad: list[int] = []
     hashed = [0]
 
-    def next_piece() -> tuple[int, PiecePlan] | None:
+    def next_piece() -> tuple[int, PiecePlan, bool] | None:
+        """The next piece, its position, and whether the device hashes it (decided before it is read)."""
         with claim:
-            return None if stop.is_set() else next(todo, None)
+            job = None if stop.is_set() else next(todo, None)
+            if job is None:
+                return None
+            here = job[0] in on_device and (not when_warm or digest_on_device.ready(device))
+            if here and table[0] is None:
+                table[0] = digest_on_device.DeviceDigests(device, len(plan))
+            return (*job, here)
 
-    def piece(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan) -> None:
+    def piece(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan, here: bool) -> None:
         bufs, events = slots.worker_bufs(w), slots.events[w]
-        h = new_hasher(record) if p.digest is not None and pos not in on_device else None
+        h = new_hasher(record) if p.digest is not None and not here else None
         end = p.start + p.length
         for u in range(p.start, end, chunk):
             m = min(chunk, end - u)
@@ -181,13 +195,13 @@ def _run_staging(
                 if events[slot] is None:
                     events[slot] = torch.cuda.Event()
                 events[slot].record(stream)
-        if pos in on_device:  # hashed where it landed, once its copies are done
+        if here:  # hashed where it landed, once its copies (and the table's zeros) are done
             if cuda:
                 done = torch.cuda.Event()
                 done.record(stream)
                 hash_stream.wait_event(done)
             with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
-                digests.hash(on_device[pos], pos)
+                table[0].hash(on_device[pos], pos)
         if h is not None:
             with claim:
                 hashed[0] += p.length
@@ -212,6 +226,7 @@ def _run_staging(
     with take_slots(device, max(1, threads), chunk) as slots:
         futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
         wait(futs)
+    digests = table[0]
     if digests is not None:
         if hash_stream is not None:
             hash_stream.synchronize()  # every kernel done: the digests are final
