@@ -460,3 +460,36 @@ def test_executorchs_own_collector_refuses_what_fqn_weight_cache_predicts(name):
     assert a.session.error == got["message"]
     refused_at = [m["method"] for m in got["record"] if any(s["outcome"].startswith("refused") for s in m["storages"])]
     assert refused_at == [a.session.failed_method]
+
+
+def test_an_export_of_some_programs_merges_into_the_committed_archive(tmp_path):
+    import tarfile
+
+    mef = script()
+    root = tmp_path / "x" / "executorch-9.9-families"
+    for name, status in (("kept", "exported"), ("replaced", "refused")):
+        (root / name).mkdir(parents=True)
+        (root / name / "result.json").write_text(json.dumps({"program": name, "status": status}))
+    archive = tmp_path / "executorch-9.9-families-exports.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        tar.add(root, arcname=root.name)
+    fresh = tmp_path / "device" / "executorch-9.9-families"
+    for name in ("replaced", "new"):
+        (fresh / name).mkdir(parents=True)
+        (fresh / name / "result.json").write_text(json.dumps({"program": name, "status": "exported"}))
+        (fresh / name / "prog.pte").write_bytes(name.encode())
+    parts = mef.pack(fresh, tmp_path / "out", part_bytes=100)  # several parts, as the device returns them
+    assert len(parts) > 1
+    assert mef.main(["--merge", *map(str, reversed(parts)), "--into", str(archive)]) == 0
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "merged", filter="data")
+    merged = tmp_path / "merged" / root.name
+    assert (merged / "MANIFEST").read_text().split() == ["kept", "new", "replaced"]
+    assert json.loads((merged / "replaced" / "result.json").read_text())["status"] == "exported"
+    assert (merged / "new" / "prog.pte").read_bytes() == b"new" and not (merged / "kept" / "prog.pte").exists()
+    assert "`replaced`" in (merged / "README.md").read_text() and not list(tmp_path.glob("*.part"))
+    other = tmp_path / "device2" / "executorch-9.9-cuda"
+    (other / "p").mkdir(parents=True)
+    (other / "p" / "result.json").write_text("{}")
+    with pytest.raises(SystemExit, match="the parts hold executorch-9.9-cuda/"):
+        mef.merge_into(archive, mef.pack(other, tmp_path / "out2"))
