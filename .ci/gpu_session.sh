@@ -15,8 +15,8 @@
 #                                    machine: /tmp/verify_blame_scale), ~2 minutes
 #   bash .ci/gpu_session.sh default  the default load path (issue 25, targets 1-2)
 #   bash .ci/gpu_session.sh bench    diff, then default (after `scale` on the same machine)
-#   bash .ci/gpu_session.sh digest   the device digest's GPU tests, its kernels alone, then the default path
-#                                    with and without it (issue 25, target 1)
+#   bash .ci/gpu_session.sh digest   the device digest's and staging's GPU tests, the loader beside its staging
+#                                    bounds, then the default path: default (auto), host digest, integrity off
 #   bash .ci/gpu_session.sh uploads  the upload/integrity GPU tests that need no built sample, then the
 #                                    sequence rounding probe at 4 layers (issue 24's open question)
 # Logs go to $OUT/logs.tgz, exports to $OUT/<folder>.tgz.NNN (at most 8 files come back from the device).
@@ -103,9 +103,9 @@ digest)
   timeout -k 5 "${T_TESTS:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
     tests/test_device_digest.py tests/test_verified_staging.py tests/test_upload.py > "$OUT/gpu_digest_tests.log" 2>&1
   echo "digest tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_digest_tests.log" | tail -15
-  timeout -k 5 60 python3 benchmarks/probes/device_blake3_probe.py --out "$OUT" > "$OUT/device_blake3_probe.log" 2>&1
-  echo "probe rc=$?"; tail -4 "$OUT/device_blake3_probe.log"
-  timeout -k 5 "${T_DEFAULT:-330}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 \
+  timeout -k 5 "${T_PROBE:-90}" python3 benchmarks/probes/staging_bounds.py --gib 2 --threads 16 --chunk-mib 4,16,64 \
+    --streams 1 --out "$OUT" > "$OUT/staging_bounds.log" 2>&1; echo "staging bounds rc=$?"; tail -32 "$OUT/staging_bounds.log"
+  timeout -k 5 "${T_DEFAULT:-300}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 --timeline \
     --settings default "default, host digest" "integrity off" --program-dir /tmp/bench_prefill_decode --out "$OUT" \
     > "$OUT/default_path.log" 2>&1
   echo "default_path rc=$?"; tail -15 "$OUT/default_path.log"

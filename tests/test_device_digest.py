@@ -285,3 +285,46 @@ def test_a_cuda_load_hashes_whole_pieces_on_the_device_and_uploads_the_files_byt
     finally:
         s.close()
         verified_files().clear()
+
+
+_COLD_PROCESS = """
+import sys, time
+import torch
+sys.path.insert(0, sys.argv[2])
+from test_upload import spec
+from toolkit import upload
+from toolkit.integrity import device_digest, file_record
+
+path, dev, mib = sys.argv[1], torch.device("cuda", 0), 1 << 20
+data = open(path, "rb").read()
+specs = [spec("w", 0, len(data))]
+rec = file_record(path)  # 64 MiB BLAKE3 pieces
+assert device_digest.mode(dev, None) == "when warm"
+outs = upload.stage_pieces(path, rec, specs, dev, threads=8)  # cold: the warm-up starts, nothing waits for it
+assert outs[0].cpu().numpy().tobytes() == data
+deadline = time.monotonic() + 120
+while not device_digest.ready(dev) and time.monotonic() < deadline:
+    time.sleep(0.05)
+assert device_digest.ready(dev), device_digest.warm_up_error(dev)
+hashed = []
+real = device_digest.DeviceDigests.hash
+device_digest.DeviceDigests.hash = lambda self, d, slot, n=None: (hashed.append(slot), real(self, d, slot, n))[1]
+outs = upload.stage_pieces(path, rec, specs, dev, threads=8)  # warm: every whole piece on the device
+assert outs[0].cpu().numpy().tobytes() == data and sorted(hashed) == [0, 1, 2, 3], hashed
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_a_cold_process_never_waits_for_the_kernels_and_hashes_on_the_device_once_warm(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "weights.blob"
+    path.write_bytes(os.urandom(4 * (64 << 20)))
+    tests = str(Path(__file__).resolve().parent)
+    out = subprocess.run(
+        [sys.executable, "-c", _COLD_PROCESS, str(path), tests], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
