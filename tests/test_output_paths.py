@@ -487,3 +487,19 @@ def test_cli_two_reports_to_one_file_are_refused_before_any_work(sample_root, tm
     assert main(["report", sample_root, "--dry-run", "--csv", same, "--junit", same]) == 2
     _one_line(capsys, "--junit", same, "the same file as --csv")
     assert not os.path.exists(same)
+
+
+def test_a_scanned_program_is_named_by_its_folder_unless_two_would_share_a_name(tmp_path):
+    from toolkit.workflows.scan import program_labels
+
+    paths = ["bart/prog.pte", "a/prog.pte", "a/model.pte", "b", "b/prog.pte", "c/whisper.pte", "prog.pte"]
+    got = program_labels([tmp_path / p for p in paths], tmp_path)
+    assert got == {
+        "bart/prog.pte": "bart",  # a generic file name says nothing: its folder does
+        "a/prog.pte": "a/prog.pte",  # two generic names in one folder: each keeps its path
+        "a/model.pte": "a/model.pte",
+        "b": "b",  # a program folder and a .pte inside it: both keep their paths
+        "b/prog.pte": "b/prog.pte",
+        "c/whisper.pte": "c/whisper.pte",
+        "prog.pte": "prog.pte",  # at the top: nothing shorter to call it
+    }

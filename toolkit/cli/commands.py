@@ -184,7 +184,6 @@ def cmd_scan(a) -> int:
     summary = scan_summary(frame, scan.root)
     verdicts, labels = scan.verdicts()
     unreadable = scan.unreadable
-    shown_labels = [program_label(label, scan.root) for label in labels]
     if scan.interrupted:
         say(f"interrupted: {scan.scanned} of {len(scan.paths)} programs scanned (those below)")
     say_wrapped(
@@ -192,10 +191,10 @@ def cmd_scan(a) -> int:
         + answer_line_of_scan(summary, unreadable)
         + f"; exit {EXIT_INTERRUPTED if scan.interrupted else int(scan.exit_code)}"
     )
-    say_findings(verdicts, shown_labels, by_program=True)
-    say_not_checked(verdicts, shown_labels, by_program=True)
+    say_findings(verdicts, labels, by_program=True)
+    say_not_checked(verdicts, labels, by_program=True)
     say("programs:")
-    say_table(program_rows(summary, verdicts, labels, scan.root))
+    say_table(program_rows(summary, verdicts, labels, scan))
     if a.tables:
         say()
         print_frame(summary)
@@ -233,25 +232,14 @@ def answer_line_of_scan(summary: pd.DataFrame, unreadable) -> str:
     return f"{len(bad)} of {len(summary)} programs would fail the gate under some policy (predicted)"
 
 
-def program_label(path, root) -> str:
-    """A scanned program as the terminal names it: its path under the folder scanned, without a generic
-    file name (``bart/prog.pte`` is ``bart``; :data:`~toolkit.sources.naming.GENERIC_STEMS`)."""
-    from toolkit.sources.naming import GENERIC_STEMS
-
-    p = Path(path)
-    if root is not None and p.is_relative_to(root):
-        p = p.relative_to(root)
-    return str(p.parent) if p.stem.lower() in GENERIC_STEMS and str(p.parent) != "." else str(p)
-
-
-def program_rows(summary: pd.DataFrame, verdicts, labels, root) -> pd.DataFrame:
+def program_rows(summary: pd.DataFrame, verdicts, labels, scan) -> pd.DataFrame:
     """scan's compact row per program: its worst outcome, the policies it fails under, what was not checked."""
     gaps: dict[str, list[str]] = {}
     for label, v in zip(labels, verdicts, strict=True):
-        gaps.setdefault(program_label(label, root), []).extend(n.gap.value for n in v.not_checked)
+        gaps.setdefault(label, []).extend(n.gap.value for n in v.not_checked)
     rows = pd.DataFrame(
         {
-            "program": [program_label(Path(root) / p if root is not None else p, root) for p in summary["path"]],
+            "program": [scan.label(scan.root / p) for p in summary["path"]],
             "outcome": summary["outcome"],
             "policies failing": [str(t).split(":", 1)[0] for t in summary["policies failing"]],
         }

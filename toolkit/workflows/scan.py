@@ -14,6 +14,7 @@ import functools
 import os
 import signal
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,18 @@ import pandas as pd
 from toolkit.core.errors import ToolkitError
 from toolkit.core.verdict import BAD_OUTCOMES, Verdict
 from toolkit.core.vocab import UNREADABLE, ExitCode
+
+
+def program_labels(paths, root: Path) -> dict[str, str]:
+    """Each scanned program's name in the terminal and every report, by its path under ``root``: that
+    path without a generic file name (``bart/prog.pte`` is ``bart``;
+    :data:`~toolkit.sources.naming.GENERIC_STEMS`), unless two programs would then be named alike."""
+    from toolkit.sources.naming import GENERIC_STEMS
+
+    rel = [Path(p).relative_to(root) for p in paths]
+    short = {str(r): str(r.parent) if r.stem.lower() in GENERIC_STEMS and str(r.parent) != "." else str(r) for r in rel}
+    taken = Counter(short.values())
+    return {r: s if taken[s] == 1 else r for r, s in short.items()}
 
 
 @dataclass
@@ -43,8 +56,14 @@ class Scan:
     def frame(self) -> pd.DataFrame:  # built once: the CLI reads it, the failing rows and the exit code
         return pd.DataFrame(self.rows, columns=SCAN_COLUMNS)
 
+    @functools.cached_property
+    def _labels(self) -> dict[str, str]:
+        return program_labels(self.paths, self.root)
+
     def label(self, path: str) -> str:
-        return str(Path(path).relative_to(self.root))
+        """What every report calls the program at ``path`` (:func:`program_labels`)."""
+        rel = str(Path(path).relative_to(self.root))
+        return self._labels.get(rel, rel)
 
     def verdicts(self) -> tuple[list[Verdict], list[str]]:
         """One verdict per (program, policy) that could be read, and its label (the program's path under the root)."""
