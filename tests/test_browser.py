@@ -53,6 +53,15 @@ SYNTHETIC_DIR = "synthetic_10k"
 SYNTHETIC_POLICY = "decline-on-mismatch"  # ExecuTorch main: content collisions with equal metadata are shared
 # ExecuTorch 1.5.1's CUDA export of total_collision (unpacked from the committed archive), under the lab's root
 PTE = Path("tests") / "fixtures" / ".unpacked" / "executorch-1.5.1-cuda" / "total_collision" / "prog.pte"
+
+
+def select_policy(pg, policy: str) -> None:
+    """Choose ``policy`` in the explorer's dropdown, whose options name each policy with its releases."""
+    from toolkit.explorer.view import policy_options
+
+    pg.select_option(".constshare-policy select", label=dict((v, k) for k, v in policy_options())[policy])
+
+
 TEACHING = sorted(p.name for p in (REPO / "notebooks").glob("0*.ipynb"))  # 01, 02, 03 (and 04 once it exists)
 NOTEBOOK_TIMEOUT_S = 900  # Run All of one notebook (02 compiles its BART: about a minute on 2 cores)
 MAX_NOTEBOOK_PAGES = 40
@@ -327,7 +336,7 @@ def test_explorer_in_jupyterlab(page, lab):
         raise AssertionError("the explorer widget did not render; console:\n" + "\n".join(pg.console_messages[-30:]))
 
     # choose a policy and load
-    pg.select_option(".constshare-policy select", "name-only")
+    select_policy(pg, "name-only")
     pg.wait_for_function(
         "() => document.querySelector('.constshare-policy-info')?.textContent.includes('share on name alone')"
     )
@@ -507,7 +516,7 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.wait_for_function(
         "() => document.querySelector('.constshare-tabs').classList.contains('constshare-stale')", timeout=10_000
     )  # the two widget updates reach the page one after the other
-    pg.select_option(".constshare-policy select", "fingerprint")
+    select_policy(pg, "fingerprint")
     pg.click("button.constshare-load")
     pg.wait_for_function(
         "() => (document.querySelector('.constshare-status')?.textContent || '').includes(\"under 'fingerprint': ok\")",
@@ -589,7 +598,7 @@ def test_explorer_in_jupyterlab(page, lab):
     pg.click(".constshare-program-from button:has-text('path')")
     pg.fill(".constshare-path input", str(lab["root"] / PTE))
     pg.locator(".constshare-path input").press("Enter")
-    pg.select_option(".constshare-policy select", "name-only")
+    select_policy(pg, "name-only")
     pg.locator(".constshare-dry-run input[type=checkbox]").check()
     pg.wait_for_function("() => document.querySelector('button.constshare-load')?.textContent.includes('Dry run')")
     pg.click("button.constshare-load")
@@ -610,7 +619,7 @@ def test_explorer_in_jupyterlab(page, lab):
     # a 10,000-constant synthetic program (no files but its manifest): the dry run, every tab
     pg.fill(".constshare-path input", str(lab["root"] / SYNTHETIC_DIR))
     pg.locator(".constshare-path input").press("Enter")
-    pg.select_option(".constshare-policy select", SYNTHETIC_POLICY)
+    select_policy(pg, SYNTHETIC_POLICY)
     pg.wait_for_function("() => document.querySelector('button.constshare-load')?.textContent.includes('Dry run')")
     # every status line and bar width the page shows while it runs
     pg.evaluate("""() => { const root = document.querySelector('.constshare-explorer'); window.__csSeen = [];

@@ -229,6 +229,17 @@ def explorer(built_sample, tmp_path):
     ex.close()
 
 
+def test_the_policy_dropdown_names_each_policy_with_its_executorch_releases(explorer):
+    from toolkit.core.policies import POLICIES
+    from toolkit.core.policies.releases import executorch_releases
+
+    labels = {value: label for label, value in explorer.policy.options}
+    assert list(labels) == list(POLICIES)
+    for policy, label in labels.items():
+        assert label.startswith(policy + " · ") and label.endswith(executorch_releases(policy))
+    assert "ExecuTorch 1.5.x" in labels["fqn-weight-cache"] and labels["fingerprint"].endswith("ours")
+
+
 def test_view_load_renders_table_plots_and_summary(explorer):
     ex = explorer
     ex.policy.value = "name-only"

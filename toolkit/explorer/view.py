@@ -17,6 +17,7 @@ import traitlets
 from toolkit.build.samples import sample_names
 from toolkit.core.errors import ToolkitError
 from toolkit.core.policies import POLICIES
+from toolkit.core.policies.releases import executorch_releases
 from toolkit.explorer.browsing import ALL, FILTERS
 from toolkit.explorer.devices import device_options
 from toolkit.explorer.grid import grid_frame, grid_options
@@ -28,6 +29,11 @@ from toolkit.explorer.style import CSS
 from toolkit.explorer.widgets import close_widget, itable_class, require_ipywidgets
 
 MATRIX_HEIGHT = "760px"  # the Overview's matrix scrolls inside this height (a long one: 16 px a name)
+
+
+def policy_options() -> list[tuple[str, str]]:
+    """The policy dropdown's choices: each policy named with the ExecuTorch releases that run it."""
+    return [(f"{p} · {executorch_releases(p)}", p) for p in POLICIES]
 
 
 class Explorer(PanelsMixin):
@@ -73,7 +79,13 @@ class Explorer(PanelsMixin):
             tooltip=PATH_HINT,
             layout=w.Layout(width="420px"),
         )
-        self.policy = mk(w.Dropdown, "constshare-policy", options=list(POLICIES), description="policy")
+        self.policy = mk(
+            w.Dropdown,
+            "constshare-policy",
+            options=policy_options(),
+            description="policy",
+            layout=w.Layout(width="560px"),  # the longest release label whole
+        )
         self.device = mk(
             w.Dropdown, "constshare-device", options=device_options(s.device), value=s.device, description="device"
         )
