@@ -104,6 +104,26 @@ def gib(n: float) -> str:
     return f"{n / GIB:.3f}"
 
 
+def byte_constant(name: str, offset: int, nbytes: int, digest: str = "", kind: str = "parameter"):
+    """A ``uint8`` constant of ``nbytes`` bytes at ``offset`` of a blob: what the upload benchmarks stage."""
+    from toolkit.core.model import ConstantSpec
+    from toolkit.core.vocab import ConstantKind
+
+    return ConstantSpec(
+        name=name,
+        fqn=name,
+        kind=ConstantKind(kind),
+        mutated=False,
+        dtype="uint8",
+        shape=(nbytes,),
+        strides=(1,),
+        storage_offset=0,
+        nbytes=nbytes,
+        offset=offset,
+        digest=digest,
+    )
+
+
 def run_child(script: str | Path, args: list[str], timeout: float = 120) -> dict:
     """Run ``python script --child ... args`` in a fresh process; return the JSON it printed last.
 

@@ -134,27 +134,10 @@ def uploader_sweep(path: Path, n: int, dev, pinned: torch.Tensor, repeats: int) 
     """The loader's upload paths over 10 equal constants of the file, against the same
     per-constant copies from pinned memory: prefetch to release, everything inside the timing."""
     from toolkit import upload
-    from toolkit.core.model import ConstantSpec
-    from toolkit.core.vocab import ConstantKind
 
     k = 10
     size = (n // k) // 4096 * 4096 - 64  # unaligned ends, like a real blob's constants
-    specs = [
-        ConstantSpec(
-            name=f"w{i}",
-            fqn=f"w{i}",
-            kind=ConstantKind.PARAMETER,
-            mutated=False,
-            dtype="uint8",
-            shape=(size,),
-            strides=(1,),
-            storage_offset=0,
-            nbytes=size,
-            offset=i * (n // k) + 64,
-            digest="0" * 64,
-        )
-        for i in range(k)
-    ]
+    specs = [_common.byte_constant(f"w{i}", i * (n // k) + 64, size, "0" * 64) for i in range(k)]
     total = k * size
 
     def plain():

@@ -77,8 +77,11 @@ def _best(run, passes: int = 2) -> float:
     return min(times)
 
 
-def pipeline(path: Path, size: int, threads: int, chunk: int, *, read: bool, hash_: bool, copy: bool) -> float:
-    """Seconds for ``threads`` workers to take the blob's chunks in turn and do the named stages."""
+def pipeline(
+    path: Path, size: int, threads: int, chunk: int, *, read: bool, hash_: bool, copy: bool, block: int | None = None
+) -> float:
+    """Seconds for ``threads`` workers to take the blob's chunks in turn and do the named stages; with
+    ``block``, each chunk read and hashed ``block`` bytes at a time (else whole)."""
     import blake3
 
     cuda = torch.cuda.is_available()
@@ -96,13 +99,15 @@ def pipeline(path: Path, size: int, threads: int, chunk: int, *, read: bool, has
             if events[slot] is not None:
                 events[slot].synchronize()
             n = min(chunk, size - start)
-            view = views[w][slot][:n]
-            if read:
+            step = block or n
+            h = blake3.blake3() if hash_ else None
+            for b in range(0, n, step):
+                view = views[w][slot][b : min(n, b + step)]
                 got = 0
-                while got < n:
-                    got += os.preadv(fd, [view[got:]], start + got)
-            if hash_:
-                blake3.blake3(view).digest()
+                while read and got < len(view):
+                    got += os.preadv(fd, [view[got:]], start + b + got)
+                if h is not None:
+                    h.update(view)
             if copy:
                 with torch.cuda.stream(streams[w]):
                     dev[start : start + n].copy_(bufs[w][slot][:n], non_blocking=True)
@@ -124,75 +129,13 @@ def pipeline(path: Path, size: int, threads: int, chunk: int, *, read: bool, has
         os.close(fd)
 
 
-def blocked(path: Path, size: int, threads: int, chunk: int, block: int = 4 << 20) -> float:
-    """Seconds for read+hash+copy with the chunk read and hashed ``block`` bytes at a time."""
-    import blake3
-
-    bufs = _buffers(threads, chunk, True)
-    views = [[memoryview(b.numpy()).cast("B") for b in pair] for pair in bufs]
-    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
-    streams = [torch.cuda.Stream() for _ in range(threads)]
-    starts = list(range(0, size, chunk))
-    fd = os.open(path, os.O_RDONLY)
-
-    def worker(w: int) -> None:
-        events: list = [None, None]
-        for k, start in enumerate(starts[w::threads]):
-            slot = k % 2
-            if events[slot] is not None:
-                events[slot].synchronize()
-            n = min(chunk, size - start)
-            h = blake3.blake3()
-            for b in range(0, n, block):
-                view = views[w][slot][b : min(n, b + block)]
-                got = 0
-                while got < len(view):
-                    got += os.preadv(fd, [view[got:]], start + b + got)
-                h.update(view)
-            with torch.cuda.stream(streams[w]):
-                dev[start : start + n].copy_(bufs[w][slot][:n], non_blocking=True)
-                events[slot] = torch.cuda.Event()
-                events[slot].record(streams[w])
-        for e in events:
-            if e is not None:
-                e.synchronize()
-
-    try:
-        with ThreadPoolExecutor(threads) as pool:
-
-            def run() -> None:
-                list(pool.map(worker, range(threads)))
-
-            run()
-            return _best(run)
-    finally:
-        os.close(fd)
-
-
 def loader(path: Path, size: int, threads: int, chunk: int, how: str, record, device: torch.device) -> float:
     """Seconds for the toolkit's ``stage_pieces`` to stage the blob as 64 MiB constants onto ``device``:
     ``how`` is "verified" (host digest), "device digest" or "unhashed" (no record)."""
-    from toolkit.core.model import ConstantSpec
-    from toolkit.core.vocab import ConstantKind
     from toolkit.upload.staging import stage_pieces
 
     part = 64 << 20
-    specs = [
-        ConstantSpec(
-            name=f"c{i}",
-            fqn=f"c{i}",
-            kind=ConstantKind.PARAMETER,
-            mutated=False,
-            dtype="uint8",
-            shape=(min(part, size - at),),
-            strides=(1,),
-            storage_offset=0,
-            nbytes=min(part, size - at),
-            offset=at,
-            digest="",
-        )
-        for i, at in enumerate(range(0, size, part))
-    ]
+    specs = [_common.byte_constant(f"c{i}", at, min(part, size - at)) for i, at in enumerate(range(0, size, part))]
 
     def run() -> None:
         outs = stage_pieces(
@@ -272,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                     row(what, pipeline(path, size, t, chunk, read=r, hash_=h, copy=c), threads=t, chunk_mib=chunk >> 20)
             for t in threads:
                 if cuda:
-                    row("read+hash+copy, 4 MiB blocks", blocked(path, size, t, chunk), threads=t, chunk_mib=chunk >> 20)
+                    seconds = pipeline(path, size, t, chunk, read=True, hash_=True, copy=True, block=4 << 20)
+                    row("read+hash+copy, 4 MiB blocks", seconds, threads=t, chunk_mib=chunk >> 20)
                 for how in ("verified", "unhashed", "device digest") if cuda else ("verified", "unhashed"):
                     seconds = loader(path, size, t, chunk, how, record, torch.device(a.device))
                     row(f"loader {how}", seconds, threads=t, chunk_mib=chunk >> 20)

@@ -34,25 +34,11 @@ import _common  # noqa: E402
 import torch  # noqa: E402
 
 from toolkit import upload  # noqa: E402
-from toolkit.core.model import ConstantSpec  # noqa: E402
-from toolkit.core.vocab import ConstantKind  # noqa: E402
 from toolkit.integrity import file_record  # noqa: E402
 
 
-def spec(name: str, offset: int, nbytes: int) -> ConstantSpec:
-    return ConstantSpec(
-        name=name,
-        fqn=name,
-        kind=ConstantKind.BUFFER,
-        mutated=False,
-        dtype="uint8",
-        shape=(nbytes,),
-        strides=(1,),
-        storage_offset=0,
-        nbytes=nbytes,
-        offset=offset,
-        digest="0" * 64,
-    )
+def spec(name: str, offset: int, nbytes: int):
+    return _common.byte_constant(name, offset, nbytes, "0" * 64, "buffer")
 
 
 def sync(device: torch.device) -> None:
