@@ -73,14 +73,15 @@ def cold(monkeypatch):
 
 
 def test_auto_hashes_on_the_device_once_warm_there_and_never_waits(cold, monkeypatch):
-    cuda = torch.device("cuda", 0)
-    assert device_digest.mode(cuda, None) == "when warm"  # cold: each piece on the host until warm
-    assert device_digest.mode(CPU, None) == "host"  # the interpreter only when asked for
-    assert device_digest.mode(CPU, True) == "device" and device_digest.mode(cuda, False) == "host"
+    cuda, big = torch.device("cuda", 0), device_digest.MIN_BYTES
+    assert device_digest.mode(cuda, big, None) == "when warm"  # cold: each piece on the host until warm
+    assert device_digest.mode(cuda, big - 1, None) == "host"  # too small to pay for the warm-up's stall
+    assert device_digest.mode(CPU, big, None) == "host"  # the interpreter only when asked for
+    assert device_digest.mode(CPU, 64, True) == "device" and device_digest.mode(cuda, big, False) == "host"
     monkeypatch.setattr(device_digest, "ready", lambda device: device == cuda)
-    assert device_digest.mode(cuda, None) == "device"
+    assert device_digest.mode(cuda, 64, None) == "device"  # warm: every batch, however small
     monkeypatch.setattr(device_digest.importlib.util, "find_spec", lambda name: None)  # no Triton installed
-    assert device_digest.mode(cuda, None) == "host"
+    assert device_digest.mode(cuda, big, None) == "host"
 
 
 def test_warm_up_loads_the_kernels_where_they_can_run(cold, monkeypatch):
@@ -200,7 +201,7 @@ def _warming(monkeypatch, cold_checks: int) -> list[torch.device]:
         asked[0] += 1
         return asked[0] > cold_checks
 
-    monkeypatch.setattr(device_digest, "mode", lambda device, forced: "when warm" if forced is None else "host")
+    monkeypatch.setattr(device_digest, "mode", lambda device, n, forced: "when warm" if forced is None else "host")
     monkeypatch.setattr(device_digest, "ready", ready)
     monkeypatch.setattr(device_digest, "warm_up_in_background", started.append)
     return started
@@ -299,7 +300,9 @@ path, dev, mib = sys.argv[1], torch.device("cuda", 0), 1 << 20
 data = open(path, "rb").read()
 specs = [spec("w", 0, len(data))]
 rec = file_record(path)  # 64 MiB BLAKE3 pieces
-assert device_digest.mode(dev, None) == "when warm"
+assert device_digest.mode(dev, len(data), None) == "host"  # cold and small: the warm-up's stall would not pay
+device_digest.MIN_BYTES = len(data)  # as for a batch of MIN_BYTES
+assert device_digest.mode(dev, len(data), None) == "when warm"
 outs = upload.stage_pieces(path, rec, specs, dev, threads=8)  # cold: the warm-up starts, nothing waits for it
 assert outs[0].cpu().numpy().tobytes() == data
 deadline = time.monotonic() + 120

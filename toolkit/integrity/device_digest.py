@@ -11,10 +11,14 @@ host.  Exact against the ``blake3`` package (``tests/test_device_digest.py``: th
 interpreter on the CPU, the device on a GPU).
 
 Importing Triton and loading the kernels cost a fresh process a fixed delay (about half a second on
-the H200), so a load never waits for it: by default (:func:`mode`) the first batch starts
-:func:`warm_up_in_background` and hashes on the host each piece it takes before the kernels are warm
-on its device, on the device each piece after.  :func:`warm_up` pays the delay ahead of a load.
-Launches are serialised by one lock (they come from the staging workers' threads).
+the H200), and a warm-up in a thread does not hide it: the import holds the GIL in long calls
+(loading a 500 MB shared library, unmarshalling large modules), stalling the staging threads for
+about its whole length (``benchmarks/probes/warm_up_stall.py``).  So by default (:func:`mode`) a
+batch hashes on the device once the kernels are warm there; a cold batch large enough to pay for
+the stall (:data:`MIN_BYTES`) starts :func:`warm_up_in_background` and hashes on the host each piece
+it takes before they are warm, on the device each piece after; a smaller one stays on the host.
+:func:`warm_up` pays the delay ahead of a load.  Launches are serialised by one lock (they come
+from the staging workers' threads).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ _WARM: dict[tuple[str, int], threading.Event] = {}  # per device: set once the k
 _WARM_FAILED: dict[tuple[str, int], BaseException] = {}  # per device: why a background warm-up failed
 _WARM_STARTED: set[tuple[str, int]] = set()  # devices whose background warm-up was started
 _WARM_LOCK = threading.Lock()
+# a cold batch hashing at least this many bytes starts the warm-up: where the device's speed over the
+# host's hashing wins back the stall (benchmarks/RESULTS.md, the device digest in the loader)
+MIN_BYTES = 16 << 30
 
 
 def available(device: torch.device) -> bool:
@@ -46,17 +53,19 @@ def available(device: torch.device) -> bool:
     return device.type == "cpu" and type(_loaded().chunks_kernel).__name__ == "InterpretedFunction"
 
 
-def mode(device: torch.device, forced: bool | None) -> str:
-    """Where a batch staged onto ``device`` hashes its whole pieces: ``"device"``, ``"host"``, or
-    ``"when warm"`` (each piece on the device once the kernels are warm there, on the host before).
-    ``forced`` True or False (``LoadOptions.device_digest``) says device or host; ``None`` (auto) is
-    the device on a CUDA device whose kernels are warm, "when warm" on another CUDA device with
-    Triton installed, else the host (never the interpreter unless forced)."""
+def mode(device: torch.device, nbytes: int, forced: bool | None) -> str:
+    """Where a batch staged onto ``device`` that hashes ``nbytes`` hashes its whole pieces: ``"device"``,
+    ``"host"``, or ``"when warm"`` (each piece on the device once the kernels are warm there, on the
+    host before).  ``forced`` True or False (``LoadOptions.device_digest``) says device or host;
+    ``None`` (auto) is the device on a CUDA device whose kernels are warm, "when warm" on a cold one
+    for ``nbytes >= MIN_BYTES`` (Triton installed), else the host (never the interpreter unless forced)."""
     if forced is not None:
         return "device" if forced else "host"
     if device.type != "cuda" or importlib.util.find_spec("triton") is None:
         return "host"
-    return "device" if ready(device) else "when warm"
+    if ready(device):
+        return "device"
+    return "when warm" if nbytes >= MIN_BYTES else "host"
 
 
 def _device_key(device: torch.device) -> tuple[str, int]:

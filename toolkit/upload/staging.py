@@ -67,8 +67,8 @@ def stage_pieces(
     constants, partly unread, sha256) are hashed on the host as above.  Every digest is compared
     before this returns, so no tensor of a batch with a wrong piece is ever handed out.  ``None``
     (:func:`~toolkit.integrity.device_digest.mode`) hashes on the device once its kernels are warm
-    there: a batch that finds them cold starts their warm-up in the background and hashes on the
-    host each piece it takes before they are warm, so no load waits for Triton.
+    there; a cold batch large enough starts their warm-up in the background and hashes on the host
+    each piece it takes before they are warm, so no load waits for Triton.
     """
     path = Path(path)
     if record is not None:
@@ -120,11 +120,9 @@ def _device_hashed(
     in any case): none without a BLAKE3 piece record, when ``forced`` is False, or without Triton."""
     if record is None or not record.chunks or record.chunk_digest != "blake3":
         return {}, False
-    how = digest_on_device.mode(device, forced)
-    if how == "host":
-        return {}, False
     where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
-    if not where:
+    how = digest_on_device.mode(device, sum(plan[i].length for i in where), forced)
+    if how == "host" or not where:
         return {}, False
     if how == "when warm":
         digest_on_device.warm_up_in_background(device)
