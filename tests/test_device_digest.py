@@ -78,10 +78,14 @@ def test_auto_hashes_on_the_device_once_warm_there_and_never_waits(cold, monkeyp
     assert device_digest.mode(cuda, big - 1, None) == "host"  # too small to pay for the warm-up's stall
     assert device_digest.mode(CPU, big, None) == "host"  # the interpreter only when asked for
     assert device_digest.mode(CPU, 64, True) == "device" and device_digest.mode(cuda, big, False) == "host"
+    with monkeypatch.context() as m:
+        m.setattr(device_digest.importlib.util, "find_spec", lambda name: None)  # no Triton installed
+        assert device_digest.mode(cuda, big, None) == "host"
+    # warm (Triton's kernels have run there, or precompiled ones load): every batch, however small
     monkeypatch.setattr(device_digest, "ready", lambda device: device == cuda)
-    assert device_digest.mode(cuda, 64, None) == "device"  # warm: every batch, however small
-    monkeypatch.setattr(device_digest.importlib.util, "find_spec", lambda name: None)  # no Triton installed
-    assert device_digest.mode(cuda, big, None) == "host"
+    assert device_digest.mode(cuda, 64, None) == "device"
+    monkeypatch.setattr(device_digest.importlib.util, "find_spec", lambda name: None)  # precompiled need no Triton
+    assert device_digest.mode(cuda, 64, None) == "device"
 
 
 def test_warm_up_loads_the_kernels_where_they_can_run(cold, monkeypatch):
@@ -234,6 +238,20 @@ def test_a_tampered_piece_is_refused_whether_it_was_taken_cold_or_warm(blob, spi
 
 
 @pytest.mark.gpu
+def test_the_precompiled_kernels_load_on_the_h200_and_agree_with_tritons(monkeypatch):
+    dev = torch.device("cuda", 0)
+    assert torch.cuda.get_device_capability(0) == (9, 0), "the H200 (sm90): the architecture we ship cubins for"
+    assert device_digest.precompiled(dev) is not None, device_digest.precompiled_error(dev)
+    data = os.urandom(3 * 1024 * 1024 + 4096 + 64)
+    for n in (*LENGTHS, len(data)):
+        want = blake3.blake3(data[:n]).hexdigest()
+        assert _hash(data[:n], dev) == want, n  # the precompiled kernels
+        with monkeypatch.context() as m:
+            m.setattr(device_digest, "precompiled", lambda device: None)
+            assert _hash(data[:n], dev) == want, n  # Triton's
+
+
+@pytest.mark.gpu
 def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_path, spied):
     assert _hash(b"", torch.device("cuda", 0)) == blake3.blake3(b"").hexdigest()
     mib = 1 << 20
@@ -289,37 +307,29 @@ def test_a_cuda_load_hashes_whole_pieces_on_the_device_and_uploads_the_files_byt
 
 
 _COLD_PROCESS = """
-import sys, time
+import sys
 import torch
 sys.path.insert(0, sys.argv[2])
 from test_upload import spec
 from toolkit import upload
 from toolkit.integrity import device_digest, file_record
 
-path, dev, mib = sys.argv[1], torch.device("cuda", 0), 1 << 20
+path, dev = sys.argv[1], torch.device("cuda", 0)
 data = open(path, "rb").read()
-specs = [spec("w", 0, len(data))]
-rec = file_record(path)  # 64 MiB BLAKE3 pieces
-assert device_digest.mode(dev, len(data), None) == "host"  # cold and small: the warm-up's stall would not pay
-device_digest.MIN_BYTES = len(data)  # as for a batch of MIN_BYTES
-assert device_digest.mode(dev, len(data), None) == "when warm"
-outs = upload.stage_pieces(path, rec, specs, dev, threads=8)  # cold: the warm-up starts, nothing waits for it
-assert outs[0].cpu().numpy().tobytes() == data
-deadline = time.monotonic() + 120
-while not device_digest.ready(dev) and time.monotonic() < deadline:
-    time.sleep(0.05)
-assert device_digest.ready(dev), device_digest.warm_up_error(dev)
+specs, rec = [spec("w", 0, len(data))], file_record(path)  # 64 MiB BLAKE3 pieces
 hashed = []
 real = device_digest.DeviceDigests.hash
 device_digest.DeviceDigests.hash = lambda self, d, slot, n=None: (hashed.append(slot), real(self, d, slot, n))[1]
-outs = upload.stage_pieces(path, rec, specs, dev, threads=8)  # warm: every whole piece on the device
+assert device_digest.mode(dev, len(data), None) == "device"  # the precompiled kernels: ready at once
+outs = upload.stage_pieces(path, rec, specs, dev, threads=8)  # the process's first batch
 assert outs[0].cpu().numpy().tobytes() == data and sorted(hashed) == [0, 1, 2, 3], hashed
+assert "triton" not in sys.modules  # nothing imported, nothing compiled
 print("ok")
 """
 
 
 @pytest.mark.gpu
-def test_a_cold_process_never_waits_for_the_kernels_and_hashes_on_the_device_once_warm(tmp_path):
+def test_a_fresh_process_hashes_its_first_batch_on_the_device_without_triton(tmp_path):
     import subprocess
     import sys
     from pathlib import Path

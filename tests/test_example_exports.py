@@ -146,3 +146,6 @@ def test_a_wheel_carries_the_exports(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         info = z.getinfo(f"toolkit/sources/executorch/example_exports/{archive}")
         assert info.file_size == (REPO / "tests" / "fixtures" / archive).stat().st_size
+        # and the device digest's precompiled kernels, which an installed package loads without Triton
+        for shipped in (REPO / "toolkit" / "integrity" / "cubins").glob("*/*"):
+            assert z.read(shipped.relative_to(REPO).as_posix()) == shipped.read_bytes()

@@ -191,8 +191,9 @@ OPTIONS: tuple[Option, ...] = (
         lambda s: None if s.lower() == "auto" else _flag(s),
         "auto, " + _FLAG_TEXTS,
         "`auto`",
-        "whether verified staging hashes BLAKE3 pieces on the device they landed on: `auto` (on CUDA once its "
-        "kernels are warm in the process; a cold batch of 16 GiB or more warms them in the background), `1` or `0`",
+        "whether verified staging hashes BLAKE3 pieces on the device they landed on: `auto` (on an sm90 GPU "
+        "always, its kernels precompiled; on another once Triton's are warm, a cold batch of 16 GiB or more "
+        "warming them in the background), `1` or `0`",
     ),
     Option(
         "cache_dir",

@@ -10,13 +10,15 @@ goes into one device table (:class:`DeviceDigests`), read back once per batch an
 host.  Exact against the ``blake3`` package (``tests/test_device_digest.py``: the Triton
 interpreter on the CPU, the device on a GPU).
 
-Importing Triton and loading the kernels cost a fresh process a fixed delay (about half a second on
-the H200), and a warm-up in a thread does not hide it: the import holds the GIL in long calls
-(loading a 500 MB shared library, unmarshalling large modules), stalling the staging threads for
-about its whole length (``benchmarks/probes/warm_up_stall.py``).  So by default (:func:`mode`) a
-batch hashes on the device once the kernels are warm there; a cold batch large enough to pay for
-the stall (:data:`MIN_BYTES`) starts :func:`warm_up_in_background` and hashes on the host each piece
-it takes before they are warm, on the device each piece after; a smaller one stays on the host.
+Where the device's architecture has the kernels precompiled (:mod:`toolkit.integrity.blake3_cubins`:
+sm90, the H100 and H200) they load through the CUDA driver in milliseconds, without Triton, so by
+default (:func:`mode`) every batch hashes there from the first of the process.  Elsewhere Triton
+compiles them, and its first use costs a fresh process about half a second that a warm-up in a
+thread cannot hide: the import holds the GIL in long calls (a 500 MB shared library, large modules),
+stalling the staging threads for about its whole length (``benchmarks/probes/warm_up_stall.py``).
+There a batch hashes on the device once Triton's kernels are warm; a cold batch large enough to pay
+for the stall (:data:`MIN_BYTES`) starts :func:`warm_up_in_background` and hashes on the host each
+piece it takes before they are warm, on the device each after; a smaller one stays on the host.
 :func:`warm_up` pays the delay ahead of a load.  Launches are serialised by one lock (they come
 from the staging workers' threads).
 """
@@ -30,7 +32,9 @@ import threading
 
 import torch
 
-_BLOCK = 128  # lanes per Triton program
+from toolkit.integrity import blake3_cubins
+
+_BLOCK = blake3_cubins.BLOCK  # lanes per program, as the precompiled kernels have it
 _LOCK = threading.Lock()
 _kernels = None  # toolkit.integrity.blake3_kernels, once imported
 _WARM: dict[tuple[str, int], threading.Event] = {}  # per device: set once the kernels have run there
@@ -42,10 +46,38 @@ _WARM_LOCK = threading.Lock()
 MIN_BYTES = 16 << 30
 
 
+_PRECOMPILED: dict[int, object] = {}  # CUDA device index -> its precompiled kernels (blake3_cubins.Loaded) or None
+_PRECOMPILED_FAILED: dict[int, BaseException] = {}  # why a device's cubins did not load
+
+
+def precompiled(device: torch.device):
+    """The kernels compiled ahead of time for ``device``'s architecture, loaded there through the CUDA
+    driver (no Triton: :mod:`toolkit.integrity.blake3_cubins`), or None: not a CUDA device, no cubins
+    for its architecture, or they failed to load (the reason in :func:`precompiled_error`)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _PRECOMPILED:
+        from toolkit.integrity import blake3_cubins
+
+        major, minor = torch.cuda.get_device_capability(index)
+        try:
+            _PRECOMPILED[index] = blake3_cubins.load(index, major * 10 + minor)
+        except (OSError, blake3_cubins.DriverError) as e:  # an older driver, no libcuda: Triton instead
+            _PRECOMPILED[index], _PRECOMPILED_FAILED[index] = None, e
+    return _PRECOMPILED[index]
+
+
+def precompiled_error(device: torch.device) -> BaseException | None:
+    return _PRECOMPILED_FAILED.get(device.index if device.index is not None else 0)
+
+
 def available(device: torch.device) -> bool:
-    """Whether pieces uploaded to ``device`` can be hashed there: a CUDA device and Triton installed;
-    on the CPU only when Triton's interpreter runs the kernels (``TRITON_INTERPRET=1`` as Triton
-    was first imported: the tests; this loads the kernels to see)."""
+    """Whether pieces uploaded to ``device`` can be hashed there: a CUDA device with our precompiled
+    kernels or Triton installed; on the CPU only when Triton's interpreter runs the kernels
+    (``TRITON_INTERPRET=1`` as Triton was first imported: the tests; this loads the kernels to see)."""
+    if precompiled(device) is not None:
+        return True
     if importlib.util.find_spec("triton") is None:
         return False
     if device.type == "cuda":
@@ -61,10 +93,12 @@ def mode(device: torch.device, nbytes: int, forced: bool | None) -> str:
     for ``nbytes >= MIN_BYTES`` (Triton installed), else the host (never the interpreter unless forced)."""
     if forced is not None:
         return "device" if forced else "host"
-    if device.type != "cuda" or importlib.util.find_spec("triton") is None:
+    if device.type != "cuda":
         return "host"
     if ready(device):
         return "device"
+    if importlib.util.find_spec("triton") is None:
+        return "host"
     return "when warm" if nbytes >= MIN_BYTES else "host"
 
 
@@ -80,10 +114,10 @@ def _warm_event(device: torch.device) -> threading.Event:
 
 
 def ready(device: torch.device) -> bool:
-    """Whether the kernels have run on ``device`` in this process (:func:`warm_up`): hashing there
-    then waits for no import or compile."""
+    """Whether hashing on ``device`` waits for no import or compile: its precompiled kernels load
+    (milliseconds, :func:`precompiled`), or Triton's have run there in this process (:func:`warm_up`)."""
     event = _WARM.get(_device_key(device))
-    return event is not None and event.is_set()
+    return (event is not None and event.is_set()) or precompiled(device) is not None
 
 
 def warm_up_in_background(device: torch.device) -> threading.Thread | None:
@@ -148,7 +182,8 @@ class DeviceDigests:
     """BLAKE3 roots of ``count`` pieces, computed on ``device`` into one table of 8 words each."""
 
     def __init__(self, device: torch.device, count: int):
-        self.kernels = _loaded()
+        self.precompiled = precompiled(device)
+        self.kernels = None if self.precompiled is not None else _loaded()
         self.table = torch.zeros(max(1, count) * 8, dtype=torch.int32, device=device)
         self.used: set[int] = set()
 
@@ -162,18 +197,29 @@ class DeviceDigests:
                 f"{data.numel()} bytes at {data.data_ptr():#x} cannot be hashed as {n} bytes: "
                 "expected contiguous, 4-byte aligned whole 64-byte blocks"
             )
-        k, words, root = self.kernels, data.view(torch.int32), self.table[slot * 8 : slot * 8 + 8]
+        words, root = data.view(torch.int32), self.table[slot * 8 : slot * 8 + 8]
         nchunks = max(1, -(-n // 1024))
         with _LOCK:
             cvs = root if nchunks == 1 else torch.empty(nchunks * 8, dtype=torch.int32, device=data.device)
-            k.chunks_kernel[(k.triton.cdiv(nchunks, _BLOCK),)](words, n, nchunks, cvs, BLOCK=_BLOCK)
+            self._launch("chunks_kernel", nchunks, words, n, nchunks, cvs)
             nodes = nchunks
             while nodes > 1:
                 up = (nodes + 1) // 2
                 nxt = root if up == 1 else torch.empty(up * 8, dtype=torch.int32, device=data.device)
-                k.parents_kernel[(k.triton.cdiv(up, _BLOCK),)](cvs, nodes, nxt, int(nodes == 2), BLOCK=_BLOCK)
+                self._launch("parents_kernel", up, cvs, nodes, nxt, int(nodes == 2))
                 cvs, nodes = nxt, up
         self.used.add(slot)
+
+    def _launch(self, kernel: str, lanes: int, *args) -> None:
+        """``kernel`` over ``lanes`` lanes on the current stream: the precompiled one through the driver
+        where the device has it, else Triton's."""
+        programs = -(-lanes // _BLOCK)
+        if self.precompiled is not None:
+            stream = torch.cuda.current_stream(self.table.device).cuda_stream
+            values = (a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+            self.precompiled.launch(kernel, programs, stream, *values)
+        else:
+            getattr(self.kernels, kernel)[(programs,)](*args, BLOCK=_BLOCK)
 
     def hexdigests(self) -> dict[int, str]:
         """Each hashed slot's digest, as ``blake3``'s hexdigest spells it (one copy to the host; the
