@@ -252,6 +252,18 @@ def test_the_precompiled_kernels_load_on_the_h200_and_agree_with_tritons(monkeyp
 
 
 @pytest.mark.gpu
+def test_precompiled_kernels_that_compute_anything_else_are_never_used(monkeypatch):
+    from toolkit.integrity import blake3_cubins
+
+    dev = torch.device("cuda", 0)
+    monkeypatch.setattr(device_digest, "_PRECOMPILED", {})
+    monkeypatch.setattr(device_digest, "_PRECOMPILED_FAILED", {})
+    monkeypatch.setattr(blake3_cubins.Loaded, "launch", lambda self, *a: None)  # a launch that does nothing
+    assert device_digest.precompiled(dev) is None
+    assert "hash 2 KiB of zeros to" in str(device_digest.precompiled_error(dev))
+
+
+@pytest.mark.gpu
 def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_path, spied):
     assert _hash(b"", torch.device("cuda", 0)) == blake3.blake3(b"").hexdigest()
     mib = 1 << 20

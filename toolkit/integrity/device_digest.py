@@ -48,6 +48,7 @@ MIN_BYTES = 16 << 30
 
 _PRECOMPILED: dict[int, object] = {}  # CUDA device index -> its precompiled kernels (blake3_cubins.Loaded) or None
 _PRECOMPILED_FAILED: dict[int, BaseException] = {}  # why a device's cubins did not load
+_PRECOMPILED_LOCK = threading.RLock()  # re-entered by the self-test's own DeviceDigests
 
 
 def precompiled(device: torch.device):
@@ -57,15 +58,29 @@ def precompiled(device: torch.device):
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _PRECOMPILED:
-        from toolkit.integrity import blake3_cubins
-
-        major, minor = torch.cuda.get_device_capability(index)
-        try:
-            _PRECOMPILED[index] = blake3_cubins.load(index, major * 10 + minor)
-        except (OSError, blake3_cubins.DriverError) as e:  # an older driver, no libcuda: Triton instead
-            _PRECOMPILED[index], _PRECOMPILED_FAILED[index] = None, e
+    with _PRECOMPILED_LOCK:
+        if index not in _PRECOMPILED:
+            major, minor = torch.cuda.get_device_capability(index)
+            try:
+                _PRECOMPILED[index] = blake3_cubins.load(index, major * 10 + minor)
+                if _PRECOMPILED[index] is not None:
+                    _self_test(torch.device("cuda", index))
+            except (OSError, blake3_cubins.DriverError, ValueError) as e:  # an older driver, no libcuda: Triton
+                _PRECOMPILED[index], _PRECOMPILED_FAILED[index] = None, e
     return _PRECOMPILED[index]
+
+
+def _self_test(device: torch.device) -> None:
+    """Hash 2 KiB of zeros with the freshly loaded kernels (two chunks and their parent) and compare
+    with the ``blake3`` package: a module that computes anything else is never used."""
+    import blake3
+
+    d = DeviceDigests(device, 1)
+    d.hash(torch.zeros(2048, dtype=torch.uint8, device=device), 0)
+    torch.cuda.current_stream(device).synchronize()
+    got, want = d.hexdigests()[0], blake3.blake3(bytes(2048)).hexdigest()
+    if got != want:
+        raise ValueError(f"the precompiled kernels hash 2 KiB of zeros to {got}, not {want}")
 
 
 def precompiled_error(device: torch.device) -> BaseException | None:
