@@ -57,7 +57,7 @@ def precompiled(device: torch.device):
     for its architecture, or they failed to load (the reason in :func:`precompiled_error`)."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _device_key(device)[1]
     with _PRECOMPILED_LOCK:
         if index not in _PRECOMPILED:
             major, minor = torch.cuda.get_device_capability(index)
@@ -84,7 +84,8 @@ def _self_test(device: torch.device) -> None:
 
 
 def precompiled_error(device: torch.device) -> BaseException | None:
-    return _PRECOMPILED_FAILED.get(device.index if device.index is not None else 0)
+    """Why ``device``'s precompiled kernels are not used, where they failed to load or their self-test."""
+    return _PRECOMPILED_FAILED.get(_device_key(device)[1])
 
 
 def available(device: torch.device) -> bool:
