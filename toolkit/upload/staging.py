@@ -66,9 +66,10 @@ def stage_pieces(
     where it landed, on a stream of its own once its copies are done; the other pieces (shared by
     constants, partly unread, sha256) are hashed on the host as above.  Every digest is compared
     before this returns, so no tensor of a batch with a wrong piece is ever handed out.  ``None``
-    (:func:`~toolkit.integrity.device_digest.mode`) hashes on the device once its kernels are warm
-    there; a cold batch large enough starts their warm-up in the background and hashes on the host
-    each piece it takes before they are warm, so no load waits for Triton.
+    (:func:`~toolkit.integrity.device_digest.mode`) hashes on the device where its kernels are
+    precompiled (sm90) or already warm; elsewhere a cold batch large enough starts their warm-up in
+    the background and hashes on the host each piece it takes before they are warm, so no load waits
+    for Triton.
     """
     path = Path(path)
     if record is not None:
@@ -117,7 +118,8 @@ def _device_hashed(
 ) -> tuple[dict[int, torch.Tensor], bool]:
     """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device may hash, each with
     the bytes it lands in, and whether each waits for the kernels to be warm (else it is hashed there
-    in any case): none without a BLAKE3 piece record, when ``forced`` is False, or without Triton."""
+    in any case): none without a BLAKE3 piece record, when ``forced`` is False, or where the device
+    has neither precompiled kernels nor Triton (:func:`~toolkit.integrity.device_digest.mode`)."""
     if record is None or not record.chunks or record.chunk_digest != "blake3":
         return {}, False
     where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
