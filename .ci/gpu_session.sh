@@ -6,7 +6,8 @@
 #                                    process beside them), and meanwhile executorch 1.2.0 (.whl12) exports the
 #                                    model families (ONLY_FAMILIES, default all) and loads them under every policy
 #   bash .ci/gpu_session.sh families executorch 1.5.1 (.whl15) exports the new families (ONLY_FAMILIES) and
-#                                    loads them under every policy; meanwhile the GPU tests of the 1.2.0 families;
+#                                    loads them under every policy; meanwhile the GPU tests of the 1.2.0 families
+#                                    (SUITE=all: every GPU test, samples built first, TEST_TIMEOUT_S 430);
 #                                    then here: make_executorch_fixtures.py --merge <files_at>/*.tgz.* --into
 #                                    tests/fixtures/executorch-1.5.1-families-exports.tar.xz
 #   bash .ci/gpu_session.sh family-tests  the GPU tests of the 1.2.0 families (carry .whl), then the loader's
@@ -67,10 +68,15 @@ families)
     --families --only "${ONLY_FAMILIES:-gpt2_tied,vision_text}" --budget-s "${EXPORT_BUDGET_S:-250}" \
     --out "$ET" --pack "$OUT" > "$W/export_1.5.1_families.log" 2>&1 &
   EXPORT=$!
-  python3 -c "import sys; sys.path.insert(0, 'tests'); import executorch_fixtures as et; et.unpacked('1.2.0', 'families')"
-  timeout -k 5 "${TEST_TIMEOUT_S:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
-    tests/test_constant_table_from_so.py tests/test_real_exports.py -k "1.2.0-families" > "$W/gpu_families_pytest.log" 2>&1
-  echo "1.2.0 families GPU tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout|^E  " "$W/gpu_families_pytest.log" | tail -25
+  python3 -c "import sys; sys.path.insert(0, 'tests'); import executorch_fixtures as et; [et.unpacked(v, k) for v, k in (('1.2.0', 'cuda'), ('1.5.1', 'cuda'), ('1.2.0', 'families'), ('1.5.1', 'families'))]"
+  if [ "${SUITE:-families}" = all ]; then  # every GPU test instead (the samples built first), in the export's shadow
+    OUT=$W timeout -k 5 "${TEST_TIMEOUT_S:-430}" bash .ci/gpu_tests.sh all > "$W/gpu_tests_console.log" 2>&1
+    echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout" "$W/gpu_pytest.log" | tail -25
+  else
+    timeout -k 5 "${TEST_TIMEOUT_S:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
+      tests/test_constant_table_from_so.py tests/test_real_exports.py -k "1.2.0-families" > "$W/gpu_families_pytest.log" 2>&1
+    echo "1.2.0 families GPU tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout|^E  " "$W/gpu_families_pytest.log" | tail -25
+  fi
   wait $EXPORT; echo "1.5.1 families export rc=$?"; grep -v "^    \|Warning\|warn(" "$W/export_1.5.1_families.log" | tail -12
   if ! ls "$OUT/$(basename "$ET").tgz."* >/dev/null 2>&1 && [ -d "$ET" ]; then  # killed before --pack: what it finished
     tar -czf "$OUT/$(basename "$ET").tgz.000" -C "$(dirname "$ET")" "$(basename "$ET")"; echo "packed by the fallback"
