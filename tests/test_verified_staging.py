@@ -213,11 +213,11 @@ def test_staging_slots_are_reused_and_never_shared_by_two_batches_at_once():
 
 
 def test_the_options_select_staging_and_its_slot_size():
-    assert LoadOptions().integrity is Integrity.STAGED and LoadOptions().staging_chunk_bytes == 4 << 20
+    assert LoadOptions().integrity is Integrity.STAGED and LoadOptions().staging_chunk_bytes == 16 << 20
     o = options_from_environment(
-        {"CONSTSHARE_INTEGRITY": "copy", "CONSTSHARE_STAGING_CHUNK_MIB": "4", "CONSTSHARE_FIRST_LOAD": "pipelined"}
+        {"CONSTSHARE_INTEGRITY": "copy", "CONSTSHARE_STAGING_CHUNK_MIB": "64", "CONSTSHARE_FIRST_LOAD": "pipelined"}
     )
-    assert (o.integrity, o.staging_chunk_bytes, o.first_load) == (Integrity.COPY, 4 << 20, FirstLoad.PIPELINED)
+    assert (o.integrity, o.staging_chunk_bytes, o.first_load) == (Integrity.COPY, 64 << 20, FirstLoad.PIPELINED)
     with pytest.raises(ValueError, match="CONSTSHARE_STAGING_CHUNK_MIB='0'"):
         options_from_environment({"CONSTSHARE_STAGING_CHUNK_MIB": "0"})
 

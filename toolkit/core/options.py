@@ -56,7 +56,7 @@ class LoadOptions:
     integrity: Integrity = Integrity.STAGED
     rehash: bool = False
     hash_threads: int | None = None
-    staging_chunk_bytes: int = 4 << 20
+    staging_chunk_bytes: int = 16 << 20
     device_digest: bool | None = None
     cache_dir: Path | None = None
     check_integrity: InitVar[bool | None] = None
@@ -182,7 +182,7 @@ OPTIONS: tuple[Option, ...] = (
         "CONSTSHARE_STAGING_CHUNK_MIB",
         lambda s: int(float(s) * (1 << 20)),
         "a number of MiB",
-        "`4`",
+        "`16`",
         "size of each staging slot, two per hashing worker (the variable in MiB)",
     ),
     Option(
