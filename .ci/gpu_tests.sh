@@ -16,6 +16,6 @@ if [ "$step" = build ] || [ "$step" = all ]; then
 fi
 if [ "$step" = test ] || [ "$step" = all ]; then
   # -v: a run stopped by its time limit still shows which test it was in
-  python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 --durations 15 --continue-on-collection-errors tests/ "${@:2}" 2>&1 |
+  python3 -m pytest -m gpu -v -p no:cacheprovider --timeout "${PER_TEST_TIMEOUT_S:-150}" --durations 15 --continue-on-collection-errors tests/ "${@:2}" 2>&1 |
     tee ${OUT:-/tmp}/gpu_pytest.log
 fi
