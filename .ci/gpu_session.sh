@@ -117,12 +117,12 @@ digest)
     tests/test_device_digest.py tests/test_verified_staging.py > "$OUT/gpu_digest_tests.log" 2>&1
   echo "digest tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_digest_tests.log" | tail -15
   wait $UPLOADS; echo "upload tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout" "$OUT/gpu_upload_tests.log" | tail -15
-  timeout -k 5 "${T_PROBE:-80}" python3 benchmarks/probes/staging_bounds.py --gib 2 --threads 16 --chunk-mib "${CHUNKS:-16,64}" \
+  timeout -k 5 "${T_PROBE:-80}" python3 benchmarks/probes/staging_bounds.py --gib 2 --threads 16 --chunk-mib "${CHUNKS:-16,32,64}" \
     --streams 1 --out "$OUT" > "$OUT/staging_bounds.log" 2>&1; echo "staging bounds rc=$?"; tail -24 "$OUT/staging_bounds.log"
   timeout -k 5 "${T_DEFAULT:-270}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 --timeline \
-    --settings default "default, host digest" "integrity off" --program-dir /tmp/bench_prefill_decode --out "$OUT" \
-    > "$OUT/default_path.log" 2>&1
-  echo "default_path rc=$?"; tail -15 "$OUT/default_path.log"
+    --settings default "default, host digest" "default, 64 MiB slots" "integrity off" --program-dir /tmp/bench_prefill_decode \
+    --out "$OUT" > "$OUT/default_path.log" 2>&1
+  echo "default_path rc=$?"; tail -18 "$OUT/default_path.log"
   ;;
 uploads)
   timeout -k 5 "${T_UPLOADS:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 \
