@@ -18,8 +18,9 @@
 #                                    machine: /tmp/verify_blame_scale), ~2 minutes
 #   bash .ci/gpu_session.sh default  the default load path (issue 25, targets 1-2)
 #   bash .ci/gpu_session.sh bench    diff, then default (after `scale` on the same machine)
-#   bash .ci/gpu_session.sh digest   the device digest's and staging's GPU tests, the loader beside its staging
-#                                    bounds, then the default path: default (auto), host digest, integrity off
+#   bash .ci/gpu_session.sh digest   the device digest's, staging's and uploads' GPU tests (WITH_FAMILIES=1: the
+#                                    1.2.0 families' beside them), the loader beside its staging bounds (16/32/64
+#                                    MiB), then the default path: default, host digest, 64 MiB slots, integrity off
 #   bash .ci/gpu_session.sh uploads  the upload/integrity GPU tests that need no built sample, then the
 #                                    sequence rounding probe at 4 layers (issue 24's open question)
 # Logs go to $OUT/logs.tgz, exports to $OUT/<folder>.tgz.NNN (at most 8 files come back from the device).
@@ -109,20 +110,31 @@ default|bench)
   echo "default_path rc=$?"; tail -15 "$OUT/default_path.log"
   ;;
 digest)
+  if [ -n "${WITH_FAMILIES:-}" ]; then  # the 1.2.0 families' GPU tests beside the digest's (issue 37, no build needed)
+    python3 -c "import sys; sys.path.insert(0, 'tests'); import executorch_fixtures as et; et.unpacked('1.2.0', 'families')"
+    timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 --durations 8 \
+      tests/test_constant_table_from_so.py tests/test_real_exports.py tests/test_differential.py -k "1.2.0-families" \
+      > "$W/gpu_families_pytest.log" 2>&1 &
+    FAMILY_TESTS=$!
+  fi
   # the upload tests in a process of their own with a short per-test limit: a hang prints every thread's stack
   timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 60 tests/test_upload.py \
-    > "$OUT/gpu_upload_tests.log" 2>&1 &
+    > "$W/gpu_upload_tests.log" 2>&1 &
   UPLOADS=$!
   timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
-    tests/test_device_digest.py tests/test_verified_staging.py > "$OUT/gpu_digest_tests.log" 2>&1
-  echo "digest tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_digest_tests.log" | tail -15
-  wait $UPLOADS; echo "upload tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout" "$OUT/gpu_upload_tests.log" | tail -15
+    tests/test_device_digest.py tests/test_verified_staging.py > "$W/gpu_digest_tests.log" 2>&1
+  echo "digest tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$W/gpu_digest_tests.log" | tail -15
+  wait $UPLOADS; echo "upload tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Timeout" "$W/gpu_upload_tests.log" | tail -15
+  if [ -n "${FAMILY_TESTS:-}" ]; then
+    wait $FAMILY_TESTS; echo "1.2.0 families GPU tests rc=$?"
+    grep -E "^(FAILED|ERROR)|passed|failed|Timeout|^E  " "$W/gpu_families_pytest.log" | tail -20
+  fi
   timeout -k 5 "${T_PROBE:-80}" python3 benchmarks/probes/staging_bounds.py --gib 2 --threads 16 --chunk-mib "${CHUNKS:-16,32,64}" \
-    --streams 1 --out "$OUT" > "$OUT/staging_bounds.log" 2>&1; echo "staging bounds rc=$?"; tail -24 "$OUT/staging_bounds.log"
+    --streams 1 --out "$W" > "$W/staging_bounds.log" 2>&1; echo "staging bounds rc=$?"; tail -24 "$W/staging_bounds.log"
   timeout -k 5 "${T_DEFAULT:-270}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 --timeline \
     --settings default "default, host digest" "default, 64 MiB slots" "integrity off" --program-dir /tmp/bench_prefill_decode \
-    --out "$OUT" > "$OUT/default_path.log" 2>&1
-  echo "default_path rc=$?"; tail -18 "$OUT/default_path.log"
+    --out "$W" > "$W/default_path.log" 2>&1
+  echo "default_path rc=$?"; tail -18 "$W/default_path.log"
   ;;
 uploads)
   timeout -k 5 "${T_UPLOADS:-200}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 \
