@@ -33,6 +33,7 @@ ORDER = [  # default_path.py's settings, top to bottom, and their bar colours
     ("default", "#4c72b0"),
     ("default, host digest", "#6f8fc4"),
     ("default, sealed copy", "#8da0cb"),
+    ("default, 64 MiB slots", "#a9b9dd"),
     ("integrity off", "#55a868"),
     ("integrity off, pipelined", "#99c794"),
     ("page locking", "#bbb"),
@@ -74,7 +75,9 @@ def _bars(ax, labels, fontsize: int = 10) -> None:
 def default_path(csv: Path) -> Path:
     f = pd.read_csv(csv)
     f = f[f["run"] >= 0]
+    known = dict(ORDER)
     order = [(s, c) for s, c in ORDER if s in set(f["setting"])]
+    order[-2:-2] = [(s, "#999") for s in dict.fromkeys(f["setting"]) if s not in known]  # a setting added later
     med = f.groupby("setting")["GBps"].median()
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(order) + 0.8))
     ax.barh(range(len(order)), [med[s] for s, _ in order], color=[c for _, c in order])
@@ -122,12 +125,12 @@ def staging_profile(csv: Path) -> Path:
 
 def dry_run(csv: Path) -> Path:
     f = pd.read_csv(csv)
-    f = f[f["metric"].str.match(r"dry_run\[[^\]]+\]$")]
+    f = f[f["metric"].str.match(r"(dry_run|run_analysis)\[[^\]]+\]$")]  # run_analysis: scaling.py's name before 2026-12-03
     both = f["toolkit"].nunique() > 1
     fig, ax = plt.subplots(figsize=(7, 4))
     for (who, metric), g in f.groupby(["toolkit", "metric"]):
         g = g.sort_values("constants_per_method")
-        policy = metric.removeprefix("dry_run").strip("[]")
+        policy = metric.split("[", 1)[1].rstrip("]")
         ax.plot(
             g["constants_per_method"],
             g["value"],
