@@ -46,6 +46,11 @@ GEN1_PROGRAMS = (
     "total_collision",
 )
 FAMILY_PROGRAMS = ("int8_weights", "llama_tied_head", "t5_tied", "whisper_cached")
+# merged into the same archive later: exported by 1.5.1 on an H100 (2026-12-06) and loaded there
+LATER_FAMILY_PROGRAMS = ("gpt2_tied", "vision_text")
+LATER_FAMILIES_MEASURED = (
+    REPO / "benchmarks" / "results" / "executorch_programs" / "2026-12-06-h100-80gb-hbm3-1.5.1-families.csv"
+)
 FOLDERS = [GEN1 / n for n in GEN1_PROGRAMS] + [FAMILIES / n for n in FAMILY_PROGRAMS]
 # the families as executorch 1.2.0 exported them (2026-12-05): what its exporter did with each
 GEN1_FAMILIES = et.unpacked("1.2.0", "families")
@@ -62,7 +67,16 @@ MEASURED_AT = {  # the H200 run that loaded each export set under every policy
     FAMILIES: MEASURED,
     GEN1_FAMILIES: REPO / "benchmarks" / "results" / "executorch_programs" / "2026-12-05-h200-1.2.0-families.csv",
 }
-LATER_FOLDERS = [GEN1_FAMILIES / n for n, how in GEN1_FAMILY_EXPORTS.items() if how == "exported"]
+LATER_FOLDERS = [GEN1_FAMILIES / n for n, how in GEN1_FAMILY_EXPORTS.items() if how == "exported"] + [
+    FAMILIES / n for n in LATER_FAMILY_PROGRAMS
+]
+
+
+def measured_at(folder: Path) -> Path:
+    """The GPU run that loaded ``folder``'s export under every policy."""
+    if folder.parent == FAMILIES and folder.name in LATER_FAMILY_PROGRAMS:
+        return LATER_FAMILIES_MEASURED
+    return MEASURED_AT[folder.parent]
 
 
 def _benchmark(name: str):
@@ -97,15 +111,18 @@ def _slots(folder: Path) -> dict[str, list[dict]]:
 
 def test_every_program_was_exported_and_is_listed():
     assert (GEN1 / "MANIFEST").read_text().split() == list(GEN1_PROGRAMS)
-    assert (FAMILIES / "MANIFEST").read_text().split() == list(FAMILY_PROGRAMS)
-    for folder in FOLDERS:
+    assert (FAMILIES / "MANIFEST").read_text().split() == sorted(FAMILY_PROGRAMS + LATER_FAMILY_PROGRAMS)
+    for folder in FOLDERS + [FAMILIES / n for n in LATER_FAMILY_PROGRAMS]:
         r = _result(folder)
         assert r["status"] == "exported", (folder.name, r.get("message"))
         assert (folder / "prog.pte").is_file() and (folder / "aoti_cuda_blob.ptd").is_file()
-        assert r["environment"]["gpu"] and "H200" in r["environment"]["gpu"]
+        gpu = "H100" if folder.name in LATER_FAMILY_PROGRAMS else "H200"
+        assert r["environment"]["gpu"] and gpu in r["environment"]["gpu"], (folder.name, r["environment"]["gpu"])
     # 1.2.0 keys everything by method name: the programs 1.5.1 refuses ("Duplicate key ...") export
     assert {_result(GEN1 / n)["environment"]["executorch"] for n in GEN1_PROGRAMS} == {"1.2.0"}
-    assert {_result(FAMILIES / n)["environment"]["executorch"] for n in FAMILY_PROGRAMS} == {"1.5.1"}
+    assert {_result(FAMILIES / n)["environment"]["executorch"] for n in FAMILY_PROGRAMS + LATER_FAMILY_PROGRAMS} == {
+        "1.5.1"
+    }
 
 
 @pytest.mark.parametrize("name", GEN1_PROGRAMS)
@@ -258,6 +275,32 @@ def test_a_draft_head_named_like_its_target_is_run_on_the_targets_weights_by_a_n
     )
 
 
+@pytest.mark.parametrize("name", LATER_FAMILY_PROGRAMS)
+def test_the_dry_run_predicts_what_the_h100_measured_of_the_later_1_5_1_families(name):
+    measured = pd.read_csv(LATER_FAMILIES_MEASURED, keep_default_na=False)
+    dry_rows = _rows_module().program_rows(FAMILIES / name, list(POLICIES), None)
+    assert {d["policy"] for d in dry_rows} == set(measured[measured["program"] == name]["policy"]) == set(POLICIES)
+    for dry in dry_rows:
+        row = measured[(measured["program"] == name) & (measured["policy"] == dry["policy"])].iloc[0]
+        assert (dry["exporter"], dry["dry_status"]) == (row["exporter"], row["status"]) == ("exported", "loaded")
+        assert str(row["decisions_match"]) == "True", (name, dry["policy"])
+        assert dry["predicted_wrong"] == row["wrong_alone"] == "-", (name, dry["policy"])
+
+
+def test_what_sharing_does_to_a_tied_gpt2_and_to_an_image_encoder_beside_its_decoder():
+    """``gpt2_tied``'s methods hold one model: sharing halves its bytes and changes nothing else.
+    ``vision_text``'s ``encode_image`` writes the image tokens ``prefill`` reads: they must be shared."""
+    m = pd.read_csv(LATER_FAMILIES_MEASURED, keep_default_na=False).set_index(["program", "policy"])
+    unshared = m.loc[("gpt2_tied", "no-sharing"), "device_bytes"]
+    for policy in POLICIES:
+        assert m.loc[("gpt2_tied", policy), "device_bytes"] in (unshared, unshared // 2), policy
+        caption = m.loc[("vision_text", policy), "sequences"]
+        assert caption == ("caption: wrong from step 1" if policy == "no-sharing" else "caption: ok"), policy
+    assert m.loc[("gpt2_tied", "fingerprint"), "device_bytes"] == unshared // 2
+    program = _open(FAMILIES / "gpt2_tied")
+    assert {c.fqn for c in program.methods[0].constants} == {c.fqn for c in program.methods[1].constants}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("folder", FOLDERS + LATER_FOLDERS, ids=lambda f: f"{f.parent.name}/{f.name}")
 def test_every_export_loads_on_the_gpu_under_every_policy_as_its_dry_run_predicts(folder):
@@ -266,7 +309,7 @@ def test_every_export_loads_on_the_gpu_under_every_policy_as_its_dry_run_predict
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     rows = _rows_module()
-    measured = pd.read_csv(MEASURED_AT[folder.parent], keep_default_na=False)
+    measured = pd.read_csv(measured_at(folder), keep_default_na=False)
     for row in rows.program_rows(folder, list(POLICIES), "cuda"):
         assert row["status"] == row["dry_status"], (row["policy"], row["error"])
         assert row["decisions_match"] is True, row["policy"]
