@@ -125,7 +125,8 @@ def staging_profile(csv: Path) -> Path:
 
 def dry_run(csv: Path) -> Path:
     f = pd.read_csv(csv)
-    f = f[f["metric"].str.match(r"(dry_run|run_analysis)\[[^\]]+\]$")]  # run_analysis: scaling.py's name before 2026-12-03
+    # run_analysis[...]: what scaling.py called the metric in the CSVs written before it was dry_run[...]
+    f = f[f["metric"].str.match(r"(dry_run|run_analysis)\[[^\]]+\]$")]
     both = f["toolkit"].nunique() > 1
     fig, ax = plt.subplots(figsize=(7, 4))
     for (who, metric), g in f.groupby(["toolkit", "metric"]):

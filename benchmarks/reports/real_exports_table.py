@@ -2,10 +2,11 @@
 
     python3 benchmarks/reports/real_exports_table.py        # prints the markdown table
 
-One row per exported program (by export set, then name), one column per policy (a later run of the same export set replaces
-an earlier run's row); a cell is what loading it on the GPU measured (``benchmarks/executorch_programs.py``): ``ok``, the methods that ran wrong alone (the
-same by their references and by the differential oracle where the run has both), ``seq wrong`` (a
-sequence with state carried went wrong), ``failed`` or ``refused`` (at export).
+One row per exported program (by export set, then name), one column per policy; a later run of an
+export set replaces an earlier run's row.  A cell is what loading it on the GPU measured
+(``benchmarks/executorch_programs.py``): ``ok``, the methods that ran wrong alone (the same by their
+references and by the differential oracle where the run has both), ``seq wrong`` (a sequence with
+state carried went wrong), ``failed`` or ``refused`` (at export).
 ``tests/test_real_exports.py`` checks that docs/real-exports.md holds exactly this table.
 """
 
