@@ -1,7 +1,7 @@
 """Where the verified staging pipeline's time goes: ``upload.stage_pieces`` alone.
 
     python benchmarks/probes/staging_profile.py [--gib 2.0] [--device cuda] [--threads 8,16] [--chunk-mib 4,8,16]
-                                                [--out DIR]
+                                                [--digest device,host,none] [--out DIR]
 
 One process, one random blob of ``--gib`` GiB in the page cache with its BLAKE3 piece record
 (64 MiB pieces, as the builder records).  Measured, each in this one run:
@@ -9,9 +9,12 @@ One process, one random blob of ``--gib`` GiB in the page cache with its BLAKE3 
 * ``pinned alloc``: allocating buffers like the staging slots alone (two per worker, pinned on CUDA)
   with ``torch.empty(pin_memory=True)``, of sizes not used before in the process; on CUDA also
   ``slot pinning``: the toolkit's own (``upload.slots.pinned_block``, one block of two slots per worker);
-* per (threads, slot size), hashed (the default path) and unhashed (``first_load=pipelined``):
-  the first batch (it allocates its slots: the very first row is a fresh process's first batch) and
-  the second (slots reused), seconds and GB/s of the constants' bytes;
+* a fresh process's first uses, each alone: on CUDA the device digest's kernels loaded (precompiled
+  or Triton's), and the batch's device tensors allocated;
+* per (threads, slot size), ``--digest``: hashed as the default path does (``device``: the device digest
+  where ``auto`` uses it), hashed on the host, and unhashed (``first_load=pipelined``): the first batch
+  (it pins its slots: the very first of these rows is a fresh process's first batch but for the
+  uses above) and the second (slots reused), seconds and GB/s of the constants' bytes;
 * ``read only``: the same pieces read into reused plain buffers on the same threads (no hash, no copy);
 * ``pinned copy``: the same bytes from one pinned buffer to the device (the rate the default load
   path's goal is taken against).
@@ -53,6 +56,11 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", default="8,16")
     ap.add_argument("--chunk-mib", default="4,8,16")
     ap.add_argument("--path", default="/tmp/staging_profile.blob")
+    ap.add_argument(
+        "--digest",
+        default="device,host,none",
+        help="batches timed, in order: device (the default, auto), host (device_digest=False), none (unhashed)",
+    )
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -90,20 +98,41 @@ def main(argv=None) -> None:
     # the device's first use (context, allocator) out of the way, as in a load
     torch.empty(1, device=device)
     sync(device)
+    # a fresh process's other first uses, each alone: the device digest's kernels, the batch's tensors
+    if device.type == "cuda":
+        from toolkit.integrity import device_digest
+
+        t = time.perf_counter()
+        ready = device_digest.available(device)
+        row(
+            f"device digest kernels loaded ({'precompiled' if device_digest.precompiled(device) else 'Triton'})"
+            if ready
+            else "device digest kernels: none",
+            time.perf_counter() - t,
+            0,
+        )
+    t = time.perf_counter()
+    outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
+    sync(device)
+    row("the batch's tensors allocated (first use of the sizes)", time.perf_counter() - t, total)
+    del outs
     threads = [int(x) for x in args.threads.split(",")]
     chunks = [int(x) << 20 for x in args.chunk_mib.split(",")]
+    digests = {"device": (rec, None), "host": (rec, False), "none": (None, False)}  # record, device_digest
+    label = {"device": "hashed, device digest auto", "host": "hashed on the host", "none": "unhashed"}
     for w in threads:
         for ch in chunks:
-            for hashed in (True, False):
+            for how in args.digest.split(","):
+                record, on_device = digests[how]
                 for attempt in ("first", "second"):
                     sync(device)
                     t = time.perf_counter()
                     outs = upload.stage_pieces(
-                        args.path, rec if hashed else None, specs, device, threads=w, chunk_bytes=ch
+                        args.path, record, specs, device, threads=w, chunk_bytes=ch, device_digest=on_device
                     )
                     sync(device)
                     row(
-                        f"stage_pieces {'hashed' if hashed else 'unhashed'} ({attempt} batch)",
+                        f"stage_pieces {label[how]} ({attempt} batch)",
                         time.perf_counter() - t,
                         total,
                         threads=w,
