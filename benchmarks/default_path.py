@@ -259,6 +259,28 @@ def timeline(log) -> list[dict]:
     return sorted(rows, key=lambda r: r["t"])
 
 
+def breakdown(rows: list[dict]) -> list[str]:
+    """One line per method of a :func:`timeline`: where its load's time went, in ms (before its
+    uploads: the container and what precedes; the uploads: their bytes, rate and path; after)."""
+    lines = []
+    for m in dict.fromkeys(r["method"] for r in rows if r.get("method")):
+        mine = [r for r in rows if r.get("method") == m]
+        start = next((r["t"] for r in mine if r["kind"] == "load_started"), mine[0]["t"])
+        done = next((r["t"] for r in mine if r["kind"] == "method_loaded"), mine[-1]["t"])
+        up = next((r for r in mine if r["kind"] == "constant uploads"), None)
+        if up is None:
+            lines.append(f"{m}: {1e3 * (done - start):.1f} ms, no upload")
+            continue
+        span = up["end"] - up["t"]
+        rate = up["bytes"] / span / 1e9 if span > 0 else float("nan")
+        lines.append(
+            f"{m}: {1e3 * (done - start):.1f} ms = {1e3 * (up['t'] - start):.1f} before its uploads + "
+            f"{1e3 * span:.1f} uploading {up['bytes'] / 1e9:.3f} GB ({rate:.1f} GB/s, {up['path']}) + "
+            f"{1e3 * (done - up['end']):.1f} after"
+        )
+    return lines
+
+
 def run_child(args, setting: str, root: Path | None) -> dict:
     """One child process (like _common.run_child, with ``--toolkit`` first on PYTHONPATH)."""
     path = [str(root)] if root else []
@@ -438,6 +460,10 @@ def main(argv=None):
         tl_path = _common.result_path("default_path", "-timeline.json", args.out, tag)
         tl_path.write_text(json.dumps(timelines, indent=1) + "\n")
         print(f"timeline: {tl_path}")
+        for setting, rows in timelines.items():  # the breakdown per stage, run 0 of each setting
+            print(f"  {setting}:")
+            for line in breakdown(rows):
+                print(f"    {line}")
     print(
         f"median: default {med['default']:.3f}s, integrity off {med['integrity off']:.3f}s, "
         f"ratio {ratio:.3f}; per run {pairs}"

@@ -181,8 +181,9 @@ def test_without_the_option_or_under_sha256_pieces_every_piece_is_hashed_on_the_
     assert spied == []
 
 
+@pytest.mark.parametrize("chunk", [LoadOptions.staging_chunk_bytes, 1000])  # a device piece as one job, or five
 @pytest.mark.parametrize("at,piece", [(2 * PIECE + 7, 2), (5 * PIECE + 250, 5), (7 * PIECE + 3, 7)])
-def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spied, at, piece):
+def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spied, at, piece, chunk):
     """Piece 2 is hashed on the device, 5 (shared) and 7 (misaligned in c2) on the host."""
     path, data = blob
     rec = file_record(path, PIECE)
@@ -192,8 +193,38 @@ def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spie
         match=f"BLAKE3 does not match the program's record "
         rf"\(the {PIECE}-byte piece at byte {piece * PIECE}\)",
     ) as ei:
-        _stage(path, rec, _specs(len(data)), device_digest=True)
-    assert ei.value.path == str(path) and spied
+        _stage(path, rec, _specs(len(data)), device_digest=True, chunk_bytes=chunk)
+    assert ei.value.path == str(path)
+    if piece == 2:  # found by the device (a piece hashed on the host may stop the batch before any device job)
+        assert spied
+
+
+@pytest.mark.parametrize("hashed", [True, False], ids=["device digest", "unhashed"])
+def test_a_piece_not_hashed_on_the_host_is_shared_by_the_workers(blob, spied, monkeypatch, hashed):
+    """One piece, four 1 KiB jobs, four workers: a second worker reads part of it (each read waits
+    up to 5 s for one), it arrives whole, and the device hashes it once, after all four parts."""
+    import threading
+
+    from toolkit.upload import staging
+
+    path, data = blob
+    readers, second = set(), threading.Event()
+    real_read = staging.read_range
+
+    def read_range(fd, view, at, *a, **kw):
+        readers.add(threading.get_ident())
+        if len(readers) > 1:
+            second.set()
+        second.wait(5)
+        return real_read(fd, view, at, *a, **kw)
+
+    monkeypatch.setattr(staging, "read_range", read_range)
+    specs = [spec("w", PIECE, PIECE)]  # piece 1, whole and aligned
+    record = file_record(path, PIECE) if hashed else None
+    outs = _stage(path, record, specs, threads=4, chunk_bytes=1024, device_digest=True)
+    assert outs[0].numpy().tobytes() == data[PIECE : 2 * PIECE]
+    assert len(readers) > 1
+    assert spied == ([0] if hashed else [])
 
 
 def _warming(monkeypatch, cold_checks: int) -> list[torch.device]:

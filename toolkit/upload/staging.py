@@ -50,7 +50,8 @@ def stage_pieces(
     ``path`` piece by piece: with ``record``, the record's pieces covering them (:func:`record_piece_plan`),
     each hashed as it is read and compared with its digest; without, their pages unhashed.
 
-    ``threads`` workers each take whole pieces and read a piece in ``chunk_bytes`` sub-chunks
+    ``threads`` workers take jobs (a piece hashed on the host whole, any other piece in ``chunk_bytes``
+    parts: :func:`_run_staging`) and read each in ``chunk_bytes`` sub-chunks
     (:func:`~toolkit.integrity.reading.read_range`: holes read as zeros, a file that ends early is an
     :class:`IntegrityError`) into the process's own staging slots (pinned on CUDA, two per worker,
     reused: :func:`take_slots`), hashing each sub-chunk into the piece's hasher there and then
@@ -149,36 +150,62 @@ def _run_staging(
 ) -> None:
     """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece).
     The pieces of ``on_device`` (by position in ``plan``) are hashed where they landed instead; with
-    ``when_warm``, only those taken once the kernels are warm on ``device`` (the others on the host)."""
+    ``when_warm``, only those taken once the kernels are warm on ``device`` (the others on the host).
+
+    A piece hashed on the host is one job (its hasher takes its bytes in order); a piece hashed on the
+    device or not at all is cut into ``chunk_bytes`` jobs that any worker takes, so a batch of few
+    pieces, or of a piece count just over the workers', still keeps every worker busy.  The last of a
+    piece's jobs to be copied starts its hash."""
     cuda = device.type == "cuda"
     stream = torch.cuda.current_stream(device) if cuda else None
     # the digest table, made by the first piece hashed on the device (on ``stream``, before its copies)
     table: list[digest_on_device.DeviceDigests | None] = [None]
     hash_stream = torch.cuda.Stream(device) if cuda and on_device else None
-    workers, chunk = max(1, min(threads, len(plan))), chunk_bytes
-    todo = enumerate(plan)  # (position in plan, piece)
+    chunk = chunk_bytes
+    whole, cut = [], []  # (position in plan, piece, first byte, end, cut): whole pieces first, the longest jobs
+    for pos, p in enumerate(plan):
+        if p.digest is None or (pos in on_device and not when_warm):
+            cut += [
+                (pos, p, u, min(u + chunk, p.start + p.length), True) for u in range(p.start, p.start + p.length, chunk)
+            ]
+        else:
+            whole.append((pos, p, p.start, p.start + p.length, False))
+    jobs = iter(whole + cut)
+    left = {pos: 0 for pos, *_ in cut}  # a cut piece's jobs not yet copied
+    for pos, *_ in cut:
+        left[pos] += 1
+    workers = max(1, min(threads, len(whole) + len(cut)))
     claim = threading.Lock()
     stop = threading.Event()
     bad: list[int] = []
     hashed = [0]
 
-    def next_piece() -> tuple[int, PiecePlan, bool] | None:
-        """The next piece, its position, and whether the device hashes it (decided before it is read)."""
+    def next_job() -> tuple[int, PiecePlan, int, int, bool, bool] | None:
+        """The next job, and whether the device hashes its piece (decided before it is read)."""
         with claim:
-            job = None if stop.is_set() else next(todo, None)
+            job = None if stop.is_set() else next(jobs, None)
             if job is None:
                 return None
-            here = job[0] in on_device and (not when_warm or digest_on_device.ready(device))
+            pos, is_cut = job[0], job[4]
+            here = pos in on_device and (is_cut or not when_warm or digest_on_device.ready(device))
             if here and table[0] is None:
                 table[0] = digest_on_device.DeviceDigests(device, len(plan))
             return (*job, here)
 
-    def piece(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan, here: bool) -> None:
+    def hash_on_device(pos: int) -> None:
+        """Hash piece ``pos`` where it landed, once its copies (and the table's zeros) are done."""
+        if cuda:
+            done = torch.cuda.Event()
+            done.record(stream)
+            hash_stream.wait_event(done)
+        with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
+            table[0].hash(on_device[pos], pos)
+
+    def run_job(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan, lo: int, hi: int, is_cut: bool, here: bool):
         bufs, events = slots.worker_bufs(w), slots.events[w]
         h = new_hasher(record) if p.digest is not None and not here else None
-        end = p.start + p.length
-        for u in range(p.start, end, chunk):
-            m = min(chunk, end - u)
+        for u in range(lo, hi, chunk):
+            m = min(chunk, hi - u)
             slot = k[0] % 2
             k[0] += 1
             if events[slot] is not None:
@@ -195,26 +222,28 @@ def _run_staging(
                 if events[slot] is None:
                     events[slot] = torch.cuda.Event()
                 events[slot].record(stream)
-        if here:  # hashed where it landed, once its copies (and the table's zeros) are done
-            if cuda:
-                done = torch.cuda.Event()
-                done.record(stream)
-                hash_stream.wait_event(done)
-            with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
-                table[0].hash(on_device[pos], pos)
+        if here:
+            if is_cut:
+                with claim:  # every other job of the piece enqueued its copies on ``stream`` before this
+                    left[pos] -= 1
+                    last = left[pos] == 0
+                if last:
+                    hash_on_device(pos)
+            else:
+                hash_on_device(pos)
         if h is not None:
             with claim:
                 hashed[0] += p.length
                 if h.hexdigest() != p.digest:
                     bad.append(p.index)
-                    stop.set()  # the batch fails: the other workers take no new piece
+                    stop.set()  # the batch fails: the other workers take no new job
 
     def worker(slots: Slots, w: int) -> None:
         k = [0]
         try:
             with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                while (job := next_piece()) is not None:
-                    piece(slots, w, k, *job)
+                while (job := next_job()) is not None:
+                    run_job(slots, w, k, *job)
         except BaseException:
             stop.set()
             raise
