@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections import Counter
 from concurrent.futures import wait
 from pathlib import Path
 
@@ -171,9 +172,7 @@ def _run_staging(
         else:
             whole.append((pos, p, p.start, p.start + p.length, False))
     jobs = iter(whole + cut)
-    left = {pos: 0 for pos, *_ in cut}  # a cut piece's jobs not yet copied
-    for pos, *_ in cut:
-        left[pos] += 1
+    left = Counter(pos for pos, *_ in cut)  # a cut piece's jobs not yet copied
     workers = max(1, min(threads, len(whole) + len(cut)))
     claim = threading.Lock()
     stop = threading.Event()
