@@ -6,7 +6,8 @@
   what each ``.so`` declared through its own container API, recorded at export);
 * ``fixtures/executorch-1.5.1-families-exports.tar.xz``: ``model_families.py`` (Whisper with its
   caches, T5 with its tied ``shared``, a Llama with ``lm_head`` tied, torchao int8 weights) exported
-  by executorch 1.5.1 on the H200;
+  by executorch 1.5.1 on the H200, and a GPT-2 with ``lm_head`` tied and a vision tower beside a text
+  decoder exported by 1.5.1 on an H100 (2026-12-06, loaded there: ``LATER_FAMILIES_MEASURED``);
 * ``fixtures/executorch-1.2.0-families-exports.tar.xz``: the families exported by executorch 1.2.0
   (2026-12-05), among them a speculative-decoding target and its draft head, whose own layer has the
   target's first layer's names.
