@@ -163,30 +163,30 @@ def _run_staging(
     table: list[digest_on_device.DeviceDigests | None] = [None]
     hash_stream = torch.cuda.Stream(device) if cuda and on_device else None
     chunk = chunk_bytes
-    whole, cut = [], []  # (position in plan, piece, first byte, end, cut): whole pieces first, the longest jobs
+    whole, cut = [], []  # (position in plan, piece, first byte, end): whole pieces first, the longest jobs
     for pos, p in enumerate(plan):
+        end = p.start + p.length
         if p.digest is None or (pos in on_device and not when_warm):
-            cut += [
-                (pos, p, u, min(u + chunk, p.start + p.length), True) for u in range(p.start, p.start + p.length, chunk)
-            ]
+            cut += [(pos, p, u, min(u + chunk, end)) for u in range(p.start, end, chunk)]
         else:
-            whole.append((pos, p, p.start, p.start + p.length, False))
-    jobs = iter(whole + cut)
-    left = Counter(pos for pos, *_ in cut)  # a cut piece's jobs not yet copied
-    workers = max(1, min(threads, len(whole) + len(cut)))
+            whole.append((pos, p, p.start, end))
+    jobs = whole + cut
+    left = Counter(pos for pos, *_ in jobs)  # a piece's jobs not yet copied: its last one starts its device hash
+    workers = max(1, min(threads, len(jobs)))
+    todo = iter(jobs)
     claim = threading.Lock()
     stop = threading.Event()
     bad: list[int] = []
     hashed = [0]
 
-    def next_job() -> tuple[int, PiecePlan, int, int, bool, bool] | None:
+    def next_job() -> tuple[int, PiecePlan, int, int, bool] | None:
         """The next job, and whether the device hashes its piece (decided before it is read)."""
         with claim:
-            job = None if stop.is_set() else next(jobs, None)
+            job = None if stop.is_set() else next(todo, None)
             if job is None:
                 return None
-            pos, is_cut = job[0], job[4]
-            here = pos in on_device and (is_cut or not when_warm or digest_on_device.ready(device))
+            # a cut piece in ``on_device`` is never ``when_warm``: the device hashes it
+            here = job[0] in on_device and (not when_warm or digest_on_device.ready(device))
             if here and table[0] is None:
                 table[0] = digest_on_device.DeviceDigests(device, len(plan))
             return (*job, here)
@@ -200,7 +200,7 @@ def _run_staging(
         with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
             table[0].hash(on_device[pos], pos)
 
-    def run_job(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan, lo: int, hi: int, is_cut: bool, here: bool):
+    def run_job(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan, lo: int, hi: int, here: bool) -> None:
         bufs, events = slots.worker_bufs(w), slots.events[w]
         h = new_hasher(record) if p.digest is not None and not here else None
         for u in range(lo, hi, chunk):
@@ -222,13 +222,10 @@ def _run_staging(
                     events[slot] = torch.cuda.Event()
                 events[slot].record(stream)
         if here:
-            if is_cut:
-                with claim:  # every other job of the piece enqueued its copies on ``stream`` before this
-                    left[pos] -= 1
-                    last = left[pos] == 0
-                if last:
-                    hash_on_device(pos)
-            else:
+            with claim:  # every other job of the piece enqueued its copies on ``stream`` before this
+                left[pos] -= 1
+                last = left[pos] == 0
+            if last:
                 hash_on_device(pos)
         if h is not None:
             with claim:
