@@ -118,7 +118,7 @@ digest)
     FAMILY_TESTS=$!
   fi
   # the upload tests in a process of their own with a short per-test limit: a hang prints every thread's stack
-  timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 60 tests/test_upload.py \
+  timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 tests/test_upload.py \
     > "$W/gpu_upload_tests.log" 2>&1 &
   UPLOADS=$!
   timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
@@ -135,7 +135,7 @@ digest)
   timeout -k 5 "${T_PROFILE:-60}" python3 benchmarks/probes/staging_profile.py --gib 2 --threads 16 --chunk-mib 16 \
     --out "$W" > "$W/staging_profile.log" 2>&1; echo "staging profile rc=$?"; grep -v "^blob" "$W/staging_profile.log" | head -12
   timeout -k 5 "${T_DEFAULT:-270}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 --timeline \
-    --settings default "default, host digest" "default, 4 MiB slots" "default, 64 MiB slots" "integrity off" --program-dir /tmp/bench_prefill_decode \
+    --settings ${SETTINGS:-default "default, host digest" "integrity off" "integrity off, pipelined"} --program-dir /tmp/bench_prefill_decode \
     --out "$W" > "$W/default_path.log" 2>&1
   echo "default_path rc=$?"; tail -18 "$W/default_path.log"
   ;;

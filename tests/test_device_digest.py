@@ -128,23 +128,39 @@ blob = test_verified_staging.blob  # the fixture: a random file of 10 pieces and
 
 
 def _specs(data_len: int) -> list:
-    """c0 fills pieces 1-4 whole (aligned) and half of piece 5; c1 shares piece 5 with it; c2 starts
-    one byte into piece 6 and fills 7 (misaligned in it); c3 is the file's short last piece (piece 10)."""
+    """c0 fills pieces 1-2 whole (aligned) and 100 bytes of piece 3; c1 shares piece 3 with it, 100
+    bytes of which no constant reads; c2 starts one byte into piece 4 and fills 5 (misaligned in it);
+    c3 is the file's short last piece (piece 10, 123 bytes: not whole 64-byte blocks).  Seven pieces
+    (plan positions 0-6): few, since Triton's interpreter takes seconds to hash each on the CPU."""
     return [
-        spec("c0", PIECE, 4 * PIECE + 100),
-        spec("c1", 5 * PIECE + 200, 300),
-        spec("c2", 6 * PIECE + 1, 2 * PIECE),
+        spec("c0", PIECE, 2 * PIECE + 100),
+        spec("c1", 3 * PIECE + 200, 300),
+        spec("c2", 4 * PIECE + 1, 2 * PIECE),
         spec("c3", 10 * PIECE, data_len - 10 * PIECE),
     ]
 
 
+class Spied(list):
+    """The table slots hashed on the device, in order; ``storages``: each slot's bytes' storage address."""
+
+    def __init__(self):
+        super().__init__()
+        self.storages: dict[int, int] = {}
+
+    def in_place(self, outs: list[torch.Tensor]) -> list[int]:
+        """The slots hashed inside one of ``outs`` (where they landed), sorted; the rest were scratch copies."""
+        mine = {t.untyped_storage().data_ptr() for t in outs}
+        return sorted(s for s, at in self.storages.items() if at in mine)
+
+
 @pytest.fixture
 def spied(monkeypatch):
-    slots: list[int] = []
+    slots = Spied()
     real = device_digest.DeviceDigests.hash
 
     def spy(self, data, slot, n=None):
         slots.append(slot)
+        slots.storages[slot] = data.untyped_storage().data_ptr()
         return real(self, data, slot, n)
 
     monkeypatch.setattr(device_digest.DeviceDigests, "hash", spy)
@@ -156,16 +172,16 @@ def _stage(path, record, specs, device=CPU, **kw):
     return upload.stage_pieces(path, record, specs, device, **kw)
 
 
-def test_whole_aligned_pieces_are_hashed_on_the_device_the_rest_on_the_host(blob, spied):
+def test_every_blake3_piece_is_hashed_on_the_device_where_it_landed_or_in_a_scratch_copy(blob, spied):
     path, data = blob
     specs, counted = _specs(len(data)), []
     outs = _stage(path, file_record(path, PIECE), specs, device_digest=True, chunk_bytes=1000, on_hashed=counted.append)
     assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
-    # plan positions: pieces 1-4 (c0's whole ones) are 0-3 on the device; 5, 6, 7, 8 and 10 on the host
-    assert sorted(spied) == [0, 1, 2, 3]
-    assert counted == [
-        8 * PIECE + len(data) - 10 * PIECE
-    ]  # every piece read (1-8 and 10), hashed once, wherever it was
+    assert sorted(spied) == list(range(7))  # pieces 1-6 and 10, each hashed once on the device
+    # in place: pieces 1-2 (c0's whole ones); 3 (shared, partly unread), 4-6 (misaligned in c2) and 10
+    # (short) in scratch copies, from which their constants' bytes came
+    assert spied.in_place(outs) == [0, 1]
+    assert counted == [6 * PIECE + len(data) - 10 * PIECE]  # every piece read, hashed once
 
 
 def test_without_the_option_or_under_sha256_pieces_every_piece_is_hashed_on_the_host(blob, spied):
@@ -181,10 +197,19 @@ def test_without_the_option_or_under_sha256_pieces_every_piece_is_hashed_on_the_
     assert spied == []
 
 
-@pytest.mark.parametrize("chunk", [LoadOptions.staging_chunk_bytes, 1000])  # a device piece as one job, or five
-@pytest.mark.parametrize("at,piece", [(2 * PIECE + 7, 2), (5 * PIECE + 250, 5), (7 * PIECE + 3, 7)])
+@pytest.mark.parametrize(  # each case once, its pieces one job each (the default slots) or cut in 1000-byte jobs
+    "at,piece,chunk",
+    [
+        (2 * PIECE + 7, 2, LoadOptions.staging_chunk_bytes),
+        (3 * PIECE + 250, 3, 1000),
+        (3 * PIECE + 150, 3, LoadOptions.staging_chunk_bytes),
+        (5 * PIECE + 3, 5, 1000),
+        (10 * PIECE + 99, 10, LoadOptions.staging_chunk_bytes),
+    ],
+)
 def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spied, at, piece, chunk):
-    """Piece 2 is hashed on the device, 5 (shared) and 7 (misaligned in c2) on the host."""
+    """Piece 2 is hashed where it landed; 3 (shared: a byte c1 reads, and one no constant reads),
+    5 (misaligned in c2) and 10 (short) in scratch copies."""
     path, data = blob
     rec = file_record(path, PIECE)
     flip_byte(path, at)
@@ -195,8 +220,7 @@ def test_a_tampered_piece_is_refused_naming_it_wherever_it_was_hashed(blob, spie
     ) as ei:
         _stage(path, rec, _specs(len(data)), device_digest=True, chunk_bytes=chunk)
     assert ei.value.path == str(path)
-    if piece == 2:  # found by the device (a piece hashed on the host may stop the batch before any device job)
-        assert spied
+    assert spied  # found by the device
 
 
 @pytest.mark.parametrize("hashed", [True, False], ids=["device digest", "unhashed"])
@@ -249,8 +273,8 @@ def test_a_cold_batch_hashes_on_the_host_until_the_kernels_are_warm_then_on_the_
     outs = _stage(path, file_record(path, PIECE), specs, threads=1, chunk_bytes=1000, on_hashed=counted.append)
     assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     assert started == [CPU]  # the warm-up started, not waited for
-    assert sorted(spied) == [2, 3]  # pieces 1-2 (positions 0-1) taken cold: on the host; 3-4 on the device
-    assert counted == [8 * PIECE + len(data) - 10 * PIECE]  # every piece hashed once, wherever it was
+    assert sorted(spied) == list(range(2, 7))  # pieces 1-2 (positions 0-1) taken cold, on the host
+    assert counted == [6 * PIECE + len(data) - 10 * PIECE]  # every piece hashed once, wherever it was
 
 
 @pytest.mark.parametrize("piece", [1, 4])
@@ -313,10 +337,13 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
     dev = torch.device("cuda", 0)
     outs = upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
     assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
-    assert sorted(spied) == [0, 1, 2]  # a's three whole pieces; 3 and 4 are shared or misaligned, 5 short
-    flip_byte(path, 64 * mib + 99)
-    with pytest.raises(IntegrityError, match=f"piece at byte {64 * mib}"):
-        upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
+    assert sorted(spied) == [0, 1, 2, 3, 4, 5]  # every piece on the device
+    assert spied.in_place(outs) == [0, 1, 2]  # a's three whole pieces; 3 and 4 shared or misaligned, 5 short
+    for at in (64 * mib + 99, 3 * 64 * mib + 5, 5 * 64 * mib + 4000):  # hashed in place, in a scratch copy, short
+        flip_byte(path, at)
+        with pytest.raises(IntegrityError, match=f"piece at byte {at // (64 * mib) * 64 * mib}"):
+            upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
+        flip_byte(path, at)
 
 
 @pytest.mark.gpu

@@ -1,5 +1,5 @@
 """Verified staging: a batch of constants read piece by piece into the process's own staging slots,
-each piece hashed there (or, landed whole in one constant, on the device) and copied from there.
+each piece hashed there (or, with the device digest, on the device) and copied from there.
 
 The bytes uploaded are exactly the bytes hashed, in private memory no writer of the file can reach,
 and a batch hands out its tensors only once every piece matched its record.  Without a record the
@@ -63,11 +63,13 @@ def stage_pieces(
     naming the file and the piece (:func:`~toolkit.integrity.records.mismatch`), and no tensor is returned.
     ``on_hashed(nbytes)`` counts the bytes hashed (also those of a batch that failed).
 
-    **Device digest** (``device_digest``; :mod:`toolkit.integrity.device_digest`): a BLAKE3 piece that lands
-    whole in one constant (4-byte aligned, a multiple of 64 bytes) is not hashed on the host but
-    where it landed, on a stream of its own once its copies are done; the other pieces (shared by
-    constants, partly unread, sha256) are hashed on the host as above.  Every digest is compared
-    before this returns, so no tensor of a batch with a wrong piece is ever handed out.  ``None``
+    **Device digest** (``device_digest``; :mod:`toolkit.integrity.device_digest`): a BLAKE3 piece is not
+    hashed on the host but on the device, on a stream of its own once its copies are done: where it
+    landed when it lands whole in one constant (4-byte aligned, a multiple of 64 bytes), else in a
+    device scratch copy of the whole piece (shared by constants, partly unread, misaligned) from which
+    its constants' bytes are then copied on the device, so the bytes hashed are still the bytes used.
+    sha256 pieces are hashed on the host as above.  Every digest is compared before this returns, so
+    no tensor of a batch with a wrong piece is ever handed out.  ``None``
     (:func:`~toolkit.integrity.device_digest.mode`) hashes on the device where its kernels are
     precompiled (sm90) or already warm; elsewhere a cold batch large enough starts their warm-up in
     the background and hashes on the host each piece it takes before they are warm, so no load waits
@@ -101,7 +103,7 @@ def stage_pieces(
 
 def _in_one_constant(p: PiecePlan, outs: list[torch.Tensor]) -> torch.Tensor | None:
     """The bytes of constant tensor that piece ``p`` fills whole, where the device can hash them in
-    place; None for a piece shared, partly unread or misaligned."""
+    place; None for a piece shared, partly unread or misaligned (hashed in a scratch copy)."""
     if len(p.copies) != 1:
         return None
     cp = p.copies[0]
@@ -119,12 +121,13 @@ def _device_hashed(
     forced: bool | None,
 ) -> tuple[dict[int, torch.Tensor], bool]:
     """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device may hash, each with
-    the bytes it lands in, and whether each waits for the kernels to be warm (else it is hashed there
-    in any case): none without a BLAKE3 piece record, when ``forced`` is False, or where the device
-    has neither precompiled kernels nor Triton (:func:`~toolkit.integrity.device_digest.mode`)."""
+    the bytes it lands in (None: a scratch copy of its own), and whether each waits for the kernels to
+    be warm (else it is hashed there in any case): none without a BLAKE3 piece record, when ``forced``
+    is False, or where the device has neither precompiled kernels nor Triton
+    (:func:`~toolkit.integrity.device_digest.mode`)."""
     if record is None or not record.chunks or record.chunk_digest != "blake3":
         return {}, False
-    where = {i: v for i, p in enumerate(plan) if p.digest is not None and (v := _in_one_constant(p, outs)) is not None}
+    where = {i: _in_one_constant(p, outs) for i, p in enumerate(plan) if p.digest is not None}
     how = digest_on_device.mode(device, sum(plan[i].length for i in where), forced)
     if how == "host" or not where:
         return {}, False
@@ -146,17 +149,18 @@ def _run_staging(
     threads: int,
     chunk_bytes: int,
     on_hashed,
-    on_device: dict[int, torch.Tensor],
+    on_device: dict[int, torch.Tensor | None],
     when_warm: bool = False,
 ) -> None:
     """:func:`stage_pieces`' workers over ``plan``; raises the first error or mismatch (lowest piece).
-    The pieces of ``on_device`` (by position in ``plan``) are hashed where they landed instead; with
-    ``when_warm``, only those taken once the kernels are warm on ``device`` (the others on the host).
+    The pieces of ``on_device`` (by position in ``plan``) are hashed on the device instead: where they
+    landed, or (None) in a scratch copy made as their first job is taken; with ``when_warm``, only
+    those taken once the kernels are warm on ``device`` (the others on the host).
 
     A piece hashed on the host is one job (its hasher takes its bytes in order); a piece hashed on the
     device or not at all is cut into ``chunk_bytes`` jobs that any worker takes, so a batch of few
     pieces, or of a piece count just over the workers', still keeps every worker busy.  The last of a
-    piece's jobs to be copied starts its hash."""
+    piece's jobs to be copied starts its hash (and its scratch's copies into the constants)."""
     cuda = device.type == "cuda"
     stream = torch.cuda.current_stream(device) if cuda else None
     # the digest table, made by the first piece hashed on the device (on ``stream``, before its copies)
@@ -172,6 +176,7 @@ def _run_staging(
             whole.append((pos, p, p.start, end))
     jobs = whole + cut
     left = Counter(pos for pos, *_ in jobs)  # a piece's jobs not yet copied: its last one starts its device hash
+    scratch: dict[int, torch.Tensor] = {}  # position -> the device copy of a piece hashed there but not in place
     workers = max(1, min(threads, len(jobs)))
     todo = iter(jobs)
     claim = threading.Lock()
@@ -185,24 +190,40 @@ def _run_staging(
             job = None if stop.is_set() else next(todo, None)
             if job is None:
                 return None
+            pos, p = job[0], job[1]
             # a cut piece in ``on_device`` is never ``when_warm``: the device hashes it
-            here = job[0] in on_device and (not when_warm or digest_on_device.ready(device))
+            here = pos in on_device and (not when_warm or digest_on_device.ready(device))
             if here and table[0] is None:
                 table[0] = digest_on_device.DeviceDigests(device, len(plan))
+            if here and on_device[pos] is None and pos not in scratch:
+                scratch[pos] = _scratch(p.length, device)  # on ``stream``: before every copy into it
             return (*job, here)
 
-    def hash_on_device(pos: int) -> None:
-        """Hash piece ``pos`` where it landed, once its copies (and the table's zeros) are done."""
+    def hash_on_device(pos: int, p: PiecePlan) -> None:
+        """Hash piece ``pos`` once its copies (and the table's zeros) are done: where it landed, or in its
+        scratch copy, whose bytes then go on to its constants (on ``stream``, after the copies into it)."""
+        data = on_device[pos]
+        if data is None:
+            with claim:
+                data = scratch.pop(pos)
         if cuda:
             done = torch.cuda.Event()
             done.record(stream)
             hash_stream.wait_event(done)
         with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
-            table[0].hash(on_device[pos], pos)
+            table[0].hash(data, pos, p.length)
+        if on_device[pos] is None:
+            for cp in p.copies:
+                outs[cp.constant][cp.in_constant : cp.in_constant + cp.nbytes].copy_(
+                    data[cp.in_piece : cp.in_piece + cp.nbytes], non_blocking=cuda
+                )
+            if cuda:
+                data.record_stream(hash_stream)  # freed for reuse only once the hash has read it
 
     def run_job(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan, lo: int, hi: int, here: bool) -> None:
         bufs, events = slots.worker_bufs(w), slots.events[w]
         h = new_hasher(record) if p.digest is not None and not here else None
+        into = scratch.get(pos) if here and on_device[pos] is None else None
         for u in range(lo, hi, chunk):
             m = min(chunk, hi - u)
             slot = k[0] % 2
@@ -211,7 +232,9 @@ def _run_staging(
                 events[slot].synchronize()  # the copy out of this slot is done: it may be refilled
             buf, view = bufs[slot]
             read_range(fd, view[:m], u, path, h, zero_holes=True)  # a reused slot: holes written as zeros
-            for cp in p.copies:
+            if into is not None:
+                into[u - p.start : u - p.start + m].copy_(buf[:m], non_blocking=cuda)
+            for cp in p.copies if into is None else ():
                 fs = p.start + cp.in_piece  # the file's byte the copy starts at
                 a, z = max(u, fs), min(u + m, fs + cp.nbytes)
                 if a < z:
@@ -226,7 +249,7 @@ def _run_staging(
                 left[pos] -= 1
                 last = left[pos] == 0
             if last:
-                hash_on_device(pos)
+                hash_on_device(pos, p)
         if h is not None:
             with claim:
                 hashed[0] += p.length
@@ -251,6 +274,7 @@ def _run_staging(
     with take_slots(device, max(1, threads), chunk) as slots:
         futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
         wait(futs)
+    scratch.clear()  # a failed batch's unfinished pieces
     digests = table[0]
     if digests is not None:
         if hash_stream is not None:
@@ -269,3 +293,11 @@ def _run_staging(
             raise e
     if bad:
         raise mismatch(record, min(bad), path)
+
+
+def _scratch(n: int, device: torch.device) -> torch.Tensor:
+    """Device bytes for a piece of ``n`` bytes to be copied into and hashed there: whole 64-byte blocks,
+    the bytes past ``n`` zeros (the kernels read them as the last block's padding)."""
+    t = torch.empty(-(-n // 64) * 64, dtype=torch.uint8, device=device)
+    t[n:].zero_()
+    return t
