@@ -129,11 +129,11 @@ digest)
     wait $FAMILY_TESTS; echo "1.2.0 families GPU tests rc=$?"
     grep -E "^(FAILED|ERROR)|passed|failed|Timeout|^E  " "$W/gpu_families_pytest.log" | tail -20
   fi
-  timeout -k 5 "${T_PROBE:-80}" python3 benchmarks/probes/staging_bounds.py --gib 2 --threads 16 --chunk-mib "${CHUNKS:-16,32,64}" \
+  [ -n "${SKIP_BOUNDS:-}" ] || timeout -k 5 "${T_PROBE:-80}" python3 benchmarks/probes/staging_bounds.py --gib 2 --threads 16 --chunk-mib "${CHUNKS:-16,32,64}" \
     --streams 1 --out "$W" > "$W/staging_bounds.log" 2>&1; echo "staging bounds rc=$?"; tail -24 "$W/staging_bounds.log"
   # a fresh process's first batch against its second, and its first uses alone (what the default path waits on)
-  timeout -k 5 "${T_PROFILE:-60}" python3 benchmarks/probes/staging_profile.py --gib 2 --threads 16 --chunk-mib 16 \
-    --out "$W" > "$W/staging_profile.log" 2>&1; echo "staging profile rc=$?"; grep -v "^blob" "$W/staging_profile.log" | head -12
+  timeout -k 5 "${T_PROFILE:-60}" python3 benchmarks/probes/staging_profile.py --gib 2 --threads 16 --chunk-mib "${PROFILE_CHUNKS:-16}" \
+    --out "$W" > "$W/staging_profile.log" 2>&1; echo "staging profile rc=$?"; grep -v "^blob" "$W/staging_profile.log" | head -20
   timeout -k 5 "${T_DEFAULT:-270}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 --timeline \
     --settings ${SETTINGS:-default "default, host digest" "integrity off" "integrity off, pipelined"} --program-dir /tmp/bench_prefill_decode \
     --out "$W" > "$W/default_path.log" 2>&1

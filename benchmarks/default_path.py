@@ -64,7 +64,8 @@ POLICY = "fingerprint"
 SETTINGS = {
     "default": {},  # verified staging: whole pieces hashed on the device, the rest in the pinned slots
     "default, host digest": {"device_digest": False},  # every piece hashed in the pinned slots
-    "default, 4 MiB slots": {"staging_chunk_bytes": 4 << 20},  # the slot size below the default's
+    "default, 4 MiB slots": {"staging_chunk_bytes": 4 << 20},  # slot sizes below the default's
+    "default, 8 MiB slots": {"staging_chunk_bytes": 8 << 20},
     "default, 64 MiB slots": {"staging_chunk_bytes": 64 << 20},  # the slot size above the default's
     "default, sealed copy": {"integrity_staging": False},  # the private memfd copy, then locked
     "integrity off": {"check_integrity": False},  # first_load=locked: the file's pages locked as copied

@@ -212,6 +212,17 @@ def test_staging_slots_are_reused_and_never_shared_by_two_batches_at_once():
         assert c in (a, b)
 
 
+def test_slots_make_the_buffers_of_the_workers_a_batch_will_use_ahead_and_once():
+    from concurrent.futures import wait
+
+    slots = Slots(torch.device("cpu"), 3, 1000)
+    wait(slots.prepare(2))
+    assert [len(b) for b in slots.bufs] == [2, 2, 0]  # two workers' two buffers each, the third's not
+    first = slots.worker_bufs(0)[0][0]
+    assert slots.prepare(2) == [] and slots.worker_bufs(0)[0][0] is first  # made once, then reused
+    assert len(slots.prepare(5)) == 1 and len(slots.worker_bufs(2)) == 2  # never past the set's workers
+
+
 def test_the_options_select_staging_and_its_slot_size():
     assert LoadOptions().integrity is Integrity.STAGED and LoadOptions().staging_chunk_bytes == 16 << 20
     o = options_from_environment(

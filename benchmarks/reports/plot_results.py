@@ -34,6 +34,7 @@ ORDER = [  # default_path.py's settings, top to bottom, and their bar colours
     ("default, host digest", "#6f8fc4"),
     ("default, sealed copy", "#8da0cb"),
     ("default, 4 MiB slots", "#9cadd6"),
+    ("default, 8 MiB slots", "#a2b3da"),
     ("default, 64 MiB slots", "#a9b9dd"),
     ("integrity off", "#55a868"),
     ("integrity off, pipelined", "#99c794"),

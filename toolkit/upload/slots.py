@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -28,18 +28,25 @@ class Slots:
         self.bufs: list[list[tuple[torch.Tensor, memoryview]]] = [[] for _ in range(workers)]
         self.events: list[list[Any]] = [[None, None] for _ in range(workers)]
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="constshare-stage")
+        self._making = [threading.Lock() for _ in range(workers)]
 
     def worker_bufs(self, w: int) -> list[tuple[torch.Tensor, memoryview]]:
-        if not self.bufs[w]:
-            block = (
-                pinned_block(2 * self.nbytes)
-                if self.device.type == "cuda"
-                else torch.empty(2 * self.nbytes, dtype=torch.uint8)
-            )
-            for i in range(2):
-                t = block[i * self.nbytes : (i + 1) * self.nbytes]
-                self.bufs[w].append((t, memoryview(t.numpy()).cast("B")))
+        with self._making[w]:
+            if not self.bufs[w]:
+                block = (
+                    pinned_block(2 * self.nbytes)
+                    if self.device.type == "cuda"
+                    else torch.empty(2 * self.nbytes, dtype=torch.uint8)
+                )
+                for i in range(2):
+                    t = block[i * self.nbytes : (i + 1) * self.nbytes]
+                    self.bufs[w].append((t, memoryview(t.numpy()).cast("B")))
         return self.bufs[w]
+
+    def prepare(self, workers: int) -> list[Future]:
+        """Start making the buffers of the first ``workers`` workers, each on the pool's threads (a
+        fresh set pins them there, in parallel); the futures of those not yet made."""
+        return [self.pool.submit(self.worker_bufs, w) for w in range(min(workers, self.workers)) if not self.bufs[w]]
 
 
 _HUGE_PAGE = 2 << 20

@@ -94,8 +94,13 @@ def stage_pieces(
         )
         outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
         if plan:
-            on_device, when_warm = _device_hashed(record, plan, outs, device, device_digest)
-            _run_staging(fd, path, record, plan, outs, device, threads, chunk_bytes, on_hashed, on_device, when_warm)
+            with take_slots(device, max(1, threads), chunk_bytes) as slots:
+                # a fresh process pins its slots while the device digest's kernels load (both take milliseconds)
+                parts = sum(-(-p.length // chunk_bytes) for p in plan)
+                pinned = slots.prepare(min(max(1, threads), parts))
+                on_device, when_warm = _device_hashed(record, plan, outs, device, device_digest)
+                wait(pinned)
+                _run_staging(fd, path, record, plan, outs, device, slots, chunk_bytes, on_hashed, on_device, when_warm)
         return outs
     finally:
         os.close(fd)
@@ -146,7 +151,7 @@ def _run_staging(
     plan: list[PiecePlan],
     outs: list[torch.Tensor],
     device: torch.device,
-    threads: int,
+    slots: Slots,
     chunk_bytes: int,
     on_hashed,
     on_device: dict[int, torch.Tensor | None],
@@ -177,7 +182,7 @@ def _run_staging(
     jobs = whole + cut
     left = Counter(pos for pos, *_ in jobs)  # a piece's jobs not yet copied: its last one starts its device hash
     scratch: dict[int, torch.Tensor] = {}  # position -> the device copy of a piece hashed there but not in place
-    workers = max(1, min(threads, len(jobs)))
+    workers = max(1, min(slots.workers, len(jobs)))
     todo = iter(jobs)
     claim = threading.Lock()
     stop = threading.Event()
@@ -271,9 +276,8 @@ def _run_staging(
                 if ev is not None:
                     ev.synchronize()  # no slot is handed on while a copy out of it may still run
 
-    with take_slots(device, max(1, threads), chunk) as slots:
-        futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
-        wait(futs)
+    futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
+    wait(futs)
     scratch.clear()  # a failed batch's unfinished pieces
     digests = table[0]
     if digests is not None:
