@@ -1,6 +1,6 @@
-"""Verified staging's device digest.  A BLAKE3 piece that lands whole in one
-constant is hashed where it landed (toolkit.integrity.device_digest's Triton kernels), the others on the host,
-and every digest is compared before any tensor is handed out.
+"""Verified staging's device digest.  A BLAKE3 piece is hashed on the device (toolkit.integrity.device_digest's
+Triton kernels): where it landed when it lands whole in one constant, else in a scratch copy its constants'
+bytes are then copied from; every digest is compared before any tensor is handed out.
 
 On a machine without CUDA the same kernels run in Triton's interpreter on CPU tensors
 (``TRITON_INTERPRET=1``, set below before the kernels are first imported), so CI checks the kernels

@@ -1,8 +1,9 @@
 """BLAKE3 of a weights blob's pieces on the device they were uploaded to (verified staging's
 device digest, :func:`toolkit.upload.stage_pieces`).
 
-Device memory is private to the process: a piece hashed where it landed is exactly what the load
-uses, so the host only reads and copies, and the device hashes far faster than the host's cores.
+Device memory is private to the process: a piece hashed where it landed, or in a device scratch
+copy its constants' bytes are then copied from, is exactly what the load uses, so the host only reads
+and copies, and the device hashes far faster than the host's cores.
 The kernels (:mod:`toolkit.integrity.blake3_kernels`) are Triton's, which PyTorch's CUDA wheels
 depend on: one lane per 1 KiB chunk (its chaining value), then one kernel per tree level pairing
 neighbours (an odd level's last node carried up: BLAKE3's left-complete tree).  Each piece's root
