@@ -279,7 +279,7 @@ def scan_rows(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=worker_setup
         )
         try:
-            with sigint_ignored():  # by the workers, started here: a Ctrl-C reaches the whole process group
+            with sigint_blocked():  # in the workers, started here: a Ctrl-C reaches the whole process group
                 futures = {pool.submit(scan, p, policies): p for p in batch}
             for f in as_completed(futures):
                 try:
@@ -321,13 +321,15 @@ def worker_setup() -> None:
 
 
 @contextlib.contextmanager
-def sigint_ignored():
-    """SIGINT ignored in this process meanwhile (on the main thread): processes started then inherit it."""
-    if threading.current_thread() is not threading.main_thread():
+def sigint_blocked():
+    """SIGINT blocked on this thread meanwhile: processes started then inherit it blocked (their owner
+    stops them), and a Ctrl-C that comes meanwhile is raised here once it ends (or at once, where
+    another thread took it), never lost as an ignored signal would be."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
