@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TIMELINE = REPO / "benchmarks" / "results" / "default_path" / "2026-12-06-h100-80gb-hbm3-timeline.json"
+TIMELINE = REPO / "benchmarks" / "results" / "default_path" / "2026-12-06-h100-80gb-hbm3-0206-timeline.json"
 
 
 def _default_path():
