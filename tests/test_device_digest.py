@@ -336,6 +336,7 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
     specs = [spec("a", 0, 3 * 64 * mib + 12), spec("b", 3 * 64 * mib + 12, 64 * mib), spec("c", 5 * 64 * mib, 4321)]
     dev = torch.device("cuda", 0)
     outs = upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
+    assert torch.cuda.current_stream(dev).query()  # returned with every copy done, those out of the scratch too
     assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     assert sorted(spied) == [0, 1, 2, 3, 4, 5]  # every piece on the device
     assert spied.in_place(outs) == [0, 1, 2]  # a's three whole pieces; 3 and 4 shared or misaligned, 5 short

@@ -279,6 +279,8 @@ def _run_staging(
     futs = [slots.pool.submit(worker, slots, w) for w in range(workers)]
     wait(futs)
     scratch.clear()  # a failed batch's unfinished pieces
+    if cuda:
+        stream.synchronize()  # the copies out of the scratch copies, queued after the last slot's
     digests = table[0]
     if digests is not None:
         if hash_stream is not None:
