@@ -134,8 +134,10 @@ digest)
   # a fresh process's first batch against its second, and its first uses alone (what the default path waits on)
   timeout -k 5 "${T_PROFILE:-60}" python3 benchmarks/probes/staging_profile.py --gib 2 --threads 16 --chunk-mib "${PROFILE_CHUNKS:-16}" \
     --out "$W" > "$W/staging_profile.log" 2>&1; echo "staging profile rc=$?"; grep -v "^blob" "$W/staging_profile.log" | head -20
+  # SETTINGS: the settings as a shell words list, e.g. SETTINGS='default "integrity off"'
+  eval "settings=(${SETTINGS:-default \"default, host digest\" \"integrity off\" \"integrity off, pipelined\"})"
   timeout -k 5 "${T_DEFAULT:-270}" python3 benchmarks/default_path.py --device cuda --gib 2.0 --runs 3 --timeline \
-    --settings ${SETTINGS:-default "default, host digest" "integrity off" "integrity off, pipelined"} --program-dir /tmp/bench_prefill_decode \
+    --settings "${settings[@]}" --program-dir /tmp/bench_prefill_decode \
     --out "$W" > "$W/default_path.log" 2>&1
   echo "default_path rc=$?"; tail -18 "$W/default_path.log"
   ;;
