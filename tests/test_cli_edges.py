@@ -115,6 +115,20 @@ def test_csv_written_atomically_over_an_old_one(prog, tmp_path):
     assert csv.stat().st_mode & 0o777 == 0o644
 
 
+def _ctrl_c_heard() -> None:
+    """SIGINT's default action in the process about to run the CLI: a suite started as a background
+    job of a shell without job control has it ignored, and a process started so keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """KeyboardInterrupt on SIGINT in this process meanwhile, whatever the suite was started with."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def test_ctrl_c_during_scan_stops_at_once_and_writes_what_finished(tmp_path):
     """SIGINT to the whole process group (a Ctrl-C) after the first program: exit 130 within
     seconds, no traceback, the CSV holds the programs scanned, and no worker is left."""
@@ -129,6 +143,7 @@ def test_ctrl_c_during_scan_stops_at_once_and_writes_what_finished(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_ctrl_c_heard,
     )
     try:
         first = p.stderr.readline()
@@ -154,7 +169,7 @@ def test_ctrl_c_during_scan_stops_at_once_and_writes_what_finished(tmp_path):
     assert "leaked" not in err, err
 
 
-def test_a_ctrl_c_while_scan_workers_start_is_not_lost_and_the_workers_never_see_it():
+def test_a_ctrl_c_while_scan_workers_start_is_not_lost_and_the_workers_never_see_it(ctrl_c_raises):
     """The window in which a scan starts its workers: a SIGINT then is raised once it ends, not
     dropped (the scan would run to its end and exit 1), and a process started then has it blocked."""
     from toolkit.workflows.scan import sigint_blocked
