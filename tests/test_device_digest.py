@@ -335,8 +335,12 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
     spied.clear()
     specs = [spec("a", 0, 3 * 64 * mib + 12), spec("b", 3 * 64 * mib + 12, 64 * mib), spec("c", 5 * 64 * mib, 4321)]
     dev = torch.device("cuda", 0)
+    before = torch.cuda.memory_reserved(dev)
     outs = upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
     assert torch.cuda.current_stream(dev).query()  # returned with every copy done, those out of the scratch too
+    # the scratch copies (64 MiB each) handed back: what stays reserved is the constants' (2 MiB segments) at most
+    held = sum(-(-t.numel() // (2 << 20)) * (2 << 20) for t in outs)
+    assert torch.cuda.memory_reserved(dev) - before <= held + (2 << 20)
     assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
     assert sorted(spied) == [0, 1, 2, 3, 4, 5]  # every piece on the device
     assert spied.in_place(outs) == [0, 1, 2]  # a's three whole pieces; 3 and 4 shared or misaligned, 5 short
