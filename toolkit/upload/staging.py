@@ -292,7 +292,8 @@ def _run_staging(
         if cuda and None in on_device.values():
             # the scratch copies' memory back to the driver: the device bytes a load leaves in use (what
             # its memory samples read) stay its constants', not up to a piece per worker more
-            torch.cuda.empty_cache()
+            with torch.cuda.device(device):  # empty_cache acts on the current device
+                torch.cuda.empty_cache()
     if on_hashed is not None and hashed[0]:
         on_hashed(hashed[0])
     for f in futs:
