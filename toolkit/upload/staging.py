@@ -124,7 +124,7 @@ def _device_hashed(
     outs: list[torch.Tensor],
     device: torch.device,
     forced: bool | None,
-) -> tuple[dict[int, torch.Tensor], bool]:
+) -> tuple[dict[int, torch.Tensor | None], bool]:
     """For :func:`stage_pieces`: the pieces of ``plan`` (by position) the device may hash, each with
     the bytes it lands in (None: a scratch copy of its own), and whether each waits for the kernels to
     be warm (else it is hashed there in any case): none without a BLAKE3 piece record, when ``forced``
