@@ -143,6 +143,6 @@ def run_child(script: str | Path, args: list[str], timeout: float = 120) -> dict
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
         raise RuntimeError(f"child {Path(script).name} {args} failed (rc {proc.returncode}):\n{tail}")
     return json.loads(lines[-1])

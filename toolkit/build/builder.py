@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as _dt
+import gc
 import hashlib
 import mmap
 import os
@@ -343,6 +344,12 @@ def _build_method(name: str, module: torch.nn.Module, args: tuple, device: torch
     _warn_single_element_state(name, ep, mutated)
     check_shared_object(so)
     rel = Path("methods") / name
+    if device.type == "cuda":
+        # AOTInductor's runtime takes its constants' memory from cudaMalloc, not from PyTorch's cache,
+        # so the blocks the eager run and the compile left cached (a model's worth) are handed back first.
+        del ep
+        gc.collect()  # the exported and compiled graphs hold references in cycles
+        torch.cuda.empty_cache()
     constants = _describe_constants(so, blob, device, kinds, mutated, str(rel / blob.name))
     ref = mdir / "reference.safetensors"
     tensors = {f"input.{i}": t.detach().cpu().contiguous().clone() for i, t in enumerate(inputs)}
