@@ -18,7 +18,8 @@
 #                                    machine: /tmp/verify_blame_scale), ~2 minutes
 #   bash .ci/gpu_session.sh default  the default load path (issue 25, targets 1-2)
 #   bash .ci/gpu_session.sh bench    diff, then default (after `scale` on the same machine)
-#   bash .ci/gpu_session.sh digest   the device digest's, staging's and uploads' GPU tests (WITH_FAMILIES=1: the
+#   bash .ci/gpu_session.sh digest   the device digest's, staging's and uploads' GPU tests (UPLOAD_TESTS: more
+#                                    test files beside the uploads'; WITH_FAMILIES=1: the
 #                                    1.2.0 families' beside them), the loader beside its staging bounds (16/32/64
 #                                    MiB), then the default path: default, host digest, 64 MiB slots, integrity off
 #   bash .ci/gpu_session.sh uploads  the upload/integrity GPU tests that need no built sample, then the
@@ -119,7 +120,7 @@ digest)
   fi
   # the upload tests in a process of their own with a short per-test limit: a hang prints every thread's stack
   timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 120 tests/test_upload.py \
-    > "$W/gpu_upload_tests.log" 2>&1 &
+    ${UPLOAD_TESTS:-} > "$W/gpu_upload_tests.log" 2>&1 &
   UPLOADS=$!
   timeout -k 5 "${T_TESTS:-220}" python3 -m pytest -m gpu -v -p no:cacheprovider --timeout 150 \
     tests/test_device_digest.py tests/test_verified_staging.py > "$W/gpu_digest_tests.log" 2>&1

@@ -7,10 +7,12 @@ Builds (once) the prefill/decode program of benchmarks/_program.py (``--gib`` Gi
 constants per method; 2.0 is the GPU benchmarks' hidden size 8192), then times ONE whole
 ``toolkit.load_program(program_dir, "fingerprint")`` call per fresh process: with default
 arguments (every .so and reference file verified first, a weights blob's pieces as they are
-read; per-constant uploads through verified staging, each piece hashed and uploaded from the
-pinned slots), and, for comparison, the same call with other options (:data:`SETTINGS`,
-``--settings`` picks them): ``default, host digest`` (``device_digest=False``: every piece hashed
-on the host), ``default, sealed copy`` (``integrity_staging=False``: the pieces read into the sealed
+read; per-constant uploads through verified staging: on CUDA each piece copied straight out of the
+file's locked pages and hashed on the device where the device hashes every piece, else read into the
+pinned slots, hashed and uploaded from there), and, for comparison, the same call with other options
+(:data:`SETTINGS`, ``--settings`` picks them): ``default, pinned slots`` (``first_load=staged``: the
+slots, the device digest), ``default, host digest`` (``device_digest=False``: every piece hashed
+on the host in the slots), ``default, sealed copy`` (``integrity_staging=False``: the pieces read into the sealed
 private copy, whose pages are then locked), ``integrity off`` (``check_integrity=False``,
 ``first_load=locked``) and ``integrity off, pipelined`` (the staging pipeline unhashed).  The
 program is passed by path, so opening it (reading and validating the manifest) is in the time
@@ -62,7 +64,8 @@ POLICY = "fingerprint"
 # setting -> LoadOptions fields changed from the environment's options (check_integrity alone: passed as load_program's
 # keyword, which every toolkit version takes)
 SETTINGS = {
-    "default": {},  # verified staging: whole pieces hashed on the device, the rest in the pinned slots
+    "default": {},  # verified staging: from the file's locked pages, every piece hashed on the device
+    "default, pinned slots": {"first_load": "staged"},  # verified staging through the slots, device digest
     "default, host digest": {"device_digest": False},  # every piece hashed in the pinned slots
     "default, 4 MiB slots": {"staging_chunk_bytes": 4 << 20},  # slot sizes below the default's
     "default, 8 MiB slots": {"staging_chunk_bytes": 8 << 20},

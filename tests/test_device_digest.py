@@ -289,6 +289,119 @@ def test_a_tampered_piece_is_refused_whether_it_was_taken_cold_or_warm(blob, spi
     assert (3 in spied) if piece == 4 else (0 not in spied)
 
 
+# ----------------------------------------------------------------------------- straight out of locked pages
+
+
+@pytest.fixture
+def locked(monkeypatch):
+    """A lock cache of 1 MiB whose locking is stubbed on the CPU: each registration appended to
+    ``locked.calls`` as (file byte, bytes) and answered ``locked.answer(file byte)`` (0: it holds);
+    the slots' reads appended to ``locked.reads``."""
+    import types
+
+    from toolkit.upload import lock_cache, locking, staging
+
+    cache = lock_cache.HostLockCache(1 << 20)
+    state = types.SimpleNamespace(cache=cache, calls=[], reads=[], answer=lambda at: 0)
+    bases = {}
+
+    def register(ptr, n):
+        base = min((b for b in bases if b <= ptr), key=lambda b: ptr - b)
+        state.calls.append((ptr - base, n))
+        return state.answer(ptr - base)
+
+    real_acquire, real_read = cache.acquire, staging.read_range
+
+    def acquire(path):
+        lm = real_acquire(path)
+        bases[lm.base] = lm
+        return lm
+
+    def read_range(fd, view, at, *a, **kw):
+        state.reads.append(at)
+        return real_read(fd, view, at, *a, **kw)
+
+    monkeypatch.setattr(locking, "register", register)
+    monkeypatch.setattr(cache, "acquire", acquire)
+    monkeypatch.setattr(staging, "read_range", read_range)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: types.SimpleNamespace(cudaHostUnregister=lambda ptr: 0))
+    yield state
+    cache.clear()
+
+
+def _pieces_bytes(data_len: int) -> int:
+    return 6 * PIECE + data_len - 10 * PIECE  # pieces 1-6 and the short piece 10: what _specs reads
+
+
+def test_where_the_device_hashes_every_piece_a_batch_copies_them_from_the_files_locked_pages(blob, spied, locked):
+    path, data = blob
+    rec, specs = file_record(path, PIECE), _specs(len(data))
+    for _ in range(2):  # the second finds the pages still locked
+        spied.clear()
+        went, counted = [], []
+        outs = _stage(
+            path, rec, specs, device_digest=True, locks=locked.cache, on_locked=went.append, on_hashed=counted.append
+        )
+        assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
+        assert sorted(spied) == list(range(7)) and spied.in_place(outs) == [0, 1]  # as through the slots
+        assert went == counted == [_pieces_bytes(len(data))]
+        assert locked.reads == []  # no slot read a byte
+    # the pieces' pages merged into one region per run of pieces, each locked once
+    assert locked.calls == [(PIECE, 6 * PIECE), (10 * PIECE, PIECE)]
+    assert locked.cache.locked_bytes == 7 * PIECE
+
+
+@pytest.mark.parametrize("piece", [2, 3, 10])
+def test_a_tampered_piece_copied_from_locked_pages_is_refused_naming_it(blob, spied, locked, piece):
+    """Piece 2 is hashed where it landed; 3 (shared, partly unread) and 10 (short) in scratch copies."""
+    path, data = blob
+    rec = file_record(path, PIECE)
+    flip_byte(path, piece * PIECE + 7)
+    went = []
+    with pytest.raises(IntegrityError, match=rf"\(the {PIECE}-byte piece at byte {piece * PIECE}\)") as ei:
+        _stage(path, rec, _specs(len(data)), device_digest=True, locks=locked.cache, on_locked=went.append)
+    assert ei.value.path == str(path)
+    assert locked.calls and locked.reads == [] and went == []  # found by the device, nothing handed out
+
+
+def test_pieces_whose_pages_do_not_lock_go_through_the_slots(blob, spied, locked):
+    path, data = blob
+    locked.answer = lambda at: 1 if at == 10 * PIECE else 0  # the short last piece's page fails
+    specs, went = _specs(len(data)), []
+    outs = _stage(path, file_record(path, PIECE), specs, device_digest=True, locks=locked.cache, on_locked=went.append)
+    assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
+    assert went == [6 * PIECE] and locked.reads == [10 * PIECE]  # piece 10 alone through a slot
+    assert sorted(spied) == [0, 0, 1, 2, 3, 4, 5]  # every piece on the device: 10 again as its batch's first
+
+
+def test_a_batch_over_the_lock_budget_or_of_a_file_swapped_after_it_was_opened_goes_through_the_slots(
+    blob, spied, locked, monkeypatch
+):
+    from toolkit.upload import staging
+
+    path, data = blob
+    rec, specs = file_record(path, PIECE), _specs(len(data))
+    locked.cache.budget_bytes = 6 * PIECE  # the batch's pages need 7
+    went = []
+    outs = _stage(path, rec, specs, device_digest=True, locks=locked.cache, on_locked=went.append)
+    assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
+    assert went == [] and locked.calls == [] and locked.reads
+    locked.cache.budget_bytes, locked.reads[:] = 1 << 20, []
+    real_open = staging.open_checked
+
+    def open_then_swap(p, record):
+        opened = real_open(p, record)
+        twin = path.with_name("twin")
+        twin.write_bytes(data)  # the same bytes, another file: locking it would lock what the load did not open
+        os.replace(twin, path)
+        return opened
+
+    monkeypatch.setattr(staging, "open_checked", open_then_swap)
+    outs = _stage(path, rec, specs, device_digest=True, locks=locked.cache, on_locked=went.append)
+    assert [t.numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
+    assert went == [] and locked.calls == [] and locked.reads
+
+
 # ----------------------------------------------------------------------------- CUDA (run on the H200)
 
 
@@ -349,6 +462,86 @@ def test_the_device_hashes_64_mib_pieces_exactly_and_refuses_a_tampered_one(tmp_
         with pytest.raises(IntegrityError, match=f"piece at byte {at // (64 * mib) * 64 * mib}"):
             upload.stage_pieces(path, rec, specs, dev, threads=8, device_digest=True)
         flip_byte(path, at)
+
+
+@pytest.mark.gpu
+def test_a_cuda_batch_from_locked_pages_is_exact_and_refuses_a_tampered_piece(tmp_path, spied):
+    mib, dev = 1 << 20, torch.device("cuda", 0)
+    data = torch.randint(0, 256, (5 * 64 * mib + 4321,), dtype=torch.uint8).numpy().tobytes()
+    path = tmp_path / "weights.blob"
+    path.write_bytes(data)
+    rec = file_record(path)  # 64 MiB BLAKE3 pieces, as the builder records
+    specs = [spec("a", 0, 3 * 64 * mib + 12), spec("b", 3 * 64 * mib + 12, 64 * mib), spec("c", 5 * 64 * mib, 4321)]
+    locks = upload.HostLockCache(1 << 30)
+    try:
+        for attempt in ("locks", "finds locked"):
+            spied.clear()
+            went, before = [], torch.cuda.memory_reserved(dev)
+            outs = upload.stage_pieces(path, rec, specs, dev, threads=8, locks=locks, on_locked=went.append)
+            assert torch.cuda.current_stream(dev).query(), attempt  # every copy done, those out of the scratch too
+            held = sum(-(-t.numel() // (2 << 20)) * (2 << 20) for t in outs)
+            assert torch.cuda.memory_reserved(dev) - before <= held + (2 << 20), attempt  # scratch handed back
+            assert [t.cpu().numpy().tobytes() for t in outs] == [data[c.offset : c.offset + c.nbytes] for c in specs]
+            assert went == [len(data)] and sorted(spied) == [0, 1, 2, 3, 4, 5], attempt
+            assert spied.in_place(outs) == [0, 1, 2]
+            del outs
+        assert locks.locked_bytes == -(-len(data) // 4096) * 4096
+        for at in (64 * mib + 99, 3 * 64 * mib + 5, 5 * 64 * mib + 4000):  # hashed in place, in a scratch copy, short
+            flip_byte(path, at)
+            with pytest.raises(IntegrityError, match=f"piece at byte {at // (64 * mib) * 64 * mib}"):
+                upload.stage_pieces(path, rec, specs, dev, threads=8, locks=locks)
+            flip_byte(path, at)
+    finally:
+        locks.clear()
+
+
+_SHRUNK = """
+import os, sys
+import torch
+sys.path.insert(0, sys.argv[2])
+from test_upload import spec
+from toolkit import upload
+from toolkit.core.errors import IntegrityError
+from toolkit.integrity import file_record
+from toolkit.upload import staging
+
+path, dev = sys.argv[1], torch.device("cuda", 0)
+data = open(path, "rb").read()
+specs, rec = [spec("w", 0, len(data))], file_record(path)
+real = staging._copy_locked_pieces
+
+def shrink_then_copy(lm, *a):
+    for f in list(lm.futures.values()):
+        f.result()  # every page locked: now the file is cut to one page under the load
+    os.truncate(path, 4096)
+    return real(lm, *a)
+
+staging._copy_locked_pieces = shrink_then_copy
+went, locks = [], upload.HostLockCache(1 << 30)
+try:
+    outs = upload.stage_pieces(path, rec, specs, dev, threads=8, locks=locks, on_locked=went.append)
+except IntegrityError as e:
+    print("refused", e)
+else:
+    assert went == [len(data)] and outs[0].cpu().numpy().tobytes() == data  # the pages kept as locked
+    print("exact")
+"""
+
+
+@pytest.mark.gpu
+def test_a_file_shrunk_under_a_batch_from_its_locked_pages_is_exact_or_refused_never_a_fault(tmp_path):
+    """The host never reads the locked pages, so a truncation cannot raise SIGBUS in the load: the device
+    copies what the driver locked, and hashes it; the process survives with the file's bytes or a refusal."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "weights.blob"
+    path.write_bytes(os.urandom(3 * (64 << 20) + 100))
+    tests = str(Path(__file__).resolve().parent)
+    out = subprocess.run([sys.executable, "-c", _SHRUNK, str(path), tests], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[0] in ("exact", "refused"), out.stdout
 
 
 @pytest.mark.gpu

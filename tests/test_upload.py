@@ -605,7 +605,7 @@ def cuda_stubbed(monkeypatch):
 
     registered: list[tuple[int, int]] = []
     monkeypatch.setattr(locking, "register", lambda ptr, n: registered.append((ptr, n)) or 0)
-    monkeypatch.setattr(mapped, "_device_thread", lambda device, name: ThreadPoolExecutor(1))
+    monkeypatch.setattr(mapped, "device_thread", lambda device, name: ThreadPoolExecutor(1))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _Sync())
     monkeypatch.setattr(torch.cuda, "Event", _Sync)
     monkeypatch.setattr(torch.cuda, "device", _NoDevice)

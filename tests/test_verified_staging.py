@@ -373,7 +373,8 @@ def test_cuda_staging_delivers_the_exact_bytes_and_refuses_a_tampered_piece(tmp_
 @pytest.mark.parametrize(
     "options,path",
     [
-        (LoadOptions(), UploadPath.VERIFIED_STAGED),
+        (LoadOptions(), UploadPath.VERIFIED_LOCKED),  # the device hashes every piece: from the locked pages
+        (LoadOptions(first_load="staged"), UploadPath.VERIFIED_STAGED),
         (LoadOptions(integrity="off", first_load="pipelined"), UploadPath.PIECES),
     ],
 )

@@ -1,7 +1,7 @@
 """Where the verified staging pipeline's time goes: ``upload.stage_pieces`` alone.
 
     python benchmarks/probes/staging_profile.py [--gib 2.0] [--device cuda] [--threads 8,16] [--chunk-mib 4,8,16]
-                                                [--digest device,host,none] [--out DIR]
+                                                [--digest locked,device,host,none] [--out DIR]
 
 One process, one random blob of ``--gib`` GiB in the page cache with its BLAKE3 piece record
 (64 MiB pieces, as the builder records).  Measured, each in this one run:
@@ -11,9 +11,11 @@ One process, one random blob of ``--gib`` GiB in the page cache with its BLAKE3 
   ``slot pinning``: the toolkit's own (``upload.slots.pinned_block``, one block of two slots per worker);
 * a fresh process's first uses, each alone: on CUDA the device digest's kernels loaded (precompiled
   or Triton's), and the batch's device tensors allocated;
-* per (threads, slot size), ``--digest``: hashed as the default path does (``device``: the device digest
-  where ``auto`` uses it), hashed on the host, and unhashed (``first_load=pipelined``): the first batch
-  (it pins its slots: the very first of these rows is a fresh process's first batch but for the
+* per (threads, slot size), ``--digest``: as the default CUDA load does (``locked``: the pieces copied
+  straight out of the file's locked pages and hashed on the device, a lock cache of its own: the first
+  batch locks them, the second finds them locked), through the slots with the device digest where
+  ``auto`` uses it (``device``), hashed on the host, and unhashed (``first_load=pipelined``): the first
+  batch (it pins its slots: the very first of these rows is a fresh process's first batch but for the
   uses above) and the second (slots reused), seconds and GB/s of the constants' bytes;
 * ``read only``: the same pieces read into reused plain buffers on the same threads (no hash, no copy);
 * ``pinned copy``: the same bytes from one pinned buffer to the device (the rate the default load
@@ -58,8 +60,9 @@ def main(argv=None) -> None:
     ap.add_argument("--path", default="/tmp/staging_profile.blob")
     ap.add_argument(
         "--digest",
-        default="device,host,none",
-        help="batches timed, in order: device (the default, auto), host (device_digest=False), none (unhashed)",
+        default="locked,device,host,none",
+        help="batches timed, in order: locked (the default load's, CUDA only), device (the slots, auto), "
+        "host (device_digest=False), none (unhashed)",
     )
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args(argv)
@@ -118,17 +121,37 @@ def main(argv=None) -> None:
     del outs
     threads = [int(x) for x in args.threads.split(",")]
     chunks = [int(x) << 20 for x in args.chunk_mib.split(",")]
-    digests = {"device": (rec, None), "host": (rec, False), "none": (None, False)}  # record, device_digest
-    label = {"device": "hashed, device digest auto", "host": "hashed on the host", "none": "unhashed"}
+    # record, device_digest, from locked pages
+    digests = {
+        "locked": (rec, None, True),
+        "device": (rec, None, False),
+        "host": (rec, False, False),
+        "none": (None, False, False),
+    }
+    label = {
+        "locked": "from locked pages, device digest",
+        "device": "hashed, device digest auto",
+        "host": "hashed on the host",
+        "none": "unhashed",
+    }
+    hows = [h for h in args.digest.split(",") if h != "locked" or device.type == "cuda"]
     for w in threads:
         for ch in chunks:
-            for how in args.digest.split(","):
-                record, on_device = digests[how]
+            for how in hows:
+                record, on_device, from_locked = digests[how]
+                locks = upload.HostLockCache(1 << 40) if from_locked else None
                 for attempt in ("first", "second"):
                     sync(device)
                     t = time.perf_counter()
                     outs = upload.stage_pieces(
-                        args.path, record, specs, device, threads=w, chunk_bytes=ch, device_digest=on_device
+                        args.path,
+                        record,
+                        specs,
+                        device,
+                        threads=w,
+                        chunk_bytes=ch,
+                        device_digest=on_device,
+                        locks=locks,
                     )
                     sync(device)
                     row(
@@ -139,6 +162,8 @@ def main(argv=None) -> None:
                         chunk_mib=ch >> 20,
                     )
                     del outs
+                if locks is not None:
+                    locks.clear()  # unlocked: the next rows' pages as a fresh process finds them
     for w in threads:
         for ch in [c * 3 for c in chunks]:  # sizes not used above (the caching allocator)
             t = time.perf_counter()

@@ -99,6 +99,8 @@ class UploadPath(enum.StrEnum):
     STAGED = "pinned staging"
     # a piece read into the process's own pinned slots, hashed there, uploaded from there (toolkit.upload.stage_pieces)
     VERIFIED_STAGED = "verified pinned staging"
+    # a piece copied by the device straight out of the file's page-locked pages and hashed where it landed
+    VERIFIED_LOCKED = "verified page-locked"
     VERIFIED_HOST = "verified staging, host"  # the same on the CPU: plain slots, a host destination
     PIECES = "pinned staging by pieces"  # the same pipeline, nothing hashed (first_load="pipelined")
     PINNED_EACH = "pinned buffer per constant"

@@ -343,9 +343,11 @@ class AotiRuntime:
 
         Hashed as staged: ``integrity="staged"``, the file has a record, and this session holds no
         complete verified copy of the file (one made for a whole-blob upload or a ``.so`` inside it:
-        read from that).  Nothing kept: a later batch reads and hashes its pieces again.  Unhashed: on
-        CUDA under ``upload="mapped"`` and ``first_load="pipelined"``, from where the other way would
-        read (:meth:`source`)."""
+        read from that); on CUDA under ``upload="mapped"`` and ``first_load="locked"`` (the defaults),
+        straight out of the file's locked pages where the device hashes every piece
+        (``UploadPath.VERIFIED_LOCKED`` when some were).  Nothing kept: a later batch reads and
+        hashes its pieces again.  Unhashed: on CUDA under ``upload="mapped"`` and
+        ``first_load="pipelined"``, from where the other way would read (:meth:`source`)."""
         o, path, record = self.options, program.path(rel), program.files.get(rel)
         copy = self._copies.get(path)
         if o.integrity.hashes_staging and record is not None and not (copy is not None and copy.complete):
@@ -355,9 +357,19 @@ class AotiRuntime:
             record = None  # unhashed
         else:
             return None
-        from toolkit.upload import stage_pieces
+        from toolkit.upload import MappedBlobUploader, stage_pieces
 
-        return stage_pieces(
+        uploader = self.uploader(device)
+        locks = (
+            uploader.locks
+            if record is not None
+            and isinstance(uploader, MappedBlobUploader)
+            and o.first_load is FirstLoad.LOCKED
+            and not uploader.disabled_reason
+            else None
+        )
+        locked: list[int] = []
+        tensors = stage_pieces(
             read_from,
             record,
             constants,
@@ -366,7 +378,10 @@ class AotiRuntime:
             chunk_bytes=o.staging_chunk_bytes,
             device_digest=o.device_digest,
             on_hashed=verified_files().count_hashed if record is not None else None,
-        ), how
+            locks=locks,
+            on_locked=locked.append,
+        )
+        return tensors, UploadPath.VERIFIED_LOCKED if locked else how
 
     def uploader(self, device: torch.device):
         if device.type != "cuda":

@@ -70,6 +70,11 @@ def register(ptr: int, nbytes: int) -> int:
     return int(torch.cuda.cudart().cudaHostRegister(ptr, nbytes, REGISTER_PORTABLE | REGISTER_READ_ONLY))
 
 
+def device_thread(device: torch.device, name: str) -> ThreadPoolExecutor:
+    """A one-thread pool whose thread has ``device`` current (the CUDA calls it makes act there)."""
+    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=lambda: torch.cuda.set_device(device))
+
+
 def lock_failed(f: Future) -> bool:
     """A lock that will never hold: cancelled, raised, or returned a CUDA error."""
     return f.cancelled() or (f.done() and (f.exception() is not None or f.result() != 0))

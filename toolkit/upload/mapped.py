@@ -21,7 +21,7 @@ from toolkit.core.model import ConstantSpec
 from toolkit.core.vocab import FirstLoad, UploadPath, parse
 from toolkit.upload.host_stager import HostStager
 from toolkit.upload.lock_cache import HostLockCache, host_locks
-from toolkit.upload.locking import LockedMapping, lock_failed, page_spans, regions_to_lock
+from toolkit.upload.locking import LockedMapping, device_thread, lock_failed, page_spans, regions_to_lock
 from toolkit.upload.reading import blob_too_short
 
 
@@ -34,11 +34,6 @@ def _copy_locked(
     for s, e in regions:
         a, z = max(s, start), min(e, end)
         dev[a - dev_at : z - dev_at].copy_(lm.mapped[a:z], non_blocking=True)
-
-
-def _device_thread(device: torch.device, name: str) -> ThreadPoolExecutor:
-    """A one-thread pool whose thread has ``device`` current (the CUDA calls it makes act there)."""
-    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=lambda: torch.cuda.set_device(device))
 
 
 class MappedBlobUploader:
@@ -93,12 +88,12 @@ class MappedBlobUploader:
     def _workers(self) -> ThreadPoolExecutor:
         """One locking thread: the driver serialises locking anyway."""
         if self._pool is None:
-            self._pool = _device_thread(self.device, "constshare-lock")
+            self._pool = device_thread(self.device, "constshare-lock")
         return self._pool
 
     def _unlocker(self) -> ThreadPoolExecutor:
         if self._unlock_pool is None:
-            self._unlock_pool = _device_thread(self.device, "constshare-unlock")
+            self._unlock_pool = device_thread(self.device, "constshare-unlock")
         return self._unlock_pool
 
     def prefetch(self, blob_path: Path, specs: list[ConstantSpec]) -> None:

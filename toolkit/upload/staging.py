@@ -1,9 +1,11 @@
 """Verified staging: a batch of constants read piece by piece into the process's own staging slots,
-each piece hashed there (or, with the device digest, on the device) and copied from there.
+each piece hashed there (or, with the device digest, on the device) and copied from there; or, where
+the device hashes every piece, copied straight out of the file's page-locked pages and hashed where
+it landed.
 
-The bytes uploaded are exactly the bytes hashed, in private memory no writer of the file can reach,
-and a batch hands out its tensors only once every piece matched its record.  Without a record the
-same pipeline runs unhashed (``first_load="pipelined"``).
+The bytes uploaded are exactly the bytes hashed, in private memory no writer of the file can reach
+(the slots, or the device's own memory), and a batch hands out its tensors only once every piece
+matched its record.  Without a record the same pipeline runs unhashed (``first_load="pipelined"``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections import Counter
-from concurrent.futures import wait
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import torch
@@ -24,7 +26,8 @@ from toolkit.integrity import device_digest as digest_on_device
 from toolkit.integrity.pieces import PiecePlan, plan_piece_copies, record_piece_plan
 from toolkit.integrity.reading import open_checked, read_range
 from toolkit.integrity.records import mismatch, new_hasher
-from toolkit.upload.locking import regions_to_lock
+from toolkit.upload.lock_cache import HostLockCache
+from toolkit.upload.locking import LockedMapping, device_thread, lock_failed, page_spans, regions_to_lock
 from toolkit.upload.reading import blob_too_short
 from toolkit.upload.slots import Slots, take_slots
 
@@ -46,6 +49,8 @@ def stage_pieces(
     chunk_bytes: int = LoadOptions.staging_chunk_bytes,
     on_hashed=None,
     device_digest: bool | None = LoadOptions.device_digest,
+    locks: HostLockCache | None = None,
+    on_locked=None,
 ) -> list[torch.Tensor]:
     """The constants' bytes, as uint8 tensors on ``device`` (in ``specs``' order), read from
     ``path`` piece by piece: with ``record``, the record's pieces covering them (:func:`record_piece_plan`),
@@ -74,6 +79,17 @@ def stage_pieces(
     precompiled (sm90) or already warm; elsewhere a cold batch large enough starts their warm-up in
     the background and hashes on the host each piece it takes before they are warm, so no load waits
     for Triton.
+
+    **Locked pages** (``locks``, the process's :class:`~toolkit.upload.lock_cache.HostLockCache`, which
+    the CUDA loader passes under its default ``first_load="locked"``): where the device hashes every
+    piece from the first (:func:`_device_hashed`), no slot is used: the pieces' pages of the file are
+    page-locked in place within the cache's budget, one piece after another on a locking thread, and
+    each piece is copied by the device straight out of them, while the next is locked, into where it
+    lands (or its scratch copy) and hashed there (:func:`_run_locked`).  The host never reads those
+    pages, so a file shrunk under the load cannot fault it; the device hashes what landed, so a writer
+    of the file cannot make the bytes used differ from the bytes hashed.  The pages stay locked for the
+    next load of the file, as ``integrity="off"``'s do.  A piece whose pages cannot be locked is staged
+    through the slots.  ``on_locked(nbytes)`` counts the bytes of pieces copied from locked pages.
     """
     path = Path(path)
     if record is not None:
@@ -93,6 +109,18 @@ def stage_pieces(
             else plan_piece_copies(unhashed_pieces(specs, size), spans)
         )
         outs = [torch.empty(c.nbytes, dtype=torch.uint8, device=device) for c in specs]
+        if plan and locks is not None and locks.budget_bytes:
+            on_device, when_warm = _device_hashed(record, plan, outs, device, device_digest)
+            if len(on_device) == len(plan) and not when_warm:
+                left, hashed, bad = _run_locked(locks, path, st, plan, outs, device, on_device)
+                if on_hashed is not None and hashed:
+                    on_hashed(hashed)
+                if bad:
+                    raise mismatch(record, min(bad), path)
+                rest = set(left)
+                if on_locked is not None and len(rest) < len(plan):
+                    on_locked(sum(p.length for i, p in enumerate(plan) if i not in rest))
+                plan = [plan[i] for i in left]
         if plan:
             with take_slots(device, max(1, threads), chunk_bytes) as slots:
                 # a fresh process pins its slots while the device digest's kernels load (both take milliseconds)
@@ -304,6 +332,128 @@ def _run_staging(
             raise e
     if bad:
         raise mismatch(record, min(bad), path)
+
+
+_LOCK_BYTES = 64 << 20  # the regions a verified load locks: one per piece where pieces are 64 MiB and aligned
+_SCRATCH_IN_FLIGHT = 4  # scratch copies queued at most: the device memory a batch takes beyond its constants
+_THREADS: dict[tuple[str, str], ThreadPoolExecutor] = {}
+_THREADS_LOCK = threading.Lock()
+
+
+def _thread(device: torch.device, name: str) -> ThreadPoolExecutor:
+    """The process's one ``name`` thread for ``device`` (locking, unlocking): registering pages there
+    leaves a failed call's CUDA last-error on that thread, never the loader's."""
+    key = (str(device), name)
+    with _THREADS_LOCK:
+        if key not in _THREADS:
+            _THREADS[key] = (
+                device_thread(device, name) if device.type == "cuda" else ThreadPoolExecutor(1, thread_name_prefix=name)
+            )
+        return _THREADS[key]
+
+
+def _run_locked(
+    locks: HostLockCache,
+    path: Path,
+    st: os.stat_result,
+    plan: list[PiecePlan],
+    outs: list[torch.Tensor],
+    device: torch.device,
+    on_device: dict[int, torch.Tensor | None],
+) -> tuple[list[int], int, list[int]]:
+    """:func:`stage_pieces` out of the file's locked pages, every piece of ``plan`` hashed on the device
+    (``on_device``: where it lands whole, or None: a scratch copy).  Returns the plan positions left
+    to the slots (every one where the mapping is not of the file ``st`` describes, or locking them
+    would exceed the budget; else those whose pages did not lock), the bytes hashed, and the indexes
+    of the pieces whose digest differs from their record's."""
+    everything = list(range(len(plan)))
+    try:
+        lm = locks.acquire(path)
+    except (OSError, ValueError):  # cannot be mapped: the slots read it
+        return everything, 0, []
+    try:
+        if lm.key != (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) or lm.mapped is None:
+            return everything, 0, []  # the path names another file than the one opened (swapped, rewritten)
+        spans = [(p.start, p.start + p.length) for p in plan]
+        with lm.guard:
+            new = regions_to_lock(spans, lm.regions, _LOCK_BYTES)
+        if locks.locked_bytes + sum(e - s for s, e in new) > locks.budget_bytes:
+            return everything, 0, []
+        locker = _thread(device, "constshare-lock")
+        for s, e in page_spans(spans):  # merged (pieces of a few pages lock in large regions), in order, on
+            lm.lock_missing(s, e, _LOCK_BYTES, locker)  # one thread: the driver serialises locking anyway
+        return _copy_locked_pieces(lm, plan, outs, device, on_device)
+    finally:
+        locks.release(lm, _thread(device, "constshare-unlock"))
+
+
+def _copy_locked_pieces(
+    lm: LockedMapping,
+    plan: list[PiecePlan],
+    outs: list[torch.Tensor],
+    device: torch.device,
+    on_device: dict[int, torch.Tensor | None],
+) -> tuple[list[int], int, list[int]]:
+    """:func:`_run_locked` once its locks are queued: each piece, as its pages' locks hold, copied on the
+    current stream into where it lands (or a scratch copy, then into its constants) and hashed on a
+    stream of its own after; the digests compared once every kernel is done."""
+    cuda = device.type == "cuda"
+    stream = torch.cuda.current_stream(device) if cuda else None
+    hash_stream = torch.cuda.Stream(device) if cuda else None
+    table = digest_on_device.DeviceDigests(device, len(plan))
+    left: list[int] = []
+    in_flight: deque = deque()  # per scratch copy queued: the events after which its memory is free
+    for pos, p in enumerate(plan):
+        s, e = p.start, p.start + p.length
+        regions = lm.covering(s, e) or []
+        with lm.guard:
+            futs = [lm.futures.get(r) for r in regions]
+        wait([f for f in futs if f is not None])
+        held = [f is not None and not lock_failed(f) for f in futs]
+        if not regions or not all(held):
+            for r, ok in zip(regions, held):
+                if not ok:
+                    lm.forget(r)  # may be locked again by a later load
+            left.append(pos)
+            continue
+        data = on_device[pos]
+        if data is None:
+            if len(in_flight) >= _SCRATCH_IN_FLIGHT:
+                for ev in in_flight.popleft():
+                    ev.synchronize()
+            data = _scratch(p.length, device)
+        for r0, r1 in regions:  # one copy per region: a copy may not span two registrations
+            a, z = max(r0, s), min(r1, e)
+            data[a - s : z - s].copy_(lm.mapped[a:z], non_blocking=cuda)
+        if cuda:
+            landed = torch.cuda.Event()
+            landed.record(stream)
+            hash_stream.wait_event(landed)
+        with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
+            table.hash(data, pos, p.length)
+        if on_device[pos] is None:
+            for cp in p.copies:
+                outs[cp.constant][cp.in_constant : cp.in_constant + cp.nbytes].copy_(
+                    data[cp.in_piece : cp.in_piece + cp.nbytes], non_blocking=cuda
+                )
+            if cuda:
+                data.record_stream(hash_stream)  # freed for reuse only once the hash has read it
+                done = (torch.cuda.Event(), torch.cuda.Event())
+                done[0].record(stream)
+                done[1].record(hash_stream)
+                in_flight.append(done)
+    if cuda:
+        stream.synchronize()
+        hash_stream.synchronize()
+    hashed, bad = 0, []
+    for pos, hexdigest in table.hexdigests().items():
+        hashed += plan[pos].length
+        if hexdigest != plan[pos].digest:
+            bad.append(plan[pos].index)
+    if cuda and None in (on_device[i] for i in range(len(plan)) if i not in left):
+        with torch.cuda.device(device):  # the scratch copies' memory back to the driver, as the slots' batch does
+            torch.cuda.empty_cache()
+    return left, hashed, bad
 
 
 def _scratch(n: int, device: torch.device) -> torch.Tensor:
