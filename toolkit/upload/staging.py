@@ -239,19 +239,7 @@ def _run_staging(
         if data is None:
             with claim:
                 data = scratch.pop(pos)
-        if cuda:
-            done = torch.cuda.Event()
-            done.record(stream)
-            hash_stream.wait_event(done)
-        with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
-            table[0].hash(data, pos, p.length)
-        if on_device[pos] is None:
-            for cp in p.copies:
-                outs[cp.constant][cp.in_constant : cp.in_constant + cp.nbytes].copy_(
-                    data[cp.in_piece : cp.in_piece + cp.nbytes], non_blocking=cuda
-                )
-            if cuda:
-                data.record_stream(hash_stream)  # freed for reuse only once the hash has read it
+        _hash_landed(table[0], data, pos, p, outs, on_device[pos] is None, stream, hash_stream)
 
     def run_job(slots: Slots, w: int, k: list[int], pos: int, p: PiecePlan, lo: int, hi: int, here: bool) -> None:
         bufs, events = slots.worker_bufs(w), slots.events[w]
@@ -425,23 +413,12 @@ def _copy_locked_pieces(
         for r0, r1 in regions:  # one copy per region: a copy may not span two registrations
             a, z = max(r0, s), min(r1, e)
             data[a - s : z - s].copy_(lm.mapped[a:z], non_blocking=cuda)
-        if cuda:
-            landed = torch.cuda.Event()
-            landed.record(stream)
-            hash_stream.wait_event(landed)
-        with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
-            table.hash(data, pos, p.length)
-        if on_device[pos] is None:
-            for cp in p.copies:
-                outs[cp.constant][cp.in_constant : cp.in_constant + cp.nbytes].copy_(
-                    data[cp.in_piece : cp.in_piece + cp.nbytes], non_blocking=cuda
-                )
-            if cuda:
-                data.record_stream(hash_stream)  # freed for reuse only once the hash has read it
-                done = (torch.cuda.Event(), torch.cuda.Event())
-                done[0].record(stream)
-                done[1].record(hash_stream)
-                in_flight.append(done)
+        _hash_landed(table, data, pos, p, outs, on_device[pos] is None, stream, hash_stream)
+        if on_device[pos] is None and cuda:
+            done = (torch.cuda.Event(), torch.cuda.Event())
+            done[0].record(stream)
+            done[1].record(hash_stream)
+            in_flight.append(done)
     if cuda:
         stream.synchronize()
         hash_stream.synchronize()
@@ -454,6 +431,35 @@ def _copy_locked_pieces(
         with torch.cuda.device(device):  # the scratch copies' memory back to the driver, as the slots' batch does
             torch.cuda.empty_cache()
     return left, hashed, bad
+
+
+def _hash_landed(
+    table: digest_on_device.DeviceDigests,
+    data: torch.Tensor,
+    pos: int,
+    p: PiecePlan,
+    outs: list[torch.Tensor],
+    scratch: bool,
+    stream,
+    hash_stream,
+) -> None:
+    """Hash piece ``p`` (plan position ``pos``) in ``data`` on ``hash_stream`` once the copies queued on
+    ``stream`` so far are done; a ``scratch`` copy's bytes then go on to the piece's constants (on
+    ``stream``) and its memory is reused only once the hash has read it.  Streams None: the CPU."""
+    cuda = stream is not None
+    if cuda:
+        landed = torch.cuda.Event()
+        landed.record(stream)
+        hash_stream.wait_event(landed)
+    with torch.cuda.stream(hash_stream) if cuda else contextlib.nullcontext():
+        table.hash(data, pos, p.length)
+    if scratch:
+        for cp in p.copies:
+            outs[cp.constant][cp.in_constant : cp.in_constant + cp.nbytes].copy_(
+                data[cp.in_piece : cp.in_piece + cp.nbytes], non_blocking=cuda
+            )
+        if cuda:
+            data.record_stream(hash_stream)
 
 
 def _scratch(n: int, device: torch.device) -> torch.Tensor:
