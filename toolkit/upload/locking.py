@@ -71,8 +71,10 @@ def register(ptr: int, nbytes: int) -> int:
 
 
 def device_thread(device: torch.device, name: str) -> ThreadPoolExecutor:
-    """A one-thread pool whose thread has ``device`` current (the CUDA calls it makes act there)."""
-    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=lambda: torch.cuda.set_device(device))
+    """A one-thread pool whose thread has ``device`` current (the CUDA calls it makes act there); a
+    device without an index is the caller's current one."""
+    index = torch.cuda.current_device() if device.index is None else device.index
+    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=lambda: torch.cuda.set_device(index))
 
 
 def lock_failed(f: Future) -> bool:

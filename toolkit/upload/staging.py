@@ -331,6 +331,8 @@ _THREADS_LOCK = threading.Lock()
 def _thread(device: torch.device, name: str) -> ThreadPoolExecutor:
     """The process's one ``name`` thread for ``device`` (locking, unlocking): registering pages there
     leaves a failed call's CUDA last-error on that thread, never the loader's."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     key = (str(device), name)
     with _THREADS_LOCK:
         if key not in _THREADS:
