@@ -474,8 +474,8 @@ def test_a_cuda_batch_from_locked_pages_is_exact_and_refuses_a_tampered_piece(tm
     specs = [spec("a", 0, 3 * 64 * mib + 12), spec("b", 3 * 64 * mib + 12, 64 * mib), spec("c", 5 * 64 * mib, 4321)]
     locks = upload.HostLockCache(1 << 30)
     try:
-        # the second as a caller naming no index may (its locking thread: the current device)
-        for attempt, where in (("locks", dev), ("finds locked", torch.device("cuda"))):
+        # the first as a caller naming no index may (its locking thread's: the current device)
+        for attempt, where in (("locks", torch.device("cuda")), ("finds locked", dev)):
             spied.clear()
             went, before = [], torch.cuda.memory_reserved(dev)
             outs = upload.stage_pieces(path, rec, specs, where, threads=8, locks=locks, on_locked=went.append)
