@@ -473,6 +473,7 @@ def test_a_cuda_batch_from_locked_pages_is_exact_and_refuses_a_tampered_piece(tm
     rec = file_record(path)  # 64 MiB BLAKE3 pieces, as the builder records
     specs = [spec("a", 0, 3 * 64 * mib + 12), spec("b", 3 * 64 * mib + 12, 64 * mib), spec("c", 5 * 64 * mib, 4321)]
     locks = upload.HostLockCache(1 << 30)
+    assert device_digest.available(dev)  # the kernels loaded (and self-tested: a hash of their own) before counting
     try:
         # the first as a caller naming no index may (its locking thread's: the current device)
         for attempt, where in (("locks", torch.device("cuda")), ("finds locked", dev)):
