@@ -9,7 +9,7 @@ machine and date of its figures:
   dot, the median a bar) against the pinned-copy and page-locking rates of the same run, with the goal
   lines (0.5 x pinned copy, 0.9 x page locking);
 * ``staging_profile/<date>-<machine>.png``: ``probes/staging_profile.py``'s rates per stage (first and
-  second batch, hashed and not, reading alone, the pinned copy);
+  second batch, from locked pages, hashed and not, reading alone, the pinned copy);
 * ``scaling/<date>-<machine>.png``: ``scaling.py``'s µs per decision of the dry run against K for both
   policies (and both toolkits of a ``--base`` run), with the 20 µs goal.
 """
@@ -31,6 +31,7 @@ import pandas as pd  # noqa: E402
 
 ORDER = [  # default_path.py's settings, top to bottom, and their bar colours
     ("default", "#4c72b0"),
+    ("default, pinned slots", "#5f80ba"),
     ("default, host digest", "#6f8fc4"),
     ("default, sealed copy", "#8da0cb"),
     ("default, 4 MiB slots", "#9cadd6"),
@@ -85,7 +86,8 @@ def default_path(csv: Path) -> Path:
     ax.barh(range(len(order)), [med[s] for s, _ in order], color=[c for _, c in order])
     for i, (s, _) in enumerate(order):
         ax.plot(f[f["setting"] == s]["GBps"], [i] * int((f["setting"] == s).sum()), "k.", ms=6)
-        ax.text(med[s] + 0.6, i, f"{med[s]:.1f} GB/s", va="center", fontsize=8)
+        right = max(med[s], f[f["setting"] == s]["GBps"].max())  # beside the bar and its runs' dots
+        ax.text(right + 0.8, i, f"{med[s]:.1f} GB/s", va="center", fontsize=8)
     ax.axvline(0.5 * med["pinned copy"], color="#c44e52", ls="--", lw=1)
     ax.text(0.5 * med["pinned copy"], 0.5, " goal: 0.5 x pinned copy", color="#c44e52", fontsize=8)
     ax.axvline(0.9 * med["page locking"], color="#dd8452", ls=":", lw=1)
@@ -104,7 +106,8 @@ def default_path(csv: Path) -> Path:
 
 def staging_profile(csv: Path) -> Path:
     f = pd.read_csv(csv)
-    f = f[f["GBps"].notna()].copy()
+    # rates of bytes moved: a first use's row (allocating tensors: no byte moves) would dwarf the scale
+    f = f[f["GBps"].notna() & ~f["what"].str.contains("allocated")].copy()
     f["label"] = f.apply(
         lambda r: (
             r["what"].replace(", torch may hand back cached blocks", "")
