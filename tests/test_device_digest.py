@@ -374,6 +374,26 @@ def test_pieces_whose_pages_do_not_lock_go_through_the_slots(blob, spied, locked
     assert sorted(spied) == [0, 0, 1, 2, 3, 4, 5]  # every piece on the device: 10 again as its batch's first
 
 
+def test_a_batch_that_fails_midway_from_locked_pages_hands_its_mapping_back(blob, spied, locked, monkeypatch):
+    from toolkit.upload import staging
+
+    path, data = blob
+    made = []
+
+    def scratch(n, device):
+        made.append(n)
+        if len(made) == 2:
+            raise MemoryError("no device memory for a scratch copy")
+        return real_scratch(n, device)
+
+    real_scratch = staging._scratch
+    monkeypatch.setattr(staging, "_scratch", scratch)
+    with pytest.raises(MemoryError, match="scratch copy"):
+        _stage(path, file_record(path, PIECE), _specs(len(data)), device_digest=True, locks=locked.cache)
+    ((lm,),) = [list(locked.cache._maps.values())]
+    assert lm.users == 0 and locked.reads == []  # released to the cache, its pages still locked for the next load
+
+
 def test_a_batch_over_the_lock_budget_or_of_a_file_swapped_after_it_was_opened_goes_through_the_slots(
     blob, spied, locked, monkeypatch
 ):

@@ -393,34 +393,39 @@ def _copy_locked_pieces(
     table = digest_on_device.DeviceDigests(device, len(plan))
     left: list[int] = []
     in_flight: deque = deque()  # per scratch copy queued: the events after which its memory is free
-    for pos, p in enumerate(plan):
-        s, e = p.start, p.start + p.length
-        regions = lm.covering(s, e) or []
-        with lm.guard:
-            futs = [lm.futures.get(r) for r in regions]
-        wait([f for f in futs if f is not None])
-        held = [f is not None and not lock_failed(f) for f in futs]
-        if not regions or not all(held):
-            for r, ok in zip(regions, held):
-                if not ok:
-                    lm.forget(r)  # may be locked again by a later load
-            left.append(pos)
-            continue
-        data = on_device[pos]
-        if data is None:
-            if len(in_flight) >= _SCRATCH_IN_FLIGHT:
-                for ev in in_flight.popleft():
-                    ev.synchronize()
-            data = _scratch(p.length, device)
-        for r0, r1 in regions:  # one copy per region: a copy may not span two registrations
-            a, z = max(r0, s), min(r1, e)
-            data[a - s : z - s].copy_(lm.mapped[a:z], non_blocking=cuda)
-        _hash_landed(table, data, pos, p, outs, on_device[pos] is None, stream, hash_stream)
-        if on_device[pos] is None and cuda:
-            done = (torch.cuda.Event(), torch.cuda.Event())
-            done[0].record(stream)
-            done[1].record(hash_stream)
-            in_flight.append(done)
+    try:
+        for pos, p in enumerate(plan):
+            s, e = p.start, p.start + p.length
+            regions = lm.covering(s, e) or []
+            with lm.guard:
+                futs = [lm.futures.get(r) for r in regions]
+            wait([f for f in futs if f is not None])
+            held = [f is not None and not lock_failed(f) for f in futs]
+            if not regions or not all(held):
+                for r, ok in zip(regions, held):
+                    if not ok:
+                        lm.forget(r)  # may be locked again by a later load
+                left.append(pos)
+                continue
+            data = on_device[pos]
+            if data is None:
+                if len(in_flight) >= _SCRATCH_IN_FLIGHT:
+                    for ev in in_flight.popleft():
+                        ev.synchronize()
+                data = _scratch(p.length, device)
+            for r0, r1 in regions:  # one copy per region: a copy may not span two registrations
+                a, z = max(r0, s), min(r1, e)
+                data[a - s : z - s].copy_(lm.mapped[a:z], non_blocking=cuda)
+            _hash_landed(table, data, pos, p, outs, on_device[pos] is None, stream, hash_stream)
+            if on_device[pos] is None and cuda:
+                done = (torch.cuda.Event(), torch.cuda.Event())
+                done[0].record(stream)
+                done[1].record(hash_stream)
+                in_flight.append(done)
+    except BaseException:
+        if cuda:  # no copy may still read the locked pages once the mapping goes back to the cache
+            stream.synchronize()
+        raise
     if cuda:
         stream.synchronize()
         hash_stream.synchronize()
