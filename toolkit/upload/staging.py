@@ -391,7 +391,7 @@ def _scratch_ring(
     """The scratch copies a batch from locked pages takes in turn for its pieces hashed in a scratch copy
     (at most :data:`_SCRATCH_IN_FLIGHT`, each as long as the longest such piece in whole 64-byte blocks),
     allocated before its first lock is queued: the device's allocator waits while the driver locks pages
-    (``benchmarks/probes/first_load_probe.py``: 12-17 ms more for 2 GiB with eight allocations among the locks)."""
+    (``benchmarks/probes/first_load_probe.py``: about 15 ms more for 2 GiB with eight allocations among the locks)."""
     lengths = [plan[i].length for i, where in on_device.items() if where is None]
     if not lengths:
         return []
