@@ -369,34 +369,12 @@ def _run_locked(
             new = regions_to_lock(spans, lm.regions, _LOCK_BYTES)
         if locks.locked_bytes + sum(e - s for s, e in new) > locks.budget_bytes:
             return everything, 0, []
-        # the scratch copies first: allocating device memory while the driver locks pages waits for it
-        ring = _scratch_ring(plan, on_device, device)
-        try:
-            locker = _thread(device, "constshare-lock")
-            for s, e in page_spans(spans):  # merged (pieces of a few pages lock in large regions), in order, on
-                lm.lock_missing(s, e, _LOCK_BYTES, locker)  # one thread: the driver serialises locking anyway
-            return _copy_locked_pieces(lm, plan, outs, device, on_device, ring)
-        finally:
-            if ring and device.type == "cuda":
-                ring.clear()  # their memory back to the driver: a load leaves its constants' bytes in use, no more
-                with torch.cuda.device(device):  # empty_cache acts on the current device
-                    torch.cuda.empty_cache()
+        locker = _thread(device, "constshare-lock")
+        for s, e in page_spans(spans):  # merged (pieces of a few pages lock in large regions), in order, on
+            lm.lock_missing(s, e, _LOCK_BYTES, locker)  # one thread: the driver serialises locking anyway
+        return _copy_locked_pieces(lm, plan, outs, device, on_device)
     finally:
         locks.release(lm, _thread(device, "constshare-unlock"))
-
-
-def _scratch_ring(
-    plan: list[PiecePlan], on_device: dict[int, torch.Tensor | None], device: torch.device
-) -> list[torch.Tensor]:
-    """The scratch copies a batch from locked pages takes in turn for its pieces hashed in a scratch copy
-    (at most :data:`_SCRATCH_IN_FLIGHT`, each as long as the longest such piece in whole 64-byte blocks),
-    allocated before its first lock is queued: the device's allocator waits while the driver locks pages
-    (``benchmarks/probes/first_load_probe.py``: about 15 ms more for 2 GiB with eight allocations among the locks)."""
-    lengths = [plan[i].length for i, where in on_device.items() if where is None]
-    if not lengths:
-        return []
-    n = -(-max(lengths) // 64) * 64
-    return [_scratch(n, device) for _ in range(min(_SCRATCH_IN_FLIGHT, len(lengths)))]
 
 
 def _copy_locked_pieces(
@@ -405,19 +383,16 @@ def _copy_locked_pieces(
     outs: list[torch.Tensor],
     device: torch.device,
     on_device: dict[int, torch.Tensor | None],
-    ring: list[torch.Tensor],
 ) -> tuple[list[int], int, list[int]]:
     """:func:`_run_locked` once its locks are queued: each piece, as its pages' locks hold, copied on the
-    current stream into where it lands (or the next of the ``ring``'s scratch copies, once the piece
-    before in it is done, then into its constants) and hashed on a stream of its own after; the
-    digests compared once every kernel is done."""
+    current stream into where it lands (or a scratch copy, then into its constants) and hashed on a
+    stream of its own after; the digests compared once every kernel is done."""
     cuda = device.type == "cuda"
     stream = torch.cuda.current_stream(device) if cuda else None
     hash_stream = torch.cuda.Stream(device) if cuda else None
     table = digest_on_device.DeviceDigests(device, len(plan))
     left: list[int] = []
     in_flight: deque = deque()  # per scratch copy queued: the events after which its memory is free
-    taken = 0  # scratch copies used so far: the next is ring[taken % len(ring)]
     try:
         for pos, p in enumerate(plan):
             s, e = p.start, p.start + p.length
@@ -434,12 +409,10 @@ def _copy_locked_pieces(
                 continue
             data = on_device[pos]
             if data is None:
-                if len(in_flight) >= len(ring):
-                    for ev in in_flight.popleft():  # the piece before in this scratch copy is hashed and copied on
+                if len(in_flight) >= _SCRATCH_IN_FLIGHT:
+                    for ev in in_flight.popleft():
                         ev.synchronize()
-                data = ring[taken % len(ring)][: -(-p.length // 64) * 64]
-                taken += 1
-                data[p.length :].zero_()  # the last block's padding, as the kernels read it
+                data = _scratch(p.length, device)
             for r0, r1 in regions:  # one copy per region: a copy may not span two registrations
                 a, z = max(r0, s), min(r1, e)
                 data[a - s : z - s].copy_(lm.mapped[a:z], non_blocking=cuda)
@@ -461,6 +434,9 @@ def _copy_locked_pieces(
         hashed += plan[pos].length
         if hexdigest != plan[pos].digest:
             bad.append(plan[pos].index)
+    if cuda and None in (on_device[i] for i in range(len(plan)) if i not in left):
+        with torch.cuda.device(device):  # the scratch copies' memory back to the driver, as the slots' batch does
+            torch.cuda.empty_cache()
     return left, hashed, bad
 
 
