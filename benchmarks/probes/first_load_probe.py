@@ -175,7 +175,10 @@ def _shared_queue(case, path, n, pieces, mapped, register, dev, slot) -> float:
                     events[b].synchronize()  # the copy out of this slot is done
                 got = 0
                 while got < e - s:
-                    got += os.preadv(fd, [views[b][got : e - s]], s + got)
+                    n = os.preadv(fd, [views[b][got : e - s]], s + got)
+                    if not n:
+                        raise RuntimeError(f"{path} ended at byte {s + got}")
+                    got += n
                 whole[s:e].copy_(slots[b][: e - s], non_blocking=True)
                 events[b] = torch.cuda.Event()
                 events[b].record(stream)
@@ -221,6 +224,9 @@ def main(argv=None):
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--path", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    cases = args.cases.split(";") if args.cases else list(CASES)
+    if unknown := [c for c in cases if c not in CASES]:
+        ap.error(f"--cases: unknown {unknown}; the cases are {list(CASES)}")
     if args.child:
         print(json.dumps({"seconds": child(args.child, args.path, args.constant_mib << 20, args.slot_mib << 20)}))
         return
@@ -231,7 +237,7 @@ def main(argv=None):
             f.write(os.urandom(min(256 << 20, n - s)))
     rows = []
     for r in range(args.repeats):
-        for case in args.cases.split(";") if args.cases else CASES:
+        for case in cases:
             proc = subprocess.run(
                 [
                     sys.executable,
